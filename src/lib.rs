@@ -1,0 +1,1 @@
+//! clshim: an OpenCL interposer that times program builds and binary queries.
