@@ -1,0 +1,127 @@
+//! Shared helpers for the integration tests: where the built shim and tools are, how to
+//! compile the C test programs against the system OpenCL headers, how to run a command
+//! with or without the shim, and how to read the trace files it writes.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// target/<profile>/ of the running test binary (which lives in target/<profile>/deps/).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent().and_then(Path::parent).expect("target dir").to_path_buf()
+}
+
+/// The freshly built `libclshim.so` (cargo builds the cdylib before integration tests).
+pub fn shim_path() -> PathBuf {
+    let p = target_dir().join("libclshim.so");
+    assert!(p.exists(), "{} is missing: run `cargo build` first", p.display());
+    p
+}
+
+/// A new empty scratch directory under target/test-scratch, unique per call.
+pub fn scratch(tag: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let n = N.fetch_add(1, Ordering::SeqCst);
+    let d = target_dir()
+        .join("test-scratch")
+        .join(format!("{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Compiles tests/c/<name>.c (plus `extra` C sources) into target/<profile>/ctests/<name>,
+/// linking the system OpenCL loader and pthreads. Recompiles only when the source is newer.
+pub fn build_c(name: &str, extra_args: &[&str]) -> PathBuf {
+    let src = repo_root().join("tests/c").join(format!("{name}.c"));
+    let out_dir = target_dir().join("ctests");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out = out_dir.join(name);
+    let fresh = match (std::fs::metadata(&src), std::fs::metadata(&out)) {
+        (Ok(s), Ok(o)) => o.modified().unwrap() >= s.modified().unwrap(),
+        _ => false,
+    };
+    if !fresh {
+        // Compile to a private name and rename, so parallel tests never run a half-written file.
+        let tmp = out_dir.join(format!("{name}.tmp{}", std::process::id()));
+        let status = Command::new("cc")
+            .args(["-O1", "-g", "-Wall", "-DCL_TARGET_OPENCL_VERSION=300"])
+            .arg("-o")
+            .arg(&tmp)
+            .arg(&src)
+            .args(extra_args)
+            .args(["-lOpenCL", "-lpthread", "-ldl"])
+            .status()
+            .expect("run cc");
+        assert!(status.success(), "compiling {} failed", src.display());
+        std::fs::rename(&tmp, &out).unwrap();
+    }
+    out
+}
+
+/// Runs `cmd` with every CLSHIM_* variable of the test process removed, so the caller's
+/// environment never leaks into a test. `preload` adds LD_PRELOAD=<shim>.
+pub fn run(mut cmd: Command, preload: bool) -> Output {
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CLSHIM_") || k == "LD_PRELOAD" || k == "OPENCL_LAYERS" {
+            cmd.env_remove(&k);
+        }
+    }
+    if preload {
+        cmd.env("LD_PRELOAD", shim_path());
+    }
+    let out = cmd.output().expect("spawn test command");
+    out
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Every trace record in every `*.jsonl` file of `dir`, each line parsed as JSON
+/// (a line that does not parse fails the test).
+pub fn read_traces(dir: &Path) -> Vec<serde_json::Value> {
+    let mut recs = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().map(|e| e == "jsonl").unwrap_or(false))
+        .collect();
+    files.sort();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let v: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("{}:{}: not JSON ({e}): {line}", f.display(), i + 1));
+            recs.push(v);
+        }
+    }
+    recs
+}
+
+/// Records of one event kind.
+pub fn events<'a>(recs: &'a [serde_json::Value], event: &str) -> Vec<&'a serde_json::Value> {
+    recs.iter().filter(|r| r["event"] == event).collect()
+}
+
+/// Python of one of the virtual environments that `scripts/test` creates under .venv/:
+/// `current` (the newest pyopencl) or `old` (pyopencl 2023.1, which still caches on pocl).
+pub fn venv_python(which: &str) -> PathBuf {
+    let p = repo_root().join(".venv").join(which).join("bin/python");
+    assert!(
+        p.exists(),
+        "{} is missing: `scripts/test` creates the Python environments",
+        p.display()
+    );
+    p
+}
