@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""The seed issue's workload: N distinct kernels of S statements each, built through
+pyopencl's ``Program(ctx, src).build()`` (which goes through pyopencl's binary cache in
+releases before 2024.2.3), each run once on pocl's CPU driver and checked with numpy.
+
+Prints one line per process, for people and for bench/binary_policy.py to parse:
+
+    workload rank=0 pid=123 pyopencl=2023.1 device=... kernels=4 statements=300 \
+        build_s=1.234 first_run_s=0.456 total_s=1.690 result=ok
+
+``build_s`` is the time spent in ``Program.build()`` for all kernels (with pyopencl's
+binary cache this includes the CL_PROGRAM_BINARIES query, where pocl compiles a second
+time); ``first_run_s`` is the time of the first enqueue + wait of every kernel (pocl
+compiles the size-specialised kernel there unless its kcache has it).
+Exits 1 when a result is wrong, 2 when no OpenCL device can be had.
+"""
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+import pyopencl as cl
+
+POCL_PLATFORM = "Portable Computing Language"
+
+
+def rank_label():
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PALS_RANKID", "SLURM_PROCID"):
+        if os.environ.get(var, "").isdigit():
+            return os.environ[var]
+    return "-"
+
+
+def kernel_source(k, statements):
+    """Kernel k: `statements` copies of the seed's statement, then one that makes the
+    kernel's result (and its source text) distinct from every other kernel's."""
+    body = "  c[gid] = a[gid] + b[gid];\n" * max(statements - 1, 0)
+    return (
+        f"__kernel void sum_{k}(__global const float *a, __global const float *b,\n"
+        f"                      __global float *c)\n"
+        "{\n"
+        "  int gid = get_global_id(0);\n"
+        f"{body}"
+        f"  c[gid] = a[gid] + b[gid] + {k}.0f;\n"
+        "}\n"
+    )
+
+
+def pick_context():
+    """A context on pocl's CPU device when there is one, else pyopencl's default choice."""
+    for platform in cl.get_platforms():
+        if platform.name == POCL_PLATFORM:
+            devs = platform.get_devices(device_type=cl.device_type.CPU) or platform.get_devices()
+            if devs:
+                return cl.Context(devs[:1])
+    return cl.create_some_context(interactive=False)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-n", "--kernels", type=int, default=4, help="number of kernels (default 4)")
+    ap.add_argument("-s", "--statements", type=int, default=300,
+                    help="statements per kernel (default 300)")
+    ap.add_argument("--elements", type=int, default=50000, help="array length (default 50000)")
+    args = ap.parse_args(argv)
+    if args.kernels < 1 or args.statements < 1 or args.elements < 1:
+        ap.error("--kernels, --statements and --elements must be at least 1")
+
+    try:
+        ctx = pick_context()
+    except cl.Error as e:
+        print(f"workload: no OpenCL device: {e}", file=sys.stderr)
+        return 2
+    queue = cl.CommandQueue(ctx)
+    dev = ctx.devices[0]
+
+    rng = np.random.default_rng(1234)
+    a = rng.random(args.elements, dtype=np.float32)
+    b = rng.random(args.elements, dtype=np.float32)
+    mf = cl.mem_flags
+    a_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+    b_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=b)
+    c_buf = cl.Buffer(ctx, mf.WRITE_ONLY, a.nbytes)
+
+    t_start = time.perf_counter()
+    build_s = 0.0
+    run_s = 0.0
+    bad = []
+    for k in range(args.kernels):
+        t0 = time.perf_counter()
+        prg = cl.Program(ctx, kernel_source(k, args.statements)).build()
+        t1 = time.perf_counter()
+        knl = getattr(prg, f"sum_{k}")
+        knl(queue, a.shape, None, a_buf, b_buf, c_buf)
+        c = np.empty_like(a)
+        cl.enqueue_copy(queue, c, c_buf)
+        queue.finish()
+        t2 = time.perf_counter()
+        build_s += t1 - t0
+        run_s += t2 - t1
+        if not np.allclose(c, a + b + np.float32(k)):
+            bad.append(k)
+    total_s = time.perf_counter() - t_start
+
+    print(
+        f"workload rank={rank_label()} pid={os.getpid()} pyopencl={cl.VERSION_TEXT}"
+        f" device={dev.name.replace(' ', '_')} kernels={args.kernels}"
+        f" statements={args.statements} build_s={build_s:.3f} first_run_s={run_s:.3f}"
+        f" total_s={total_s:.3f} result={'ok' if not bad else 'WRONG'}",
+        flush=True,
+    )
+    if bad:
+        print(f"workload: wrong results from kernels {bad}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

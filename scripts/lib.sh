@@ -1,0 +1,113 @@
+# Shared set-up logic for scripts/test and scripts/demo (and bench/). Source it; don't run it.
+#
+# Every step checks first and does nothing when the thing is already there, so a second
+# run of scripts/test or scripts/demo costs seconds, not minutes.
+
+CLSHIM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# The Debian packages the tests, the demo and the benchmark need.
+CLSHIM_APT_PACKAGES=(
+    pocl-opencl-icd      # the OpenCL CPU driver clshim is about
+    ocl-icd-libopencl1   # the system OpenCL loader (libOpenCL.so.1)
+    ocl-icd-opencl-dev   # libOpenCL.so for linking the C tests
+    opencl-c-headers     # CL/cl.h for the C tests
+    clinfo               # handy for checking the driver is seen
+    mpich                # mpiexec for the multi-rank benchmark and tests
+    build-essential      # cc for the C tests
+    python3-venv         # venv for Debian's python3 (harmless with pyenv's)
+)
+
+# Requirement strings of the two Python environments under .venv/.
+# current: the newest pyopencl (skips its binary cache on pocl since 2024.2.3).
+# old:     pyopencl 2023.1, the last release line that still caches binaries on pocl
+#          (the seed issue's behaviour); numpy<2 because its wheels were built against
+#          numpy 1, and pytools<2024 because newer pytools warns on stderr at every run
+#          of pyopencl 2023.1 (safe_sync), which would hide the warnings that matter.
+CLSHIM_VENV_REQS_current="pyopencl numpy"
+CLSHIM_VENV_REQS_old="pyopencl==2023.1 numpy<2 pytools<2024"
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# Installs whatever of CLSHIM_APT_PACKAGES (plus any extra names given) is missing.
+# apt runs only when something is missing; as root directly, else through sudo if present.
+ensure_system_packages() {
+    local missing=() p
+    for p in "${CLSHIM_APT_PACKAGES[@]}" "$@"; do
+        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    done
+    if [ "${#missing[@]}" -eq 0 ]; then
+        log "system packages: all present"
+        return 0
+    fi
+    log "system packages missing: ${missing[*]}"
+    local SUDO=()
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null 2>&1 \
+            || die "not root and no sudo: install these Debian packages first: ${missing[*]}"
+        SUDO=(sudo)
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    "${SUDO[@]}" apt-get update -q || die "apt-get update failed"
+    "${SUDO[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" \
+        || die "apt-get install failed for: ${missing[*]}"
+}
+
+ensure_cargo() {
+    if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+        export PATH="$HOME/.cargo/bin:$PATH"
+    fi
+    command -v cargo >/dev/null 2>&1 || die "cargo not found: install a Rust toolchain (rustup) first"
+}
+
+# The Python used to create the environments: $PYTHON, else python3.
+clshim_base_python() {
+    local py="${PYTHON:-python3}"
+    command -v "$py" >/dev/null 2>&1 || die "$py not found (set PYTHON to a Python 3 interpreter)"
+    printf '%s' "$py"
+}
+
+# ensure_venv NAME: creates .venv/NAME with CLSHIM_VENV_REQS_NAME unless its stamp file
+# already records the same requirement string and base Python version. A half-made or
+# stale environment is removed and made again.
+ensure_venv() {
+    local name="$1" reqs_var="CLSHIM_VENV_REQS_$1"
+    local reqs="${!reqs_var}"
+    [ -n "$reqs" ] || die "unknown venv '$name'"
+    local dir="$CLSHIM_ROOT/.venv/$name" stamp="$CLSHIM_ROOT/.venv/$name/clshim-stamp"
+    local base; base="$(clshim_base_python)"
+    local want; want="$reqs | $("$base" -c 'import sys; print(sys.version.split()[0])')"
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$dir/bin/python" -c 'import pyopencl, numpy' 2>/dev/null; then
+        log "venv $name: up to date ($reqs)"
+        return 0
+    fi
+    log "venv $name: creating with $reqs"
+    rm -rf "$dir"
+    mkdir -p "$CLSHIM_ROOT/.venv"
+    "$base" -m venv "$dir" || die "could not create $dir (python3 -m venv)"
+    # shellcheck disable=SC2086 # the requirement string is a word list on purpose
+    "$dir/bin/python" -m pip install -q --only-binary=:all: $reqs \
+        || { rm -rf "$dir"; die "pip install failed in venv $name ($reqs)"; }
+    printf '%s\n' "$want" > "$stamp"
+}
+
+# The pyopencl wheels bundle their own ocl-icd loader. Point it (and the system loader)
+# at Debian's vendor directory explicitly, so pocl is found whatever the wheel's default is.
+clshim_opencl_env() {
+    if [ -z "${OCL_ICD_VENDORS:-}" ] && [ -d /etc/OpenCL/vendors ]; then
+        export OCL_ICD_VENDORS=/etc/OpenCL/vendors
+    fi
+}
+
+# check_pyopencl_sees_pocl NAME: fails loudly when the venv's pyopencl finds no pocl device.
+check_pyopencl_sees_pocl() {
+    local py="$CLSHIM_ROOT/.venv/$1/bin/python" out
+    out="$("$py" - <<'PY' 2>&1
+import pyopencl as cl
+names = [f"{p.name} / {d.name}" for p in cl.get_platforms() for d in p.get_devices()]
+print("; ".join(names))
+raise SystemExit(0 if any("Portable Computing Language" in p.name for p in cl.get_platforms()) else 1)
+PY
+)" || die "pyopencl in .venv/$1 does not see pocl (OCL_ICD_VENDORS=${OCL_ICD_VENDORS:-unset}): $out"
+    log "venv $1: pyopencl $("$py" -c 'import pyopencl; print(pyopencl.VERSION_TEXT)') sees: $out"
+}
