@@ -34,7 +34,8 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 ensure_system_packages() {
     local missing=() p
     for p in "${CLSHIM_APT_PACKAGES[@]}" "$@"; do
-        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+        # (dpkg -s alone also succeeds for a removed package whose config files remain)
+        dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed' || missing+=("$p")
     done
     if [ "${#missing[@]}" -eq 0 ]; then
         log "system packages: all present"
