@@ -14,7 +14,10 @@ Runs bench/workload.py (pyopencl 2023.1, which still caches binaries on pocl) un
            turns its binary back into a source build, served by pocl's kcache)
 
 and prints the wall-clock time of the whole mpiexec and the largest in-process build
-time over the ranks (workload.py's build_s), then the ratios to (b). Results, logs and
+time over the ranks (workload.py's build_s: Program.build(), which includes the binary
+query) and the largest build + first-run time (first_run_s adds the first enqueue of
+every kernel, where pocl compiles the size-specialised kernel), then the ratios to (b).
+With --repeat K each cell is the median of K runs, each on fresh cold caches. Results, logs and
 clshim traces go to bench/out/ (git-ignored). Usually run through bench/binary_policy.sh,
 which installs and builds what this needs first. Uses only the standard library.
 """
@@ -65,6 +68,8 @@ def parse_args(argv):
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec.mpich") or "mpiexec",
                     help="MPI launcher (default mpiexec.mpich, else mpiexec)")
     ap.add_argument("--out", default=str(ROOT / "bench/out"), help="output folder (default bench/out)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs per cell, each on fresh caches; the table shows medians (default 1)")
     ap.add_argument("--keep-caches", action="store_true",
                     help="keep the cache folders (they are deleted after the run by default)")
     args = ap.parse_args(argv)
@@ -75,6 +80,8 @@ def parse_args(argv):
     for c in ("b", "c"):
         if f"{c}-warm" in args.configs and c not in args.configs:
             ap.error(f"{c}-warm needs {c} (it reuses {c}'s cache folders)")
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
     if not args.ranks or min(args.ranks) < 1:
         ap.error("--ranks needs positive rank counts")
     return args
@@ -89,16 +96,17 @@ def base_env():
     return env
 
 
-def run_one(args, run_dir, config, ranks):
+def run_one(args, run_dir, config, ranks, rep):
     label, extra_env, policy = CONFIGS[config]
     cold = config.removesuffix("-warm")
-    cache_root = run_dir / "caches" / f"{cold}_R{ranks}"
+    tag = f"R{ranks}" + (f"_{rep}" if args.repeat > 1 else "")
+    cache_root = run_dir / "caches" / f"{cold}_{tag}"
     env = base_env()
     env.update(extra_env)
     if policy:
         env["CLSHIM_BENCH_PRELOAD"] = str(Path(args.shim).resolve())
         env["CLSHIM_BINARIES"] = policy
-        env["CLSHIM_TRACE_DIR"] = str(run_dir / "traces" / f"{config}_R{ranks}")
+        env["CLSHIM_TRACE_DIR"] = str(run_dir / "traces" / f"{config}_{tag}")
     cmd = [args.mpiexec, "-n", str(ranks), str(ROOT / "bench/rank_env.sh"), str(cache_root),
            args.python, str(ROOT / "bench/workload.py"),
            "--kernels", str(args.kernels), "--statements", str(args.statements)]
@@ -107,68 +115,89 @@ def run_one(args, run_dir, config, ranks):
     wall = time.monotonic() - t0
     logs = run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    (logs / f"{config}_R{ranks}.out").write_text(p.stdout)
-    (logs / f"{config}_R{ranks}.err").write_text(p.stderr)
+    (logs / f"{config}_{tag}.out").write_text(p.stdout)
+    (logs / f"{config}_{tag}.err").write_text(p.stderr)
     lines = [m for m in map(LINE.match, p.stdout.splitlines()) if m]
     ok = p.returncode == 0 and len(lines) == ranks and all(m.group(5) == "ok" for m in lines)
     res = {
-        "config": config, "label": label, "ranks": ranks, "ok": ok, "returncode": p.returncode,
+        "config": config, "label": label, "ranks": ranks, "repeat": rep, "ok": ok, "returncode": p.returncode,
         "wall_s": round(wall, 3),
         "build_max_s": max((float(m.group(2)) for m in lines), default=None),
         "first_run_max_s": max((float(m.group(3)) for m in lines), default=None),
-        "total_max_s": max((float(m.group(4)) for m in lines), default=None),
+        "total_max_s": max((float(m.group(2)) + float(m.group(3)) for m in lines), default=None),
         "stderr_lines": len(p.stderr.splitlines()),
     }
-    status = "ok" if ok else f"FAILED (exit {p.returncode}, {len(lines)}/{ranks} ranks reported; see {logs}/{config}_R{ranks}.err)"
-    print(f"  R={ranks} {label:34s} wall {wall:7.2f} s  build max {res['build_max_s'] or 0:7.3f} s  {status}",
+    status = "ok" if ok else f"FAILED (exit {p.returncode}, {len(lines)}/{ranks} ranks reported; see {logs}/{config}_{tag}.err)"
+    print(f"  R={ranks} {label:34s} wall {wall:7.2f} s  build max {res['build_max_s'] or 0:7.3f} s"
+          f"  build+run max {res['total_max_s'] or 0:7.3f} s  {status}",
           file=sys.stderr, flush=True)
     return res
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def aggregate(runs):
+    """One table cell from the runs of one (config, ranks): medians; failed if any failed."""
+    cell = {"ok": all(r["ok"] for r in runs), "runs": len(runs)}
+    for key in ("wall_s", "build_max_s", "total_max_s"):
+        vals = [r[key] for r in runs if r[key] is not None]
+        cell[key] = median(vals) if cell["ok"] and vals else None
+    return cell
 
 
 def fmt(x, width=8, prec=2):
     return f"{x:{width}.{prec}f}" if isinstance(x, (int, float)) else f"{'-':>{width}}"
 
 
-def table(args, results, info):
+METRICS = (("wall_s", "wall", 2), ("build_max_s", "build", 3), ("total_max_s", "build+run", 3))
+
+
+def table(args, cells, info):
     R = args.ranks
-    get = lambda c, r: results.get((c, r))
     out = []
     out.append(f"clshim binary-policy benchmark: {info}")
     out.append(f"workload: {args.kernels} kernels x {args.statements} statements per rank, "
-               f"rank-local cold caches, {os.cpu_count()} cores")
+               f"rank-local cold caches, {os.cpu_count()} cores"
+               + (f", median of {args.repeat} runs per cell" if args.repeat > 1 else ""))
     out.append("")
-    head = f"{'':36s}" + "".join(f"{'wall R=' + str(r):>10s}" for r in R) + "   " + \
-        "".join(f"{'build R=' + str(r):>11s}" for r in R)
+    head = f"{'seconds':34s}"
+    for _, name, _ in METRICS:
+        head += "  |" + "".join(f"{name + ' R=' + str(r):>15s}" for r in R)
     out.append(head)
     for c in TABLE_ORDER:
         if c not in args.configs:
             continue
-        row = f"{CONFIGS[c][0]:36s}"
-        for r in R:
-            x = get(c, r)
-            row += f"{(fmt(x['wall_s']) if x and x['ok'] else 'FAIL'):>10s}"
-        row += "   "
-        for r in R:
-            x = get(c, r)
-            row += f"{(fmt(x['build_max_s'], prec=3) if x and x['ok'] else 'FAIL'):>11s}"
+        row = f"{CONFIGS[c][0]:34s}"
+        for key, _, prec in METRICS:
+            row += "  |"
+            for r in R:
+                x = cells.get((c, r))
+                row += f"{(fmt(x[key], 15, prec) if x and x['ok'] else 'FAIL'):>15s}"
         out.append(row)
     out.append("")
-    out.append("seconds: wall = whole mpiexec; build = max over ranks of time in Program.build()")
+    out.append("wall = the whole mpiexec; build = max over ranks of the time in Program.build()"
+               " (includes the binary query);")
+    out.append("build+run = max over ranks of build + first run of every kernel (where pocl compiles"
+               " the size-specialised kernel)")
     out.append("")
-    out.append(f"{'ratios (wall / build)':36s}" + "".join(f"{'R=' + str(r):>17s}" for r in R))
+    out.append(f"{'ratios: wall / build / build+run':34s}" + "".join(f"{'R=' + str(r):>24s}" for r in R))
     for num, den, label in (("a", "b", "(a)/(b)  cache on vs off"),
                             ("c", "b", "(c)/(b)  substitute vs off"),
                             ("d", "b", "(d)/(b)  suppress vs off"),
                             ("c-warm", "b-warm", "warm (c)/(b)")):
         if num not in args.configs or den not in args.configs:
             continue
-        row = f"{label:36s}"
+        row = f"{label:34s}"
         for r in R:
-            n, d = get(num, r), get(den, r)
-            if n and d and n["ok"] and d["ok"] and d["wall_s"] > 0 and d["build_max_s"]:
-                row += f"{n['wall_s'] / d['wall_s']:9.2f} / {n['build_max_s'] / d['build_max_s']:5.2f}"
+            n, d = cells.get((num, r)), cells.get((den, r))
+            if n and d and n["ok"] and d["ok"] and all(d[k] for k, _, _ in METRICS):
+                row += f"{'':6s}" + " / ".join(f"{n[k] / d[k]:4.2f}" for k, _, _ in METRICS)
             else:
-                row += f"{'-':>17s}"
+                row += f"{'-':>24s}"
         out.append(row)
     return "\n".join(out)
 
@@ -198,26 +227,30 @@ def main(argv=None):
     info = platform_info(args)
     print(f"benchmark: {info}; output in {run_dir}", file=sys.stderr, flush=True)
 
-    results = {}
+    runs = []
     for r in args.ranks:
-        for c in ORDER:
-            if c in args.configs:
-                results[(c, r)] = run_one(args, run_dir, c, r)
+        for k in range(args.repeat):
+            for c in ORDER:
+                if c in args.configs:
+                    runs.append(run_one(args, run_dir, c, r, k))
+    cells = {(c, r): aggregate([x for x in runs if x["config"] == c and x["ranks"] == r])
+             for r in args.ranks for c in args.configs}
     if not args.keep_caches:
         shutil.rmtree(run_dir / "caches", ignore_errors=True)
 
-    text = table(args, results, info)
+    text = table(args, cells, info)
     print()
     print(text)
     (run_dir / "table.txt").write_text(text + "\n")
     (run_dir / "results.json").write_text(json.dumps({
         "info": info, "kernels": args.kernels, "statements": args.statements,
         "ranks": args.ranks, "cores": os.cpu_count(), "configs": args.configs,
-        "results": list(results.values()),
+        "repeat": args.repeat, "runs": runs,
+        "cells": [dict(config=c, ranks=r, **v) for (c, r), v in cells.items()],
     }, indent=1) + "\n")
     shutil.copyfile(run_dir / "table.txt", out / "latest.txt")
     print(f"\n(written to {run_dir}/table.txt, results.json, logs/, traces/)")
-    return 0 if all(x["ok"] for x in results.values()) else 1
+    return 0 if all(x["ok"] for x in runs) else 1
 
 
 if __name__ == "__main__":
