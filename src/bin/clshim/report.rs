@@ -178,7 +178,7 @@ impl Hint {
     pub fn text(&self) -> String {
         format!(
             "hint: binary queries on pocl CPU devices took {:.0}% of build time ({:.3} s of {:.3} s): \
-             pocl compiles every kernel a second time to answer them. \
+             pocl compiles every kernel a second time to answer them.\n      \
              CLSHIM_BINARIES=substitute (clshim run --binaries substitute) removes that compile.",
             100.0 * self.share(),
             self.pocl_cpu_query_seconds,
@@ -506,7 +506,8 @@ impl Report {
         );
         let _ = writeln!(
             o,
-            "build {} s, binary queries {} s ({:.0}% of build time)",
+            "build time {} s: builds {} s, binary queries {} s ({:.0}%)",
+            secs(self.build_seconds + self.query_seconds),
             secs(self.build_seconds),
             secs(self.query_seconds),
             100.0 * share(self.query_seconds, self.build_seconds)
@@ -520,21 +521,11 @@ impl Report {
                 .programs
                 .iter()
                 .map(|p| {
-                    let events = [(p.builds, "b"), (p.compiles, "c"), (p.links, "l")]
-                        .iter()
-                        .filter(|(n, _)| *n > 0)
-                        .map(|(n, s)| format!("{n}{s}"))
-                        .collect::<Vec<_>>()
-                        .join("+");
                     vec![
                         clip(&program_name(&p.key), 40),
                         short_hash(&p.key.hash),
                         p.ranks.to_string(),
-                        if events.is_empty() {
-                            "0".into()
-                        } else {
-                            events
-                        },
+                        (p.builds + p.compiles + p.links).to_string(),
                         mmm(&p.build),
                         p.queries.to_string(),
                         mmm(&p.query),
