@@ -14,13 +14,20 @@ pub fn repo_root() -> PathBuf {
 /// target/<profile>/ of the running test binary (which lives in target/<profile>/deps/).
 pub fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    exe.parent().and_then(Path::parent).expect("target dir").to_path_buf()
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf()
 }
 
 /// The freshly built `libclshim.so` (cargo builds the cdylib before integration tests).
 pub fn shim_path() -> PathBuf {
     let p = target_dir().join("libclshim.so");
-    assert!(p.exists(), "{} is missing: run `cargo build` first", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build` first",
+        p.display()
+    );
     p
 }
 
