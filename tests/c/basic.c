@@ -32,7 +32,6 @@ int main(int argc, char **argv) {
             size_t size = 0;
             CHECK(clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, &ret));
             printf("binary_sizes: %s\n", size ? "nonzero" : "zero");
-            fprintf(stderr, "binary size %zu\n", size);
             if (!has_arg(argc, argv, "--no-binaries")) {
                 unsigned char *bin = malloc(size ? size : 1);
                 unsigned char *bins[] = {bin};
