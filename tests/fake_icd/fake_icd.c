@@ -14,6 +14,7 @@
  *   FAKE_ICD_BUILD_FAIL=1       clBuildProgram/clCompileProgram fail with
  *                               CL_BUILD_PROGRAM_FAILURE / CL_COMPILE_PROGRAM_FAILURE
  *                               and a build log; clLinkProgram with CL_LINK_PROGRAM_FAILURE
+ *   FAKE_ICD_LINK_FAIL=1        only clLinkProgram fails (CL_LINK_PROGRAM_FAILURE, no program)
  *   FAKE_ICD_BUILD_MS=N         every build/compile/link takes N ms more
  *   FAKE_ICD_FAIL_SIZES=CODE    CL_PROGRAM_BINARY_SIZES value queries return CODE (e.g. -5)
  *   FAKE_ICD_FAIL_BINARIES=CODE CL_PROGRAM_BINARIES value queries return CODE
@@ -566,7 +567,8 @@ static cl_int build_like(const char *call, cl_program p, cl_uint n, const cl_dev
     }
     snprintf(p->options, sizeof p->options, "%s", options ? options : "");
     sleep_ms(env_long("FAKE_ICD_BUILD_MS", 0));
-    int fail = env_long("FAKE_ICD_BUILD_FAIL", 0) != 0;
+    int fail = env_long("FAKE_ICD_BUILD_FAIL", 0) != 0 ||
+               (strcmp(call, "clLinkProgram") == 0 && env_long("FAKE_ICD_LINK_FAIL", 0) != 0);
     if (fail) {
         snprintf(p->log, sizeof p->log,
                  "fake.cl:1:1: error: build failed on purpose (FAKE_ICD_BUILD_FAIL)\n");
