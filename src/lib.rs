@@ -1,1 +1,26 @@
-//! clshim: an OpenCL interposer that times program builds and binary queries.
+//! clshim: an OpenCL interposer that times program builds and binary queries per process
+//! and MPI rank, and can answer binary queries on pocl's CPU driver without the second
+//! compile they cost there. The C entry points (`preload`, `layer`) are thin; the logic
+//! lives in `intercept` (one path for both modes), `builds` (timing, callbacks), `policy`
+//! (binary answers), `record` and `trace_file` (output), `config`, `devices`, `programs`
+//! and `dispatch` (where calls go). The `clshim` command reuses nothing but the schema.
+
+pub mod builds;
+pub mod cl;
+pub mod config;
+pub mod container;
+pub mod devices;
+pub mod dispatch;
+pub mod guard;
+pub mod hash;
+pub mod intercept;
+pub mod layer;
+pub mod logger;
+pub mod policy;
+pub mod preload;
+pub mod process;
+pub mod programs;
+pub mod query;
+pub mod record;
+pub mod runtime;
+pub mod trace_file;

@@ -1,0 +1,262 @@
+//! The user's choices, read once from `CLSHIM_*` environment variables at the first
+//! intercepted call. Parsing never fails: a value it does not understand yields one
+//! warning naming the variable, the value and the accepted values, and the safe default
+//! applies, because a typo must never stop someone's MPI job.
+
+use std::path::PathBuf;
+
+/// What to do with binary queries (`CL_PROGRAM_BINARY_SIZES` / `CL_PROGRAM_BINARIES` with
+/// a value buffer) on devices that `DeviceFilter` selects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinaryPolicy {
+    /// Forward the query and record it; change nothing.
+    Pass,
+    /// Answer "no binary" (size 0) for the device, as the specification allows.
+    Suppress,
+    /// Answer with a clshim binary that carries the program's source.
+    Substitute,
+}
+
+impl BinaryPolicy {
+    pub const ACCEPTED: &'static str = "pass, suppress, substitute";
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryPolicy::Pass => "pass",
+            BinaryPolicy::Suppress => "suppress",
+            BinaryPolicy::Substitute => "substitute",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "pass" => Some(BinaryPolicy::Pass),
+            "suppress" => Some(BinaryPolicy::Suppress),
+            "substitute" => Some(BinaryPolicy::Substitute),
+            _ => None,
+        }
+    }
+}
+
+/// Which devices the binary policy applies to; all others are always passed through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceFilter {
+    /// CPU devices of the pocl platform: the ones whose binary query compiles again.
+    PoclCpu,
+    /// Every device of the pocl platform.
+    Pocl,
+    /// Every device.
+    All,
+}
+
+impl DeviceFilter {
+    pub const ACCEPTED: &'static str = "pocl-cpu, pocl, all";
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceFilter::PoclCpu => "pocl-cpu",
+            DeviceFilter::Pocl => "pocl",
+            DeviceFilter::All => "all",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "pocl-cpu" => Some(DeviceFilter::PoclCpu),
+            "pocl" => Some(DeviceFilter::Pocl),
+            "all" => Some(DeviceFilter::All),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub binaries: BinaryPolicy,
+    pub devices: DeviceFilter,
+    pub trace_dir: Option<PathBuf>,
+    pub trace_mode: u32,
+    pub log_filter: String,
+    pub summary: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            binaries: BinaryPolicy::Pass,
+            devices: DeviceFilter::PoclCpu,
+            trace_dir: None,
+            trace_mode: 0o600,
+            log_filter: "warn".to_string(),
+            summary: true,
+        }
+    }
+}
+
+const LOG_LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// An env_logger filter: comma-separated `level`, `target` or `target=level` directives.
+fn valid_log_filter(s: &str) -> bool {
+    let is_level = |l: &str| LOG_LEVELS.contains(&l.to_ascii_lowercase().as_str());
+    // Only clshim's own modules log here, so a target must name one of them; a bare word
+    // such as "loud" is a mistyped level, not a module filter.
+    let is_target = |t: &str| {
+        t.starts_with("clshim")
+            && t.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    };
+    s.split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .all(|d| match d.split_once('=') {
+            Some((target, level)) => is_target(target) && is_level(level),
+            None => is_level(d) || is_target(d),
+        })
+}
+
+impl Config {
+    /// Reads the configuration from the process environment.
+    pub fn from_env() -> (Config, Vec<String>) {
+        Self::from_lookup(|name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
+    }
+
+    /// Reads the configuration through `get`; returns it with one warning per rejected value.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<String>) {
+        let mut cfg = Config::default();
+        let mut warnings = Vec::new();
+        // An empty value means "unset", as shells make it easy to leave one behind.
+        let value = |name: &str| {
+            get(name)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let mut reject = |name: &str, v: &str, accepted: &str, default: &str| {
+            warnings.push(format!(
+                "clshim: warning: {name}='{v}' is not one of {accepted}; using {default}"
+            ))
+        };
+
+        if let Some(v) = value("CLSHIM_BINARIES") {
+            match BinaryPolicy::parse(&v.to_ascii_lowercase()) {
+                Some(p) => cfg.binaries = p,
+                None => reject(
+                    "CLSHIM_BINARIES",
+                    &v,
+                    BinaryPolicy::ACCEPTED,
+                    cfg.binaries.name(),
+                ),
+            }
+        }
+        if let Some(v) = value("CLSHIM_DEVICES") {
+            match DeviceFilter::parse(&v.to_ascii_lowercase()) {
+                Some(d) => cfg.devices = d,
+                None => reject(
+                    "CLSHIM_DEVICES",
+                    &v,
+                    DeviceFilter::ACCEPTED,
+                    cfg.devices.name(),
+                ),
+            }
+        }
+        if let Some(v) = value("CLSHIM_TRACE_DIR") {
+            cfg.trace_dir = Some(PathBuf::from(v));
+        }
+        if let Some(v) = value("CLSHIM_TRACE_MODE") {
+            match u32::from_str_radix(&v, 8) {
+                Ok(m) if m <= 0o777 => cfg.trace_mode = m,
+                _ => reject(
+                    "CLSHIM_TRACE_MODE",
+                    &v,
+                    "octal permission bits from 0 to 0777 (e.g. 0640)",
+                    "0600",
+                ),
+            }
+        }
+        if let Some(v) = value("CLSHIM_LOG") {
+            if valid_log_filter(&v) {
+                cfg.log_filter = v;
+            } else {
+                reject(
+                    "CLSHIM_LOG",
+                    &v,
+                    "an env_logger filter of off, error, warn, info, debug, trace (e.g. info)",
+                    "warn",
+                )
+            }
+        }
+        if let Some(v) = value("CLSHIM_SUMMARY") {
+            match v.to_ascii_lowercase().as_str() {
+                "1" | "true" | "yes" | "on" => cfg.summary = true,
+                "0" | "false" | "no" | "off" => cfg.summary = false,
+                _ => reject("CLSHIM_SUMMARY", &v, "1, 0", "1"),
+            }
+        }
+        (cfg, warnings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(pairs: &[(&str, &str)]) -> (Config, Vec<String>) {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|n| pairs.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn defaults_when_nothing_is_set() {
+        let (cfg, w) = parse(&[]);
+        assert_eq!(cfg, Config::default());
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn accepted_values_are_taken() {
+        let (cfg, w) = parse(&[
+            ("CLSHIM_BINARIES", "Substitute"),
+            ("CLSHIM_DEVICES", "all"),
+            ("CLSHIM_TRACE_DIR", "/tmp/t"),
+            ("CLSHIM_TRACE_MODE", "0640"),
+            ("CLSHIM_LOG", "info,clshim::policy=debug"),
+            ("CLSHIM_SUMMARY", "0"),
+        ]);
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(cfg.binaries, BinaryPolicy::Substitute);
+        assert_eq!(cfg.devices, DeviceFilter::All);
+        assert_eq!(cfg.trace_dir, Some(PathBuf::from("/tmp/t")));
+        assert_eq!(cfg.trace_mode, 0o640);
+        assert_eq!(cfg.log_filter, "info,clshim::policy=debug");
+        assert!(!cfg.summary);
+    }
+
+    #[test]
+    fn each_bad_value_warns_once_with_the_accepted_values_and_keeps_the_default() {
+        let (cfg, w) = parse(&[
+            ("CLSHIM_BINARIES", "bogus"),
+            ("CLSHIM_DEVICES", "gpu"),
+            ("CLSHIM_TRACE_MODE", "rw"),
+            ("CLSHIM_LOG", "loud"),
+            ("CLSHIM_SUMMARY", "maybe"),
+        ]);
+        assert_eq!(cfg, Config::default());
+        assert_eq!(w.len(), 5, "{w:?}");
+        assert!(
+            w[0].contains("CLSHIM_BINARIES='bogus'") && w[0].contains("pass, suppress, substitute")
+        );
+        assert!(w[1].contains("CLSHIM_DEVICES='gpu'") && w[1].contains("pocl-cpu, pocl, all"));
+        assert!(w[2].contains("CLSHIM_TRACE_MODE='rw'"));
+        assert!(w[3].contains("CLSHIM_LOG='loud'"));
+        assert!(w[4].contains("CLSHIM_SUMMARY='maybe'"));
+    }
+
+    #[test]
+    fn empty_values_mean_unset() {
+        let (cfg, w) = parse(&[("CLSHIM_BINARIES", " "), ("CLSHIM_TRACE_DIR", "")]);
+        assert_eq!(cfg, Config::default());
+        assert!(w.is_empty());
+    }
+}

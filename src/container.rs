@@ -1,0 +1,194 @@
+//! The clshim binary: what `substitute` hands an application in place of pocl's binary,
+//! and what `clCreateProgramWithBinary` turns back into a source build. It only ever holds
+//! source text, never code to run, so loading one can lead to nothing but a source build.
+//!
+//! Layout, all integers little-endian:
+//! `magic "CLSHIMB\0"` · `version u32` · `flags u32 (0)` · `device fingerprint u64` ·
+//! `source length u64` · `source bytes` · `FNV-1a 64 checksum u64` of everything before it.
+//! The layout is deterministic, so the size a `CL_PROGRAM_BINARY_SIZES` query reports always
+//! equals what the following `CL_PROGRAM_BINARIES` query writes.
+
+use crate::hash::fnv1a64;
+use std::fmt;
+
+pub const MAGIC: &[u8; 8] = b"CLSHIMB\0";
+pub const VERSION: u32 = 1;
+const HEADER: usize = 8 + 4 + 4 + 8 + 8;
+const TRAILER: usize = 8;
+/// The largest source a clshim binary may carry: far beyond any real kernel source, and
+/// small enough that a corrupt length can never make clshim allocate without bound.
+pub const MAX_SOURCE: usize = 256 << 20;
+
+/// Why a binary that starts like a clshim binary was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejection {
+    Truncated { length: usize },
+    OtherVersion { version: u32 },
+    BadFlags { flags: u32 },
+    TooLarge { length: u64 },
+    LengthMismatch { declared: u64, actual: usize },
+    Checksum,
+    OtherDevice,
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rejection::Truncated { length } => write!(f, "truncated ({length} bytes)"),
+            Rejection::OtherVersion { version } => {
+                write!(
+                    f,
+                    "clshim binary format version {version}, this clshim reads {VERSION}"
+                )
+            }
+            Rejection::BadFlags { flags } => write!(f, "unknown flags {flags:#x}"),
+            Rejection::TooLarge { length } => write!(
+                f,
+                "declared source length {length} exceeds the limit {MAX_SOURCE}"
+            ),
+            Rejection::LengthMismatch { declared, actual } => {
+                write!(
+                    f,
+                    "declared source length {declared} does not match the {actual} bytes present"
+                )
+            }
+            Rejection::Checksum => write!(f, "checksum mismatch (corrupt)"),
+            Rejection::OtherDevice => {
+                write!(f, "made for another platform, device or driver version")
+            }
+        }
+    }
+}
+
+/// Whether `bytes` claims to be a clshim binary (decided by the magic alone).
+pub fn is_clshim(bytes: &[u8]) -> bool {
+    bytes.len() >= MAGIC.len() && &bytes[..MAGIC.len()] == MAGIC
+}
+
+/// The size `encode` will produce for a source of `source_len` bytes.
+pub fn encoded_len(source_len: usize) -> usize {
+    HEADER + source_len + TRAILER
+}
+
+pub fn encode(source: &[u8], fingerprint: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(encoded_len(source.len()));
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&fingerprint.to_le_bytes());
+    out.extend_from_slice(&(source.len() as u64).to_le_bytes());
+    out.extend_from_slice(source);
+    let sum = fnv1a64(&out);
+    out.extend_from_slice(&sum.to_le_bytes());
+    out
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+/// The source inside a clshim binary made for the device with `fingerprint`. Every length
+/// is checked against the buffer before it is used.
+pub fn decode(bytes: &[u8], fingerprint: u64) -> Result<&[u8], Rejection> {
+    if bytes.len() < HEADER + TRAILER || !is_clshim(bytes) {
+        return Err(Rejection::Truncated {
+            length: bytes.len(),
+        });
+    }
+    let version = u32_at(bytes, 8);
+    if version != VERSION {
+        return Err(Rejection::OtherVersion { version });
+    }
+    let flags = u32_at(bytes, 12);
+    if flags != 0 {
+        return Err(Rejection::BadFlags { flags });
+    }
+    let declared = u64_at(bytes, 24);
+    if declared > MAX_SOURCE as u64 {
+        return Err(Rejection::TooLarge { length: declared });
+    }
+    let actual = bytes.len() - HEADER - TRAILER;
+    if declared != actual as u64 {
+        return Err(Rejection::LengthMismatch { declared, actual });
+    }
+    let body = &bytes[..bytes.len() - TRAILER];
+    if fnv1a64(body) != u64_at(bytes, bytes.len() - TRAILER) {
+        return Err(Rejection::Checksum);
+    }
+    if u64_at(bytes, 16) != fingerprint {
+        return Err(Rejection::OtherDevice);
+    }
+    Ok(&body[HEADER..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SRC: &[u8] = b"__kernel void k(__global int *a) { a[0] = 1; }";
+
+    #[test]
+    fn round_trip() {
+        let b = encode(SRC, 7);
+        assert_eq!(b.len(), encoded_len(SRC.len()));
+        assert!(is_clshim(&b));
+        assert_eq!(decode(&b, 7), Ok(SRC));
+        assert_eq!(encode(SRC, 7), b, "encoding must be deterministic");
+        assert_eq!(decode(&encode(b"", 1), 1), Ok(&b""[..]));
+    }
+
+    #[test]
+    fn every_bad_input_is_rejected_with_its_reason() {
+        let good = encode(SRC, 7);
+        assert_eq!(decode(&good, 8), Err(Rejection::OtherDevice));
+        for cut in [0, 5, 8, 20, HEADER + TRAILER - 1] {
+            assert!(
+                matches!(decode(&good[..cut], 7), Err(Rejection::Truncated { .. })),
+                "cut {cut}"
+            );
+        }
+        assert!(matches!(
+            decode(&good[..good.len() - 1], 7),
+            Err(Rejection::LengthMismatch { .. })
+        ));
+        let mut v2 = good.clone();
+        v2[8] = 2;
+        assert_eq!(decode(&v2, 7), Err(Rejection::OtherVersion { version: 2 }));
+        let mut flags = good.clone();
+        flags[12] = 1;
+        assert_eq!(decode(&flags, 7), Err(Rejection::BadFlags { flags: 1 }));
+        let mut huge = good.clone();
+        huge[24..32].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(matches!(decode(&huge, 7), Err(Rejection::TooLarge { .. })));
+        for i in HEADER..good.len() {
+            let mut flip = good.clone();
+            flip[i] ^= 0x40;
+            assert!(decode(&flip, 7).is_err(), "flipped byte {i} accepted");
+        }
+        let mut extra = good.clone();
+        extra.push(0);
+        assert!(decode(&extra, 7).is_err());
+        assert!(!is_clshim(b"POCLBINARY"));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        // A small deterministic generator: decode must return, never panic, on any input.
+        let mut x: u64 = 0x9e3779b97f4a7c15;
+        for n in 0..20_000usize {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 96) as usize;
+            let mut buf: Vec<u8> = (0..len).map(|i| (x >> (i % 8 * 8)) as u8).collect();
+            if n % 2 == 0 && len >= 8 {
+                buf[..8].copy_from_slice(MAGIC);
+            }
+            let _ = decode(&buf, x);
+        }
+    }
+}

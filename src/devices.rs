@@ -1,0 +1,206 @@
+//! What clshim knows about each device: its name, type, platform, vendor and driver
+//! version, whether the configured `DeviceFilter` selects it, and the fingerprint that ties
+//! a clshim binary to it. Looked up once per device through the dispatch route and cached,
+//! since binary queries ask about the same few devices over and over.
+
+use crate::cl::*;
+use crate::config::DeviceFilter;
+use crate::dispatch::{slot, Route};
+use crate::hash::Fnv1a;
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+pub const POCL_PLATFORM: &str = "Portable Computing Language";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceFacts {
+    pub name: String,
+    pub device_type: cl_device_type,
+    pub vendor: String,
+    pub driver: String,
+    pub version: String,
+    pub platform: String,
+    pub platform_version: String,
+}
+
+impl DeviceFacts {
+    pub fn selected_by(&self, filter: DeviceFilter) -> bool {
+        let pocl = self.platform == POCL_PLATFORM;
+        match filter {
+            DeviceFilter::PoclCpu => pocl && self.device_type & CL_DEVICE_TYPE_CPU != 0,
+            DeviceFilter::Pocl => pocl,
+            DeviceFilter::All => true,
+        }
+    }
+
+    /// Identifies the compiler a clshim binary was made for: a binary made for another
+    /// platform, device or driver version is rejected rather than rebuilt somewhere else.
+    pub fn fingerprint(&self) -> u64 {
+        let mut h = Fnv1a::default();
+        for part in [
+            &self.platform,
+            &self.platform_version,
+            &self.name,
+            &self.driver,
+            &self.version,
+        ] {
+            h.update(part.as_bytes()).update(&[0]);
+        }
+        h.finish()
+    }
+
+    pub fn to_json(&self, filter: DeviceFilter) -> Value {
+        json!({
+            "name": self.name,
+            "type": device_type_name(self.device_type),
+            "platform": self.platform,
+            "vendor": self.vendor,
+            "driver": self.driver,
+            "matched": self.selected_by(filter),
+        })
+    }
+}
+
+unsafe fn info_bytes<H: Copy>(
+    query: unsafe extern "C" fn(H, cl_uint, usize, *mut c_void, *mut usize) -> cl_int,
+    obj: H,
+    param: cl_uint,
+) -> Option<Vec<u8>> {
+    let mut size = 0usize;
+    if query(obj, param, 0, std::ptr::null_mut(), &mut size) != CL_SUCCESS || size > 1 << 20 {
+        return None;
+    }
+    let mut buf = vec![0u8; size];
+    if query(
+        obj,
+        param,
+        size,
+        buf.as_mut_ptr() as *mut c_void,
+        std::ptr::null_mut(),
+    ) != CL_SUCCESS
+    {
+        return None;
+    }
+    Some(buf)
+}
+
+fn text(bytes: Option<Vec<u8>>) -> String {
+    let bytes = bytes.unwrap_or_default();
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).trim().to_string()
+}
+
+/// Asks the implementation about `device`. None when the device cannot be queried at all.
+///
+/// # Safety
+/// `device` must be a live device of an implementation reachable through `route`.
+pub unsafe fn query(route: Route, device: cl_device_id) -> Option<DeviceFacts> {
+    let dev_info: FnGetDeviceInfo = route.entry(device, slot::GET_DEVICE_INFO)?;
+    let get = |p| info_bytes(dev_info, device, p);
+    let type_bytes = get(CL_DEVICE_TYPE)?;
+    let device_type = cl_device_type::from_ne_bytes(type_bytes.get(..8)?.try_into().ok()?);
+    let platform_bytes = get(CL_DEVICE_PLATFORM)?;
+    let platform = usize::from_ne_bytes(
+        platform_bytes
+            .get(..std::mem::size_of::<usize>())?
+            .try_into()
+            .ok()?,
+    ) as cl_platform_id;
+    let (platform_name, platform_version) =
+        match route.entry::<FnGetPlatformInfo>(platform, slot::GET_PLATFORM_INFO) {
+            Some(pinfo) => (
+                text(info_bytes(pinfo, platform, CL_PLATFORM_NAME)),
+                text(info_bytes(pinfo, platform, CL_PLATFORM_VERSION)),
+            ),
+            None => (String::new(), String::new()),
+        };
+    Some(DeviceFacts {
+        name: text(get(CL_DEVICE_NAME)),
+        device_type,
+        vendor: text(get(CL_DEVICE_VENDOR)),
+        driver: text(get(CL_DRIVER_VERSION)),
+        version: text(get(CL_DEVICE_VERSION)),
+        platform: platform_name,
+        platform_version,
+    })
+}
+
+/// Device facts by device handle, filled on first use.
+#[derive(Default)]
+pub struct DeviceCache {
+    map: Mutex<HashMap<usize, Arc<DeviceFacts>>>,
+}
+
+impl DeviceCache {
+    /// The facts of `device`, querying the implementation the first time. The lock is not
+    /// held while querying, so a slow driver never blocks other threads' lookups.
+    ///
+    /// # Safety
+    /// As for [`query`].
+    pub unsafe fn get(&self, route: Route, device: cl_device_id) -> Option<Arc<DeviceFacts>> {
+        if let Some(f) = self.map.lock().get(&(device as usize)) {
+            return Some(f.clone());
+        }
+        let facts = Arc::new(query(route, device)?);
+        Some(
+            self.map
+                .lock()
+                .entry(device as usize)
+                .or_insert(facts)
+                .clone(),
+        )
+    }
+
+    pub fn lock_for_fork(&self) {
+        std::mem::forget(self.map.lock());
+    }
+
+    /// # Safety
+    /// Only after `lock_for_fork`, in the forking thread (parent) or the only thread (child).
+    pub unsafe fn unlock_after_fork(&self) {
+        self.map.force_unlock();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(platform: &str, t: cl_device_type) -> DeviceFacts {
+        DeviceFacts {
+            name: "dev".into(),
+            device_type: t,
+            vendor: "v".into(),
+            driver: "3.1".into(),
+            version: "OpenCL 3.0".into(),
+            platform: platform.into(),
+            platform_version: "OpenCL 3.0 pocl 3.1".into(),
+        }
+    }
+
+    #[test]
+    fn filters_select_the_intended_devices() {
+        let pocl_cpu = facts(POCL_PLATFORM, CL_DEVICE_TYPE_CPU);
+        let pocl_gpu = facts(POCL_PLATFORM, CL_DEVICE_TYPE_GPU);
+        let nvidia = facts("NVIDIA CUDA", CL_DEVICE_TYPE_GPU);
+        assert!(pocl_cpu.selected_by(DeviceFilter::PoclCpu));
+        assert!(!pocl_gpu.selected_by(DeviceFilter::PoclCpu));
+        assert!(pocl_gpu.selected_by(DeviceFilter::Pocl));
+        assert!(!nvidia.selected_by(DeviceFilter::Pocl));
+        assert!(nvidia.selected_by(DeviceFilter::All));
+    }
+
+    #[test]
+    fn fingerprint_changes_with_the_driver() {
+        let a = facts(POCL_PLATFORM, CL_DEVICE_TYPE_CPU);
+        let b = DeviceFacts {
+            driver: "3.2".into(),
+            ..a.clone()
+        };
+        assert_eq!(a.fingerprint(), a.clone().fingerprint());
+        assert_ne!(a.fingerprint(), b.fingerprint());
+    }
+}

@@ -1,0 +1,142 @@
+//! Where a forwarded call goes. In preload mode every call is forwarded through the ICD
+//! dispatch table of the object it is made on (the table the object's first pointer names,
+//! or, for cl_khr_icd 2.0 tagged objects, the table behind its second pointer); this works
+//! whichever loader instance made the object, including the private one inside pyopencl's
+//! wheels, where `dlsym(RTLD_NEXT)` finds nothing. In layer mode calls go to the next
+//! table the loader handed to `clInitLayer`. A `Route` names which of the two applies, so
+//! the interception logic is the same for both modes.
+
+use crate::cl::{Handle, CL_ICD2_TAG_KHR};
+use std::ffi::c_void;
+
+/// Dispatch-table slot indices (pointer-sized entries), as laid out by cl_khr_icd.
+pub mod slot {
+    pub const GET_PLATFORM_INFO: usize = 1;
+    pub const GET_DEVICE_INFO: usize = 3;
+    pub const CREATE_PROGRAM_WITH_SOURCE: usize = 26;
+    pub const CREATE_PROGRAM_WITH_BINARY: usize = 27;
+    pub const RELEASE_PROGRAM: usize = 29;
+    pub const BUILD_PROGRAM: usize = 30;
+    pub const GET_PROGRAM_INFO: usize = 32;
+    pub const GET_PROGRAM_BUILD_INFO: usize = 33;
+    pub const COMPILE_PROGRAM: usize = 98;
+    pub const LINK_PROGRAM: usize = 99;
+    pub const CREATE_PROGRAM_WITH_IL: usize = 138;
+}
+
+/// How to reach the implementation below clshim for one call.
+#[derive(Clone, Copy, Debug)]
+pub enum Route {
+    /// Preload mode: through the dispatch table of the object the call is made on.
+    Object,
+    /// Layer mode: through the loader's next table (`len` entries).
+    Next {
+        table: *const *const c_void,
+        len: usize,
+    },
+}
+
+/// The dispatch table of an ICD object, following cl_khr_icd 2.0's indirection when the
+/// object's table is tagged. None for a NULL object or a NULL table.
+///
+/// # Safety
+/// `obj` must be NULL or point to a live ICD object.
+pub unsafe fn object_table(obj: Handle) -> Option<*const *const c_void> {
+    if obj.is_null() {
+        return None;
+    }
+    let words = obj as *const *const *const c_void;
+    let table = *words;
+    if table.is_null() {
+        return None;
+    }
+    if *table as usize == CL_ICD2_TAG_KHR {
+        // Tagged: the loader-managed table sits at the start of the object's dispatch data.
+        let data = *words.add(1);
+        return (!data.is_null()).then_some(data);
+    }
+    Some(table)
+}
+
+impl Route {
+    /// The entry in `slot` that serves a call made on `obj`, or None when there is none
+    /// (NULL object, or an implementation that leaves the slot empty).
+    ///
+    /// # Safety
+    /// `obj` must be NULL or a live ICD object; `F` must be the slot's function type.
+    pub unsafe fn entry<F: Copy>(self, obj: Handle, slot: usize) -> Option<F> {
+        debug_assert_eq!(
+            std::mem::size_of::<F>(),
+            std::mem::size_of::<*const c_void>()
+        );
+        let f = match self {
+            Route::Object => *object_table(obj)?.add(slot),
+            Route::Next { table, len } => {
+                if slot >= len {
+                    return None;
+                }
+                *table.add(slot)
+            }
+        };
+        if f.is_null() {
+            None
+        } else {
+            Some(std::mem::transmute_copy::<*const c_void, F>(&f))
+        }
+    }
+
+    pub fn mode_name(self) -> &'static str {
+        match self {
+            Route::Object => "preload",
+            Route::Next { .. } => "layer",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    unsafe extern "C" fn marker() {}
+
+    #[test]
+    fn plain_and_tagged_objects_resolve_to_their_tables() {
+        let real: [*const c_void; 4] = [
+            std::ptr::null(),
+            marker as *const c_void,
+            std::ptr::null(),
+            std::ptr::null(),
+        ];
+        // A plain object: its first word points at the table.
+        let plain: [*const c_void; 1] = [real.as_ptr() as *const c_void];
+        // A cl_khr_icd 2.0 object: first word points at a tagged table, second at the real one.
+        let tagged_table: [*const c_void; 4] = [
+            CL_ICD2_TAG_KHR as *const c_void,
+            std::ptr::null(),
+            std::ptr::null(),
+            std::ptr::null(),
+        ];
+        let tagged: [*const c_void; 2] = [
+            tagged_table.as_ptr() as *const c_void,
+            real.as_ptr() as *const c_void,
+        ];
+        unsafe {
+            for obj in [plain.as_ptr() as Handle, tagged.as_ptr() as Handle] {
+                assert_eq!(object_table(obj), Some(real.as_ptr()));
+                let f: Option<unsafe extern "C" fn()> = Route::Object.entry(obj, 1);
+                assert_eq!(f.map(|f| f as usize), Some(marker as *const () as usize));
+                let empty: Option<unsafe extern "C" fn()> = Route::Object.entry(obj, 2);
+                assert!(empty.is_none());
+            }
+            assert!(object_table(std::ptr::null_mut()).is_none());
+            let next = Route::Next {
+                table: real.as_ptr(),
+                len: 4,
+            };
+            let f: Option<unsafe extern "C" fn()> = next.entry(std::ptr::null_mut(), 1);
+            assert!(f.is_some());
+            let beyond: Option<unsafe extern "C" fn()> = next.entry(std::ptr::null_mut(), 9);
+            assert!(beyond.is_none());
+        }
+    }
+}

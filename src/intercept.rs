@@ -1,0 +1,396 @@
+//! The intercepted program entry points, once for both modes: each takes the `Route` its
+//! mode forwards through and the application's arguments. Each finds the implementation's
+//! entry first, so that whatever goes wrong inside clshim afterwards (no state, a panic, a
+//! nested call) the call is still forwarded unchanged, and exactly once.
+
+use crate::builds::{self, Pending};
+use crate::cl::*;
+use crate::dispatch::{slot, Route};
+use crate::guard::{self, catch};
+use crate::hash::Fnv1a;
+use crate::policy;
+use crate::programs::Origin;
+use crate::record::EventKind;
+use crate::runtime;
+use serde_json::json;
+use std::ffi::{c_char, c_void};
+
+/// The status a loader gives when the object or its entry is missing.
+fn missing(obj: Handle, invalid: cl_int) -> cl_int {
+    if obj.is_null() {
+        invalid
+    } else {
+        CL_INVALID_OPERATION
+    }
+}
+
+fn set_err(errcode_ret: *mut cl_int, code: cl_int) {
+    if !errcode_ret.is_null() {
+        // SAFETY: the application passed a writable errcode_ret or NULL.
+        unsafe { *errcode_ret = code };
+    }
+}
+
+/// # Safety
+/// The application's arguments to `clBuildProgram`.
+pub unsafe fn build_program(
+    route: Route,
+    program: cl_program,
+    num_devices: cl_uint,
+    device_list: *const cl_device_id,
+    options: *const c_char,
+    pfn_notify: BuildNotify,
+    user_data: *mut c_void,
+) -> cl_int {
+    let Some(real) = route.entry::<FnBuildProgram>(program, slot::BUILD_PROGRAM) else {
+        return missing(program, CL_INVALID_PROGRAM);
+    };
+    let Some(_inside) = guard::enter() else {
+        return real(
+            program,
+            num_devices,
+            device_list,
+            options,
+            pfn_notify,
+            user_data,
+        );
+    };
+    let pending = runtime::get(route).and_then(|rt| {
+        catch(|| {
+            Pending::new(
+                rt,
+                route,
+                EventKind::Build,
+                program,
+                num_devices,
+                device_list,
+                options,
+                pfn_notify.is_some(),
+                json!({}),
+            )
+        })
+    });
+    builds::run(pending, pfn_notify, user_data, |f, d| {
+        (
+            real(program, num_devices, device_list, options, f, d),
+            program,
+        )
+    })
+    .0
+}
+
+/// # Safety
+/// The application's arguments to `clCompileProgram`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn compile_program(
+    route: Route,
+    program: cl_program,
+    num_devices: cl_uint,
+    device_list: *const cl_device_id,
+    options: *const c_char,
+    num_input_headers: cl_uint,
+    input_headers: *const cl_program,
+    header_include_names: *const *const c_char,
+    pfn_notify: BuildNotify,
+    user_data: *mut c_void,
+) -> cl_int {
+    let Some(real) = route.entry::<FnCompileProgram>(program, slot::COMPILE_PROGRAM) else {
+        return missing(program, CL_INVALID_PROGRAM);
+    };
+    let forward = |f: BuildNotify, d: *mut c_void| {
+        real(
+            program,
+            num_devices,
+            device_list,
+            options,
+            num_input_headers,
+            input_headers,
+            header_include_names,
+            f,
+            d,
+        )
+    };
+    let Some(_inside) = guard::enter() else {
+        return forward(pfn_notify, user_data);
+    };
+    let pending = runtime::get(route).and_then(|rt| {
+        catch(|| {
+            let extra = json!({ "headers": num_input_headers });
+            Pending::new(
+                rt,
+                route,
+                EventKind::Compile,
+                program,
+                num_devices,
+                device_list,
+                options,
+                pfn_notify.is_some(),
+                extra,
+            )
+        })
+    });
+    builds::run(pending, pfn_notify, user_data, |f, d| {
+        (forward(f, d), program)
+    })
+    .0
+}
+
+/// # Safety
+/// The application's arguments to `clLinkProgram`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn link_program(
+    route: Route,
+    context: cl_context,
+    num_devices: cl_uint,
+    device_list: *const cl_device_id,
+    options: *const c_char,
+    num_input_programs: cl_uint,
+    input_programs: *const cl_program,
+    pfn_notify: BuildNotify,
+    user_data: *mut c_void,
+    errcode_ret: *mut cl_int,
+) -> cl_program {
+    let Some(real) = route.entry::<FnLinkProgram>(context, slot::LINK_PROGRAM) else {
+        set_err(errcode_ret, missing(context, CL_INVALID_CONTEXT));
+        return std::ptr::null_mut();
+    };
+    let Some(_inside) = guard::enter() else {
+        return real(
+            context,
+            num_devices,
+            device_list,
+            options,
+            num_input_programs,
+            input_programs,
+            pfn_notify,
+            user_data,
+            errcode_ret,
+        );
+    };
+    let pending = runtime::get(route).and_then(|rt| {
+        catch(|| {
+            let inputs: Vec<u64> = if input_programs.is_null() {
+                Vec::new()
+            } else {
+                std::slice::from_raw_parts(input_programs, num_input_programs as usize)
+                    .iter()
+                    .map(|&p| rt.programs.lookup(p).id)
+                    .collect()
+            };
+            let extra = json!({ "inputs": inputs });
+            Pending::new(
+                rt,
+                route,
+                EventKind::Link,
+                std::ptr::null_mut(),
+                num_devices,
+                device_list,
+                options,
+                pfn_notify.is_some(),
+                extra,
+            )
+        })
+    });
+    // The status of a link comes back through errcode_ret, which the application may omit.
+    let mut err = CL_SUCCESS;
+    let (_, program) = builds::run(pending, pfn_notify, user_data, |f, d| {
+        let p = real(
+            context,
+            num_devices,
+            device_list,
+            options,
+            num_input_programs,
+            input_programs,
+            f,
+            d,
+            &mut err,
+        );
+        (err, p)
+    });
+    set_err(errcode_ret, err);
+    program
+}
+
+/// # Safety
+/// The application's arguments to `clGetProgramInfo`.
+pub unsafe fn get_program_info(
+    route: Route,
+    program: cl_program,
+    param: cl_program_info,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> cl_int {
+    let Some(real) = route.entry::<FnGetProgramInfo>(program, slot::GET_PROGRAM_INFO) else {
+        return missing(program, CL_INVALID_PROGRAM);
+    };
+    // The hot path: every other query, and size-only binary queries (which compile nothing),
+    // go straight through.
+    if (param != CL_PROGRAM_BINARY_SIZES && param != CL_PROGRAM_BINARIES) || value.is_null() {
+        return real(program, param, size, value, size_ret);
+    }
+    let Some(_inside) = guard::enter() else {
+        return real(program, param, size, value, size_ret);
+    };
+    match runtime::get(route) {
+        Some(rt) => policy::binary_query(rt, route, real, program, param, size, value, size_ret),
+        None => real(program, param, size, value, size_ret),
+    }
+}
+
+/// # Safety
+/// The application's arguments to `clCreateProgramWithBinary`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn create_program_with_binary(
+    route: Route,
+    context: cl_context,
+    num_devices: cl_uint,
+    device_list: *const cl_device_id,
+    lengths: *const usize,
+    binaries: *const *const u8,
+    binary_status: *mut cl_int,
+    errcode_ret: *mut cl_int,
+) -> cl_program {
+    let Some(real) =
+        route.entry::<FnCreateProgramWithBinary>(context, slot::CREATE_PROGRAM_WITH_BINARY)
+    else {
+        set_err(errcode_ret, missing(context, CL_INVALID_CONTEXT));
+        return std::ptr::null_mut();
+    };
+    let forward = || {
+        real(
+            context,
+            num_devices,
+            device_list,
+            lengths,
+            binaries,
+            binary_status,
+            errcode_ret,
+        )
+    };
+    let Some(_inside) = guard::enter() else {
+        return forward();
+    };
+    match runtime::get(route) {
+        Some(rt) => policy::create_with_binary(
+            rt,
+            route,
+            real,
+            context,
+            num_devices,
+            device_list,
+            lengths,
+            binaries,
+            binary_status,
+            errcode_ret,
+        ),
+        None => forward(),
+    }
+}
+
+/// The hash and length of the source strings as OpenCL defines them (a length of 0, or no
+/// lengths array, means NUL-terminated).
+unsafe fn source_identity(
+    count: cl_uint,
+    strings: *const *const c_char,
+    lengths: *const usize,
+) -> (u64, usize) {
+    let mut h = Fnv1a::default();
+    let mut total = 0;
+    for i in 0..count as usize {
+        let s = *strings.add(i);
+        if s.is_null() {
+            continue;
+        }
+        let len = if lengths.is_null() || *lengths.add(i) == 0 {
+            std::ffi::CStr::from_ptr(s).to_bytes().len()
+        } else {
+            *lengths.add(i)
+        };
+        h.update(std::slice::from_raw_parts(s as *const u8, len));
+        total += len;
+    }
+    (h.finish(), total)
+}
+
+/// # Safety
+/// The application's arguments to `clCreateProgramWithSource`.
+pub unsafe fn create_program_with_source(
+    route: Route,
+    context: cl_context,
+    count: cl_uint,
+    strings: *const *const c_char,
+    lengths: *const usize,
+    errcode_ret: *mut cl_int,
+) -> cl_program {
+    let Some(real) =
+        route.entry::<FnCreateProgramWithSource>(context, slot::CREATE_PROGRAM_WITH_SOURCE)
+    else {
+        set_err(errcode_ret, missing(context, CL_INVALID_CONTEXT));
+        return std::ptr::null_mut();
+    };
+    let program = real(context, count, strings, lengths, errcode_ret);
+    if !program.is_null() && !strings.is_null() {
+        if let Some(_inside) = guard::enter() {
+            if let Some(rt) = runtime::get(route) {
+                catch(|| {
+                    let (hash, len) = source_identity(count, strings, lengths);
+                    rt.programs
+                        .created(program, Origin::Source, Some(hash), Some(len));
+                });
+            }
+        }
+    }
+    program
+}
+
+/// # Safety
+/// The application's arguments to `clCreateProgramWithIL`.
+pub unsafe fn create_program_with_il(
+    route: Route,
+    context: cl_context,
+    il: *const c_void,
+    length: usize,
+    errcode_ret: *mut cl_int,
+) -> cl_program {
+    let Some(real) = route.entry::<FnCreateProgramWithIL>(context, slot::CREATE_PROGRAM_WITH_IL)
+    else {
+        set_err(errcode_ret, missing(context, CL_INVALID_CONTEXT));
+        return std::ptr::null_mut();
+    };
+    let program = real(context, il, length, errcode_ret);
+    if !program.is_null() && !il.is_null() {
+        if let Some(_inside) = guard::enter() {
+            if let Some(rt) = runtime::get(route) {
+                catch(|| {
+                    let bytes = std::slice::from_raw_parts(il as *const u8, length);
+                    rt.programs.created(
+                        program,
+                        Origin::Il,
+                        Some(crate::hash::fnv1a64(bytes)),
+                        Some(length),
+                    );
+                });
+            }
+        }
+    }
+    program
+}
+
+/// # Safety
+/// The application's argument to `clReleaseProgram`.
+pub unsafe fn release_program(route: Route, program: cl_program) -> cl_int {
+    let Some(real) = route.entry::<FnReleaseProgram>(program, slot::RELEASE_PROGRAM) else {
+        return missing(program, CL_INVALID_PROGRAM);
+    };
+    // Only a process that has state has entries to forget.
+    let Some(rt) = runtime::existing() else {
+        return real(program);
+    };
+    let last = catch(|| crate::query::reference_count(route, program) == Some(1)).unwrap_or(false);
+    let ret = real(program);
+    if ret == CL_SUCCESS && last {
+        catch(|| rt.programs.released(program));
+    }
+    ret
+}

@@ -1,0 +1,68 @@
+//! clshim's log output: `log` records filtered by `CLSHIM_LOG` (env_logger's filter syntax,
+//! env_logger doing the filtering) and written to stderr with one `write` per line. It takes
+//! no lock, so a fork while another thread logs can never leave the child stuck on a
+//! logger lock, and lines from concurrent threads never interleave mid-line.
+
+use log::{Log, Metadata, Record};
+
+struct ShimLogger {
+    filter: env_logger::Logger,
+    rank: Option<u64>,
+}
+
+/// Writes all of `bytes` to `fd`, retrying on EINTR; false on any other failure.
+pub fn write_fd(fd: i32, mut bytes: &[u8]) -> bool {
+    while !bytes.is_empty() {
+        // SAFETY: the pointer and length describe a live slice.
+        let n = unsafe { libc::write(fd, bytes.as_ptr() as *const libc::c_void, bytes.len()) };
+        if n < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return false;
+        }
+        if n == 0 {
+            return false;
+        }
+        bytes = &bytes[n as usize..];
+    }
+    true
+}
+
+/// A line straight to stderr, for warnings that must show whatever `CLSHIM_LOG` says.
+pub fn stderr_line(text: &str) {
+    let mut line = String::with_capacity(text.len() + 1);
+    line.push_str(text);
+    line.push('\n');
+    write_fd(2, line.as_bytes());
+}
+
+impl Log for ShimLogger {
+    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+        self.filter.enabled(metadata)
+    }
+
+    fn log(&self, record: &Record<'_>) {
+        if !self.filter.matches(record) {
+            return;
+        }
+        let rank = self.rank.map(|r| format!("rank {r} ")).unwrap_or_default();
+        stderr_line(&format!(
+            "[clshim {} {rank}pid {}] {}",
+            record.level(),
+            std::process::id(),
+            record.args()
+        ));
+    }
+
+    fn flush(&self) {}
+}
+
+/// Installs the logger with `filter` (already validated by the configuration).
+pub fn install(filter: &str, rank: Option<u64>) {
+    let filter = env_logger::Builder::new().parse_filters(filter).build();
+    let level = filter.filter();
+    if log::set_boxed_logger(Box::new(ShimLogger { filter, rank })).is_ok() {
+        log::set_max_level(level);
+    }
+}

@@ -1,0 +1,586 @@
+//! The binary policy (`CLSHIM_BINARIES`): how clshim answers `CL_PROGRAM_BINARY_SIZES` and
+//! `CL_PROGRAM_BINARIES` queries, and how it takes clshim binaries back in
+//! `clCreateProgramWithBinary`. Decided device by device: only devices the `DeviceFilter`
+//! selects, built successfully, are answered by clshim (`suppress`: no binary; `substitute`:
+//! a clshim binary carrying the source, for programs that have source); every other device
+//! gets the implementation's own answer. When no device needs the implementation, it is
+//! not asked at all, and that is what spares pocl its second compile. Whatever is answered,
+//! the sizes and the binaries the application receives agree.
+
+use crate::cl::*;
+use crate::config::BinaryPolicy;
+use crate::container;
+use crate::devices::DeviceFacts;
+use crate::dispatch::{slot, Route};
+use crate::hash::fnv1a64;
+use crate::programs::{Origin, ProgramInfo};
+use crate::query;
+use crate::record::{EventKind, Start};
+use crate::runtime::Runtime;
+use serde_json::{json, Value};
+use std::ffi::{c_char, c_void};
+use std::sync::Arc;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Forward,
+    Suppress,
+    Substitute,
+}
+
+impl Action {
+    fn name(self) -> &'static str {
+        match self {
+            Action::Forward => "forward",
+            Action::Suppress => "suppress",
+            Action::Substitute => "substitute",
+        }
+    }
+}
+
+/// How one binary query will be answered.
+pub struct Plan {
+    program: ProgramInfo,
+    facts: Vec<Option<Arc<DeviceFacts>>>,
+    actions: Vec<Action>,
+    /// The clshim binary for each substituted device (fingerprints differ per device).
+    substitutes: Vec<Option<Vec<u8>>>,
+}
+
+impl Plan {
+    fn n(&self) -> usize {
+        self.actions.len()
+    }
+
+    fn any_forward(&self) -> bool {
+        self.actions.contains(&Action::Forward)
+    }
+
+    /// The size clshim reports for device `i` (None when the implementation answers).
+    fn own_size(&self, i: usize) -> Option<usize> {
+        match self.actions[i] {
+            Action::Forward => None,
+            Action::Suppress => Some(0),
+            Action::Substitute => self.substitutes[i].as_ref().map(Vec::len),
+        }
+    }
+}
+
+/// Decides, device by device, how to answer a binary query on `program`.
+///
+/// # Safety
+/// `program` must be live and reachable through `route`.
+pub unsafe fn plan(rt: &'static Runtime, route: Route, program: cl_program) -> Option<Plan> {
+    let info = rt.programs.lookup(program);
+    let devices = query::devices(route, program)?;
+    let facts: Vec<_> = devices.iter().map(|&d| rt.devices.get(route, d)).collect();
+    let policy = rt.config.binaries;
+    let mut source: Option<Option<Vec<u8>>> = None; // fetched once, only if needed
+    let mut actions = Vec::with_capacity(devices.len());
+    let mut substitutes = Vec::with_capacity(devices.len());
+    for (i, &device) in devices.iter().enumerate() {
+        let selected = facts[i]
+            .as_ref()
+            .map(|f| f.selected_by(rt.config.devices))
+            .unwrap_or(false);
+        let mut action = Action::Forward;
+        let mut substitute = None;
+        if selected && policy != BinaryPolicy::Pass && query::built_for(route, program, device) {
+            match policy {
+                BinaryPolicy::Suppress => action = Action::Suppress,
+                BinaryPolicy::Substitute
+                    if info.origin.has_source() || info.origin == Origin::Unknown =>
+                {
+                    let src = source.get_or_insert_with(|| {
+                        query::source(route, program).filter(|s| !s.is_empty())
+                    });
+                    if let (Some(src), Some(f)) = (src.as_ref(), facts[i].as_ref()) {
+                        action = Action::Substitute;
+                        substitute = Some(container::encode(src, f.fingerprint()));
+                    }
+                }
+                _ => {}
+            }
+        }
+        actions.push(action);
+        substitutes.push(substitute);
+    }
+    Some(Plan {
+        program: info,
+        facts,
+        actions,
+        substitutes,
+    })
+}
+
+/// Answers a binary query (`param_value` non-NULL) on `program` and records it.
+///
+/// # Safety
+/// The arguments are the application's; `real` is the implementation's clGetProgramInfo.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn binary_query(
+    rt: &'static Runtime,
+    route: Route,
+    real: FnGetProgramInfo,
+    program: cl_program,
+    param: cl_program_info,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> cl_int {
+    let start = Start::now();
+    let plan = crate::guard::catch(|| plan(rt, route, program)).flatten();
+    let forward_all = plan
+        .as_ref()
+        .map(|p| !p.actions.iter().any(|a| *a != Action::Forward))
+        .unwrap_or(true);
+    let (ret, sizes) = if forward_all {
+        let ret = real(program, param, size, value, size_ret);
+        let n = plan.as_ref().map(Plan::n).unwrap_or(0);
+        let sizes =
+            (ret == CL_SUCCESS && param == CL_PROGRAM_BINARY_SIZES && size >= n * 8).then(|| {
+                std::slice::from_raw_parts(value as *const usize, n)
+                    .iter()
+                    .map(|&s| Some(s))
+                    .collect::<Vec<_>>()
+            });
+        (ret, sizes)
+    } else {
+        answer(
+            plan.as_ref().unwrap(),
+            real,
+            program,
+            param,
+            size,
+            value,
+            size_ret,
+        )
+    };
+    let seconds = start.elapsed().as_secs_f64();
+    crate::guard::catch(|| record_query(rt, plan.as_ref(), param, start, seconds, ret, sizes));
+    ret
+}
+
+/// Writes clshim's answer, asking the implementation only for the devices it answers.
+unsafe fn answer(
+    plan: &Plan,
+    real: FnGetProgramInfo,
+    program: cl_program,
+    param: cl_program_info,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> (cl_int, Option<Vec<Option<usize>>>) {
+    let n = plan.n();
+    let bytes = n * std::mem::size_of::<usize>();
+    if size < bytes {
+        return (CL_INVALID_VALUE, None);
+    }
+    let mut sizes: Vec<Option<usize>> = (0..n).map(|i| plan.own_size(i)).collect();
+    if param == CL_PROGRAM_BINARY_SIZES {
+        let mut all = vec![0usize; n];
+        if plan.any_forward() {
+            let ret = real(
+                program,
+                param,
+                bytes,
+                all.as_mut_ptr() as *mut c_void,
+                std::ptr::null_mut(),
+            );
+            if ret != CL_SUCCESS {
+                return (ret, None);
+            }
+        }
+        for i in 0..n {
+            match sizes[i] {
+                Some(s) => all[i] = s,
+                None => sizes[i] = Some(all[i]),
+            }
+        }
+        std::ptr::copy_nonoverlapping(all.as_ptr(), value as *mut usize, n);
+    } else {
+        let app = std::slice::from_raw_parts(value as *const *mut u8, n);
+        if (0..n).any(|i| plan.actions[i] == Action::Forward && !app[i].is_null()) {
+            // NULL entries are skipped by the implementation: it fills only the forwarded ones.
+            let mut mine: Vec<*mut u8> = (0..n)
+                .map(|i| {
+                    if plan.actions[i] == Action::Forward {
+                        app[i]
+                    } else {
+                        std::ptr::null_mut()
+                    }
+                })
+                .collect();
+            let ret = real(
+                program,
+                param,
+                bytes,
+                mine.as_mut_ptr() as *mut c_void,
+                std::ptr::null_mut(),
+            );
+            if ret != CL_SUCCESS {
+                return (ret, None);
+            }
+        }
+        for (bin, &dst) in plan.substitutes.iter().zip(app) {
+            if let (Some(bin), false) = (bin, dst.is_null()) {
+                std::ptr::copy_nonoverlapping(bin.as_ptr(), dst, bin.len());
+            }
+        }
+    }
+    if !size_ret.is_null() {
+        *size_ret = bytes;
+    }
+    (CL_SUCCESS, Some(sizes))
+}
+
+fn devices_json(rt: &Runtime, facts: &[Option<Arc<DeviceFacts>>]) -> Vec<Value> {
+    facts
+        .iter()
+        .map(|f| {
+            f.as_ref()
+                .map(|f| f.to_json(rt.config.devices))
+                .unwrap_or(Value::Null)
+        })
+        .collect()
+}
+
+fn record_query(
+    rt: &'static Runtime,
+    plan: Option<&Plan>,
+    param: cl_program_info,
+    start: Start,
+    seconds: f64,
+    ret: cl_int,
+    sizes: Option<Vec<Option<usize>>>,
+) {
+    let actions: Vec<Action> = plan.map(|p| p.actions.clone()).unwrap_or_default();
+    let action = match actions.first() {
+        None => "forward",
+        Some(a) if actions.iter().all(|b| b == a) => a.name(),
+        Some(_) => "mixed",
+    };
+    let selected: Vec<bool> = plan
+        .map(|p| {
+            p.facts
+                .iter()
+                .map(|f| {
+                    f.as_ref()
+                        .map(|f| f.selected_by(rt.config.devices))
+                        .unwrap_or(false)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    // Time spent forwarding to devices the policy could have answered: what it would save.
+    let avoidable = actions
+        .iter()
+        .zip(&selected)
+        .any(|(a, s)| *a == Action::Forward && *s);
+    let param_name = if param == CL_PROGRAM_BINARY_SIZES {
+        "CL_PROGRAM_BINARY_SIZES"
+    } else {
+        "CL_PROGRAM_BINARIES"
+    };
+    let fields = json!({
+        "call": "clGetProgramInfo",
+        "program": plan.map(|p| p.program.id),
+        "param": param_name,
+        "result": ret,
+        "result_name": status_name(ret),
+        "action": action,
+        "actions": actions.iter().map(|a| a.name()).collect::<Vec<_>>(),
+        "sizes": sizes,
+        "devices": plan.map(|p| devices_json(rt, &p.facts)).unwrap_or_default(),
+    });
+    let substituted = actions.iter().filter(|a| **a == Action::Substitute).count() as u64;
+    let suppressed = actions.iter().filter(|a| **a == Action::Suppress).count() as u64;
+    let device = plan
+        .and_then(|p| p.facts.first().cloned().flatten())
+        .map(|f| {
+            format!(
+                " on {} ({} {})",
+                f.name,
+                f.platform,
+                crate::cl::device_type_name(f.device_type)
+            )
+        })
+        .unwrap_or_default();
+    let id = plan
+        .map(|p| p.program.id.to_string())
+        .unwrap_or_else(|| "-".into());
+    rt.recorder.emit(
+        EventKind::BinaryQuery,
+        start,
+        seconds,
+        fields,
+        |t| {
+            t.queries += 1;
+            t.query_seconds += seconds;
+            if avoidable {
+                t.avoidable_query_seconds += seconds;
+            }
+            t.substituted += substituted;
+            t.suppressed += suppressed;
+        },
+        || format!("binary query {param_name} of program {id} took {seconds:.3} s{device} [{action}] -> {}", status_name(ret)),
+    );
+}
+
+/// Why a set of binaries holding clshim binaries cannot become a source program.
+fn check_clshim_binaries(
+    rt: &'static Runtime,
+    route: Route,
+    devices: &[cl_device_id],
+    bins: &[&[u8]],
+) -> (Vec<Result<(), String>>, Option<Vec<u8>>) {
+    let mut source: Option<&[u8]> = None;
+    let mut verdicts = Vec::with_capacity(bins.len());
+    for (i, bin) in bins.iter().enumerate() {
+        let verdict = if !container::is_clshim(bin) {
+            Err("a native binary beside clshim binaries".to_string())
+        } else {
+            // SAFETY: device handles are the application's, valid for this call.
+            match unsafe { rt.devices.get(route, devices[i]) } {
+                None => Err("the device could not be queried".to_string()),
+                Some(f) => match container::decode(bin, f.fingerprint()) {
+                    Err(why) => Err(why.to_string()),
+                    Ok(src) => match source {
+                        Some(s) if s != src => {
+                            Err("a different source than for the other devices".to_string())
+                        }
+                        _ => {
+                            source = Some(src);
+                            Ok(())
+                        }
+                    },
+                },
+            }
+        };
+        verdicts.push(verdict);
+    }
+    let all_ok = verdicts.iter().all(Result::is_ok);
+    (
+        verdicts,
+        if all_ok {
+            source.map(<[u8]>::to_vec)
+        } else {
+            None
+        },
+    )
+}
+
+/// `clCreateProgramWithBinary`: clshim binaries become a program built from their source;
+/// anything else goes to the implementation. Recorded either way.
+///
+/// # Safety
+/// The arguments are the application's; `real` is the implementation's entry point.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn create_with_binary(
+    rt: &'static Runtime,
+    route: Route,
+    real: FnCreateProgramWithBinary,
+    context: cl_context,
+    num_devices: cl_uint,
+    device_list: *const cl_device_id,
+    lengths: *const usize,
+    binaries: *const *const u8,
+    binary_status: *mut cl_int,
+    errcode_ret: *mut cl_int,
+) -> cl_program {
+    let start = Start::now();
+    let malformed =
+        num_devices == 0 || device_list.is_null() || lengths.is_null() || binaries.is_null();
+    let bins: Vec<&[u8]> = if malformed {
+        Vec::new()
+    } else {
+        (0..num_devices as usize)
+            .map(|i| {
+                let (p, len) = (*binaries.add(i), *lengths.add(i));
+                if p.is_null() {
+                    &[][..]
+                } else {
+                    std::slice::from_raw_parts(p, len)
+                }
+            })
+            .collect()
+    };
+    let lengths_json: Vec<usize> = bins.iter().map(|b| b.len()).collect();
+    let devices: Vec<cl_device_id> = if malformed {
+        Vec::new()
+    } else {
+        std::slice::from_raw_parts(device_list, num_devices as usize).to_vec()
+    };
+    if malformed || !bins.iter().any(|b| container::is_clshim(b)) {
+        let mut err = CL_SUCCESS;
+        let program = real(
+            context,
+            num_devices,
+            device_list,
+            lengths,
+            binaries,
+            binary_status,
+            &mut err,
+        );
+        if !errcode_ret.is_null() {
+            *errcode_ret = err;
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        crate::guard::catch(|| {
+            let mut info = None;
+            if !program.is_null() {
+                let mut all = Vec::new();
+                bins.iter().for_each(|b| all.extend_from_slice(b));
+                info = Some(rt.programs.created(
+                    program,
+                    Origin::Binary,
+                    Some(fnv1a64(&all)),
+                    Some(all.len()),
+                ));
+            }
+            record_load(
+                rt,
+                route,
+                &devices,
+                start,
+                seconds,
+                err,
+                "forward",
+                None,
+                lengths_json,
+                info,
+            );
+        });
+        return program;
+    }
+    let (verdicts, source) = check_clshim_binaries(rt, route, &devices, &bins);
+    let Some(source) = source else {
+        let reason = verdicts
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| v.as_ref().err().map(|e| format!("device {i}: {e}")));
+        if !binary_status.is_null() {
+            for (i, v) in verdicts.iter().enumerate() {
+                *binary_status.add(i) = if v.is_ok() {
+                    CL_SUCCESS
+                } else {
+                    CL_INVALID_BINARY
+                };
+            }
+        }
+        if !errcode_ret.is_null() {
+            *errcode_ret = CL_INVALID_BINARY;
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        crate::guard::catch(|| {
+            if let Some(r) = &reason {
+                log::warn!(
+                    "rejected a clshim binary ({r}); the application will build from source"
+                );
+            }
+            record_load(
+                rt,
+                route,
+                &devices,
+                start,
+                seconds,
+                CL_INVALID_BINARY,
+                "reject",
+                reason,
+                lengths_json,
+                None,
+            );
+        });
+        return std::ptr::null_mut();
+    };
+    let mut err = CL_INVALID_OPERATION;
+    let mut program = std::ptr::null_mut();
+    if let Some(create) =
+        route.entry::<FnCreateProgramWithSource>(context, slot::CREATE_PROGRAM_WITH_SOURCE)
+    {
+        let text = source.as_ptr() as *const c_char;
+        let len = source.len();
+        program = create(context, 1, &text, &len, &mut err);
+    }
+    if !binary_status.is_null() {
+        for i in 0..num_devices as usize {
+            *binary_status.add(i) = if program.is_null() { err } else { CL_SUCCESS };
+        }
+    }
+    if !errcode_ret.is_null() {
+        *errcode_ret = err;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    crate::guard::catch(|| {
+        let info = (!program.is_null()).then(|| {
+            rt.programs.created(
+                program,
+                Origin::ClshimBinary,
+                Some(fnv1a64(&source)),
+                Some(source.len()),
+            )
+        });
+        record_load(
+            rt,
+            route,
+            &devices,
+            start,
+            seconds,
+            err,
+            "substitute",
+            None,
+            lengths_json,
+            info,
+        );
+    });
+    program
+}
+
+#[allow(clippy::too_many_arguments)]
+fn record_load(
+    rt: &'static Runtime,
+    route: Route,
+    devices: &[cl_device_id],
+    start: Start,
+    seconds: f64,
+    ret: cl_int,
+    action: &'static str,
+    reason: Option<String>,
+    lengths: Vec<usize>,
+    info: Option<ProgramInfo>,
+) {
+    // SAFETY: the application's device handles, valid for the call being recorded.
+    let facts: Vec<_> = devices
+        .iter()
+        .map(|&d| unsafe { rt.devices.get(route, d) })
+        .collect();
+    let fields = json!({
+        "call": "clCreateProgramWithBinary",
+        "program": info.map(|i| i.id),
+        "result": ret,
+        "result_name": status_name(ret),
+        "action": action,
+        "reason": reason,
+        "lengths": lengths,
+        "source": info.map(|i| i.source_json()),
+        "devices": devices_json(rt, &facts),
+    });
+    let rejected = action == "reject";
+    rt.recorder.emit(
+        EventKind::BinaryLoad,
+        start,
+        seconds,
+        fields,
+        |t| {
+            t.loads += 1;
+            t.rejected += rejected as u64;
+        },
+        || {
+            let id = info.map(|i| i.id.to_string()).unwrap_or_else(|| "-".into());
+            format!(
+                "binary load of program {id} took {seconds:.3} s [{action}] -> {}",
+                status_name(ret)
+            )
+        },
+    );
+}

@@ -1,0 +1,173 @@
+//! Who this process is, for records and file names: pid, parent, host, executable,
+//! arguments, and the MPI rank and size when a launcher's environment variable names them.
+//! Gathered once per process (again in a forked child, whose pid differs).
+
+use serde_json::{json, Value};
+
+#[derive(Clone, Debug)]
+pub struct Identity {
+    pub pid: u32,
+    pub ppid: u32,
+    pub host: String,
+    pub exe: String,
+    pub argv: Vec<String>,
+    pub rank: Option<u64>,
+    pub size: Option<u64>,
+    pub rank_source: Option<&'static str>,
+}
+
+/// Rank variables and the size variable that goes with each, most specific first.
+/// MPI_LOCALRANKID (mpich/mvapich) is the node-local rank: used only when nothing else is set.
+const RANK_VARS: [(&str, &str); 9] = [
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMIX_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMI_RANK", "PMI_SIZE"),
+    ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE"),
+    ("PALS_RANKID", "PALS_SIZE"),
+    ("SLURM_PROCID", "SLURM_NTASKS"),
+    ("FLUX_TASK_RANK", "FLUX_JOB_SIZE"),
+    ("ALPS_APP_PE", "ALPS_APP_SIZE"),
+    ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+];
+
+/// The MPI rank, size and the variable the rank came from, through `get`.
+pub fn detect_rank(
+    get: impl Fn(&str) -> Option<String>,
+) -> (Option<u64>, Option<u64>, Option<&'static str>) {
+    let num = |name: &str| get(name).and_then(|v| v.trim().parse::<u64>().ok());
+    for (rank_var, size_var) in RANK_VARS {
+        if let Some(rank) = num(rank_var) {
+            return (Some(rank), num(size_var), Some(rank_var));
+        }
+    }
+    (None, None, None)
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it.
+    let ok =
+        unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len() - 1) } == 0;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(0);
+    if ok && end > 0 {
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        "unknown-host".to_string()
+    }
+}
+
+impl Identity {
+    pub fn current() -> Identity {
+        let (rank, size, rank_source) =
+            detect_rank(|n| std::env::var_os(n).map(|v| v.to_string_lossy().into_owned()));
+        Identity {
+            pid: std::process::id(),
+            // SAFETY: getppid cannot fail.
+            ppid: unsafe { libc::getppid() } as u32,
+            host: hostname(),
+            exe: std::env::current_exe()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            argv: std::env::args_os()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+            rank,
+            size,
+            rank_source,
+        }
+    }
+
+    /// The fields of the `process` record that describe the process itself.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "host": self.host,
+            "exe": self.exe,
+            "argv": self.argv,
+            "ppid": self.ppid,
+            "size": self.size,
+            "rank_source": self.rank_source,
+        })
+    }
+
+    /// `clshim-<host>-r<rank>-p<pid>`: unique per host, rank and pid; safe as a file name.
+    pub fn file_stem(&self) -> String {
+        let host: String = self
+            .host
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let rank = self
+            .rank
+            .map(|r| r.to_string())
+            .unwrap_or_else(|| "-".to_string());
+        format!("clshim-{host}-r{rank}-p{}", self.pid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lookup(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |n| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == n)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn rank_comes_from_the_most_specific_launcher_variable() {
+        assert_eq!(detect_rank(lookup(&[])), (None, None, None));
+        assert_eq!(
+            detect_rank(lookup(&[
+                ("PMI_RANK", "3"),
+                ("PMI_SIZE", "4"),
+                ("MPI_LOCALRANKID", "1")
+            ])),
+            (Some(3), Some(4), Some("PMI_RANK"))
+        );
+        assert_eq!(
+            detect_rank(lookup(&[
+                ("OMPI_COMM_WORLD_RANK", "7"),
+                ("OMPI_COMM_WORLD_SIZE", "16"),
+                ("PMI_RANK", "2")
+            ])),
+            (Some(7), Some(16), Some("OMPI_COMM_WORLD_RANK"))
+        );
+        assert_eq!(
+            detect_rank(lookup(&[("SLURM_PROCID", "x"), ("PALS_RANKID", "5")])),
+            (Some(5), None, Some("PALS_RANKID"))
+        );
+        assert_eq!(
+            detect_rank(lookup(&[("MPI_LOCALRANKID", "2")])),
+            (Some(2), None, Some("MPI_LOCALRANKID"))
+        );
+    }
+
+    #[test]
+    fn file_stem_is_a_safe_name() {
+        let id = Identity {
+            pid: 42,
+            ppid: 1,
+            host: "node 1/x".into(),
+            exe: String::new(),
+            argv: vec![],
+            rank: Some(3),
+            size: None,
+            rank_source: None,
+        };
+        assert_eq!(id.file_stem(), "clshim-node_1_x-r3-p42");
+        assert_eq!(
+            Identity { rank: None, ..id }.file_stem(),
+            "clshim-node_1_x-r--p42"
+        );
+    }
+}

@@ -1,0 +1,131 @@
+//! Small typed questions clshim asks the implementation about a program, through the same
+//! route as the call being intercepted: its devices, kernel names, source, build status and
+//! reference count. Each returns None rather than failing the application's call.
+
+use crate::cl::*;
+use crate::dispatch::{slot, Route};
+use std::ffi::c_void;
+
+unsafe fn info(route: Route, program: cl_program, param: cl_program_info) -> Option<Vec<u8>> {
+    let f: FnGetProgramInfo = route.entry(program, slot::GET_PROGRAM_INFO)?;
+    let mut size = 0usize;
+    if f(program, param, 0, std::ptr::null_mut(), &mut size) != CL_SUCCESS {
+        return None;
+    }
+    let mut buf = vec![0u8; size];
+    if size > 0
+        && f(
+            program,
+            param,
+            size,
+            buf.as_mut_ptr() as *mut c_void,
+            std::ptr::null_mut(),
+        ) != CL_SUCCESS
+    {
+        return None;
+    }
+    Some(buf)
+}
+
+/// The program's devices, in the order binary queries report them.
+///
+/// # Safety
+/// `program` must be a live program reachable through `route`.
+pub unsafe fn devices(route: Route, program: cl_program) -> Option<Vec<cl_device_id>> {
+    let bytes = info(route, program, CL_PROGRAM_DEVICES)?;
+    let w = std::mem::size_of::<usize>();
+    Some(
+        bytes
+            .chunks_exact(w)
+            .map(|c| usize::from_ne_bytes(c.try_into().unwrap()) as cl_device_id)
+            .collect(),
+    )
+}
+
+/// The explicit device list of a call, or the program's own devices when none was given.
+///
+/// # Safety
+/// `list` must hold `n` handles when non-NULL; `program` as for [`devices`].
+pub unsafe fn call_devices(
+    route: Route,
+    program: cl_program,
+    n: cl_uint,
+    list: *const cl_device_id,
+) -> Vec<cl_device_id> {
+    if n > 0 && !list.is_null() {
+        std::slice::from_raw_parts(list, n as usize).to_vec()
+    } else if !program.is_null() {
+        devices(route, program).unwrap_or_default()
+    } else {
+        Vec::new()
+    }
+}
+
+/// The program's source text (empty for programs not made from source).
+///
+/// # Safety
+/// As for [`devices`].
+pub unsafe fn source(route: Route, program: cl_program) -> Option<Vec<u8>> {
+    let mut bytes = info(route, program, CL_PROGRAM_SOURCE)?;
+    // The answer is NUL-terminated; the source is what precedes the terminator.
+    if let Some(end) = bytes.iter().position(|&b| b == 0) {
+        bytes.truncate(end);
+    }
+    Some(bytes)
+}
+
+/// The kernel names of a built program.
+///
+/// # Safety
+/// As for [`devices`].
+pub unsafe fn kernel_names(route: Route, program: cl_program) -> Vec<String> {
+    let Some(bytes) = info(route, program, CL_PROGRAM_KERNEL_NAMES) else {
+        return Vec::new();
+    };
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end])
+        .split(';')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// Whether the program was built successfully for `device`.
+///
+/// # Safety
+/// As for [`devices`]; `device` must be one of the program's devices.
+pub unsafe fn built_for(route: Route, program: cl_program, device: cl_device_id) -> bool {
+    let Some(f) = route.entry::<FnGetProgramBuildInfo>(program, slot::GET_PROGRAM_BUILD_INFO)
+    else {
+        return false;
+    };
+    let mut status: cl_build_status = -1;
+    f(
+        program,
+        device,
+        CL_PROGRAM_BUILD_STATUS,
+        std::mem::size_of::<cl_build_status>(),
+        &mut status as *mut _ as *mut c_void,
+        std::ptr::null_mut(),
+    ) == CL_SUCCESS
+        && status == CL_BUILD_SUCCESS
+}
+
+/// The program's reference count (the specification calls it a hint, which is all
+/// clshim needs to tell a last release).
+///
+/// # Safety
+/// As for [`devices`].
+pub unsafe fn reference_count(route: Route, program: cl_program) -> Option<cl_uint> {
+    let bytes = info(route, program, CL_PROGRAM_REFERENCE_COUNT)?;
+    Some(cl_uint::from_ne_bytes(bytes.get(..4)?.try_into().ok()?))
+}
+
+/// Reads the C string `p` (NULL gives None).
+///
+/// # Safety
+/// `p` must be NULL or a NUL-terminated string.
+pub unsafe fn c_str(p: *const std::ffi::c_char) -> Option<String> {
+    (!p.is_null()).then(|| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned())
+}

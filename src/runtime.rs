@@ -1,0 +1,105 @@
+//! The process-wide state, made at the first intercepted call and never before: the
+//! configuration, the device and program registries and the recorder. Creating it is also
+//! when clshim prints configuration warnings, installs its logger and registers its exit
+//! summary and fork handlers, so a process that never calls OpenCL (a linker pocl spawns, a
+//! shell) sees no output, no file and no handler from clshim.
+
+use crate::config::Config;
+use crate::devices::DeviceCache;
+use crate::dispatch::Route;
+use crate::guard::catch;
+use crate::logger::stderr_line;
+use crate::programs::Registry;
+use crate::record::Recorder;
+use std::sync::OnceLock;
+
+pub struct Runtime {
+    pub config: Config,
+    pub devices: DeviceCache,
+    pub programs: Registry,
+    pub recorder: Recorder,
+}
+
+static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+
+/// The state if some call has already made it.
+pub fn existing() -> Option<&'static Runtime> {
+    RUNTIME.get()
+}
+
+/// The state, made on first use. None only if making it failed, in which case the caller
+/// forwards its call unchanged.
+pub fn get(route: Route) -> Option<&'static Runtime> {
+    if let Some(rt) = RUNTIME.get() {
+        return Some(rt);
+    }
+    catch(|| RUNTIME.get_or_init(|| init(route)))
+}
+
+fn init(route: Route) -> Runtime {
+    let (config, warnings) = Config::from_env();
+    for w in &warnings {
+        stderr_line(w);
+    }
+    std::panic::set_hook(Box::new(|info| {
+        stderr_line(&format!(
+            "clshim: internal error ({info}); the call was forwarded unchanged"
+        ));
+    }));
+    let recorder = Recorder::new(&config, route.mode_name());
+    crate::logger::install(&config.log_filter, recorder.rank());
+    // SAFETY: registering plain extern "C" functions with no captured state.
+    unsafe {
+        libc::atexit(at_exit);
+        libc::pthread_atfork(
+            Some(before_fork),
+            Some(after_fork_parent),
+            Some(after_fork_child),
+        );
+    }
+    Runtime {
+        config,
+        devices: DeviceCache::default(),
+        programs: Registry::default(),
+        recorder,
+    }
+}
+
+extern "C" fn at_exit() {
+    catch(|| {
+        if let Some(rt) = RUNTIME.get() {
+            if rt.config.summary {
+                if let Some(line) = rt.recorder.summary() {
+                    stderr_line(&line);
+                }
+            }
+        }
+    });
+}
+
+// Fork handlers: hold every clshim lock across fork() so the child never inherits one
+// that another thread held at the instant of the fork. clshim never forks, nor holds a
+// lock while calling into the implementation, so the forking thread never holds one.
+extern "C" fn before_fork() {
+    if let Some(rt) = RUNTIME.get() {
+        rt.recorder.lock_for_fork();
+        rt.programs.lock_for_fork();
+        rt.devices.lock_for_fork();
+    }
+}
+
+extern "C" fn after_fork_parent() {
+    if let Some(rt) = RUNTIME.get() {
+        // SAFETY: before_fork locked these in this thread.
+        unsafe {
+            rt.devices.unlock_after_fork();
+            rt.programs.unlock_after_fork();
+            rt.recorder.unlock_after_fork();
+        }
+    }
+}
+
+extern "C" fn after_fork_child() {
+    // The child's trace file and tallies start afresh at its first record (pid check).
+    after_fork_parent();
+}
