@@ -118,6 +118,8 @@ fn run_fake(bin: &Path, steps: &[&str], env: &[(&str, &str)], shim: bool) -> Fak
     } else {
         Vec::new()
     };
+    // Everything is read: the scratch dir goes (the records appear in any failure message).
+    let _ = std::fs::remove_dir_all(&dir);
     FakeRun {
         out,
         driver_calls,

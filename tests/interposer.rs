@@ -37,6 +37,21 @@ impl Run {
     }
 }
 
+/// Trace dirs are removed after a passing test and kept (for a look) after a failure.
+impl Drop for Run {
+    fn drop(&mut self) {
+        if let Some(d) = &self.traces {
+            remove_unless_panicking(d);
+        }
+    }
+}
+
+fn remove_unless_panicking(dir: &Path) {
+    if !std::thread::panicking() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
 fn command(bin: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut cmd = Command::new(bin);
     cmd.args(args);
@@ -386,6 +401,7 @@ fn binary_saved_by_one_process_loads_in_another() {
     b.assert_ok("load with the shim");
     assert_eq!(a.stdout(), b.stdout());
     assert!(b.stdout().contains("binary: 2 3 10 29 66 127 sum=237"));
+    remove_unless_panicking(&dir);
 }
 
 #[test]
@@ -416,6 +432,7 @@ fn layer_mode_sees_dlopen_client() {
     assert_eq!(builds.len(), 1, "{recs:#?}");
     check_program_event(builds[0], "clBuildProgram");
     assert_eq!(events(&recs, "binary_query").len(), 2, "{recs:#?}");
+    remove_unless_panicking(&dir);
 }
 
 #[test]
@@ -429,6 +446,7 @@ fn non_opencl_process_untouched() {
     assert_eq!(stderr(&out), "", "nothing on stderr");
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
     assert!(left.is_empty(), "no file written: {left:?}");
+    remove_unless_panicking(&dir);
 }
 
 #[test]
