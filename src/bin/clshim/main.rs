@@ -1,2 +1,98 @@
-//! The `clshim` command: launch programs under the shim and report on their traces.
-fn main() {}
+//! The `clshim` command: launch programs under the shim (`clshim run`) and report on the
+//! traces they wrote (`clshim report`). This file only dispatches: it parses the
+//! arguments (`cli`), then hands over to `run` (which replaces this process with the
+//! user's command) or to the report path (`traces` reads, `report` aggregates and
+//! renders, `chrome` writes the timeline), and maps outcomes to exit statuses:
+//! 0 success, 1 report with skipped input, 2 usage error; `run` failures use 1, or 126
+//! / 127 like a shell when the command cannot be executed or found.
+
+mod chrome;
+mod cli;
+mod report;
+mod run;
+mod traces;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<_> = std::env::args_os().skip(1).collect();
+    match cli::parse(args) {
+        Err(e) => {
+            eprintln!("clshim: {e}");
+            ExitCode::from(2)
+        }
+        Ok(cli::Command::Help) => {
+            print!("{}", cli::USAGE);
+            ExitCode::SUCCESS
+        }
+        Ok(cli::Command::Version) => {
+            println!("clshim {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Ok(cli::Command::Run(o)) => {
+            let e = run::run(o);
+            eprintln!("clshim: {}", e.message);
+            ExitCode::from(e.status as u8)
+        }
+        Ok(cli::Command::Report(o)) => report_main(o),
+    }
+}
+
+fn report_main(o: cli::ReportOpts) -> ExitCode {
+    let dir = o.dir.display().to_string();
+    let t = match std::fs::metadata(&o.dir) {
+        Ok(m) if !m.is_dir() => {
+            eprintln!("clshim report: {dir}: not a directory");
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("clshim report: {dir}: {}", run::describe(&e));
+            return ExitCode::from(2);
+        }
+        Ok(_) => match traces::read_dir(&o.dir) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("clshim report: {dir}: cannot list: {}", run::describe(&e));
+                return ExitCode::from(2);
+            }
+        },
+    };
+    {
+        let mut err = std::io::stderr().lock();
+        for p in &t.problems {
+            let _ = writeln!(err, "clshim report: {p}");
+        }
+    }
+    let rep = report::aggregate(&dir, &t);
+    let text = if o.json {
+        let mut s = serde_json::to_string_pretty(&rep.json()).expect("report JSON");
+        s.push('\n');
+        s
+    } else {
+        rep.text()
+    };
+    let mut out = std::io::stdout().lock();
+    if out
+        .write_all(text.as_bytes())
+        .and_then(|_| out.flush())
+        .is_err()
+    {
+        return ExitCode::from(2);
+    }
+    if let Some(path) = &o.chrome {
+        if let Err(e) = chrome::write(&t, path) {
+            eprintln!(
+                "clshim report: cannot write {}: {}",
+                path.display(),
+                run::describe(&e)
+            );
+            return ExitCode::from(2);
+        }
+    }
+    if t.skipped > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

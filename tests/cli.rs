@@ -1,0 +1,899 @@
+//! Integration tests of the `clshim` command: `run` (exit status and signals pass
+//! through, variables kept unless an option is given, every failure before the command
+//! starts) with commands that need no OpenCL, `report` on trace files written here from
+//! the README's schema (realistic `process`, `build` and `binary_query` records), and
+//! one real run: 4 MPI ranks of tests/c/mpi_build.c under `mpiexec` and the real shim.
+
+// tests/common is shared and append-only here; its `run` trips this lint.
+#[allow(clippy::let_and_return)]
+mod common;
+
+use serde_json::{json, Value};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn clshim() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_clshim"))
+}
+
+/// Runs `clshim ARGS` with no CLSHIM_*/LD_PRELOAD/OPENCL_LAYERS from the test's
+/// environment, plus `env`.
+fn clshim_out(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = clshim();
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut c2 = c;
+    for (k, _) in std::env::vars() {
+        let set_here = env.iter().any(|(e, _)| *e == k);
+        if !set_here && (k.starts_with("CLSHIM_") || k == "LD_PRELOAD" || k == "OPENCL_LAYERS") {
+            c2.env_remove(&k);
+        }
+    }
+    c2.output().expect("spawn clshim")
+}
+
+/// A real, empty shared object: preloading it changes nothing and prints nothing.
+fn empty_so() -> PathBuf {
+    static ONCE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    ONCE.get_or_init(|| {
+        let dir = common::target_dir().join("ctests");
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("libempty.so");
+        if !out.exists() {
+            let tmp = dir.join(format!("libempty.so.tmp{}", std::process::id()));
+            let st = Command::new("cc")
+                .args(["-shared", "-fPIC", "-x", "c", "/dev/null", "-o"])
+                .arg(&tmp)
+                .status()
+                .expect("run cc");
+            assert!(st.success());
+            std::fs::rename(&tmp, &out).unwrap();
+        }
+        out
+    })
+    .clone()
+}
+
+/// Copies the clshim executable to `dest` and runs it: a freshly written executable can
+/// briefly be "busy" (ETXTBSY) while another test thread forks, so spawning retries.
+fn copied_clshim_output(dest: &Path, args: &[&str]) -> Output {
+    if !dest.exists() {
+        let tmp = dest.with_extension("tmp");
+        std::fs::copy(env!("CARGO_BIN_EXE_clshim"), &tmp).unwrap();
+        std::fs::rename(&tmp, dest).unwrap();
+    }
+    for _ in 0..50 {
+        let r = Command::new(dest)
+            .env_remove("CLSHIM_LIB")
+            .env_remove("LD_PRELOAD")
+            .args(args)
+            .output();
+        match r {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            r => return r.expect("spawn copied clshim"),
+        }
+    }
+    panic!("{} stayed busy", dest.display());
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// The single stderr line of a failed clshim, checked to be one line.
+fn one_line_err(o: &Output) -> String {
+    let e = common::stderr(o);
+    assert_eq!(e.lines().count(), 1, "expected one stderr line, got: {e:?}");
+    e.trim_end().to_string()
+}
+
+// ---------------------------------------------------------------------- run
+
+#[test]
+fn run_passes_exit_status_through() {
+    let lib = empty_so();
+    let o = clshim_out(&["run", "--lib", s(&lib), "--", "sh", "-c", "exit 7"], &[]);
+    assert_eq!(o.status.code(), Some(7), "{}", common::stderr(&o));
+}
+
+#[test]
+fn run_passes_signal_death_through() {
+    let lib = empty_so();
+    let o = clshim_out(
+        &["run", "--lib", s(&lib), "--", "sh", "-c", "kill -TERM $$"],
+        &[],
+    );
+    assert_eq!(o.status.signal(), Some(libc::SIGTERM), "{:?}", o.status);
+}
+
+#[test]
+fn run_is_the_command_itself_stdin_stdout_and_pid() {
+    let lib = empty_so();
+    let mut c = clshim();
+    // `exec` keeps the pid: the child's $$ is the pid we spawned.
+    c.args([
+        "run",
+        "--lib",
+        s(&lib),
+        "--",
+        "sh",
+        "-c",
+        "echo $$; cat; echo err >&2",
+    ])
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let pid = child.id();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"from stdin\n")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success());
+    assert_eq!(common::stdout(&o), format!("{pid}\nfrom stdin\n"));
+    assert_eq!(common::stderr(&o), "err\n");
+}
+
+#[test]
+fn run_keeps_user_variables_unless_option_given() {
+    let lib = empty_so();
+    let other = common::scratch("other").join("libother.so");
+    std::fs::copy(&lib, &other).unwrap();
+    let show = "echo $CLSHIM_BINARIES; echo $CLSHIM_DEVICES; echo $LD_PRELOAD";
+    let env = [
+        ("CLSHIM_BINARIES", "suppress"),
+        ("CLSHIM_DEVICES", "all"),
+        ("LD_PRELOAD", s(&other)),
+    ];
+    let o = clshim_out(&["run", "--lib", s(&lib), "--", "sh", "-c", show], &env);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    assert_eq!(
+        common::stdout(&o),
+        format!("suppress\nall\n{}:{}\n", lib.display(), other.display())
+    );
+    let o = clshim_out(
+        &[
+            "run",
+            "--lib",
+            s(&lib),
+            "--binaries",
+            "substitute",
+            "--",
+            "sh",
+            "-c",
+            show,
+        ],
+        &env,
+    );
+    assert_eq!(
+        common::stdout(&o),
+        format!("substitute\nall\n{}:{}\n", lib.display(), other.display())
+    );
+}
+
+#[test]
+fn run_options_set_documented_variables() {
+    let lib = empty_so();
+    let base = common::scratch("opts");
+    let show = "for v in CLSHIM_BINARIES CLSHIM_DEVICES CLSHIM_TRACE_DIR CLSHIM_TRACE_MODE CLSHIM_LOG CLSHIM_SUMMARY; do eval echo $v=\\$$v; done";
+    let o = Command::new(env!("CARGO_BIN_EXE_clshim"))
+        .current_dir(&base)
+        .env_remove("LD_PRELOAD")
+        .args([
+            "run",
+            "--lib",
+            s(&lib),
+            "--binaries=suppress",
+            "--devices",
+            "pocl",
+            "--trace-dir",
+            "t/deep",
+        ])
+        .args([
+            "--trace-mode",
+            "0640",
+            "--log",
+            "clshim=debug,warn",
+            "--no-summary",
+            "--",
+            "sh",
+            "-c",
+            show,
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let trace_dir = base.join("t/deep");
+    assert!(trace_dir.is_dir(), "trace dir not created");
+    assert_eq!(
+        common::stdout(&o),
+        format!(
+            "CLSHIM_BINARIES=suppress\nCLSHIM_DEVICES=pocl\nCLSHIM_TRACE_DIR={}\nCLSHIM_TRACE_MODE=0640\n\
+             CLSHIM_LOG=clshim=debug,warn\nCLSHIM_SUMMARY=0\n",
+            trace_dir.display()
+        )
+    );
+    let o = clshim_out(
+        &[
+            "run",
+            "--lib",
+            s(&lib),
+            "--summary",
+            "--",
+            "sh",
+            "-c",
+            "echo $CLSHIM_SUMMARY",
+        ],
+        &[],
+    );
+    assert_eq!(common::stdout(&o), "1\n");
+}
+
+#[test]
+fn run_layer_sets_opencl_layers_not_ld_preload() {
+    let lib = empty_so();
+    let env = [("OPENCL_LAYERS", "/opt/other-layer.so")];
+    let o = clshim_out(
+        &[
+            "run",
+            "--layer",
+            "--lib",
+            s(&lib),
+            "--",
+            "sh",
+            "-c",
+            "echo $OPENCL_LAYERS; echo x$LD_PRELOAD",
+        ],
+        &env,
+    );
+    assert_eq!(
+        common::stdout(&o),
+        format!("{}:/opt/other-layer.so\nx\n", lib.display())
+    );
+}
+
+#[test]
+fn run_finds_library_beside_executable_and_in_lib_dir() {
+    // The cdylib cargo builds sits beside the clshim executable.
+    let o = clshim_out(&["run", "--", "sh", "-c", "echo $LD_PRELOAD"], &[]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let beside = common::target_dir()
+        .join("libclshim.so")
+        .canonicalize()
+        .unwrap();
+    assert_eq!(common::stdout(&o), format!("{}\n", beside.display()));
+
+    // An installed layout: prefix/bin/clshim and prefix/lib/libclshim.so.
+    let prefix = common::scratch("prefix").canonicalize().unwrap();
+    std::fs::create_dir_all(prefix.join("bin")).unwrap();
+    std::fs::create_dir_all(prefix.join("lib")).unwrap();
+    std::fs::copy(empty_so(), prefix.join("lib/libclshim.so")).unwrap();
+    let o = copied_clshim_output(
+        &prefix.join("bin/clshim"),
+        &["run", "--", "sh", "-c", "echo $LD_PRELOAD"],
+    );
+    assert_eq!(
+        common::stdout(&o),
+        format!("{}\n", prefix.join("lib/libclshim.so").display())
+    );
+
+    // CLSHIM_LIB wins over the lookup.
+    let lib = empty_so();
+    let o = clshim_out(
+        &["run", "--", "sh", "-c", "echo $LD_PRELOAD"],
+        &[("CLSHIM_LIB", s(&lib))],
+    );
+    assert_eq!(common::stdout(&o), format!("{}\n", lib.display()));
+}
+
+#[test]
+fn run_missing_library_fails_before_command() {
+    let d = common::scratch("nolib");
+    let marker = d.join("ran");
+    let cmd = format!("touch {}", marker.display());
+    let o = clshim_out(
+        &[
+            "run",
+            "--lib",
+            "/nonexistent/libclshim.so",
+            "--",
+            "sh",
+            "-c",
+            &cmd,
+        ],
+        &[],
+    );
+    assert_ne!(o.status.code(), Some(0));
+    let e = one_line_err(&o);
+    assert!(
+        e.contains("/nonexistent/libclshim.so") && e.contains("No such file"),
+        "{e}"
+    );
+    let o = clshim_out(
+        &["run", "--", "sh", "-c", &cmd],
+        &[("CLSHIM_LIB", "/nonexistent/lib2.so")],
+    );
+    assert_ne!(o.status.code(), Some(0));
+    assert!(one_line_err(&o).contains("CLSHIM_LIB '/nonexistent/lib2.so'"));
+    assert!(!marker.exists(), "the command ran");
+
+    // No --lib and nothing beside the executable.
+    let bin = common::scratch("bare");
+    let o = copied_clshim_output(&bin.join("clshim"), &["run", "--", "sh", "-c", &cmd]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(one_line_err(&o).starts_with("clshim: cannot find libclshim.so"));
+    assert!(!marker.exists(), "the command ran");
+}
+
+#[test]
+fn run_missing_command_exits_127_not_executable_126() {
+    let lib = empty_so();
+    let o = clshim_out(
+        &["run", "--lib", s(&lib), "--", "no-such-command-xyz", "a"],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(127));
+    assert_eq!(
+        one_line_err(&o),
+        "clshim: cannot run 'no-such-command-xyz': No such file or directory"
+    );
+    let d = common::scratch("noexec");
+    let f = d.join("script");
+    std::fs::write(&f, "#!/bin/sh\nexit 0\n").unwrap();
+    let o = clshim_out(&["run", "--lib", s(&lib), "--", s(&f)], &[]);
+    assert_eq!(o.status.code(), Some(126));
+    assert!(one_line_err(&o).contains("Permission denied"));
+}
+
+#[test]
+fn run_uncreatable_trace_dir_fails_before_command() {
+    let lib = empty_so();
+    let marker = common::scratch("notrace").join("ran");
+    let cmd = format!("touch {}", marker.display());
+    let o = clshim_out(
+        &[
+            "run",
+            "--lib",
+            s(&lib),
+            "--trace-dir",
+            "/proc/x/y",
+            "--",
+            "sh",
+            "-c",
+            &cmd,
+        ],
+        &[],
+    );
+    assert_ne!(o.status.code(), Some(0));
+    let e = one_line_err(&o);
+    assert!(
+        e.contains("cannot create trace directory '/proc/x/y'"),
+        "{e}"
+    );
+    assert!(!marker.exists(), "the command ran");
+}
+
+#[test]
+fn run_rejects_bad_option_values_with_status_2() {
+    let lib = empty_so();
+    for args in [
+        &["run", "--binaries", "keep", "--", "true"][..],
+        &["run", "--devices", "gpu", "--", "true"],
+        &["run", "--log", "loud", "--", "true"],
+        &["run", "--trace-mode", "rw", "--", "true"],
+        &["run", "--bogus", "--", "true"],
+        &["run", "--lib"],
+        &["run", "--"],
+        &["frobnicate"],
+    ] {
+        let mut a = args.to_vec();
+        a.splice(1..1, ["--lib", s(&lib)]);
+        let o = clshim_out(&a, &[]);
+        assert_eq!(o.status.code(), Some(2), "{a:?}");
+        let e = one_line_err(&o);
+        assert!(e.starts_with("clshim: "), "{e}");
+    }
+    let o = clshim_out(&["run", "--binaries", "keep", "--", "true"], &[]);
+    assert_eq!(
+        one_line_err(&o),
+        "clshim: --binaries: unknown value 'keep' (expected one of: pass, suppress, substitute)"
+    );
+}
+
+// ------------------------------------------------------ hand-made trace files
+
+const POCL: &str = "Portable Computing Language";
+
+fn pocl_cpu() -> Value {
+    json!({"name": "cpu-haswell-AMD EPYC 7B13", "type": "CPU", "platform": POCL,
+           "vendor": "AuthenticAMD", "driver": "3.1", "matched": true})
+}
+
+fn gpu() -> Value {
+    json!({"name": "NVIDIA H200", "type": "GPU", "platform": "NVIDIA CUDA",
+           "vendor": "NVIDIA Corporation", "driver": "560.35", "matched": false})
+}
+
+/// One process's trace file, written record by record like the library does.
+struct Proc {
+    host: String,
+    rank: Option<i64>,
+    pid: u64,
+    t: f64,
+    policy: String,
+    lines: Vec<String>,
+    next_program: u64,
+}
+
+impl Proc {
+    fn new(host: &str, rank: Option<i64>, pid: u64, t0: f64, policy: &str) -> Proc {
+        let mut p = Proc {
+            host: host.into(),
+            rank,
+            pid,
+            t: t0,
+            policy: policy.into(),
+            lines: Vec::new(),
+            next_program: 1,
+        };
+        let rec = json!({
+            "schema": 1, "event": "process", "pid": pid, "rank": rank, "tid": pid, "ts": t0, "seconds": 0.0,
+            "host": host, "exe": "/usr/bin/python3.11", "argv": ["python", "app.py"], "ppid": 1,
+            "size": rank.map(|_| 4), "rank_source": rank.map(|_| "PMI_RANK"),
+            "clshim_version": "0.1.0", "mode": "preload", "policy": policy, "devices_filter": "pocl-cpu",
+        });
+        p.lines.push(rec.to_string());
+        p
+    }
+
+    fn common(&mut self, event: &str, call: &str, seconds: f64, device: &Value) -> Value {
+        self.t += 0.001;
+        let v = json!({
+            "schema": 1, "event": event, "pid": self.pid, "rank": self.rank, "tid": self.pid + 1,
+            "ts": self.t, "seconds": seconds, "call": call, "result": 0, "result_name": "CL_SUCCESS",
+            "devices": [device],
+        });
+        self.t += seconds;
+        v
+    }
+
+    /// A successful clBuildProgram; returns the program id.
+    fn build(&mut self, kernels: &[&str], hash: &str, seconds: f64, device: &Value) -> u64 {
+        let id = self.next_program;
+        self.next_program += 1;
+        let mut v = self.common("build", "clBuildProgram", seconds, device);
+        let o = v.as_object_mut().unwrap();
+        o.insert("program".into(), json!(id));
+        o.insert("options".into(), json!("-cl-fast-relaxed-math"));
+        o.insert("async".into(), json!(false));
+        o.insert(
+            "source".into(),
+            json!({"origin": "source", "hash": hash, "length": 4711}),
+        );
+        o.insert("kernels".into(), json!(kernels));
+        self.lines.push(v.to_string());
+        id
+    }
+
+    fn query(&mut self, program: u64, param: &str, seconds: f64, device: &Value) {
+        let action = match (self.policy.as_str(), device["matched"].as_bool().unwrap()) {
+            ("pass", _) | (_, false) => "forward",
+            (p, true) => p,
+        }
+        .to_string();
+        let mut v = self.common("binary_query", "clGetProgramInfo", seconds, device);
+        let o = v.as_object_mut().unwrap();
+        o.insert("program".into(), json!(program));
+        o.insert("param".into(), json!(param));
+        o.insert("action".into(), json!(action));
+        o.insert("actions".into(), json!([action]));
+        o.insert("sizes".into(), json!([63261]));
+        self.lines.push(v.to_string());
+    }
+
+    /// build + SIZES query + BINARIES query, as pyopencl's binary cache does.
+    fn cached_build(
+        &mut self,
+        kernels: &[&str],
+        hash: &str,
+        build_s: f64,
+        query_s: f64,
+        dev: &Value,
+    ) {
+        let id = self.build(kernels, hash, build_s, dev);
+        self.query(id, "CL_PROGRAM_BINARY_SIZES", query_s, dev);
+        self.query(id, "CL_PROGRAM_BINARIES", 0.001, dev);
+    }
+
+    fn file_name(&self) -> String {
+        let r = self.rank.map(|r| r.to_string()).unwrap_or_default();
+        format!("clshim-{}-r{}-p{}.jsonl", self.host, r, self.pid)
+    }
+
+    fn write(&self, dir: &Path) -> PathBuf {
+        let p = dir.join(self.file_name());
+        let mut text = self.lines.join("\n");
+        text.push('\n');
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+}
+
+const H1: &str = "fnv1a64:1f2e3d4c5b6a7980";
+const H2: &str = "fnv1a64:0011223344556677";
+
+/// The seed's situation: 4 ranks on one node under `pass`, each building two programs
+/// and querying their binaries on pocl's CPU driver; rank 3 is far slower.
+fn seed_job(dir: &Path, policy: &str) {
+    for rank in 0..4i64 {
+        let slow = if rank == 3 { 3.0 } else { 1.0 };
+        let mut p = Proc::new(
+            "node07",
+            Some(rank),
+            4100 + rank as u64,
+            1_750_000_000.0 + rank as f64 * 0.01,
+            policy,
+        );
+        let dev = pocl_cpu();
+        let q = if policy == "pass" { 1.6 } else { 0.002 };
+        p.cached_build(&["axpy", "dot"], H1, 0.7 * slow, q * slow, &dev);
+        p.cached_build(&["stencil"], H2, 0.3 * slow, q * slow / 2.0, &dev);
+        p.write(dir);
+    }
+}
+
+fn report(args: &[&str]) -> Output {
+    clshim_out(&[&["report"], args].concat(), &[])
+}
+
+#[test]
+fn report_table_answers_the_seed_question() {
+    let d = common::scratch("seed");
+    seed_job(&d, "pass");
+    let o = report(&[s(&d)]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    assert_eq!(common::stderr(&o), "");
+    let out = common::stdout(&o);
+    println!("{out}");
+    assert!(
+        out.contains("4 ranks, 4 processes on 1 host; 4 files, 28 records, 0 skipped"),
+        "{out}"
+    );
+    // Programs: kernel names, short hash, 4 ranks, min/median/max.
+    let line = out
+        .lines()
+        .find(|l| l.contains("axpy,dot"))
+        .expect("program row");
+    assert!(line.contains("1f2e3d4c5b6a"), "{line}");
+    assert!(
+        line.contains("0.700 / 0.700 / 2.100"),
+        "build stats: {line}"
+    );
+    assert!(
+        line.contains("1.601 / 1.601 / 4.801"),
+        "query stats: {line}"
+    );
+    assert!(line.contains("pass") && line.contains("forward"), "{line}");
+    let cols: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(cols[2], "4", "ranks column: {line}");
+    assert!(out.lines().any(|l| l.contains("stencil")));
+    // Programs are sorted slowest first.
+    assert!(out.find("axpy,dot").unwrap() < out.find("stencil").unwrap());
+    // Ranks: 0..3, only rank 3 flagged.
+    let ranks: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("Ranks"))
+        .skip(2)
+        .take(4)
+        .collect();
+    for (i, l) in ranks.iter().enumerate() {
+        assert!(l.trim_start().starts_with(&format!("{i} ")), "{l}");
+        assert!(l.contains("node07"));
+        assert_eq!(l.contains("SLOW"), i == 3, "{l}");
+    }
+    // The hint names the setting.
+    assert!(
+        out.contains("hint: binary queries on pocl CPU devices took"),
+        "{out}"
+    );
+    assert!(out.contains("CLSHIM_BINARIES=substitute"));
+}
+
+#[test]
+fn report_no_hint_when_substituted_or_not_pocl() {
+    let d = common::scratch("subst");
+    seed_job(&d, "substitute");
+    let out = common::stdout(&report(&[s(&d)]));
+    assert!(!out.contains("hint:"), "{out}");
+    assert!(out.contains("substitute"));
+
+    // Slow binary queries on a GPU are not pocl's second compile.
+    let d = common::scratch("gpu");
+    let mut p = Proc::new("gpu01", Some(0), 77, 1_750_000_000.0, "pass");
+    p.cached_build(&["k"], H1, 0.5, 2.0, &gpu());
+    p.write(&d);
+    let out = common::stdout(&report(&[s(&d)]));
+    assert!(!out.contains("hint:"), "{out}");
+}
+
+#[test]
+fn report_json_has_the_same_aggregates() {
+    let d = common::scratch("json");
+    seed_job(&d, "pass");
+    let o = report(&["--json", s(&d)]);
+    assert_eq!(o.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
+    assert_eq!(v["records"], 28);
+    assert_eq!(v["skipped"], 0);
+    let progs = v["programs"].as_array().unwrap();
+    assert_eq!(progs.len(), 2);
+    assert_eq!(progs[0]["kernels"], json!(["axpy", "dot"]));
+    assert_eq!(progs[0]["source_hash"], H1);
+    assert_eq!(progs[0]["ranks"], 4);
+    assert_eq!(progs[0]["binary_queries"], 8);
+    assert!((progs[0]["build_seconds"]["median"].as_f64().unwrap() - 0.7).abs() < 1e-9);
+    assert!((progs[0]["build_seconds"]["max"].as_f64().unwrap() - 2.1).abs() < 1e-9);
+    assert_eq!(progs[0]["policies"], json!(["pass"]));
+    assert_eq!(progs[0]["actions"], json!(["forward"]));
+    let ranks = v["ranks"].as_array().unwrap();
+    let nums: Vec<i64> = ranks.iter().map(|r| r["rank"].as_i64().unwrap()).collect();
+    assert_eq!(nums, [0, 1, 2, 3]);
+    let slow: Vec<bool> = ranks.iter().map(|r| r["slow"].as_bool().unwrap()).collect();
+    assert_eq!(slow, [false, false, false, true]);
+    assert_eq!(v["hint"]["setting"], "CLSHIM_BINARIES=substitute");
+}
+
+#[test]
+fn report_ranks_fall_back_to_host_and_pid() {
+    let d = common::scratch("norank");
+    for pid in [500u64, 501] {
+        let mut p = Proc::new("laptop", None, pid, 1_750_000_000.0, "pass");
+        p.cached_build(&["k"], H1, 0.2, 0.1, &pocl_cpu());
+        p.write(&d);
+    }
+    let o = report(&["--json", s(&d)]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let labels: Vec<&str> = v["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["laptop:500", "laptop:501"]);
+    assert!(v["ranks"][0]["rank"].is_null());
+    assert_eq!(v["programs"][0]["ranks"], 2);
+}
+
+#[test]
+fn report_chrome_timeline_has_one_row_per_rank() {
+    let d = common::scratch("chrome");
+    seed_job(&d, "pass");
+    let out = d.join("timeline.json");
+    let o = report(&["--chrome", s(&out), s(&d)]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let v: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let evs = v["traceEvents"].as_array().unwrap();
+    let names: Vec<&str> = evs
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "process_name")
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "rank 0 @ node07",
+            "rank 1 @ node07",
+            "rank 2 @ node07",
+            "rank 3 @ node07"
+        ]
+    );
+    let slices: Vec<&Value> = evs.iter().filter(|e| e["ph"] == "X").collect();
+    assert_eq!(slices.len(), 24); // 4 ranks x 2 programs x (build + 2 queries)
+    let min_ts = slices
+        .iter()
+        .map(|e| e["ts"].as_f64().unwrap())
+        .fold(f64::INFINITY, f64::min);
+    assert!(
+        (0.0..2000.0).contains(&min_ts),
+        "ts relative to the earliest record: {min_ts}"
+    );
+    let b = slices.iter().find(|e| e["cat"] == "build").unwrap();
+    assert!((b["dur"].as_f64().unwrap() - 700_000.0).abs() < 1.0, "{b}");
+    assert_eq!(b["args"]["options"], "-cl-fast-relaxed-math");
+    assert_eq!(b["args"]["result_name"], "CL_SUCCESS");
+    assert!(b["args"]["kernels"].is_array());
+    let q = slices.iter().find(|e| e["cat"] == "binary_query").unwrap();
+    assert_eq!(q["args"]["action"], "forward");
+    assert!(q["args"]["program"].is_string());
+}
+
+#[test]
+fn report_empty_directory_is_reported_and_counted() {
+    let d = common::scratch("empty");
+    let o = report(&[s(&d)]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = common::stderr(&o);
+    assert!(
+        e.contains(&format!("clshim report: {}: no trace files", d.display())),
+        "{e}"
+    );
+    assert!(common::stdout(&o).contains("0 ranks"));
+}
+
+#[test]
+fn report_skips_bad_lines_and_files_but_reports_the_rest() {
+    let d = common::scratch("bad");
+    seed_job(&d, "pass");
+    // Truncated last line (process killed mid-write): rank 9.
+    let mut p = Proc::new("node08", Some(9), 900, 1_750_000_001.0, "pass");
+    p.cached_build(&["axpy", "dot"], H1, 0.7, 1.6, &pocl_cpu());
+    let trunc = p.write(&d);
+    let mut text = std::fs::read_to_string(&trunc).unwrap();
+    text.push_str(r#"{"schema":1,"event":"build","pid":900,"ra"#);
+    std::fs::write(&trunc, text).unwrap();
+    // A record from a newer schema, then a garbage line, in rank 8's file.
+    let mut p = Proc::new("node08", Some(8), 800, 1_750_000_001.0, "pass");
+    p.lines
+        .push(r#"{"schema":2,"event":"build","pid":800,"rank":8,"when":"later"}"#.into());
+    p.lines.push("this is not json".into());
+    p.cached_build(&["stencil"], H2, 0.3, 0.8, &pocl_cpu());
+    let newer = p.write(&d);
+    // An unreadable "file" (a directory with a trace name).
+    let unreadable = d.join("clshim-node08-r7-p700.jsonl");
+    std::fs::create_dir(&unreadable).unwrap();
+
+    let o = report(&["--json", s(&d)]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "exit status says something was skipped"
+    );
+    let e = common::stderr(&o);
+    println!("{e}");
+    let lines: Vec<&str> = e.lines().collect();
+    assert_eq!(lines.len(), 4, "{e}");
+    assert!(
+        e.contains(&format!(
+            "clshim report: {}:5: truncated last line",
+            trunc.display()
+        )),
+        "{e}"
+    );
+    assert!(
+        e.contains(&format!(
+            "clshim report: {}:2: record of schema version 2",
+            newer.display()
+        )),
+        "{e}"
+    );
+    assert!(
+        e.contains(&format!("clshim report: {}:3: not JSON", newer.display())),
+        "{e}"
+    );
+    assert!(
+        e.contains(&format!(
+            "clshim report: {}: cannot read: Is a directory",
+            unreadable.display()
+        )),
+        "{e}"
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["skipped"], 4);
+    assert_eq!(v["problems"].as_array().unwrap().len(), 4);
+    let nums: Vec<i64> = v["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["rank"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        nums,
+        [0, 1, 2, 3, 8, 9],
+        "everything readable is still covered"
+    );
+    assert_eq!(v["programs"][0]["ranks"], 5);
+
+    // The table still prints, and says what was skipped.
+    let o = report(&[s(&d)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(common::stdout(&o).contains("4 input problems skipped"));
+}
+
+#[test]
+fn report_usage_errors_exit_2() {
+    let o = report(&["/nonexistent/traces"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        one_line_err(&o),
+        "clshim report: /nonexistent/traces: No such file or directory"
+    );
+    let o = report(&[]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = report(&["--bogus", "x"]);
+    assert_eq!(o.status.code(), Some(2));
+    let d = common::scratch("cw");
+    seed_job(&d, "pass");
+    let o = report(&["--chrome", "/proc/x/y.json", s(&d)]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(common::stderr(&o).contains("cannot write /proc/x/y.json"));
+}
+
+// ------------------------------------------------------------ real MPI + shim
+
+#[test]
+fn real_mpi_four_ranks_under_clshim_run() {
+    let prog = common::build_c("mpi_build", &[]);
+    let d = common::scratch("mpi");
+    let traces = d.join("traces");
+    let mut c = Command::new("mpiexec");
+    c.args([
+        "-n",
+        "4",
+        env!("CARGO_BIN_EXE_clshim"),
+        "run",
+        "--trace-dir",
+    ])
+    .arg(&traces)
+    .args(["--no-summary", "--"])
+    .arg(&prog)
+    .env("POCL_KERNEL_CACHE", "0");
+    let o = common::run(c, false);
+    assert!(
+        o.status.success(),
+        "mpiexec failed: {}\n{}",
+        common::stdout(&o),
+        common::stderr(&o)
+    );
+    assert_eq!(common::stdout(&o).matches("binary of").count(), 4);
+
+    let timeline = d.join("timeline.json");
+    let o = report(&["--chrome", s(&timeline), s(&traces)]);
+    let out = common::stdout(&o);
+    println!("{out}");
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    assert!(out.contains("4 ranks, 4 processes"), "{out}");
+    let ranks: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("Ranks"))
+        .skip(2)
+        .take(4)
+        .collect();
+    for (i, l) in ranks.iter().enumerate() {
+        assert!(
+            l.trim_start().starts_with(&format!("{i} ")),
+            "rank {i}: {l}"
+        );
+    }
+    let row = out
+        .lines()
+        .find(|l| l.contains("add,scale"))
+        .expect("program row");
+    assert_eq!(
+        row.split_whitespace().nth(2),
+        Some("4"),
+        "built by 4 ranks: {row}"
+    );
+
+    let v: Value =
+        serde_json::from_slice(&std::fs::read(&timeline).unwrap()).expect("timeline JSON");
+    let rows: Vec<&str> = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    for (i, r) in rows.iter().enumerate() {
+        assert!(r.starts_with(&format!("rank {i} @ ")), "{r}");
+    }
+}
