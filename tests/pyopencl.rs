@@ -46,8 +46,7 @@ fn run_small_kernel(
     if std::env::var_os("OCL_ICD_VENDORS").is_none() && Path::new("/etc/OpenCL/vendors").is_dir() {
         cmd.env("OCL_ICD_VENDORS", "/etc/OpenCL/vendors");
     }
-    let mut envs: Vec<(&str, String)> =
-        vec![("CLSHIM_TRACE_DIR", trace_dir.display().to_string())];
+    let mut envs: Vec<(&str, String)> = vec![("CLSHIM_TRACE_DIR", trace_dir.display().to_string())];
     if let Some(p) = policy {
         envs.push(("CLSHIM_BINARIES", p.to_string()));
     }
@@ -71,7 +70,11 @@ fn run_small_kernel(
         trace_dir.display()
     );
     let traces = read_traces(trace_dir);
-    PyRun { out, result, traces }
+    PyRun {
+        out,
+        result,
+        traces,
+    }
 }
 
 /// Like common::run(cmd, true) (inherited CLSHIM_*, LD_PRELOAD and OPENCL_LAYERS are
@@ -89,14 +92,24 @@ fn run_with_env(mut cmd: Command, envs: &[(&str, String)]) -> Output {
     cmd.output().expect("spawn test command")
 }
 
-fn dirs(tag: &str) -> (PathBuf, PathBuf, PathBuf) {
+/// (scratch root, caches, trace folder of run 1, of run 2). Each test removes the root
+/// at its end, so only a failed test's folder stays for a look.
+fn dirs(tag: &str) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
     let root = scratch(tag);
     let caches = root.join("caches");
-    (caches, root.join("trace1"), root.join("trace2"))
+    (
+        root.clone(),
+        caches,
+        root.join("trace1"),
+        root.join("trace2"),
+    )
 }
 
 fn ok_builds<'a>(recs: &'a [Value]) -> Vec<&'a Value> {
-    events(recs, "build").into_iter().filter(|r| r["result"] == 0).collect()
+    events(recs, "build")
+        .into_iter()
+        .filter(|r| r["result"] == 0)
+        .collect()
 }
 
 fn brief(recs: &[Value]) -> String {
@@ -116,11 +129,16 @@ fn brief(recs: &[Value]) -> String {
 /// trace (it no longer asks pocl for binaries, so there is no binary query to record).
 #[test]
 fn current_pyopencl_builds_are_traced() {
-    let (caches, trace, _) = dirs("py-current");
+    let (root, caches, trace, _) = dirs("py-current");
     let r = run_small_kernel("current", &caches, &trace, None, "clshim_cur");
 
     let procs = events(&r.traces, "process");
-    assert_eq!(procs.len(), 1, "one process record expected:\n{:#?}", r.traces);
+    assert_eq!(
+        procs.len(),
+        1,
+        "one process record expected:\n{:#?}",
+        r.traces
+    );
     assert_eq!(procs[0]["mode"], "preload");
     assert_eq!(procs[0]["policy"], "pass");
 
@@ -144,6 +162,7 @@ fn current_pyopencl_builds_are_traced() {
         "pyopencl >= 2024.2.3 should not query binaries on pocl:\n{}",
         brief(&r.traces)
     );
+    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// (ii) pyopencl 2023.1 with CLSHIM_BINARIES=substitute: run 1 (cold) gets clshim
@@ -151,15 +170,28 @@ fn current_pyopencl_builds_are_traced() {
 /// cache folders) loads them, and the shim turns them back into a source build.
 #[test]
 fn old_pyopencl_substitute_round_trips_through_its_cache() {
-    let (caches, trace1, trace2) = dirs("py-substitute");
+    let (root, caches, trace1, trace2) = dirs("py-substitute");
 
     let r1 = run_small_kernel("old", &caches, &trace1, Some("substitute"), "clshim_sub");
     let err1 = r1.stderr();
-    assert_eq!(r1.result["cache_misses"], 2, "run 1 should miss pyopencl's cache: {}", r1.result);
+    assert_eq!(
+        r1.result["cache_misses"], 2,
+        "run 1 should miss pyopencl's cache: {}",
+        r1.result
+    );
     let queries = events(&r1.traces, "binary_query");
-    assert!(!queries.is_empty(), "run 1: no binary_query record:\n{}", brief(&r1.traces));
+    assert!(
+        !queries.is_empty(),
+        "run 1: no binary_query record:\n{}",
+        brief(&r1.traces)
+    );
     for q in &queries {
-        assert_eq!(q["action"], "substitute", "run 1 query not substituted:\n{}", brief(&r1.traces));
+        assert_eq!(
+            q["action"],
+            "substitute",
+            "run 1 query not substituted:\n{}",
+            brief(&r1.traces)
+        );
         assert_eq!(q["result"], 0);
     }
     assert!(
@@ -170,19 +202,40 @@ fn old_pyopencl_substitute_round_trips_through_its_cache() {
     // pyopencl stored the (non-empty) clshim binaries.
     let bins = r1.result["cache_binaries"].as_array().unwrap();
     assert_eq!(bins.len(), 2, "{}", r1.result);
-    assert!(bins.iter().all(|s| s.as_u64().unwrap() > 0), "empty binary cached: {}", r1.result);
+    assert!(
+        bins.iter().all(|s| s.as_u64().unwrap() > 0),
+        "empty binary cached: {}",
+        r1.result
+    );
 
     let r2 = run_small_kernel("old", &caches, &trace2, Some("substitute"), "clshim_sub");
     let err2 = r2.stderr();
-    assert_eq!(r2.result["cache_hits"], 2, "run 2 should hit pyopencl's cache: {}", r2.result);
+    assert_eq!(
+        r2.result["cache_hits"], 2,
+        "run 2 should hit pyopencl's cache: {}",
+        r2.result
+    );
     let loads = events(&r2.traces, "binary_load");
-    assert!(!loads.is_empty(), "run 2: no binary_load record:\n{}", brief(&r2.traces));
+    assert!(
+        !loads.is_empty(),
+        "run 2: no binary_load record:\n{}",
+        brief(&r2.traces)
+    );
     for l in &loads {
-        assert_eq!(l["action"], "substitute", "run 2 load not substituted:\n{}", brief(&r2.traces));
+        assert_eq!(
+            l["action"],
+            "substitute",
+            "run 2 load not substituted:\n{}",
+            brief(&r2.traces)
+        );
         assert_eq!(l["result"], 0, "run 2 load failed:\n{}", brief(&r2.traces));
         assert!(l["program"].is_number(), "{l}");
     }
-    assert!(!ok_builds(&r2.traces).is_empty(), "run 2: no successful build:\n{}", brief(&r2.traces));
+    assert!(
+        !ok_builds(&r2.traces).is_empty(),
+        "run 2: no successful build:\n{}",
+        brief(&r2.traces)
+    );
     assert!(
         events(&r2.traces, "binary_query").is_empty(),
         "run 2 built from pyopencl's cache and should not query binaries:\n{}",
@@ -191,9 +244,13 @@ fn old_pyopencl_substitute_round_trips_through_its_cache() {
 
     for (run, err) in [(1, &err1), (2, &err2)] {
         for bad in ["caching failed", "Warning", "invalid info file"] {
-            assert!(!err.contains(bad), "run {run}: pyopencl complained ({bad:?}):\n{err}");
+            assert!(
+                !err.contains(bad),
+                "run {run}: pyopencl complained ({bad:?}):\n{err}"
+            );
         }
     }
+    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// (iii) pyopencl 2023.1 with CLSHIM_BINARIES=suppress: the binary query answers "no
@@ -203,11 +260,15 @@ fn old_pyopencl_substitute_round_trips_through_its_cache() {
 /// documented cost of `suppress` (NOTES.md), and why `substitute` exists.
 #[test]
 fn old_pyopencl_suppress_warns_and_rebuilds_on_warm_run() {
-    let (caches, trace1, trace2) = dirs("py-suppress");
+    let (root, caches, trace1, trace2) = dirs("py-suppress");
 
     let r1 = run_small_kernel("old", &caches, &trace1, Some("suppress"), "clshim_sup");
     let queries = events(&r1.traces, "binary_query");
-    assert!(!queries.is_empty(), "run 1: no binary_query record:\n{}", brief(&r1.traces));
+    assert!(
+        !queries.is_empty(),
+        "run 1: no binary_query record:\n{}",
+        brief(&r1.traces)
+    );
     for q in &queries {
         assert_eq!(q["action"], "suppress", "{}", brief(&r1.traces));
         if q["param"] == "CL_PROGRAM_BINARY_SIZES" {
@@ -217,7 +278,11 @@ fn old_pyopencl_suppress_warns_and_rebuilds_on_warm_run() {
             );
         }
     }
-    assert!(!r1.stderr().contains("caching failed"), "run 1:\n{}", r1.stderr());
+    assert!(
+        !r1.stderr().contains("caching failed"),
+        "run 1:\n{}",
+        r1.stderr()
+    );
     let bins = r1.result["cache_binaries"].as_array().unwrap();
     assert!(
         !bins.is_empty() && bins.iter().all(|s| s == 0),
@@ -234,7 +299,20 @@ fn old_pyopencl_suppress_warns_and_rebuilds_on_warm_run() {
     assert_eq!(r2.result["cache_hits"], 2, "{}", r2.result);
     // The failed load, then the source build pyopencl falls back to.
     let loads = events(&r2.traces, "binary_load");
-    assert!(!loads.is_empty(), "run 2: no binary_load record:\n{}", brief(&r2.traces));
-    assert!(loads.iter().all(|l| l["result"] != 0), "empty binaries should not load:\n{}", brief(&r2.traces));
-    assert!(ok_builds(&r2.traces).len() >= 2, "run 2: no rebuild from source:\n{}", brief(&r2.traces));
+    assert!(
+        !loads.is_empty(),
+        "run 2: no binary_load record:\n{}",
+        brief(&r2.traces)
+    );
+    assert!(
+        loads.iter().all(|l| l["result"] != 0),
+        "empty binaries should not load:\n{}",
+        brief(&r2.traces)
+    );
+    assert!(
+        ok_builds(&r2.traces).len() >= 2,
+        "run 2: no rebuild from source:\n{}",
+        brief(&r2.traces)
+    );
+    let _ = std::fs::remove_dir_all(&root);
 }
