@@ -801,9 +801,49 @@ fn fake_mixed_devices_decided_per_device() {
                 .collect();
             assert_eq!(types, [&json!("CPU"), &json!("GPU")]);
         }
-        // The driver was asked, for device 1's sake: once per value query.
-        assert_eq!(binary_value_queries(&r).len(), 3, "{:?}", r.driver_calls);
+        // The driver was asked, for device 1's sake, at each value query.
+        let asked = |param: &str| {
+            binary_value_queries(&r)
+                .iter()
+                .filter(|l| l.contains(param))
+                .count()
+        };
+        assert!(asked("BINARY_SIZES") >= 1, "{:?}", r.driver_calls);
+        assert_eq!(asked("CL_PROGRAM_BINARIES)"), 2, "{:?}", r.driver_calls);
     }
+}
+
+/// On a mixed program the application passes a buffer for every device, so the driver must
+/// never see a NULL entry that clshim put there: pocl 3.1 does not skip NULL entries of
+/// CL_PROGRAM_BINARIES, it crashes on them (measured: SIGSEGV with POCL_DEVICES="pthread
+/// pthread" and a NULL first entry). The fake driver emulates such a driver with an error.
+#[test]
+fn fake_mixed_binaries_query_never_hands_the_driver_a_null_entry() {
+    let bin = client();
+    let steps = ["build", "sizes", "binaries"];
+    let env = [TWO, AS_POCL, GPU1, ("FAKE_ICD_NULL_BINARY_FAILS", "1")];
+    let base = plain(
+        Driver::Fake,
+        &bin,
+        &["build", "sizes", "binaries-null0"],
+        &env,
+    );
+    base.ok();
+    base.line("binaries-null0: CL_INVALID_VALUE ["); // the emulation works
+    let mut e = env.to_vec();
+    e.push(policy("substitute"));
+    let r = shimmed(Driver::Fake, &bin, &steps, &e);
+    r.ok();
+    let n = fake_source("1").len() + CLSHIM_OVERHEAD;
+    r.has_line(&sizes_line(&[n, FAKE_BIN]));
+    let q = r.queries("CL_PROGRAM_BINARIES");
+    assert_eq!(q[0]["action"], "mixed", "{}", q[0]);
+    assert_eq!(q[0]["result"], 0, "the driver got a NULL entry: {}", q[0]);
+    assert!(
+        r.stdout().contains("binaries: CL_SUCCESS ["),
+        "{}",
+        r.stdout()
+    );
 }
 
 /// A mixed set of binaries (a clshim binary for device 0, the driver's for device 1) is

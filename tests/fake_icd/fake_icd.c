@@ -33,6 +33,9 @@
  *   FAKE_ICD_PLATFORM_NAME=S    the platform's name (default "Fake ICD"), e.g. pocl's, so
  *                               that clshim's pocl device filters select its devices
  *   FAKE_ICD_GPU_DEVICE=I       device I reports CL_DEVICE_TYPE_GPU (the others are CPUs)
+ *   FAKE_ICD_NULL_BINARY_FAILS=1  a NULL entry in a CL_PROGRAM_BINARIES value query fails
+ *                               it with CL_INVALID_VALUE instead of being skipped, as a
+ *                               driver that reads every entry would (pocl 3.1 crashes)
  *   FAKE_ICD_LOG=FILE           append one line per program call received (entry point
  *                               and result), so a test can see what reached the driver
  *
@@ -711,7 +714,11 @@ static cl_int f_GetProgramInfo(cl_program p, cl_program_info param, size_t param
                 flog("clGetProgramInfo(CL_PROGRAM_BINARIES) %ld", fail);
                 return (cl_int)fail;
             }
+            unsigned char **nulls = param_value;
+            int has_null = 0;
+            for (int i = 0; param_value_size >= need && i < p->ndev; i++) has_null |= !nulls[i];
             if (param_value_size < need) r = CL_INVALID_VALUE;
+            else if (has_null && env_long("FAKE_ICD_NULL_BINARY_FAILS", 0)) r = CL_INVALID_VALUE;
             else {
                 unsigned char **out = param_value;
                 for (int i = 0; i < p->ndev; i++)
