@@ -7,7 +7,15 @@
  * Steps: build, build-async (with a callback; reports how the callback ran), compile,
  * link (the linked program replaces the current one), sizes-only, sizes, binaries,
  * load (a new program from the last binaries), il (a new program from IL bytes),
- * kernels, log, status. Option: --seed=N changes the source. */
+ * kernels, log, status. Option: --seed=N changes the source.
+ * Steps for the binary-policy tests:
+ *   sizes-small, binaries-small  the value query with a buffer one byte too small
+ *   binaries-null0               like binaries, with a NULL entry for device 0
+ *   save:PATH                    write each device's last binary to PATH.<device index>
+ *   read:PATH                    take PATH.<device index> as the last binaries (for load)
+ *   load-swap                    like load, with the binaries in reverse device order
+ *   load-last                    a new program for the last device only, from its binary
+ *   num-devices                  the program's CL_PROGRAM_NUM_DEVICES */
 #define _GNU_SOURCE
 #include "cltest.h"
 #include <pthread.h>
@@ -105,10 +113,25 @@ int main(int argc, char **argv) {
             printf("%s: %s [", s, cl_err_name(e));
             for (cl_uint i = 0; i < ndev; i++) printf("%s%zu", i ? ", " : "", sizes[i]);
             printf("]\n");
-        } else if (strcmp(s, "binaries") == 0) {
+        } else if (strcmp(s, "sizes-small") == 0 || strcmp(s, "binaries-small") == 0) {
+            /* Room for every device but one byte short: must be CL_INVALID_VALUE. */
+            union {
+                size_t sizes[MAXD];
+                unsigned char *bins[MAXD];
+            } small;
+            memset(&small, 0, sizeof small);
+            size_t ret = 4242;
+            cl_program_info param =
+                s[0] == 's' ? CL_PROGRAM_BINARY_SIZES : CL_PROGRAM_BINARIES;
+            cl_int e = clGetProgramInfo(prog, param, sizeof(size_t) * ndev - 1, &small, &ret);
+            printf("%s: %s\n", s, cl_err_name(e));
+        } else if (strcmp(s, "binaries") == 0 || strcmp(s, "binaries-null0") == 0) {
+            int null0 = strcmp(s, "binaries-null0") == 0;
             for (cl_uint i = 0; i < ndev; i++) {
                 free(bins[i]);
-                bins[i] = sizes[i] && sizes[i] != 77777 ? calloc(sizes[i], 1) : NULL;
+                bins[i] = sizes[i] && sizes[i] != 77777 && !(null0 && i == 0)
+                              ? calloc(sizes[i], 1)
+                              : NULL;
             }
             cl_int e = clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof(bins[0]) * ndev, bins,
                                         NULL);
@@ -118,15 +141,64 @@ int main(int argc, char **argv) {
                        bins[i] ? (unsigned long long)fnv1a64(bins[i], sizes[i]) : 0ULL);
             printf("]\n");
             have_bins = e == CL_SUCCESS;
-        } else if (strcmp(s, "load") == 0) {
+        } else if (strncmp(s, "save:", 5) == 0 || strncmp(s, "read:", 5) == 0) {
+            int save = s[0] == 's';
+            for (cl_uint i = 0; i < ndev; i++) {
+                char path[4096];
+                snprintf(path, sizeof path, "%s.%u", s + 5, i);
+                FILE *f = fopen(path, save ? "wb" : "rb");
+                if (!f) {
+                    printf("FAILED cannot open %s\n", path);
+                    return 1;
+                }
+                if (save) {
+                    if (bins[i] && fwrite(bins[i], 1, sizes[i], f) != sizes[i]) return 1;
+                } else {
+                    fseek(f, 0, SEEK_END);
+                    long n = ftell(f);
+                    fseek(f, 0, SEEK_SET);
+                    free(bins[i]);
+                    bins[i] = malloc(n > 0 ? (size_t)n : 1);
+                    sizes[i] = fread(bins[i], 1, (size_t)n, f);
+                }
+                fclose(f);
+            }
+            if (!save) have_bins = 1;
+            printf("%s: ok\n", save ? "save" : "read");
+        } else if (strcmp(s, "load-last") == 0) {
+            if (!have_bins) {
+                printf("%s: no binaries\n", s);
+                continue;
+            }
+            cl_int st = 12345;
+            const unsigned char *b = bins[ndev - 1];
+            cl_program p2 =
+                clCreateProgramWithBinary(ctx, 1, &devs[ndev - 1], &sizes[ndev - 1], &b, &st, &err);
+            printf("%s: %s status=[%s]\n", s, cl_err_name(err),
+                   st == 12345 ? "unset" : cl_err_name(st));
+            if (p2) {
+                CHECK(clReleaseProgram(prog));
+                prog = p2;
+            }
+        } else if (strcmp(s, "num-devices") == 0) {
+            cl_uint n = 0;
+            cl_int e = clGetProgramInfo(prog, CL_PROGRAM_NUM_DEVICES, sizeof n, &n, NULL);
+            printf("%s: %s %u\n", s, cl_err_name(e), n);
+        } else if (strcmp(s, "load") == 0 || strcmp(s, "load-swap") == 0) {
             if (!have_bins) {
                 printf("%s: no binaries\n", s);
                 continue;
             }
             cl_int st[MAXD];
-            for (cl_uint i = 0; i < ndev; i++) st[i] = 12345;
-            cl_program p2 = clCreateProgramWithBinary(ctx, ndev, devs, sizes,
-                                                      (const unsigned char **)bins, st, &err);
+            size_t lens[MAXD];
+            const unsigned char *order[MAXD];
+            int swap = strcmp(s, "load-swap") == 0;
+            for (cl_uint i = 0; i < ndev; i++) {
+                st[i] = 12345;
+                lens[i] = sizes[swap ? ndev - 1 - i : i];
+                order[i] = bins[swap ? ndev - 1 - i : i];
+            }
+            cl_program p2 = clCreateProgramWithBinary(ctx, ndev, devs, lens, order, st, &err);
             printf("%s: %s status=[", s, cl_err_name(err));
             for (cl_uint i = 0; i < ndev; i++)
                 printf("%s%s", i ? ", " : "", st[i] == 12345 ? "unset" : cl_err_name(st[i]));

@@ -256,3 +256,103 @@ pub fn assert_query_sizes(rec: &serde_json::Value, expected: &serde_json::Value)
         "sizes the application received: {rec}"
     );
 }
+
+/// The fake ICD (tests/fake_icd/fake_icd.c) built as a shared library, and a directory
+/// holding only its `.icd` file, for OCL_ICD_VENDORS.
+pub struct FakeIcd {
+    pub lib: PathBuf,
+    pub vendors: PathBuf,
+}
+
+/// Builds the fake ICD once per test binary into target/<profile>/<dir>/ (recompiled when
+/// its source is newer). Each test binary names its own `dir`, so two test binaries never
+/// write the same `.icd` file at once.
+pub fn fake_icd_in(dir: &str) -> FakeIcd {
+    let src = repo_root().join("tests/fake_icd/fake_icd.c");
+    let dir = target_dir().join(dir);
+    let vendors = dir.join("vendors");
+    std::fs::create_dir_all(&vendors).unwrap();
+    let lib = dir.join("libfakeicd.so");
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    if mtime(&lib).is_none() || mtime(&src) > mtime(&lib) {
+        let tmp = dir.join(format!("libfakeicd.so.tmp{}", std::process::id()));
+        let status = Command::new("cc")
+            .args([
+                "-shared",
+                "-fPIC",
+                "-O1",
+                "-g",
+                "-Wall",
+                "-fvisibility=hidden",
+            ])
+            .arg("-o")
+            .arg(&tmp)
+            .arg(&src)
+            .arg("-lpthread")
+            .status()
+            .expect("run cc");
+        assert!(status.success(), "compiling {} failed", src.display());
+        std::fs::rename(&tmp, &lib).unwrap();
+    }
+    let icd = vendors.join("fake.icd");
+    let tmp = vendors.join(format!("fake.icd.tmp{}", std::process::id()));
+    std::fs::write(&tmp, format!("{}\n", lib.display())).unwrap();
+    std::fs::rename(&tmp, &icd).unwrap();
+    FakeIcd { lib, vendors }
+}
+
+/// The parts of a clshim binary (layout in src/container.rs): magic "CLSHIMB\0",
+/// version u32, flags u32, device fingerprint u64, source length u64, source, and an
+/// FNV-1a 64 checksum of everything before it; all little-endian. Parsed independently
+/// of the library, so the tests check the format, not just agreement with themselves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClshimBinary {
+    pub version: u32,
+    pub flags: u32,
+    pub fingerprint: u64,
+    pub source: Vec<u8>,
+    pub checksum_ok: bool,
+}
+
+pub const CLSHIM_MAGIC: &[u8; 8] = b"CLSHIMB\0";
+/// Bytes of a clshim binary around its source: 32 of header, 8 of checksum.
+pub const CLSHIM_OVERHEAD: usize = 40;
+
+pub fn fnv1a64_u64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+/// Parses a well-formed clshim binary; panics (failing the test) on anything else.
+pub fn parse_clshim_binary(b: &[u8]) -> ClshimBinary {
+    assert!(
+        b.len() >= CLSHIM_OVERHEAD,
+        "too short for a clshim binary: {b:?}"
+    );
+    assert_eq!(&b[..8], CLSHIM_MAGIC, "magic");
+    let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+    let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+    let len = u64_at(24) as usize;
+    assert_eq!(len + CLSHIM_OVERHEAD, b.len(), "declared source length");
+    let body = b.len() - 8;
+    ClshimBinary {
+        version: u32_at(8),
+        flags: u32_at(12),
+        fingerprint: u64_at(16),
+        source: b[32..body].to_vec(),
+        checksum_ok: fnv1a64_u64(&b[..body]) == u64_at(body),
+    }
+}
+
+/// Recomputes the trailing checksum of a (patched) clshim binary, so that whatever was
+/// patched, and not the checksum, is what a reader must reject.
+pub fn reseal_clshim_binary(mut b: Vec<u8>) -> Vec<u8> {
+    let body = b.len() - 8;
+    let sum = fnv1a64_u64(&b[..body]);
+    b[body..].copy_from_slice(&sum.to_le_bytes());
+    b
+}

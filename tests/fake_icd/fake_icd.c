@@ -30,6 +30,12 @@
  *   FAKE_ICD_ICD2=1             cl_khr_icd 2.0 objects: slot 0 of the table an object
  *                               points to holds CL_ICD2_TAG_KHR, the real table is behind
  *                               the object's second pointer
+ *   FAKE_ICD_PLATFORM_NAME=S    the platform's name (default "Fake ICD"), e.g. pocl's, so
+ *                               that clshim's pocl device filters select its devices
+ *   FAKE_ICD_GPU_DEVICE=I       device I reports CL_DEVICE_TYPE_GPU (the others are CPUs)
+ *   FAKE_ICD_NULL_BINARY_FAILS=1  a NULL entry in a CL_PROGRAM_BINARIES value query fails
+ *                               it with CL_INVALID_VALUE instead of being skipped, as a
+ *                               driver that reads every entry would (pocl 3.1 crashes)
  *   FAKE_ICD_LOG=FILE           append one line per program call received (entry point
  *                               and result), so a test can see what reached the driver
  *
@@ -190,7 +196,10 @@ static cl_int f_GetPlatformInfo(cl_platform_id p, cl_platform_info param, size_t
     switch (param) {
     case CL_PLATFORM_PROFILE: return PUT_STR("FULL_PROFILE");
     case CL_PLATFORM_VERSION: return PUT_STR("OpenCL 3.0 fake");
-    case CL_PLATFORM_NAME: return PUT_STR("Fake ICD");
+    case CL_PLATFORM_NAME: {
+        const char *name = getenv("FAKE_ICD_PLATFORM_NAME");
+        return PUT_STR(name && *name ? name : "Fake ICD");
+    }
     case CL_PLATFORM_VENDOR: return PUT_STR("clshim tests");
     case CL_PLATFORM_EXTENSIONS: return PUT_STR("cl_khr_icd");
     case CL_PLATFORM_ICD_SUFFIX_KHR: return PUT_STR("FAKE");
@@ -223,7 +232,8 @@ static cl_int f_GetDeviceInfo(cl_device_id d, cl_device_info param, size_t param
     cl_bool yes = CL_TRUE;
     switch (param) {
     case CL_DEVICE_TYPE: {
-        cl_device_type t = CL_DEVICE_TYPE_CPU;
+        cl_device_type t = env_long("FAKE_ICD_GPU_DEVICE", -1) == d->index ? CL_DEVICE_TYPE_GPU
+                                                                            : CL_DEVICE_TYPE_CPU;
         return PUT_VAL(t);
     }
     case CL_DEVICE_NAME: return PUT_STR(name);
@@ -704,7 +714,11 @@ static cl_int f_GetProgramInfo(cl_program p, cl_program_info param, size_t param
                 flog("clGetProgramInfo(CL_PROGRAM_BINARIES) %ld", fail);
                 return (cl_int)fail;
             }
+            unsigned char **nulls = param_value;
+            int has_null = 0;
+            for (int i = 0; param_value_size >= need && i < p->ndev; i++) has_null |= !nulls[i];
             if (param_value_size < need) r = CL_INVALID_VALUE;
+            else if (has_null && env_long("FAKE_ICD_NULL_BINARY_FAILS", 0)) r = CL_INVALID_VALUE;
             else {
                 unsigned char **out = param_value;
                 for (int i = 0; i < p->ndev; i++)
