@@ -15,6 +15,7 @@ CLSHIM_APT_PACKAGES=(
     mpich                # mpiexec for the multi-rank benchmark and tests
     build-essential      # cc for the C tests
     python3-venv         # venv for Debian's python3 (harmless with pyenv's)
+    valgrind             # memcheck run of a C test program under the shim
 )
 
 # Requirement strings of the two Python environments under .venv/.

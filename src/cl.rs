@@ -38,6 +38,9 @@ pub const CL_INVALID_BINARY: cl_int = -42;
 pub const CL_INVALID_PROGRAM: cl_int = -44;
 pub const CL_INVALID_OPERATION: cl_int = -59;
 
+// clGetContextInfo parameters.
+pub const CL_CONTEXT_DEVICES: cl_uint = 0x1081;
+
 // clGetProgramInfo parameters.
 pub const CL_PROGRAM_REFERENCE_COUNT: cl_program_info = 0x1160;
 pub const CL_PROGRAM_CONTEXT: cl_program_info = 0x1161;
@@ -91,6 +94,8 @@ pub type FnGetPlatformInfo = unsafe extern "C" fn(
 ) -> cl_int;
 pub type FnGetDeviceInfo =
     unsafe extern "C" fn(cl_device_id, cl_device_info, usize, *mut c_void, *mut usize) -> cl_int;
+pub type FnGetContextInfo =
+    unsafe extern "C" fn(cl_context, cl_uint, usize, *mut c_void, *mut usize) -> cl_int;
 pub type FnCreateProgramWithSource = unsafe extern "C" fn(
     cl_context,
     cl_uint,

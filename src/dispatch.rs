@@ -13,6 +13,7 @@ use std::ffi::c_void;
 pub mod slot {
     pub const GET_PLATFORM_INFO: usize = 1;
     pub const GET_DEVICE_INFO: usize = 3;
+    pub const GET_CONTEXT_INFO: usize = 8;
     pub const CREATE_PROGRAM_WITH_SOURCE: usize = 26;
     pub const CREATE_PROGRAM_WITH_BINARY: usize = 27;
     pub const RELEASE_PROGRAM: usize = 29;

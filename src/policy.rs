@@ -201,13 +201,28 @@ unsafe fn answer(
     } else {
         let app = std::slice::from_raw_parts(value as *const *mut u8, n);
         if (0..n).any(|i| plan.actions[i] == Action::Forward && !app[i].is_null()) {
-            // NULL entries are skipped by the implementation: it fills only the forwarded ones.
+            // The devices clshim answers get a scratch buffer of the driver's own size, not a
+            // NULL entry: pocl 3.1 does not skip NULL entries of CL_PROGRAM_BINARIES, it
+            // crashes on them. The scratch copies are discarded.
+            let mut driver_sizes = vec![0usize; n];
+            let ret = real(
+                program,
+                CL_PROGRAM_BINARY_SIZES,
+                bytes,
+                driver_sizes.as_mut_ptr() as *mut c_void,
+                std::ptr::null_mut(),
+            );
+            if ret != CL_SUCCESS {
+                return (ret, None);
+            }
+            let mut scratch: Vec<Vec<u8>> = Vec::new();
             let mut mine: Vec<*mut u8> = (0..n)
                 .map(|i| {
                     if plan.actions[i] == Action::Forward {
                         app[i]
                     } else {
-                        std::ptr::null_mut()
+                        scratch.push(vec![0u8; driver_sizes[i].max(1)]);
+                        scratch.last_mut().unwrap().as_mut_ptr()
                     }
                 })
                 .collect();
@@ -293,8 +308,16 @@ fn record_query(
         "sizes": sizes,
         "devices": plan.map(|p| devices_json(rt, &p.facts)).unwrap_or_default(),
     });
-    let substituted = actions.iter().filter(|a| **a == Action::Substitute).count() as u64;
-    let suppressed = actions.iter().filter(|a| **a == Action::Suppress).count() as u64;
+    // Only answers the application actually received count as substituted or suppressed.
+    let answered = |which: Action| {
+        if ret == CL_SUCCESS {
+            actions.iter().filter(|a| **a == which).count() as u64
+        } else {
+            0
+        }
+    };
+    let substituted = answered(Action::Substitute);
+    let suppressed = answered(Action::Suppress);
     let device = plan
         .and_then(|p| p.facts.first().cloned().flatten())
         .map(|f| {
@@ -453,7 +476,24 @@ pub unsafe fn create_with_binary(
         });
         return program;
     }
-    let (verdicts, source) = check_clshim_binaries(rt, route, &devices, &bins);
+    let (mut verdicts, mut source) = check_clshim_binaries(rt, route, &devices, &bins);
+    if source.is_some() {
+        // A program made from source belongs to every device of the context, a program made
+        // from binaries only to the devices they were given for: refuse a subset rather
+        // than hand the application a program with devices it did not ask for.
+        if let Some(all) = query::context_devices(route, context) {
+            if all.len() != devices.len() || !all.iter().all(|d| devices.contains(d)) {
+                let why = format!(
+                    "given for {} of the context's {} devices; clshim can only make a \
+                     program for all of them",
+                    devices.len(),
+                    all.len()
+                );
+                verdicts.iter_mut().for_each(|v| *v = Err(why.clone()));
+                source = None;
+            }
+        }
+    }
     let Some(source) = source else {
         let reason = verdicts
             .iter()

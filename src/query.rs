@@ -42,6 +42,38 @@ pub unsafe fn devices(route: Route, program: cl_program) -> Option<Vec<cl_device
     )
 }
 
+/// The devices of `context`.
+///
+/// # Safety
+/// `context` must be a live context reachable through `route`.
+pub unsafe fn context_devices(route: Route, context: cl_context) -> Option<Vec<cl_device_id>> {
+    let f: FnGetContextInfo = route.entry(context, slot::GET_CONTEXT_INFO)?;
+    let mut size = 0usize;
+    if f(
+        context,
+        CL_CONTEXT_DEVICES,
+        0,
+        std::ptr::null_mut(),
+        &mut size,
+    ) != CL_SUCCESS
+    {
+        return None;
+    }
+    let w = std::mem::size_of::<usize>();
+    let mut buf = vec![0usize; size / w];
+    if f(
+        context,
+        CL_CONTEXT_DEVICES,
+        buf.len() * w,
+        buf.as_mut_ptr() as *mut c_void,
+        std::ptr::null_mut(),
+    ) != CL_SUCCESS
+    {
+        return None;
+    }
+    Some(buf.into_iter().map(|d| d as cl_device_id).collect())
+}
+
 /// The explicit device list of a call, or the program's own devices when none was given.
 ///
 /// # Safety

@@ -105,7 +105,7 @@ fn dirs(tag: &str) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
     )
 }
 
-fn ok_builds<'a>(recs: &'a [Value]) -> Vec<&'a Value> {
+fn ok_builds(recs: &[Value]) -> Vec<&Value> {
     events(recs, "build")
         .into_iter()
         .filter(|r| r["result"] == 0)
@@ -147,7 +147,7 @@ fn current_pyopencl_builds_are_traced() {
         assert!(
             builds.iter().any(|b| b["kernels"]
                 .as_array()
-                .map_or(false, |k| k.iter().any(|k| k == name))),
+                .is_some_and(|k| k.iter().any(|k| k == name))),
             "no successful build record names kernel {name}:\n{}",
             brief(&r.traces)
         );

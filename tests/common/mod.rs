@@ -20,14 +20,28 @@ pub fn target_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// The freshly built `libclshim.so` (cargo builds the cdylib before integration tests).
+/// The freshly built `libclshim.so`. `cargo test` builds the library for the test
+/// harness but does not refresh the cdylib in target/<profile>/, so the first call builds
+/// it (a no-op when it is current): a test must never run against a stale shim.
 pub fn shim_path() -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.current_dir(repo_root())
+            .args(["build", "--lib", "--quiet"]);
+        if target_dir()
+            .file_name()
+            .map(|n| n == "release")
+            .unwrap_or(false)
+        {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("run cargo build --lib");
+        assert!(status.success(), "cargo build --lib failed");
+    });
     let p = target_dir().join("libclshim.so");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build` first",
-        p.display()
-    );
+    assert!(p.exists(), "{} is missing after cargo build", p.display());
     p
 }
 
