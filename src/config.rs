@@ -254,6 +254,48 @@ mod tests {
     }
 
     #[test]
+    fn arbitrary_values_never_panic_and_always_yield_a_valid_config() {
+        // A deterministic generator over printable and odd bytes, long and short values.
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let alphabet: Vec<char> = "passupresbtiltfocl-=,:0123456789 \t\u{e9}\u{0}/*xyzPASS"
+            .chars()
+            .collect();
+        let names = [
+            "CLSHIM_BINARIES",
+            "CLSHIM_DEVICES",
+            "CLSHIM_TRACE_MODE",
+            "CLSHIM_LOG",
+            "CLSHIM_SUMMARY",
+        ];
+        for _ in 0..20_000 {
+            let values: Vec<String> = names
+                .iter()
+                .map(|_| {
+                    let len = (next() % 12) as usize;
+                    (0..len)
+                        .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                        .collect()
+                })
+                .collect();
+            let (cfg, warnings) = Config::from_lookup(|n| {
+                names
+                    .iter()
+                    .position(|m| *m == n)
+                    .map(|i| values[i].clone())
+            });
+            assert!(warnings.len() <= names.len());
+            assert!(cfg.trace_mode <= 0o777);
+            assert!(valid_log_filter(&cfg.log_filter), "{:?}", cfg.log_filter);
+        }
+    }
+
+    #[test]
     fn empty_values_mean_unset() {
         let (cfg, w) = parse(&[("CLSHIM_BINARIES", " "), ("CLSHIM_TRACE_DIR", "")]);
         assert_eq!(cfg, Config::default());

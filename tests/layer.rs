@@ -17,15 +17,33 @@ struct Modes {
     layer: bool,
 }
 
-const PLAIN: Modes = Modes { preload: false, layer: false };
-const PRELOAD: Modes = Modes { preload: true, layer: false };
-const LAYER: Modes = Modes { preload: false, layer: true };
-const BOTH: Modes = Modes { preload: true, layer: true };
+const PLAIN: Modes = Modes {
+    preload: false,
+    layer: false,
+};
+const PRELOAD: Modes = Modes {
+    preload: true,
+    layer: false,
+};
+const LAYER: Modes = Modes {
+    preload: false,
+    layer: true,
+};
+const BOTH: Modes = Modes {
+    preload: true,
+    layer: true,
+};
 
 /// Runs `program args` with the shim in `modes`, tracing into `trace` (when any mode is
 /// on) with the extra `env`; every CLSHIM_*, LD_PRELOAD and OPENCL_LAYERS of the test's own
 /// environment is removed first.
-fn launch(program: &Path, args: &[&str], modes: Modes, trace: &Path, env: &[(&str, &str)]) -> Output {
+fn launch(
+    program: &Path,
+    args: &[&str],
+    modes: Modes,
+    trace: &Path,
+    env: &[(&str, &str)],
+) -> Output {
     let mut cmd = Command::new(program);
     cmd.args(args);
     for (k, _) in std::env::vars() {
@@ -74,7 +92,13 @@ fn preload_mode_misses_a_client_that_dlsyms_the_loader() {
     let dir = scratch("layer-miss");
     let bin = dlopen_client();
     let plain = launch(&bin, &[], PLAIN, &dir, &[]);
-    let pre = launch(&bin, &[], PRELOAD, &dir.join("t"), &[("CLSHIM_BINARIES", "substitute")]);
+    let pre = launch(
+        &bin,
+        &[],
+        PRELOAD,
+        &dir.join("t"),
+        &[("CLSHIM_BINARIES", "substitute")],
+    );
     assert_eq!(stdout(&pre), stdout(&plain));
     let recs = traces(&dir.join("t"));
     assert!(
@@ -89,9 +113,20 @@ fn layer_mode_applies_the_policy_to_a_dlopen_client() {
     let dir = scratch("layer-policy");
     let bin = dlopen_client();
     let plain = launch(&bin, &[], PLAIN, &dir, &[]);
-    let out = launch(&bin, &[], LAYER, &dir.join("t"), &[("CLSHIM_BINARIES", "substitute")]);
+    let out = launch(
+        &bin,
+        &[],
+        LAYER,
+        &dir.join("t"),
+        &[("CLSHIM_BINARIES", "substitute")],
+    );
     // The client prints the binary size it got; only that line may differ.
-    let keep = |s: String| s.lines().filter(|l| !l.contains("binary")).collect::<Vec<_>>().join("\n");
+    let keep = |s: String| {
+        s.lines()
+            .filter(|l| !l.contains("binary"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     assert_eq!(keep(stdout(&out)), keep(stdout(&plain)));
     let recs = traces(&dir.join("t"));
     assert_eq!(events(&recs, "process")[0]["mode"], "layer");
@@ -126,19 +161,34 @@ fn both_modes_at_once_record_each_call_once() {
     let dir = scratch("layer-both");
     // Linked to the loader (calls reach the preloaded symbols) ...
     let basic = build_ctest("basic", &[]);
-    launch(&basic, &[], BOTH, &dir.join("linked"), &[("CLSHIM_BINARIES", "substitute")]);
+    launch(
+        &basic,
+        &[],
+        BOTH,
+        &dir.join("linked"),
+        &[("CLSHIM_BINARIES", "substitute")],
+    );
     let recs = traces(&dir.join("linked"));
     assert_eq!(events(&recs, "build").len(), 1, "{recs:#?}");
     assert_eq!(events(&recs, "binary_query").len(), 2, "{recs:#?}");
     assert_eq!(events(&recs, "process")[0]["mode"], "preload");
     // ... and dlopen-ing it (calls reach the layer).
     let client = dlopen_client();
-    launch(&client, &[], BOTH, &dir.join("dlopen"), &[("CLSHIM_BINARIES", "substitute")]);
+    launch(
+        &client,
+        &[],
+        BOTH,
+        &dir.join("dlopen"),
+        &[("CLSHIM_BINARIES", "substitute")],
+    );
     let recs = traces(&dir.join("dlopen"));
     assert_eq!(events(&recs, "build").len(), 1, "{recs:#?}");
     let queries = events(&recs, "binary_query");
     assert_eq!(queries.len(), 2, "{recs:#?}");
-    assert!(queries.iter().all(|q| q["action"] == "substitute"), "{recs:#?}");
+    assert!(
+        queries.iter().all(|q| q["action"] == "substitute"),
+        "{recs:#?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -153,11 +203,22 @@ fn pyopencl_wheel_under_the_layer() {
         ("POCL_CACHE_DIR", caches.join("pocl")),
         ("XDG_CACHE_HOME", caches.join("xdg")),
     ];
-    let env: Vec<(&str, &str)> = cache_env.iter().map(|(k, v)| (*k, v.to_str().unwrap())).collect();
-    let out = launch(&py, &[script, "--name", "clshim_layer"], LAYER, &dir.join("t"), &env);
+    let env: Vec<(&str, &str)> = cache_env
+        .iter()
+        .map(|(k, v)| (*k, v.to_str().unwrap()))
+        .collect();
+    let out = launch(
+        &py,
+        &[script, "--name", "clshim_layer"],
+        LAYER,
+        &dir.join("t"),
+        &env,
+    );
     let so = stdout(&out);
     let result: Value = serde_json::from_str(
-        so.lines().find_map(|l| l.strip_prefix("RESULT ")).expect("RESULT line"),
+        so.lines()
+            .find_map(|l| l.strip_prefix("RESULT "))
+            .expect("RESULT line"),
     )
     .unwrap();
     assert_eq!(result["ok"], true, "{so}");
@@ -166,7 +227,9 @@ fn pyopencl_wheel_under_the_layer() {
     let builds = events(&recs, "build");
     assert!(
         builds.iter().any(|b| b["result"] == 0
-            && b["kernels"].as_array().is_some_and(|k| k.iter().any(|k| k == "clshim_layer_0"))),
+            && b["kernels"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|k| k == "clshim_layer_0"))),
         "the wheel's bundled loader ran the layer: {recs:#?}"
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -1,7 +1,8 @@
 /* Hardening probe for clshim: real pocl through the system loader, one subcommand per
  * scenario of tests/hardening.rs.
- *   fork            a thread builds programs while main forks; the child builds its own
- *                   program and queries its binary, then both finish
+ *   fork FORKS      a thread builds programs while main forks FORKS times; each child
+ *                   builds its own program and queries its binary
+ *   fork-idle       one build, then a fork with no other thread; the child builds
  *   exit MODE N     N builds + binary queries, then leave by MODE: normal | thread | _exit | signal
  *   stress T N      T threads x N builds and binary queries each; prints resident memory
  *                   (KiB) after the first and the last round as "rss FIRST LAST"
@@ -45,9 +46,10 @@ static size_t build_and_query(int k) {
   return size;
 }
 
+static volatile int keep_building;
 static void *builder(void *arg) {
   int base = (int)(long)arg;
-  for (int i = 0; i < 4; i++) build_and_query(base + i);
+  for (int i = 0; keep_building; i++) build_and_query(base + i % 4);
   return NULL;
 }
 
@@ -78,22 +80,39 @@ static void *exit_thread(void *arg) { (void)arg; exit(0); }
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
   setup();
-  if (strcmp(argv[1], "fork") == 0) {
+  if (strcmp(argv[1], "fork") == 0 || strcmp(argv[1], "fork-idle") == 0) {
+    /* fork: FORKS forks while another thread builds without pause (run it on a driver
+     * that is itself fork-safe: pocl is not, its own locks can be held at the fork).
+     * fork-idle: one build, then one fork with no other thread running. */
+    int busy = strcmp(argv[1], "fork") == 0;
+    int forks = busy && argc > 2 ? atoi(argv[2]) : 1;
     pthread_t th;
-    pthread_create(&th, NULL, builder, (void *)100L);
-    usleep(50 * 1000);
-    pid_t pid = fork();
-    if (pid == 0) {
-      size_t n = build_and_query(7);
-      printf("child built, binary %s\n", n > 0 ? "non-empty" : "empty");
-      fflush(stdout);
-      _exit(0);
+    if (busy) {
+      keep_building = 1;
+      pthread_create(&th, NULL, builder, (void *)100L);
+    } else {
+      build_and_query(100);
     }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    pthread_join(th, NULL);
-    printf("parent done, child status %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-    return 0;
+    int failed = 0;
+    for (int f = 0; f < forks; f++) {
+      usleep(3 * 1000);
+      pid_t pid = fork();
+      if (pid == 0) {
+        size_t n = build_and_query(7 + f);
+        printf("child %d built, binary %s\n", f, n > 0 ? "non-empty" : "empty");
+        fflush(stdout);
+        _exit(0);
+      }
+      int status = 0;
+      waitpid(pid, &status, 0);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed++;
+    }
+    if (busy) {
+      keep_building = 0;
+      pthread_join(th, NULL);
+    }
+    printf("parent done, %d children failed\n", failed);
+    return failed != 0;
   }
   if (strcmp(argv[1], "exit") == 0 && argc > 3) {
     exit_n = atoi(argv[3]);

@@ -422,7 +422,13 @@ static long parse_binary(const unsigned char *b, size_t len, const char **src) {
     if (!nl) return -1;
     int dev;
     size_t srclen;
-    if (sscanf((const char *)b + strlen(BIN_MAGIC), "%d %zu", &dev, &srclen) != 2) return -1;
+    /* sscanf reads to a NUL, and a binary has none: parse a terminated copy of the header. */
+    char header[64];
+    size_t hlen = (size_t)(nl - (const char *)b);
+    if (hlen >= sizeof header) return -1;
+    memcpy(header, b, hlen);
+    header[hlen] = 0;
+    if (sscanf(header + strlen(BIN_MAGIC), "%d %zu", &dev, &srclen) != 2) return -1;
     size_t head = (size_t)(nl + 1 - (const char *)b);
     if (head + srclen != len) return -1;
     *src = nl + 1;
