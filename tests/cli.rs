@@ -897,3 +897,47 @@ fn real_mpi_four_ranks_under_clshim_run() {
         assert!(r.starts_with(&format!("rank {i} @ ")), "{r}");
     }
 }
+
+/// pyopencl < 2024.2.3 makes every cold build's source unique (a uuid constant), so the
+/// same kernels have a different source hash on every rank: by default they still form
+/// one row across ranks; `--by-source` splits them.
+#[test]
+fn report_groups_per_rank_unique_sources_by_kernel_names() {
+    let d = common::scratch("unique-sources");
+    for rank in 0..3i64 {
+        let mut p = Proc::new(
+            "node07",
+            Some(rank),
+            5100 + rank as u64,
+            1_750_000_000.0,
+            "pass",
+        );
+        let hash = format!("fnv1a64:00000000000000{rank:02}");
+        p.cached_build(&["rhs"], &hash, 1.0 + rank as f64, 2.0, &pocl_cpu());
+        p.write(&d);
+    }
+    let out = common::stdout(&report(&[s(&d)]));
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with("rhs "))
+        .collect();
+    assert_eq!(rows.len(), 1, "{out}");
+    let cols: Vec<&str> = rows[0].split_whitespace().collect();
+    assert_eq!(
+        &cols[1..4],
+        &["3", "sources", "3"],
+        "3 sources, 3 ranks: {}",
+        rows[0]
+    );
+    assert!(rows[0].contains("1.000 / 2.000 / 3.000"), "{}", rows[0]);
+    let json: Value = serde_json::from_str(&common::stdout(&report(&["--json", s(&d)]))).unwrap();
+    let prog = &json["programs"][0];
+    assert_eq!(prog["ranks"], 3);
+    assert_eq!(prog["sources"].as_array().unwrap().len(), 3);
+    let split = common::stdout(&report(&["--by-source", s(&d)]));
+    let rows = split
+        .lines()
+        .filter(|l| l.trim_start().starts_with("rhs "))
+        .count();
+    assert_eq!(rows, 3, "{split}");
+}

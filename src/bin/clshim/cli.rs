@@ -1,6 +1,6 @@
 //! Command-line parsing for the `clshim` command, by hand (no parser crate). This module
 //! owns the grammar of `clshim run [options] -- COMMAND [ARGS…]` and
-//! `clshim report [--json] [--chrome FILE] DIR`, the validation of every option value
+//! `clshim report [--json] [--by-source] [--chrome FILE] DIR`, the validation of every option value
 //! (an unknown policy, device set, log filter or permission mode is a one-line usage
 //! error, exit status 2), and the help text. It turns the arguments into plain
 //! structures ([`RunOpts`], [`ReportOpts`]) and never touches the environment or files.
@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 pub const USAGE: &str = "\
 usage: clshim run [options] [--] COMMAND [ARGS...]
-       clshim report [--json] [--chrome FILE] DIR
+       clshim report [--json] [--by-source] [--chrome FILE] DIR
        clshim --help | --version
 
 clshim run: run COMMAND with libclshim.so interposed (LD_PRELOAD, or OPENCL_LAYERS with
@@ -32,6 +32,7 @@ clshim report: summarise every trace file (*.jsonl) in DIR: per program and per 
 build and binary-query seconds. Exit status 0 when every record was read, 1 when
 something was skipped (reported on stderr as FILE:LINE: reason), 2 on usage errors.
   --json              print the aggregates as one JSON document instead of a table
+  --by-source         one program row per source hash, not per set of kernel names
   --chrome FILE       also write a Chrome trace-event timeline (Perfetto, chrome://tracing)
 ";
 
@@ -76,6 +77,7 @@ pub struct RunOpts {
 #[derive(Debug, Default)]
 pub struct ReportOpts {
     pub json: bool,
+    pub by_source: bool,
     pub chrome: Option<PathBuf>,
     pub dir: PathBuf,
 }
@@ -263,6 +265,7 @@ fn parse_report(args: Vec<OsString>) -> Result<Command, UsageError> {
             let (name, inline) = split_eq(&s);
             match name {
                 "--json" if inline.is_none() => o.json = true,
+                "--by-source" if inline.is_none() => o.by_source = true,
                 "--chrome" => {
                     let v = value(name, inline, &mut it)?;
                     if v.is_empty() {
@@ -287,7 +290,7 @@ fn parse_report(args: Vec<OsString>) -> Result<Command, UsageError> {
     match dir {
         Some(d) => o.dir = d,
         None => return usage(
-            "report: no trace directory given (usage: clshim report [--json] [--chrome FILE] DIR)",
+            "report: no trace directory given (usage: clshim report [--json] [--by-source] [--chrome FILE] DIR)",
         ),
     }
     Ok(Command::Report(o))

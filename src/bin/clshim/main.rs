@@ -64,7 +64,7 @@ fn report_main(o: cli::ReportOpts) -> ExitCode {
             let _ = writeln!(err, "clshim report: {p}");
         }
     }
-    let rep = report::aggregate(&dir, &t);
+    let rep = report::aggregate(&dir, &t, o.by_source);
     let text = if o.json {
         let mut s = serde_json::to_string_pretty(&rep.json()).expect("report JSON");
         s.push('\n');

@@ -125,9 +125,23 @@ pub struct ProgramRow {
     pub policies: BTreeSet<String>,
     pub actions: BTreeSet<String>,
     pub options: BTreeSet<String>,
+    /// Source hashes seen for the row (more than one when rows group by kernel names and
+    /// ranks built different sources, as pyopencl < 2024.2.3 does: it makes every cold
+    /// build's source unique).
+    pub sources: BTreeSet<String>,
 }
 
 impl ProgramRow {
+    /// The source column: the short hash when the row has one source, else how many.
+    fn source_label(&self) -> String {
+        match (&self.key.hash, self.sources.len()) {
+            (Some(_), _) => short_hash(&self.key.hash),
+            (None, 1) => short_hash(&self.sources.iter().next().cloned()),
+            (None, 0) => short_hash(&None),
+            (None, n) => format!("{n} sources"),
+        }
+    }
+
     /// Binary-query seconds / (build + binary-query seconds).
     pub fn query_share(&self) -> f64 {
         share(self.query.total, self.build.total)
@@ -216,6 +230,7 @@ struct ProgAcc {
     policies: BTreeSet<String>,
     actions: BTreeSet<String>,
     options: BTreeSet<String>,
+    sources: BTreeSet<String>,
 }
 
 fn sorted_kernels(k: &[String]) -> Vec<String> {
@@ -225,7 +240,10 @@ fn sorted_kernels(k: &[String]) -> Vec<String> {
     k
 }
 
-pub fn aggregate(dir: &str, t: &Traces) -> Report {
+/// Aggregates every record. Programs are grouped by kernel names (the same kernels built
+/// on every rank form one row, whatever per-rank text made their sources differ), or,
+/// with `by_source`, by source hash and kernel names.
+pub fn aggregate(dir: &str, t: &Traces, by_source: bool) -> Report {
     let procs = processes(t);
     let mut progs: HashMap<ProgramKey, ProgAcc> = HashMap::new();
     let mut ranks: BTreeMap<RankKey, RankRow> = BTreeMap::new();
@@ -257,11 +275,15 @@ pub fn aggregate(dir: &str, t: &Traces) -> Report {
             });
             row.hosts.insert(proc.host.clone());
             row.pids.insert(r.pid);
+            let mut source = None;
             let key = match r.event {
-                Event::Build | Event::Compile => ProgramKey {
-                    hash: r.hash.clone(),
-                    kernels: sorted_kernels(&r.kernels),
-                },
+                Event::Build | Event::Compile => {
+                    source = r.hash.clone();
+                    ProgramKey {
+                        hash: r.hash.clone(),
+                        kernels: sorted_kernels(&r.kernels),
+                    }
+                }
                 Event::Link => {
                     let inputs: Option<Vec<&str>> = r
                         .inputs
@@ -271,6 +293,7 @@ pub fn aggregate(dir: &str, t: &Traces) -> Report {
                     let hash = inputs
                         .filter(|v| !v.is_empty())
                         .map(|v| format!("link({})", v.join("+")));
+                    source = hash.clone();
                     ProgramKey {
                         hash,
                         kernels: sorted_kernels(&r.kernels),
@@ -290,12 +313,20 @@ pub fn aggregate(dir: &str, t: &Traces) -> Report {
                     continue;
                 }
             };
+            let key = if by_source || !r.event.is_build() {
+                key
+            } else {
+                ProgramKey { hash: None, ..key }
+            };
             if r.event.is_build() {
                 if let Some(p) = r.program.as_deref() {
                     by_id.insert(p, key.clone());
                 }
             }
             let acc = progs.entry(key).or_default();
+            if let Some(h) = source {
+                acc.sources.insert(h);
+            }
             if let Some(p) = &proc.policy {
                 acc.policies.insert(p.clone());
             }
@@ -356,6 +387,7 @@ pub fn aggregate(dir: &str, t: &Traces) -> Report {
                 policies: a.policies,
                 actions: a.actions,
                 options: a.options,
+                sources: a.sources,
             }
         })
         .collect();
@@ -523,7 +555,7 @@ impl Report {
                 .map(|p| {
                     vec![
                         clip(&program_name(&p.key), 40),
-                        short_hash(&p.key.hash),
+                        p.source_label(),
                         p.ranks.to_string(),
                         (p.builds + p.compiles + p.links).to_string(),
                         mmm(&p.build),
@@ -633,7 +665,8 @@ impl Report {
             .map(|p| {
                 json!({
                     "kernels": p.key.kernels,
-                    "source_hash": p.key.hash,
+                    "source_hash": p.key.hash.clone().or_else(|| (p.sources.len() == 1).then(|| p.sources.iter().next().unwrap().clone())),
+                    "sources": p.sources,
                     "ranks": p.ranks,
                     "builds": p.builds,
                     "compiles": p.compiles,
