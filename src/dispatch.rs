@@ -3,8 +3,10 @@
 //! or, for cl_khr_icd 2.0 tagged objects, the table behind its second pointer); this works
 //! whichever loader instance made the object, including the private one inside pyopencl's
 //! wheels, where `dlsym(RTLD_NEXT)` finds nothing. In layer mode calls go to the next
-//! table the loader handed to `clInitLayer`. A `Route` names which of the two applies, so
-//! the interception logic is the same for both modes.
+//! table the loader handed to `clInitLayer`. On macOS, whose OpenCL objects have no
+//! dispatch table, calls go to the framework's functions, gathered into a table of the
+//! same shape. A `Route` names which applies, so the interception logic is the same for
+//! every mode.
 
 use crate::cl::{Handle, CL_ICD2_TAG_KHR};
 use std::ffi::c_void;
@@ -32,6 +34,12 @@ pub enum Route {
     Object,
     /// Layer mode: through the loader's next table (`len` entries).
     Next {
+        table: *const *const c_void,
+        len: usize,
+    },
+    /// macOS interposition: the system framework's own functions, laid out in a table of
+    /// the same shape, since its objects carry no ICD dispatch table.
+    Symbols {
         table: *const *const c_void,
         len: usize,
     },
@@ -72,7 +80,7 @@ impl Route {
         );
         let f = match self {
             Route::Object => *object_table(obj)?.add(slot),
-            Route::Next { table, len } => {
+            Route::Next { table, len } | Route::Symbols { table, len } => {
                 if slot >= len {
                     return None;
                 }
@@ -90,6 +98,7 @@ impl Route {
         match self {
             Route::Object => "preload",
             Route::Next { .. } => "layer",
+            Route::Symbols { .. } => "interpose",
         }
     }
 }

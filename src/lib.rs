@@ -16,6 +16,8 @@ pub mod hash;
 pub mod intercept;
 pub mod layer;
 pub mod logger;
+#[cfg(target_os = "macos")]
+pub mod macos;
 pub mod policy;
 pub mod preload;
 pub mod process;

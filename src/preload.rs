@@ -1,15 +1,30 @@
 //! Preload mode: the OpenCL program entry points that `LD_PRELOAD` puts in front of the
 //! loader. Each one only names its route (the object's own dispatch table) and hands over
-//! to `intercept`. On macOS the same functions are registered in a `__DATA,__interpose`
-//! section for `DYLD_INSERT_LIBRARIES` (compiled only there, and untested on real hardware).
+//! to `intercept`. On Linux they are exported under the OpenCL names, so LD_PRELOAD puts
+//! them first; on macOS they stay unexported and `macos.rs` lists them in the
+//! `__DATA,__interpose` section that `DYLD_INSERT_LIBRARIES` reads.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use crate::cl::*;
 use crate::dispatch::Route;
 use crate::intercept;
+
+/// Where preloaded calls go: each object's own dispatch table (ICD platforms) ...
+#[cfg(not(target_os = "macos"))]
+#[inline(always)]
+fn route() -> Route {
+    Route::Object
+}
+
+/// ... or, on macOS, the framework's functions.
+#[cfg(target_os = "macos")]
+#[inline(always)]
+fn route() -> Route {
+    crate::macos::route()
+}
 use std::ffi::{c_char, c_void};
 
-#[no_mangle]
+#[cfg_attr(not(target_os = "macos"), no_mangle)]
 pub unsafe extern "C" fn clBuildProgram(
     program: cl_program,
     num_devices: cl_uint,
@@ -19,7 +34,7 @@ pub unsafe extern "C" fn clBuildProgram(
     user_data: *mut c_void,
 ) -> cl_int {
     intercept::build_program(
-        Route::Object,
+        route(),
         program,
         num_devices,
         device_list,
@@ -29,7 +44,7 @@ pub unsafe extern "C" fn clBuildProgram(
     )
 }
 
-#[no_mangle]
+#[cfg_attr(not(target_os = "macos"), no_mangle)]
 pub unsafe extern "C" fn clCompileProgram(
     program: cl_program,
     num_devices: cl_uint,
@@ -42,7 +57,7 @@ pub unsafe extern "C" fn clCompileProgram(
     user_data: *mut c_void,
 ) -> cl_int {
     intercept::compile_program(
-        Route::Object,
+        route(),
         program,
         num_devices,
         device_list,
@@ -55,7 +70,7 @@ pub unsafe extern "C" fn clCompileProgram(
     )
 }
 
-#[no_mangle]
+#[cfg_attr(not(target_os = "macos"), no_mangle)]
 pub unsafe extern "C" fn clLinkProgram(
     context: cl_context,
     num_devices: cl_uint,
@@ -68,7 +83,7 @@ pub unsafe extern "C" fn clLinkProgram(
     errcode_ret: *mut cl_int,
 ) -> cl_program {
     intercept::link_program(
-        Route::Object,
+        route(),
         context,
         num_devices,
         device_list,
@@ -81,7 +96,7 @@ pub unsafe extern "C" fn clLinkProgram(
     )
 }
 
-#[no_mangle]
+#[cfg_attr(not(target_os = "macos"), no_mangle)]
 pub unsafe extern "C" fn clGetProgramInfo(
     program: cl_program,
     param_name: cl_program_info,
@@ -90,7 +105,7 @@ pub unsafe extern "C" fn clGetProgramInfo(
     param_value_size_ret: *mut usize,
 ) -> cl_int {
     intercept::get_program_info(
-        Route::Object,
+        route(),
         program,
         param_name,
         param_value_size,
@@ -99,7 +114,7 @@ pub unsafe extern "C" fn clGetProgramInfo(
     )
 }
 
-#[no_mangle]
+#[cfg_attr(not(target_os = "macos"), no_mangle)]
 pub unsafe extern "C" fn clCreateProgramWithBinary(
     context: cl_context,
     num_devices: cl_uint,
@@ -110,7 +125,7 @@ pub unsafe extern "C" fn clCreateProgramWithBinary(
     errcode_ret: *mut cl_int,
 ) -> cl_program {
     intercept::create_program_with_binary(
-        Route::Object,
+        route(),
         context,
         num_devices,
         device_list,
@@ -121,7 +136,7 @@ pub unsafe extern "C" fn clCreateProgramWithBinary(
     )
 }
 
-#[no_mangle]
+#[cfg_attr(not(target_os = "macos"), no_mangle)]
 pub unsafe extern "C" fn clCreateProgramWithSource(
     context: cl_context,
     count: cl_uint,
@@ -129,27 +144,20 @@ pub unsafe extern "C" fn clCreateProgramWithSource(
     lengths: *const usize,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
-    intercept::create_program_with_source(
-        Route::Object,
-        context,
-        count,
-        strings,
-        lengths,
-        errcode_ret,
-    )
+    intercept::create_program_with_source(route(), context, count, strings, lengths, errcode_ret)
 }
 
-#[no_mangle]
+#[cfg_attr(not(target_os = "macos"), no_mangle)]
 pub unsafe extern "C" fn clCreateProgramWithIL(
     context: cl_context,
     il: *const c_void,
     length: usize,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
-    intercept::create_program_with_il(Route::Object, context, il, length, errcode_ret)
+    intercept::create_program_with_il(route(), context, il, length, errcode_ret)
 }
 
-#[no_mangle]
+#[cfg_attr(not(target_os = "macos"), no_mangle)]
 pub unsafe extern "C" fn clReleaseProgram(program: cl_program) -> cl_int {
-    intercept::release_program(Route::Object, program)
+    intercept::release_program(route(), program)
 }
