@@ -25,7 +25,7 @@ pub struct Pending {
     start: Start,
     /// The program built or compiled (NULL for a link until it returns one).
     program: cl_program,
-    num_devices: cl_uint,
+    /// The devices the call named (empty: all of the program's).
     device_list: Vec<cl_device_id>,
     options: Option<String>,
     is_async: bool,
@@ -59,11 +59,24 @@ impl Pending {
             kind,
             start: Start::now(),
             program,
-            num_devices,
             device_list,
             options: query::c_str(options),
             is_async,
             extra,
+        }
+    }
+
+    /// The devices the call named, or the program's own when it named none.
+    ///
+    /// # Safety
+    /// `program` must be NULL or live.
+    unsafe fn devices(&self, program: cl_program) -> Vec<cl_device_id> {
+        if !self.device_list.is_empty() {
+            self.device_list.clone()
+        } else if program.is_null() {
+            Vec::new()
+        } else {
+            query::devices(self.route, program).unwrap_or_default()
         }
     }
 
@@ -84,17 +97,7 @@ impl Pending {
             EventKind::Link => rt.programs.created(program, Origin::Link, None, None),
             _ => rt.programs.lookup(program),
         });
-        let list = self.device_list.as_ptr();
-        let devices = query::call_devices(
-            route,
-            program,
-            self.num_devices,
-            if self.device_list.is_empty() {
-                std::ptr::null()
-            } else {
-                list
-            },
-        );
+        let devices = self.devices(program);
         let filter = rt.config.devices;
         let facts: Vec<_> = devices
             .iter()
@@ -197,16 +200,7 @@ unsafe extern "C" fn on_build_done(program: cl_program, data: *mut c_void) {
                 // The call returned CL_SUCCESS and the build went on: its outcome is the
                 // build status now.
                 let route = p.route;
-                let devices = query::call_devices(
-                    route,
-                    program,
-                    p.num_devices,
-                    if p.device_list.is_empty() {
-                        std::ptr::null()
-                    } else {
-                        p.device_list.as_ptr()
-                    },
-                );
+                let devices = p.devices(program);
                 let ok = !devices.is_empty()
                     && devices.iter().all(|&d| query::built_for(route, program, d));
                 let result = if ok {

@@ -7,10 +7,10 @@ use crate::cl::*;
 use crate::config::DeviceFilter;
 use crate::dispatch::{slot, Route};
 use crate::hash::Fnv1a;
+use crate::query::info_bytes;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::ffi::c_void;
 use std::sync::Arc;
 
 pub const POCL_PLATFORM: &str = "Portable Computing Language";
@@ -62,29 +62,6 @@ impl DeviceFacts {
             "matched": self.selected_by(filter),
         })
     }
-}
-
-unsafe fn info_bytes<H: Copy>(
-    query: unsafe extern "C" fn(H, cl_uint, usize, *mut c_void, *mut usize) -> cl_int,
-    obj: H,
-    param: cl_uint,
-) -> Option<Vec<u8>> {
-    let mut size = 0usize;
-    if query(obj, param, 0, std::ptr::null_mut(), &mut size) != CL_SUCCESS || size > 1 << 20 {
-        return None;
-    }
-    let mut buf = vec![0u8; size];
-    if query(
-        obj,
-        param,
-        size,
-        buf.as_mut_ptr() as *mut c_void,
-        std::ptr::null_mut(),
-    ) != CL_SUCCESS
-    {
-        return None;
-    }
-    Some(buf)
 }
 
 fn text(bytes: Option<Vec<u8>>) -> String {

@@ -6,16 +6,25 @@ use crate::cl::*;
 use crate::dispatch::{slot, Route};
 use std::ffi::c_void;
 
-unsafe fn info(route: Route, program: cl_program, param: cl_program_info) -> Option<Vec<u8>> {
-    let f: FnGetProgramInfo = route.entry(program, slot::GET_PROGRAM_INFO)?;
+/// The answer to one `clGet*Info(obj, param, ...)` query: asks for the size, then the
+/// value. None if either call fails or the size is beyond reason (a broken driver must
+/// not make clshim allocate without bound).
+///
+/// # Safety
+/// `query` must be the implementation's info function for objects like `obj`.
+pub unsafe fn info_bytes<H: Copy>(
+    query: unsafe extern "C" fn(H, cl_uint, usize, *mut c_void, *mut usize) -> cl_int,
+    obj: H,
+    param: cl_uint,
+) -> Option<Vec<u8>> {
     let mut size = 0usize;
-    if f(program, param, 0, std::ptr::null_mut(), &mut size) != CL_SUCCESS {
+    if query(obj, param, 0, std::ptr::null_mut(), &mut size) != CL_SUCCESS || size > 1 << 30 {
         return None;
     }
     let mut buf = vec![0u8; size];
     if size > 0
-        && f(
-            program,
+        && query(
+            obj,
             param,
             size,
             buf.as_mut_ptr() as *mut c_void,
@@ -27,19 +36,26 @@ unsafe fn info(route: Route, program: cl_program, param: cl_program_info) -> Opt
     Some(buf)
 }
 
+unsafe fn info(route: Route, program: cl_program, param: cl_program_info) -> Option<Vec<u8>> {
+    let f: FnGetProgramInfo = route.entry(program, slot::GET_PROGRAM_INFO)?;
+    info_bytes(f, program, param)
+}
+
+/// Handles packed in an info answer.
+fn handles(bytes: &[u8]) -> Vec<Handle> {
+    let w = std::mem::size_of::<usize>();
+    bytes
+        .chunks_exact(w)
+        .map(|c| usize::from_ne_bytes(c.try_into().unwrap()) as Handle)
+        .collect()
+}
+
 /// The program's devices, in the order binary queries report them.
 ///
 /// # Safety
 /// `program` must be a live program reachable through `route`.
 pub unsafe fn devices(route: Route, program: cl_program) -> Option<Vec<cl_device_id>> {
-    let bytes = info(route, program, CL_PROGRAM_DEVICES)?;
-    let w = std::mem::size_of::<usize>();
-    Some(
-        bytes
-            .chunks_exact(w)
-            .map(|c| usize::from_ne_bytes(c.try_into().unwrap()) as cl_device_id)
-            .collect(),
-    )
+    Some(handles(&info(route, program, CL_PROGRAM_DEVICES)?))
 }
 
 /// The devices of `context`.
@@ -48,49 +64,7 @@ pub unsafe fn devices(route: Route, program: cl_program) -> Option<Vec<cl_device
 /// `context` must be a live context reachable through `route`.
 pub unsafe fn context_devices(route: Route, context: cl_context) -> Option<Vec<cl_device_id>> {
     let f: FnGetContextInfo = route.entry(context, slot::GET_CONTEXT_INFO)?;
-    let mut size = 0usize;
-    if f(
-        context,
-        CL_CONTEXT_DEVICES,
-        0,
-        std::ptr::null_mut(),
-        &mut size,
-    ) != CL_SUCCESS
-    {
-        return None;
-    }
-    let w = std::mem::size_of::<usize>();
-    let mut buf = vec![0usize; size / w];
-    if f(
-        context,
-        CL_CONTEXT_DEVICES,
-        buf.len() * w,
-        buf.as_mut_ptr() as *mut c_void,
-        std::ptr::null_mut(),
-    ) != CL_SUCCESS
-    {
-        return None;
-    }
-    Some(buf.into_iter().map(|d| d as cl_device_id).collect())
-}
-
-/// The explicit device list of a call, or the program's own devices when none was given.
-///
-/// # Safety
-/// `list` must hold `n` handles when non-NULL; `program` as for [`devices`].
-pub unsafe fn call_devices(
-    route: Route,
-    program: cl_program,
-    n: cl_uint,
-    list: *const cl_device_id,
-) -> Vec<cl_device_id> {
-    if n > 0 && !list.is_null() {
-        std::slice::from_raw_parts(list, n as usize).to_vec()
-    } else if !program.is_null() {
-        devices(route, program).unwrap_or_default()
-    } else {
-        Vec::new()
-    }
+    Some(handles(&info_bytes(f, context, CL_CONTEXT_DEVICES)?))
 }
 
 /// The program's source text (empty for programs not made from source).

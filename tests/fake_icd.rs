@@ -12,45 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-struct Fake {
-    lib: PathBuf,
-    /// A directory holding only `fake.icd`, for OCL_ICD_VENDORS.
-    vendors: PathBuf,
-}
-
-/// Builds the fake driver once per test binary (recompiled when its source is newer).
-fn fake() -> &'static Fake {
-    static FAKE: OnceLock<Fake> = OnceLock::new();
-    FAKE.get_or_init(|| {
-        let src = repo_root().join("tests/fake_icd/fake_icd.c");
-        let dir = target_dir().join("fake_icd");
-        let vendors = dir.join("vendors");
-        std::fs::create_dir_all(&vendors).unwrap();
-        let lib = dir.join("libfakeicd.so");
-        let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-        if mtime(&lib).is_none() || mtime(&src) > mtime(&lib) {
-            let tmp = dir.join(format!("libfakeicd.so.tmp{}", std::process::id()));
-            let status = Command::new("cc")
-                .args([
-                    "-shared",
-                    "-fPIC",
-                    "-O1",
-                    "-g",
-                    "-Wall",
-                    "-fvisibility=hidden",
-                ])
-                .arg("-o")
-                .arg(&tmp)
-                .arg(&src)
-                .arg("-lpthread")
-                .status()
-                .expect("run cc");
-            assert!(status.success(), "compiling {} failed", src.display());
-            std::fs::rename(&tmp, &lib).unwrap();
-        }
-        std::fs::write(vendors.join("fake.icd"), format!("{}\n", lib.display())).unwrap();
-        Fake { lib, vendors }
-    })
+/// The fake driver, built once per test binary by the shared helper.
+fn fake() -> &'static FakeIcd {
+    static FAKE: OnceLock<FakeIcd> = OnceLock::new();
+    FAKE.get_or_init(|| fake_icd_in("fake_icd"))
 }
 
 /// The step-driven client, linked to the system loader (which finds the fake driver).
