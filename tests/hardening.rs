@@ -269,6 +269,44 @@ fn unwritable_trace_directory_warns_once_and_the_run_goes_on() {
 }
 
 #[test]
+fn full_trace_file_system_warns_once_and_the_run_goes_on() {
+    // A file-size limit stands in for a full disk: the trace file's writes fail (EFBIG)
+    // after the first kilobyte. The fake ICD writes no files of its own, unlike pocl.
+    let fake = fake_icd_in("fake-hardening");
+    let dir = scratch("full");
+    let script = format!(
+        "ulimit -f 2; trap '' XFSZ; exec {} exit normal 40",
+        probe().display()
+    );
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &script]);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CLSHIM_") || k == "LD_PRELOAD" {
+            cmd.env_remove(&k);
+        }
+    }
+    cmd.env("LD_PRELOAD", shim_path())
+        .env("CLSHIM_TRACE_DIR", &dir)
+        .env("OCL_ICD_VENDORS", &fake.vendors);
+    let out = cmd.output().unwrap();
+    ok(&out, "run with a full trace file system");
+    let err = stderr(&out);
+    assert_eq!(
+        err.matches("clshim: warning").count(),
+        1,
+        "one warning:\n{err}"
+    );
+    assert!(err.contains("cannot write trace file"), "{err}");
+    assert!(err.contains("40 builds"), "summary still printed:\n{err}");
+    let size = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum::<u64>();
+    assert!(size <= 2048, "the limit held: {size} bytes");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn trace_directory_removed_mid_run_warns_once() {
     let dir = scratch("vanish");
     let trace = dir.join("t");
