@@ -12,7 +12,7 @@
 #                                    bench/gpu scripts of THIS worktree
 #   BUILD_INFO                       commit, date, compiler
 # CHECKOUT/.gpu/ and CHECKOUT/.whl/ must be ignored there (.git/info/exclude).
-# Wheels are fetched separately (see bench/results/README-gpu.md).
+# Wheels are fetched separately (see bench/results/gpu-h200.md).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"   # this worktree
 co="$(cd "${1:-$(git rev-parse --show-toplevel)}" && pwd)"
@@ -35,7 +35,7 @@ cc "${CFLAGS[@]}" -o "$g/bin/query_timing" "$g/src/query_timing.c" -lOpenCL
 (cd /tmp && rm -f ocl-icd-libopencl1_*.deb && apt-get download -q ocl-icd-libopencl1 >/dev/null)
 dpkg -x /tmp/ocl-icd-libopencl1_*.deb "$g/ocl"
 cp "$here"/bench/{binary_policy.py,workload.py,rank_env.sh} "$g/bench/"
-cp "$here"/bench/gpu/{run_all.sh,trace_summary.py} "$g/bench/"
+cp "$here"/bench/gpu/{run_all.sh,trace_summary.py,query_times.py} "$g/bench/"
 {
     echo "clshim commit $(git -C "$co" rev-parse HEAD) ($(git -C "$co" status --porcelain --untracked-files=no | wc -l) modified tracked files)"
     echo "scripts from $(git -C "$here" rev-parse --abbrev-ref HEAD) $(git -C "$here" rev-parse --short HEAD)"
