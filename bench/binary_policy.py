@@ -17,7 +17,10 @@ and prints the wall-clock time of the whole mpiexec and the largest in-process b
 time over the ranks (workload.py's build_s: Program.build(), which includes the binary
 query) and the largest build + first-run time (first_run_s adds the first enqueue of
 every kernel, where pocl compiles the size-specialised kernel), then the ratios to (b).
-With --repeat K each cell is the median of K runs, each on fresh cold caches. Results, logs and
+With --repeat K each cell is the median of K runs, each on fresh cold caches.
+With --launcher procs no MPI launcher is used: R processes of bench/rank_env.sh start at
+once, each with PMI_RANK (0..R-1) and PMI_SIZE=R set, as mpich's mpiexec sets them, and
+the wall clock runs until the last one exits (for machines without mpiexec). Results, logs and
 clshim traces go to bench/out/ (git-ignored). Usually run through bench/binary_policy.sh,
 which installs and builds what this needs first. Uses only the standard library.
 """
@@ -67,6 +70,9 @@ def parse_args(argv):
                     help="libclshim.so (default target/release/libclshim.so)")
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec.mpich") or "mpiexec",
                     help="MPI launcher (default mpiexec.mpich, else mpiexec)")
+    ap.add_argument("--launcher", choices=("mpiexec", "procs"), default="mpiexec",
+                    help="mpiexec (default), or procs: start R processes with PMI_RANK/PMI_SIZE"
+                         " set, no MPI launcher")
     ap.add_argument("--out", default=str(ROOT / "bench/out"), help="output folder (default bench/out)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per cell, each on fresh caches; the table shows medians (default 1)")
@@ -111,7 +117,10 @@ def run_one(args, run_dir, config, ranks, rep):
            args.python, str(ROOT / "bench/workload.py"),
            "--kernels", str(args.kernels), "--statements", str(args.statements)]
     t0 = time.monotonic()
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if args.launcher == "procs":
+        p = run_procs(cmd[3:], env, ranks)
+    else:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     wall = time.monotonic() - t0
     logs = run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -132,6 +141,30 @@ def run_one(args, run_dir, config, ranks, rep):
           f"  build+run max {res['total_max_s'] or 0:7.3f} s  {status}",
           file=sys.stderr, flush=True)
     return res
+
+
+def run_procs(cmd, env, ranks):
+    """Starts `ranks` copies of cmd at once, rank r with PMI_RANK=r and PMI_SIZE=ranks,
+    each writing to its own temporary files; returns a CompletedProcess-like object with
+    the ranks' stdout and stderr concatenated in rank order and the first non-zero exit
+    status (0 if all succeeded)."""
+    import tempfile
+    procs = []
+    for r in range(ranks):
+        e = dict(env, PMI_RANK=str(r), PMI_SIZE=str(ranks))
+        out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        procs.append((subprocess.Popen(cmd, env=e, stdout=out, stderr=err,
+                                       stdin=subprocess.DEVNULL, text=True), out, err))
+    codes = [pr.wait() for pr, _, _ in procs]
+    texts = []
+    for _, out, err in procs:
+        out.seek(0)
+        err.seek(0)
+        texts.append((out.read(), err.read()))
+        out.close()
+        err.close()
+    return subprocess.CompletedProcess(cmd, next((c for c in codes if c), 0),
+                                       "".join(t[0] for t in texts), "".join(t[1] for t in texts))
 
 
 def median(xs):
@@ -179,7 +212,8 @@ def table(args, cells, info):
                 row += f"{(fmt(x[key], 15, prec) if x and x['ok'] else 'FAIL'):>15s}"
         out.append(row)
     out.append("")
-    out.append("wall = the whole mpiexec; build = max over ranks of the time in Program.build()"
+    whole = "mpiexec" if args.launcher == "mpiexec" else "launch (R processes, no mpiexec)"
+    out.append(f"wall = the whole {whole}; build = max over ranks of the time in Program.build()"
                " (includes the binary query);")
     out.append("build+run = max over ranks of build + first run of every kernel (where pocl compiles"
                " the size-specialised kernel)")
@@ -216,7 +250,7 @@ def main(argv=None):
     args = parse_args(argv)
     if not Path(args.python).exists():
         sys.exit(f"{args.python} is missing: run bench/binary_policy.sh (or scripts/demo) to create it")
-    if not shutil.which(args.mpiexec):
+    if args.launcher == "mpiexec" and not shutil.which(args.mpiexec):
         sys.exit(f"{args.mpiexec} not found: install Debian's mpich")
     if any(CONFIGS[c][2] for c in args.configs) and not Path(args.shim).exists():
         sys.exit(f"{args.shim} is missing: run `cargo build --release` (or bench/binary_policy.sh)")
