@@ -330,18 +330,34 @@ pub unsafe fn create_program_with_source(
         return std::ptr::null_mut();
     };
     let program = real(context, count, strings, lengths, errcode_ret);
-    if !program.is_null() && !strings.is_null() {
-        if let Some(_inside) = guard::enter() {
-            if let Some(rt) = runtime::get(route) {
-                catch(|| {
-                    let (hash, len) = source_identity(count, strings, lengths);
-                    rt.programs
-                        .created(program, Origin::Source, Some(hash), Some(len));
-                });
-            }
-        }
+    if !strings.is_null() {
+        register_created(route, program, Origin::Source, || {
+            source_identity(count, strings, lengths)
+        });
     }
     program
+}
+
+/// Enters a program the implementation just made into the registry, with the hash and
+/// length `identity` computes of what it was made from. Never disturbs the call: nothing
+/// happens for a failed creation, a nested call or an internal failure.
+unsafe fn register_created(
+    route: Route,
+    program: cl_program,
+    origin: Origin,
+    identity: impl FnOnce() -> (u64, usize),
+) {
+    if program.is_null() {
+        return;
+    }
+    if let Some(_inside) = guard::enter() {
+        if let Some(rt) = runtime::get(route) {
+            catch(|| {
+                let (hash, len) = identity();
+                rt.programs.created(program, origin, Some(hash), Some(len));
+            });
+        }
+    }
 }
 
 /// # Safety
@@ -359,20 +375,11 @@ pub unsafe fn create_program_with_il(
         return std::ptr::null_mut();
     };
     let program = real(context, il, length, errcode_ret);
-    if !program.is_null() && !il.is_null() {
-        if let Some(_inside) = guard::enter() {
-            if let Some(rt) = runtime::get(route) {
-                catch(|| {
-                    let bytes = std::slice::from_raw_parts(il as *const u8, length);
-                    rt.programs.created(
-                        program,
-                        Origin::Il,
-                        Some(crate::hash::fnv1a64(bytes)),
-                        Some(length),
-                    );
-                });
-            }
-        }
+    if !il.is_null() {
+        register_created(route, program, Origin::Il, || {
+            let bytes = std::slice::from_raw_parts(il as *const u8, length);
+            (crate::hash::fnv1a64(bytes), length)
+        });
     }
     program
 }

@@ -18,12 +18,10 @@ fn probe() -> PathBuf {
     build_c("hardening", &[])
 }
 
-/// Runs the probe with the shim preloaded, tracing into `trace`, with `env` set after the
-/// test's own CLSHIM_* are removed; killed after `limit` seconds (a deadlock fails the
-/// test instead of hanging it).
-fn shimmed(args: &[&str], trace: &Path, env: &[(&str, &str)], limit: u32) -> Output {
-    let mut cmd = Command::new("timeout");
-    cmd.arg(limit.to_string()).arg(probe()).args(args);
+/// `program` with the shim preloaded and tracing into `trace`, and nothing of the test's
+/// own CLSHIM_*, LD_PRELOAD or OPENCL_LAYERS.
+fn shim_command(program: impl AsRef<std::ffi::OsStr>, trace: &Path) -> Command {
+    let mut cmd = Command::new(program);
     for (k, _) in std::env::vars() {
         if k.starts_with("CLSHIM_") || k == "LD_PRELOAD" || k == "OPENCL_LAYERS" {
             cmd.env_remove(&k);
@@ -31,6 +29,15 @@ fn shimmed(args: &[&str], trace: &Path, env: &[(&str, &str)], limit: u32) -> Out
     }
     cmd.env("LD_PRELOAD", shim_path())
         .env("CLSHIM_TRACE_DIR", trace);
+    cmd
+}
+
+/// Runs the probe with the shim preloaded, tracing into `trace`, with `env` set after the
+/// test's own CLSHIM_* are removed; killed after `limit` seconds (a deadlock fails the
+/// test instead of hanging it).
+fn shimmed(args: &[&str], trace: &Path, env: &[(&str, &str)], limit: u32) -> Output {
+    let mut cmd = shim_command("timeout", trace);
+    cmd.arg(limit.to_string()).arg(probe()).args(args);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -278,15 +285,8 @@ fn full_trace_file_system_warns_once_and_the_run_goes_on() {
         "ulimit -f 2; trap '' XFSZ; exec {} exit normal 40",
         probe().display()
     );
-    let mut cmd = Command::new("sh");
-    cmd.args(["-c", &script]);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CLSHIM_") || k == "LD_PRELOAD" {
-            cmd.env_remove(&k);
-        }
-    }
-    cmd.env("LD_PRELOAD", shim_path())
-        .env("CLSHIM_TRACE_DIR", &dir)
+    let mut cmd = shim_command("sh", &dir);
+    cmd.args(["-c", &script])
         .env("OCL_ICD_VENDORS", &fake.vendors);
     let out = cmd.output().unwrap();
     ok(&out, "run with a full trace file system");
@@ -311,15 +311,8 @@ fn trace_directory_removed_mid_run_warns_once() {
     let dir = scratch("vanish");
     let trace = dir.join("t");
     let flag = dir.join("go");
-    let mut cmd = Command::new(probe());
-    cmd.args(["gap", flag.to_str().unwrap()]);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CLSHIM_") || k == "LD_PRELOAD" {
-            cmd.env_remove(&k);
-        }
-    }
-    cmd.env("LD_PRELOAD", shim_path())
-        .env("CLSHIM_TRACE_DIR", &trace)
+    let mut cmd = shim_command(probe(), &trace);
+    cmd.args(["gap", flag.to_str().unwrap()])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let child = cmd.spawn().unwrap();
@@ -379,15 +372,8 @@ fn trace_files_follow_no_symlink_and_are_owner_only() {
         host = hostname(),
         probe = probe().display()
     );
-    let mut cmd = Command::new("sh");
+    let mut cmd = shim_command("sh", &trace);
     cmd.args(["-c", &script]);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CLSHIM_") || k == "LD_PRELOAD" {
-            cmd.env_remove(&k);
-        }
-    }
-    cmd.env("LD_PRELOAD", shim_path())
-        .env("CLSHIM_TRACE_DIR", &trace);
     let out = cmd.output().unwrap();
     ok(&out, "probe behind a planted symlink");
     assert_eq!(
@@ -438,7 +424,7 @@ fn memcheck_finds_no_invalid_access_in_clshim() {
     let fake = fake_icd_in("fake-hardening");
     let client = build_ctest("fake_client", &["-lpthread"]);
     let dir = scratch("memcheck");
-    let mut cmd = Command::new("valgrind");
+    let mut cmd = shim_command("valgrind", &dir);
     cmd.args([
         "--tool=memcheck",
         "--error-exitcode=99",
@@ -457,18 +443,11 @@ fn memcheck_finds_no_invalid_access_in_clshim() {
         "load",
         "kernels",
     ]);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CLSHIM_") || k == "LD_PRELOAD" {
-            cmd.env_remove(&k);
-        }
-    }
-    cmd.env("LD_PRELOAD", shim_path())
-        .env("OCL_ICD_VENDORS", &fake.vendors)
+    cmd.env("OCL_ICD_VENDORS", &fake.vendors)
         .env("FAKE_ICD_DEVICES", "2")
         .env("FAKE_ICD_ASYNC", "thread")
         .env("CLSHIM_DEVICES", "all")
-        .env("CLSHIM_BINARIES", "substitute")
-        .env("CLSHIM_TRACE_DIR", &dir);
+        .env("CLSHIM_BINARIES", "substitute");
     let out = cmd.output().unwrap();
     let err = stderr(&out);
     assert!(
