@@ -46,7 +46,8 @@ CONFIGS = {
 }
 ORDER = ["a", "b", "b-warm", "c", "c-warm", "d"]
 TABLE_ORDER = ["a", "b", "c", "d", "b-warm", "c-warm"]
-LINE = re.compile(r"^workload rank=(\S+) .*build_s=([0-9.]+) first_run_s=([0-9.]+) total_s=([0-9.]+) result=(\S+)")
+# Found anywhere in the output, not per line: the launcher can join two ranks' lines.
+LINE = re.compile(r"workload rank=(\S+) .*?build_s=([0-9.]+) first_run_s=([0-9.]+) total_s=([0-9.]+) result=(ok|WRONG)")
 
 
 def csv_ints(s):
@@ -126,7 +127,7 @@ def run_one(args, run_dir, config, ranks, rep):
     logs.mkdir(parents=True, exist_ok=True)
     (logs / f"{config}_{tag}.out").write_text(p.stdout)
     (logs / f"{config}_{tag}.err").write_text(p.stderr)
-    lines = [m for m in map(LINE.match, p.stdout.splitlines()) if m]
+    lines = list(LINE.finditer(p.stdout))
     ok = p.returncode == 0 and len(lines) == ranks and all(m.group(5) == "ok" for m in lines)
     res = {
         "config": config, "label": label, "ranks": ranks, "repeat": rep, "ok": ok, "returncode": p.returncode,

@@ -103,13 +103,15 @@ def main(argv=None):
             bad.append(k)
     total_s = time.perf_counter() - t_start
 
-    print(
+    line = (
         f"workload rank={rank_label()} pid={os.getpid()} pyopencl={cl.VERSION_TEXT}"
         f" device={dev.name.replace(' ', '_')} kernels={args.kernels}"
         f" statements={args.statements} build_s={build_s:.3f} first_run_s={run_s:.3f}"
-        f" total_s={total_s:.3f} result={'ok' if not bad else 'WRONG'}",
-        flush=True,
+        f" total_s={total_s:.3f} result={'ok' if not bad else 'WRONG'}\n"
     )
+    # One write for the whole line, so ranks sharing the launcher's output never split it.
+    sys.stdout.flush()
+    os.write(1, line.encode())
     if bad:
         print(f"workload: wrong results from kernels {bad}", file=sys.stderr)
         return 1
