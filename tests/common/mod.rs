@@ -59,7 +59,14 @@ pub fn scratch(tag: &str) -> PathBuf {
 
 /// Compiles tests/c/<name>.c (plus `extra` C sources) into target/<profile>/ctests/<name>,
 /// linking the system OpenCL loader and pthreads. Recompiles only when the source is newer.
+/// Safe to call from parallel test threads: one compiles, the others wait for it.
 pub fn build_c(name: &str, extra_args: &[&str]) -> PathBuf {
+    let _guard = CC_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    build_c_unlocked(name, extra_args)
+}
+
+/// `build_c` for a caller that already holds CC_LOCK.
+fn build_c_unlocked(name: &str, extra_args: &[&str]) -> PathBuf {
     let src = repo_root().join("tests/c").join(format!("{name}.c"));
     let out_dir = target_dir().join("ctests");
     std::fs::create_dir_all(&out_dir).unwrap();
@@ -161,7 +168,7 @@ pub fn build_ctest(name: &str, extra_args: &[&str]) -> PathBuf {
             let _ = std::fs::remove_file(&out);
         }
     }
-    build_c(name, extra_args)
+    build_c_unlocked(name, extra_args)
 }
 
 /// Compiles tests/c/<src>.c into target/<profile>/ctests/<out> with `args` (which must name
