@@ -289,6 +289,8 @@ pub struct FakeIcd {
 /// its source is newer). Each test binary names its own `dir`, so two test binaries never
 /// write the same `.icd` file at once.
 pub fn fake_icd_in(dir: &str) -> FakeIcd {
+    // Parallel tests of one binary share the process id in the temporary names below.
+    let _guard = CC_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let src = repo_root().join("tests/fake_icd/fake_icd.c");
     let dir = target_dir().join(dir);
     let vendors = dir.join("vendors");
