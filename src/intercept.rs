@@ -24,13 +24,6 @@ fn missing(obj: Handle, invalid: cl_int) -> cl_int {
     }
 }
 
-fn set_err(errcode_ret: *mut cl_int, code: cl_int) {
-    if !errcode_ret.is_null() {
-        // SAFETY: the application passed a writable errcode_ret or NULL.
-        unsafe { *errcode_ret = code };
-    }
-}
-
 /// # Safety
 /// The application's arguments to `clBuildProgram`.
 pub unsafe fn build_program(
@@ -151,7 +144,7 @@ pub unsafe fn link_program(
     errcode_ret: *mut cl_int,
 ) -> cl_program {
     let Some(real) = route.entry::<FnLinkProgram>(context, slot::LINK_PROGRAM) else {
-        set_err(errcode_ret, missing(context, CL_INVALID_CONTEXT));
+        set_errcode(errcode_ret, missing(context, CL_INVALID_CONTEXT));
         return std::ptr::null_mut();
     };
     let Some(_inside) = guard::enter() else {
@@ -207,7 +200,7 @@ pub unsafe fn link_program(
         );
         (err, p)
     });
-    set_err(errcode_ret, err);
+    set_errcode(errcode_ret, err);
     program
 }
 
@@ -254,7 +247,7 @@ pub unsafe fn create_program_with_binary(
     let Some(real) =
         route.entry::<FnCreateProgramWithBinary>(context, slot::CREATE_PROGRAM_WITH_BINARY)
     else {
-        set_err(errcode_ret, missing(context, CL_INVALID_CONTEXT));
+        set_errcode(errcode_ret, missing(context, CL_INVALID_CONTEXT));
         return std::ptr::null_mut();
     };
     let forward = || {
@@ -326,7 +319,7 @@ pub unsafe fn create_program_with_source(
     let Some(real) =
         route.entry::<FnCreateProgramWithSource>(context, slot::CREATE_PROGRAM_WITH_SOURCE)
     else {
-        set_err(errcode_ret, missing(context, CL_INVALID_CONTEXT));
+        set_errcode(errcode_ret, missing(context, CL_INVALID_CONTEXT));
         return std::ptr::null_mut();
     };
     let program = real(context, count, strings, lengths, errcode_ret);
@@ -371,7 +364,7 @@ pub unsafe fn create_program_with_il(
 ) -> cl_program {
     let Some(real) = route.entry::<FnCreateProgramWithIL>(context, slot::CREATE_PROGRAM_WITH_IL)
     else {
-        set_err(errcode_ret, missing(context, CL_INVALID_CONTEXT));
+        set_errcode(errcode_ret, missing(context, CL_INVALID_CONTEXT));
         return std::ptr::null_mut();
     };
     let program = real(context, il, length, errcode_ret);

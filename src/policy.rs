@@ -12,7 +12,7 @@ use crate::config::BinaryPolicy;
 use crate::container;
 use crate::devices::DeviceFacts;
 use crate::dispatch::{slot, Route};
-use crate::hash::fnv1a64;
+use crate::hash::Fnv1a;
 use crate::programs::{Origin, ProgramInfo};
 use crate::query;
 use crate::record::{EventKind, Start};
@@ -445,22 +445,9 @@ pub unsafe fn create_with_binary(
             binary_status,
             &mut err,
         );
-        if !errcode_ret.is_null() {
-            *errcode_ret = err;
-        }
+        set_errcode(errcode_ret, err);
         let seconds = start.elapsed().as_secs_f64();
         crate::guard::catch(|| {
-            let mut info = None;
-            if !program.is_null() {
-                let mut all = Vec::new();
-                bins.iter().for_each(|b| all.extend_from_slice(b));
-                info = Some(rt.programs.created(
-                    program,
-                    Origin::Binary,
-                    Some(fnv1a64(&all)),
-                    Some(all.len()),
-                ));
-            }
             record_load(
                 rt,
                 route,
@@ -471,7 +458,7 @@ pub unsafe fn create_with_binary(
                 "forward",
                 None,
                 lengths_json,
-                info,
+                Some((program, Origin::Binary, &bins)),
             );
         });
         return program;
@@ -508,9 +495,7 @@ pub unsafe fn create_with_binary(
                 };
             }
         }
-        if !errcode_ret.is_null() {
-            *errcode_ret = CL_INVALID_BINARY;
-        }
+        set_errcode(errcode_ret, CL_INVALID_BINARY);
         let seconds = start.elapsed().as_secs_f64();
         crate::guard::catch(|| {
             if let Some(r) = &reason {
@@ -547,19 +532,9 @@ pub unsafe fn create_with_binary(
             *binary_status.add(i) = if program.is_null() { err } else { CL_SUCCESS };
         }
     }
-    if !errcode_ret.is_null() {
-        *errcode_ret = err;
-    }
+    set_errcode(errcode_ret, err);
     let seconds = start.elapsed().as_secs_f64();
     crate::guard::catch(|| {
-        let info = (!program.is_null()).then(|| {
-            rt.programs.created(
-                program,
-                Origin::ClshimBinary,
-                Some(fnv1a64(&source)),
-                Some(source.len()),
-            )
-        });
         record_load(
             rt,
             route,
@@ -570,7 +545,7 @@ pub unsafe fn create_with_binary(
             "substitute",
             None,
             lengths_json,
-            info,
+            Some((program, Origin::ClshimBinary, &[&source[..]])),
         );
     });
     program
@@ -587,8 +562,21 @@ fn record_load(
     action: &'static str,
     reason: Option<String>,
     lengths: Vec<usize>,
-    info: Option<ProgramInfo>,
+    made: Option<(cl_program, Origin, &[&[u8]])>,
 ) {
+    // The program the call made (if any) enters the registry with the hash and length of
+    // what it was made from: the binaries as given, or the source a clshim binary carried.
+    let info = made
+        .filter(|(program, _, _)| !program.is_null())
+        .map(|(program, origin, parts)| {
+            let mut h = Fnv1a::default();
+            parts.iter().for_each(|p| {
+                h.update(p);
+            });
+            let len = parts.iter().map(|p| p.len()).sum();
+            rt.programs
+                .created(program, origin, Some(h.finish()), Some(len))
+        });
     // SAFETY: the application's device handles, valid for the call being recorded.
     let facts: Vec<_> = devices
         .iter()
