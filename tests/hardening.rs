@@ -448,6 +448,66 @@ fn same_pid_in_two_pid_namespaces_gets_two_files_and_two_instances() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Trace directory names are bytes: one with a non-UTF-8 byte and a trailing space is
+/// the directory clshim run creates and the library writes into, whichever way it is
+/// given. A newline in a CLSHIM_* value reaches stderr escaped, not as a line of its own.
+#[test]
+fn trace_directory_names_are_kept_byte_for_byte() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let fake = fake_icd_in("fake-hardening");
+    let dir = scratch("dir-bytes");
+    let name = OsStr::from_bytes(b"traces \xff ");
+    let exact = dir.join(name);
+    let ways: [&dyn Fn(&mut Command); 3] = [
+        &|c: &mut Command| {
+            c.arg("run").arg("--trace-dir").arg(&exact);
+        },
+        &|c: &mut Command| {
+            let mut a = std::ffi::OsString::from("--trace-dir=");
+            a.push(&exact);
+            c.arg("run").arg(a);
+        },
+        &|c: &mut Command| {
+            c.arg("run").env("CLSHIM_TRACE_DIR", &exact);
+        },
+    ];
+    for (i, way) in ways.iter().enumerate() {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_clshim"));
+        way(&mut cmd);
+        cmd.arg("--lib")
+            .arg(shim_path())
+            .arg("--")
+            .arg(probe())
+            .args(["exit", "normal", "1"])
+            .env("OCL_ICD_VENDORS", &fake.vendors)
+            .env("CLSHIM_BINARIES", "bogus\nclshim: forged line");
+        let out = run(cmd, false);
+        ok(&out, &format!("way {i}"));
+        let entries: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(
+            entries,
+            [name.to_owned()],
+            "way {i}: one directory, the one named"
+        );
+        assert_eq!(files(&exact).len(), 1, "way {i}: the trace file is in it");
+        let err = stderr(&out);
+        assert!(
+            !err.lines().any(|l| l.starts_with("clshim: forged")),
+            "way {i}: a value's newline made a line of its own:\n{err}"
+        );
+        assert!(
+            err.contains(r#"CLSHIM_BINARIES="bogus\nclshim: forged line""#),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&exact).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn hostname() -> String {
     let o = Command::new("hostname").output().unwrap();
     let h = String::from_utf8_lossy(&o.stdout).trim().to_string();
