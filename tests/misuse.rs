@@ -18,7 +18,13 @@ use std::process::{Command, Output};
 const TWO_POCL: (&str, &str) = ("POCL_DEVICES", "pthread pthread");
 
 fn probe() -> PathBuf {
-    build_ctest("misuse", &[])
+    // Named in the arguments so that a change to the helper header rebuilds the probe.
+    let fp = repo_root().join("tests/c/clshim_fingerprint.h");
+    build_c_custom(
+        "misuse",
+        "misuse",
+        &["-include", fp.to_str().unwrap(), "-lOpenCL"],
+    )
 }
 
 /// Runs the probe with `args` and `env`: without clshim (`shim` None), or with it in

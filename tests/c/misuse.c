@@ -10,7 +10,7 @@
  *                             compile-release | link-release
  *   misuse release-loop N     N builds whose callback releases the program */
 #define _GNU_SOURCE
-#include "cltest.h"
+#include "clshim_fingerprint.h"
 #include <stdint.h>
 #include <unistd.h>
 
@@ -21,57 +21,9 @@ static cl_context ctx;
 
 static const char *SRC = "__kernel void k(__global int *a) { a[get_global_id(0)] = 7; }";
 
-static void trimmed(char *s) {
-    size_t n = strlen(s);
-    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\n' || s[n - 1] == '\r'))
-        s[--n] = 0;
-    size_t lead = strspn(s, " \t\n\r");
-    memmove(s, s + lead, strlen(s + lead) + 1);
-}
-
-static void fnv_part(uint64_t *h, const char *s) {
-    for (const unsigned char *p = (const unsigned char *)s;; p++) {
-        *h ^= *p;
-        *h *= 0x100000001b3ull;
-        if (!*p) break;
-    }
-}
-
-/* The fingerprint clshim ties its binaries to (clshim.h, section 1). */
-static uint64_t fingerprint(cl_device_id d) {
-    char pname[256] = "", pver[256] = "", dname[256] = "", drv[256] = "", dver[256] = "";
-    cl_platform_id p;
-    CHECK(clGetDeviceInfo(d, CL_DEVICE_PLATFORM, sizeof p, &p, NULL));
-    CHECK(clGetPlatformInfo(p, CL_PLATFORM_NAME, sizeof pname, pname, NULL));
-    CHECK(clGetPlatformInfo(p, CL_PLATFORM_VERSION, sizeof pver, pver, NULL));
-    CHECK(clGetDeviceInfo(d, CL_DEVICE_NAME, sizeof dname, dname, NULL));
-    CHECK(clGetDeviceInfo(d, CL_DRIVER_VERSION, sizeof drv, drv, NULL));
-    CHECK(clGetDeviceInfo(d, CL_DEVICE_VERSION, sizeof dver, dver, NULL));
-    char *parts[] = {pname, pver, dname, drv, dver};
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (int i = 0; i < 5; i++) {
-        trimmed(parts[i]);
-        fnv_part(&h, parts[i]);
-    }
-    return h;
-}
-
-static void le(unsigned char *p, uint64_t v, int n) {
-    for (int i = 0; i < n; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-
 /* A clshim binary carrying `src` (length n) for device d, in a buffer of exactly its size. */
 static unsigned char *clshim_binary(cl_device_id d, const char *src, size_t n, size_t *len) {
-    *len = 32 + n + 8;
-    unsigned char *b = malloc(*len);
-    memcpy(b, "CLSHIMB", 8);
-    le(b + 8, 1, 4);
-    le(b + 12, 0, 4);
-    le(b + 16, fingerprint(d), 8);
-    le(b + 24, n, 8);
-    memcpy(b + 32, src, n);
-    le(b + 32 + n, fnv1a64(b, 32 + n), 8);
-    return b;
+    return clshim_make_binary(d, src, n, 0, len);
 }
 
 #define SENTINEL 12345
