@@ -323,6 +323,8 @@ struct AsyncState {
     fired: Option<Fired>,
     /// The call's status, once it returned.
     returned: Option<cl_int>,
+    /// Whether the build is in FIRED_EARLY.
+    listed: bool,
 }
 
 /// Everything clshim's callback needs: the application's callback and data, and the
@@ -362,6 +364,17 @@ fn await_return(ctx: &Arc<AsyncBuild>) {
 
 fn returned(ctx: &Arc<AsyncBuild>) {
     FIRED_EARLY.lock().retain(|(_, c)| !Arc::ptr_eq(c, ctx));
+}
+
+/// Fork handlers (see runtime.rs): the child must not inherit the list's lock held.
+pub fn lock_for_fork() {
+    std::mem::forget(FIRED_EARLY.lock());
+}
+
+/// # Safety
+/// Only after `lock_for_fork`, in the forking thread (parent) or the only thread (child).
+pub unsafe fn unlock_after_fork() {
+    FIRED_EARLY.force_unlock();
 }
 
 extern "C" fn record_fired_at_exit() {
@@ -422,6 +435,7 @@ unsafe extern "C" fn on_build_done(program: cl_program, data: *mut c_void) {
         } else {
             st.pending = Some(p);
             st.fired = Some(Fired { seconds, seen });
+            st.listed = true;
             drop(st);
             await_return(&ctx);
         }
@@ -462,6 +476,7 @@ pub unsafe fn run(
             pending: Some(pending),
             fired: None,
             returned: None,
+            listed: false,
         }),
     });
     let raw = Arc::into_raw(ctx.clone());
@@ -470,6 +485,7 @@ pub unsafe fn run(
         let mut st = ctx.state.lock();
         st.returned = Some(ret);
         let never_fires = st.fired.is_none() && refused_before_start(ret);
+        let listed = std::mem::take(&mut st.listed);
         let finish = if let Some(f) = st.fired.take() {
             // The callback saw the program; it may have been released since.
             st.pending.take().map(|p| (p, f.seconds, f.seen))
@@ -490,7 +506,9 @@ pub unsafe fn run(
             None
         };
         drop(st);
-        returned(&ctx);
+        if listed {
+            returned(&ctx);
+        }
         if never_fires {
             // The call was refused outright, so the callback's reference is ours to drop.
             // After other failures it stays with the implementation, which may still call.

@@ -7,8 +7,8 @@
  * or fingerprint fields, an empty source, a NUL in the source, a claimed length other
  * than the buffer's), then, half the time, recomputes the checksum so that the fields
  * behind it are reached. The oracle is the format as cl-headers/clshim.h documents it:
- * a binary its parser accepts, with the device's fingerprint and its claimed length equal
- * to its size, must become a program (CL_SUCCESS, binary_status CL_SUCCESS) whose source
+ * the bytes the claimed length covers, if its parser accepts them with the device's
+ * fingerprint, must become a program (CL_SUCCESS, binary_status CL_SUCCESS) whose source
  * is the binary's; anything else must be refused with CL_INVALID_BINARY and no program.
  * Prints each case answered otherwise, then "fuzz N cases: A accepted, R rejected,
  * W wrong". Run it on the fake ICD (any binary that is not its own is refused there, and
@@ -99,7 +99,10 @@ int main(int argc, char **argv) {
         if (len < 40) claim_extra = 0, claim_max = 0;
         size_t claim = claim_max ? SIZE_MAX : len + claim_extra;
         clshim_binary parsed;
-        int expect = claim == len && clshim_binary_parse(buf, len, &parsed) &&
+        /* The bytes a claim covers are all defined when it stays within the buffer (earlier
+         * mutations may have left a whole binary beyond `len`); a claim beyond it must be
+         * refused from the header alone. */
+        int expect = claim <= cap && clshim_binary_parse(buf, claim, &parsed) &&
                      parsed.fingerprint == fp;
         const unsigned char *bins[1] = {buf};
         cl_int status = 12345, err = 12345;
