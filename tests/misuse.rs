@@ -91,6 +91,8 @@ fn misuse_matrix_answers_as_without_clshim() {
         ("preload", "pass"),
         ("preload", "suppress"),
         ("preload", "substitute"),
+        ("layer", "pass"),
+        ("layer", "suppress"),
         ("layer", "substitute"),
     ] {
         let trace = dir.join(format!("{mode}-{policy}"));
@@ -225,6 +227,38 @@ fn callbacks_releasing_on_driver_threads_fake_icd() {
                 .iter()
                 .all(|r| r["result"] == 0 && r["kernels"][0] == "k"),
             "{async_mode}: {builds:#?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The same callbacks under memcheck: a use of the released program would show as an
+/// invalid read even where it does not crash. The fake ICD frees a program at its last
+/// release, and "thread-before" runs the callback on its own thread while the call waits.
+#[test]
+fn memcheck_callbacks_releasing_the_program() {
+    let fake = fake_icd_in("fake-misuse");
+    let dir = scratch("misuse-memcheck");
+    for mode in ["release", "compile-release", "link-release"] {
+        let mut cmd = Command::new("valgrind");
+        cmd.args(["--tool=memcheck", "--error-exitcode=99", "--leak-check=no"])
+            .arg(probe())
+            .args(["callback", mode])
+            .env("OCL_ICD_VENDORS", &fake.vendors)
+            .env("FAKE_ICD_DEVICES", "2")
+            .env("FAKE_ICD_ASYNC", "thread-before")
+            .env("CLSHIM_TRACE_DIR", dir.join(mode))
+            .env("CLSHIM_SUMMARY", "0");
+        let out = run(cmd, true);
+        let err = stderr(&out);
+        assert!(
+            !err.contains("Invalid read") && !err.contains("Invalid write"),
+            "{mode}: memcheck:\n{err}"
+        );
+        ok(&out, mode);
+        assert_eq!(
+            checked_traces(&dir.join(mode)).len(),
+            if mode == "link-release" { 3 } else { 2 }
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
