@@ -325,6 +325,8 @@ struct AsyncState {
     returned: Option<cl_int>,
     /// Whether the build is in FIRED_EARLY.
     listed: bool,
+    /// Whether the callback has been called (it holds the implementation's reference).
+    called: bool,
 }
 
 /// Everything clshim's callback needs: the application's callback and data, and the
@@ -412,6 +414,7 @@ unsafe extern "C" fn on_build_done(program: cl_program, data: *mut c_void) {
         let seconds = ctx.start.elapsed().as_secs_f64();
         let pending = {
             let mut st = ctx.state.lock();
+            st.called = true;
             if st.returned.is_none() {
                 // The implementation accepted the call (it is calling back), and the call
                 // has not returned, so the application's arrays are still valid.
@@ -477,6 +480,7 @@ pub unsafe fn run(
             fired: None,
             returned: None,
             listed: false,
+            called: false,
         }),
     });
     let raw = Arc::into_raw(ctx.clone());
@@ -484,7 +488,7 @@ pub unsafe fn run(
     catch(|| {
         let mut st = ctx.state.lock();
         st.returned = Some(ret);
-        let never_fires = st.fired.is_none() && refused_before_start(ret);
+        let never_fires = !st.called && refused_before_start(ret);
         let listed = std::mem::take(&mut st.listed);
         let finish = if let Some(f) = st.fired.take() {
             // The callback saw the program; it may have been released since.
