@@ -11,7 +11,8 @@
  *      offset 32  source text                                 n bytes
  *      offset 32+n FNV-1a 64 of bytes [0, 32+n)               uint64
  *    The fingerprint is FNV-1a 64 over platform name, platform version, device name,
- *    driver version and device version, each followed by one NUL byte.
+ *    driver version and device version, each followed by one NUL byte. The source is
+ *    never empty and holds no NUL byte; clshim refuses a binary that breaks any rule.
  * 2. The loader-layer entry points libclshim.so exports (clGetLayerInfo, clInitLayer,
  *    clInitLayerWithProperties, clDeinitLayer) follow the cl_loader_layers extension;
  *    clshim answers CL_LAYER_API_VERSION with CLSHIM_LAYER_API_VERSION.
@@ -65,19 +66,21 @@ typedef struct {
 } clshim_binary;
 
 /* 1 if bytes [0, length) are a well-formed clshim binary of a version this header reads
- * (magic, version, flags, length and checksum all check out), filling *out; 0 otherwise.
- * Every length is checked against the buffer before it is used. */
+ * (magic, version, flags, length and checksum all check out, and the source is neither
+ * empty nor holds a NUL byte), filling *out; 0 otherwise. Every length is checked against
+ * the buffer before it is used. */
 static inline int clshim_binary_parse(const unsigned char *bytes, size_t length, clshim_binary *out) {
     if (!bytes || length < CLSHIM_BINARY_HEADER_SIZE + CLSHIM_BINARY_TRAILER_SIZE) return 0;
     if (memcmp(bytes, CLSHIM_BINARY_MAGIC, CLSHIM_BINARY_MAGIC_SIZE) != 0) return 0;
     uint32_t version = clshim_le32(bytes + 8);
     if (version != CLSHIM_BINARY_VERSION || clshim_le32(bytes + 12) != 0) return 0;
     uint64_t n = clshim_le64(bytes + 24);
-    if (n > CLSHIM_BINARY_MAX_SOURCE ||
+    if (n == 0 || n > CLSHIM_BINARY_MAX_SOURCE ||
         n != length - CLSHIM_BINARY_HEADER_SIZE - CLSHIM_BINARY_TRAILER_SIZE)
         return 0;
     size_t body = CLSHIM_BINARY_HEADER_SIZE + (size_t)n;
     if (clshim_fnv1a64(bytes, body) != clshim_le64(bytes + body)) return 0;
+    if (memchr(bytes + CLSHIM_BINARY_HEADER_SIZE, 0, (size_t)n) != NULL) return 0;
     if (out) {
         out->version = version;
         out->fingerprint = clshim_le64(bytes + 16);

@@ -4,8 +4,19 @@
 //! application's callback runs exactly once, with its own user data, on whatever thread
 //! the implementation chose. The record is written once, by whichever of "call returned"
 //! and "callback fired" comes last, with the status the application saw.
+//!
+//! Two rules keep this safe for applications that do legal but awkward things. The
+//! application's arrays (device list, input programs) and option string are read only
+//! once the implementation has accepted the call, and never beyond what it accepted, so a
+//! count larger than its array is the driver's to answer, never clshim's to crash on.
+//! Everything the record needs from the program (devices, build status, kernel names,
+//! id) is gathered before the application's callback runs: the callback may release the
+//! program or leave the process with `exit()`, so clshim never touches the program after
+//! it, and a build whose callback exits is still recorded (at exit, with the status the
+//! callback saw).
 
 use crate::cl::*;
+use crate::devices::DeviceFacts;
 use crate::dispatch::Route;
 use crate::guard::{catch, outside};
 use crate::programs::{Origin, ProgramInfo};
@@ -16,6 +27,53 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
+use std::time::Duration;
+
+const CL_COMPILE_PROGRAM_FAILURE: cl_int = -15;
+const CL_LINK_PROGRAM_FAILURE: cl_int = -17;
+const CL_INVALID_BUILD_OPTIONS: cl_int = -43;
+const CL_INVALID_COMPILER_OPTIONS: cl_int = -66;
+const CL_INVALID_LINKER_OPTIONS: cl_int = -67;
+
+/// The application's arguments as raw pointers: not read until the call is accepted.
+struct RawArgs {
+    num_devices: cl_uint,
+    device_list: *const cl_device_id,
+    options: *const c_char,
+    num_inputs: cl_uint,
+    inputs: *const cl_program,
+}
+
+/// What clshim copied of the application's arguments, once it could.
+#[derive(Default)]
+struct Copied {
+    /// The devices the call named (empty: all of the program's).
+    devices: Vec<cl_device_id>,
+    options: Option<String>,
+    /// Link: the input programs' ids.
+    inputs: Vec<u64>,
+}
+
+/// Whether a call that returned `ret` was accepted by the implementation, so that every
+/// device and input program it was given is valid and the arrays hold what the counts say.
+fn accepted(ret: cl_int) -> bool {
+    matches!(
+        ret,
+        CL_SUCCESS
+            | CL_BUILD_PROGRAM_FAILURE
+            | CL_COMPILE_PROGRAM_FAILURE
+            | CL_LINK_PROGRAM_FAILURE
+    )
+}
+
+/// Whether the implementation read the option string before answering `ret`.
+fn options_read(ret: cl_int) -> bool {
+    accepted(ret)
+        || matches!(
+            ret,
+            CL_INVALID_BUILD_OPTIONS | CL_INVALID_COMPILER_OPTIONS | CL_INVALID_LINKER_OPTIONS
+        )
+}
 
 /// What is known about a build when it starts; completed into a record when it ends.
 pub struct Pending {
@@ -25,19 +83,26 @@ pub struct Pending {
     start: Start,
     /// The program built or compiled (NULL for a link until it returns one).
     program: cl_program,
-    /// The devices the call named (empty: all of the program's).
-    device_list: Vec<cl_device_id>,
-    options: Option<String>,
+    raw: RawArgs,
+    copied: Option<Copied>,
     is_async: bool,
-    /// Compile: the number of input headers. Link: the input programs' ids.
-    extra: Value,
+    /// Compile: the number of input headers (a count, never read through).
+    headers: Option<cl_uint>,
+}
+
+/// What clshim saw of the program when the call ended, gathered while it was alive.
+pub struct Seen {
+    info: Option<ProgramInfo>,
+    facts: Vec<Arc<DeviceFacts>>,
+    /// Whether every device built successfully (asked only when the callback fires).
+    built: Option<bool>,
+    kernels: Vec<String>,
 }
 
 impl Pending {
-    /// # Safety
-    /// The pointers are the application's arguments to the intercepted call.
+    /// The pointers are kept, not read (see [`Pending::copy_args`]).
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn new(
+    pub fn new(
         rt: &'static Runtime,
         route: Route,
         kind: EventKind,
@@ -46,46 +111,75 @@ impl Pending {
         device_list: *const cl_device_id,
         options: *const c_char,
         is_async: bool,
-        extra: Value,
     ) -> Pending {
-        let device_list = if num_devices > 0 && !device_list.is_null() {
-            std::slice::from_raw_parts(device_list, num_devices as usize).to_vec()
-        } else {
-            Vec::new()
-        };
         Pending {
             rt,
             route,
             kind,
             start: Start::now(),
             program,
-            device_list,
-            options: query::c_str(options),
+            raw: RawArgs {
+                num_devices,
+                device_list,
+                options,
+                num_inputs: 0,
+                inputs: std::ptr::null(),
+            },
+            copied: None,
             is_async,
-            extra,
+            headers: None,
         }
     }
 
-    /// The devices the call named, or the program's own when it named none.
-    ///
-    /// # Safety
-    /// `program` must be NULL or live.
-    unsafe fn devices(&self, program: cl_program) -> Vec<cl_device_id> {
-        if !self.device_list.is_empty() {
-            self.device_list.clone()
-        } else if program.is_null() {
-            Vec::new()
-        } else {
-            query::devices(self.route, program).unwrap_or_default()
-        }
+    /// A link's input programs (read only once the link is accepted).
+    pub fn with_inputs(mut self, num_inputs: cl_uint, inputs: *const cl_program) -> Pending {
+        self.raw.num_inputs = num_inputs;
+        self.raw.inputs = inputs;
+        self
     }
 
-    /// Writes the record for a call that ended with `result` after `seconds`; `program`
-    /// is the program it made (links) or built.
+    /// A compile's number of input headers.
+    pub fn with_headers(mut self, headers: cl_uint) -> Pending {
+        self.headers = Some(headers);
+        self
+    }
+
+    /// Copies the application's arguments, as far as a call that ended with `ret` shows
+    /// them to be valid. Only once; later calls keep the first copy.
     ///
     /// # Safety
-    /// `program` must be NULL or live.
-    pub unsafe fn finish(self, result: cl_int, seconds: f64, program: cl_program) {
+    /// The intercepted call must not have returned to the application yet.
+    unsafe fn copy_args(&mut self, ret: cl_int) {
+        if self.copied.is_some() {
+            return;
+        }
+        let mut c = Copied::default();
+        let raw = &self.raw;
+        if accepted(ret) {
+            if raw.num_devices > 0 && !raw.device_list.is_null() {
+                c.devices =
+                    std::slice::from_raw_parts(raw.device_list, raw.num_devices as usize).to_vec();
+            }
+            if raw.num_inputs > 0 && !raw.inputs.is_null() {
+                c.inputs = std::slice::from_raw_parts(raw.inputs, raw.num_inputs as usize)
+                    .iter()
+                    .map(|&p| self.rt.programs.lookup(p).id)
+                    .collect();
+            }
+        }
+        if options_read(ret) {
+            c.options = query::c_str(raw.options);
+        }
+        self.copied = Some(c);
+    }
+
+    /// Gathers what the record needs from `program` (the program built, or the one a link
+    /// made; NULL when there is none). `ret` is the call's status, or None from the
+    /// callback, which then also asks for every device's build status.
+    ///
+    /// # Safety
+    /// `program` must be NULL or live, unless `ret` is `CL_INVALID_PROGRAM`.
+    unsafe fn observe(&self, program: cl_program, ret: Option<cl_int>) -> Seen {
         let rt = self.rt;
         let route = self.route;
         let program = if program.is_null() {
@@ -93,45 +187,98 @@ impl Pending {
         } else {
             program
         };
-        let info: Option<ProgramInfo> = (!program.is_null()).then(|| match self.kind {
+        let usable = !program.is_null() && ret != Some(CL_INVALID_PROGRAM);
+        let info = usable.then(|| match self.kind {
             EventKind::Link => rt.programs.created(program, Origin::Link, None, None),
             _ => rt.programs.lookup(program),
         });
-        let devices = self.devices(program);
-        let filter = rt.config.devices;
+        let named = self
+            .copied
+            .as_ref()
+            .map(|c| c.devices.clone())
+            .unwrap_or_default();
+        let devices = if !named.is_empty() || !usable {
+            named
+        } else {
+            query::devices(route, program).unwrap_or_default()
+        };
         let facts: Vec<_> = devices
             .iter()
             .filter_map(|&d| rt.devices.get(route, d))
             .collect();
+        let built = (ret.is_none() && usable).then(|| {
+            !devices.is_empty() && devices.iter().all(|&d| query::built_for(route, program, d))
+        });
+        let succeeded = match ret {
+            Some(r) => r == CL_SUCCESS,
+            None => built == Some(true),
+        };
+        let kernels = if succeeded && self.kind != EventKind::Compile && usable {
+            query::kernel_names(route, program)
+        } else {
+            Vec::new()
+        };
+        Seen {
+            info,
+            facts,
+            built,
+            kernels,
+        }
+    }
+
+    /// The status a build that ended in its callback had, from the build status then.
+    fn outcome(&self, seen: &Seen) -> cl_int {
+        if seen.built == Some(true) {
+            CL_SUCCESS
+        } else if self.kind == EventKind::Link {
+            CL_LINK_PROGRAM_FAILURE
+        } else if self.kind == EventKind::Compile {
+            CL_COMPILE_PROGRAM_FAILURE
+        } else {
+            CL_BUILD_PROGRAM_FAILURE
+        }
+    }
+
+    /// Writes the record for a call that ended with `result` after `seconds`, from what
+    /// was seen of its program. Touches no OpenCL object.
+    pub fn finish(self, result: cl_int, seconds: f64, seen: Seen) {
+        let rt = self.rt;
+        let filter = rt.config.devices;
+        let Seen {
+            info,
+            facts,
+            kernels,
+            ..
+        } = seen;
+        let kernels = if result == CL_SUCCESS {
+            kernels
+        } else {
+            Vec::new()
+        };
         let devices_json: Vec<Value> = facts.iter().map(|f| f.to_json(filter)).collect();
-        let kernels =
-            if result == CL_SUCCESS && self.kind != EventKind::Compile && !program.is_null() {
-                query::kernel_names(route, program)
-            } else {
-                Vec::new()
-            };
         let call = match self.kind {
             EventKind::Build => "clBuildProgram",
             EventKind::Compile => "clCompileProgram",
             _ => "clLinkProgram",
         };
+        let copied = self.copied.unwrap_or_default();
         let mut fields = json!({
             "call": call,
             "program": info.map(|i| i.id),
             "result": result,
             "result_name": status_name(result),
-            "options": self.options,
+            "options": copied.options,
             "async": self.is_async,
             "kernels": kernels,
             "devices": devices_json,
         });
         if self.kind != EventKind::Link {
             fields["source"] = info.map(|i| i.source_json()).unwrap_or(Value::Null);
+        } else {
+            fields["inputs"] = json!(copied.inputs);
         }
-        if let Value::Object(extra) = self.extra {
-            if let Value::Object(f) = &mut fields {
-                f.extend(extra);
-            }
+        if let Some(h) = self.headers {
+            fields["headers"] = json!(h);
         }
         let kind = self.kind;
         let device_text = facts
@@ -164,11 +311,22 @@ impl Pending {
     }
 }
 
+/// What clshim's callback saw when it fired before the call returned.
+struct Fired {
+    seconds: f64,
+    seen: Seen,
+}
+
 struct AsyncState {
     pending: Option<Pending>,
     /// Set when the callback fired before the call returned.
-    fired_after: Option<f64>,
-    returned: bool,
+    fired: Option<Fired>,
+    /// The call's status, once it returned.
+    returned: Option<cl_int>,
+    /// Whether the build is in FIRED_EARLY.
+    listed: bool,
+    /// Whether the callback has been called (it holds the implementation's reference).
+    called: bool,
 }
 
 /// Everything clshim's callback needs: the application's callback and data, and the
@@ -181,41 +339,108 @@ pub struct AsyncBuild {
 }
 
 // SAFETY: user_data is opaque to clshim and handed back to the application unchanged, on
-// whatever thread the implementation calls back on, exactly as without clshim.
+// whatever thread the implementation calls back on, exactly as without clshim. The raw
+// argument pointers in Pending are read only under the state lock, while the call is in
+// progress.
 unsafe impl Send for AsyncBuild {}
 unsafe impl Sync for AsyncBuild {}
 unsafe impl Send for Pending {}
+unsafe impl Send for Seen {}
 
-/// clshim's build callback: notes the time, completes the record if the call has already
-/// returned, then runs the application's callback.
+/// Builds whose callback fired before their call returned, waiting for that return to
+/// write their record. If the application's callback ends the process with `exit()`, the
+/// exit handler writes them with the status the callback saw.
+static FIRED_EARLY: Mutex<Vec<(u32, Arc<AsyncBuild>)>> = Mutex::new(Vec::new());
+
+fn await_return(ctx: &Arc<AsyncBuild>) {
+    static HANDLER: std::sync::Once = std::sync::Once::new();
+    // SAFETY: registers a plain extern "C" function with no captured state. Registered
+    // after the runtime's own handler, so it runs before the exit summary.
+    HANDLER.call_once(|| unsafe {
+        libc::atexit(record_fired_at_exit);
+    });
+    FIRED_EARLY
+        .lock()
+        .push((std::process::id(), Arc::clone(ctx)));
+}
+
+fn returned(ctx: &Arc<AsyncBuild>) {
+    FIRED_EARLY.lock().retain(|(_, c)| !Arc::ptr_eq(c, ctx));
+}
+
+/// Fork handlers (see runtime.rs): the child must not inherit the list's lock held.
+pub fn lock_for_fork() {
+    std::mem::forget(FIRED_EARLY.lock());
+}
+
+/// # Safety
+/// Only after `lock_for_fork`, in the forking thread (parent) or the only thread (child).
+pub unsafe fn unlock_after_fork() {
+    FIRED_EARLY.force_unlock();
+}
+
+extern "C" fn record_fired_at_exit() {
+    catch(|| {
+        // A thread stuck holding a lock while the process exits must not hang the exit.
+        let Some(mut list) = FIRED_EARLY.try_lock_for(Duration::from_millis(200)) else {
+            return;
+        };
+        let pid = std::process::id();
+        let mine: Vec<_> = list
+            .drain(..)
+            .filter(|(p, _)| *p == pid)
+            .map(|(_, c)| c)
+            .collect();
+        drop(list);
+        for ctx in mine {
+            let Some(mut st) = ctx.state.try_lock_for(Duration::from_millis(200)) else {
+                continue;
+            };
+            if let (Some(p), Some(f)) = (st.pending.take(), st.fired.take()) {
+                drop(st);
+                let result = p.outcome(&f.seen);
+                p.finish(result, f.seconds, f.seen);
+            }
+        }
+    });
+}
+
+/// clshim's build callback: gathers what the record needs from the (still live) program,
+/// writes the record if the call has already returned (else leaves it for the return),
+/// then runs the application's callback.
 unsafe extern "C" fn on_build_done(program: cl_program, data: *mut c_void) {
     let ctx = Arc::from_raw(data as *const AsyncBuild);
     catch(|| {
         let seconds = ctx.start.elapsed().as_secs_f64();
-        let mut st = ctx.state.lock();
-        if st.returned {
-            let pending = st.pending.take();
-            drop(st);
-            if let Some(p) = pending {
-                // The call returned CL_SUCCESS and the build went on: its outcome is the
-                // build status now.
-                let route = p.route;
-                let devices = p.devices(program);
-                let ok = !devices.is_empty()
-                    && devices.iter().all(|&d| query::built_for(route, program, d));
-                let result = if ok {
-                    CL_SUCCESS
-                } else if p.kind == EventKind::Link {
-                    -17 // CL_LINK_PROGRAM_FAILURE
-                } else if p.kind == EventKind::Compile {
-                    -15 // CL_COMPILE_PROGRAM_FAILURE
-                } else {
-                    CL_BUILD_PROGRAM_FAILURE
-                };
-                p.finish(result, seconds, program);
+        let pending = {
+            let mut st = ctx.state.lock();
+            st.called = true;
+            if st.returned.is_none() {
+                // The implementation accepted the call (it is calling back), and the call
+                // has not returned, so the application's arrays are still valid.
+                if let Some(p) = st.pending.as_mut() {
+                    p.copy_args(CL_SUCCESS);
+                }
             }
+            st.pending.take()
+        };
+        let Some(p) = pending else {
+            return;
+        };
+        let seen = p.observe(program, None);
+        let mut st = ctx.state.lock();
+        if st.returned.is_some() {
+            // The call returned CL_SUCCESS and the build went on: its outcome is the
+            // build status now.
+            drop(st);
+            let result = p.outcome(&seen);
+            p.finish(result, seconds, seen);
         } else {
-            st.fired_after = Some(seconds);
+            st.pending = Some(p);
+            st.fired = Some(Fired { seconds, seen });
+            st.listed = true;
+            drop(st);
+            await_return(&ctx);
         }
     });
     outside(|| (ctx.user_fn)(program, ctx.user_data));
@@ -232,13 +457,17 @@ pub unsafe fn run(
     user_data: *mut c_void,
     call: impl FnOnce(BuildNotify, *mut c_void) -> (cl_int, cl_program),
 ) -> (cl_int, cl_program) {
-    let Some(pending) = pending else {
+    let Some(mut pending) = pending else {
         return call(user_fn, user_data);
     };
     let Some(user_fn) = user_fn else {
         let (ret, program) = call(None, user_data);
         let seconds = pending.start.elapsed().as_secs_f64();
-        catch(|| pending.finish(ret, seconds, program));
+        catch(|| {
+            pending.copy_args(ret);
+            let seen = pending.observe(program, Some(ret));
+            pending.finish(ret, seconds, seen)
+        });
         return (ret, program);
     };
     let start = pending.start;
@@ -248,32 +477,49 @@ pub unsafe fn run(
         start,
         state: Mutex::new(AsyncState {
             pending: Some(pending),
-            fired_after: None,
-            returned: false,
+            fired: None,
+            returned: None,
+            listed: false,
+            called: false,
         }),
     });
     let raw = Arc::into_raw(ctx.clone());
     let (ret, program) = call(Some(on_build_done), raw as *mut c_void);
     catch(|| {
         let mut st = ctx.state.lock();
-        st.returned = true;
-        let finish = match st.fired_after {
-            Some(seconds) => st.pending.take().map(|p| (p, seconds)),
-            None if ret != CL_SUCCESS => st
-                .pending
-                .take()
-                .map(|p| (p, start.elapsed().as_secs_f64())),
-            None => None, // still building: the callback completes the record
+        st.returned = Some(ret);
+        let never_fires = !st.called && refused_before_start(ret);
+        let listed = std::mem::take(&mut st.listed);
+        let finish = if let Some(f) = st.fired.take() {
+            // The callback saw the program; it may have been released since.
+            st.pending.take().map(|p| (p, f.seconds, f.seen))
+        } else if let Some(p) = st.pending.as_mut() {
+            p.copy_args(ret);
+            if ret != CL_SUCCESS {
+                // The call failed and the callback has not run, so the application has
+                // not released the program: look at it now, under the lock that makes a
+                // late callback wait.
+                let seen = p.observe(program, Some(ret));
+                st.pending
+                    .take()
+                    .map(|p| (p, start.elapsed().as_secs_f64(), seen))
+            } else {
+                None // still building: the callback completes the record
+            }
+        } else {
+            None
         };
-        let never_fires = st.fired_after.is_none() && refused_before_start(ret);
         drop(st);
+        if listed {
+            returned(&ctx);
+        }
         if never_fires {
             // The call was refused outright, so the callback's reference is ours to drop.
             // After other failures it stays with the implementation, which may still call.
             drop(Arc::from_raw(raw));
         }
-        if let Some((p, seconds)) = finish {
-            p.finish(ret, seconds, program);
+        if let Some((p, seconds, seen)) = finish {
+            p.finish(ret, seconds, seen);
         }
     });
     (ret, program)

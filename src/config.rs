@@ -1,8 +1,12 @@
 //! The user's choices, read once from `CLSHIM_*` environment variables at the first
 //! intercepted call. Parsing never fails: a value it does not understand yields one
 //! warning naming the variable, the value and the accepted values, and the safe default
-//! applies, because a typo must never stop someone's MPI job.
+//! applies, because a typo must never stop someone's MPI job. Values are echoed into
+//! warnings quoted and escaped (`{:?}`), so a newline or control character in one can
+//! never forge a log line. `CLSHIM_TRACE_DIR` is a path and is kept byte for byte (no
+//! trimming, no UTF-8 conversion): the library writes where `clshim run` created.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 /// What to do with binary queries (`CL_PROGRAM_BINARY_SIZES` / `CL_PROGRAM_BINARIES` with
@@ -117,22 +121,24 @@ fn valid_log_filter(s: &str) -> bool {
 impl Config {
     /// Reads the configuration from the process environment.
     pub fn from_env() -> (Config, Vec<String>) {
-        Self::from_lookup(|name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
+        Self::from_lookup(|name| std::env::var_os(name))
     }
 
     /// Reads the configuration through `get`; returns it with one warning per rejected value.
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<String>) {
+    pub fn from_lookup(get: impl Fn(&str) -> Option<OsString>) -> (Config, Vec<String>) {
         let mut cfg = Config::default();
         let mut warnings = Vec::new();
-        // An empty value means "unset", as shells make it easy to leave one behind.
+        // An empty value means "unset", as shells make it easy to leave one behind. The
+        // words are trimmed; a value that is not UTF-8 can be none of them, so it is kept
+        // (lossily) only to be rejected.
         let value = |name: &str| {
             get(name)
-                .map(|v| v.trim().to_string())
+                .map(|v| v.to_string_lossy().trim().to_string())
                 .filter(|v| !v.is_empty())
         };
         let mut reject = |name: &str, v: &str, accepted: &str, default: &str| {
             warnings.push(format!(
-                "clshim: warning: {name}='{v}' is not one of {accepted}; using {default}"
+                "clshim: warning: {name}={v:?} is not one of {accepted}; using {default}"
             ))
         };
 
@@ -158,7 +164,7 @@ impl Config {
                 ),
             }
         }
-        if let Some(v) = value("CLSHIM_TRACE_DIR") {
+        if let Some(v) = get("CLSHIM_TRACE_DIR").filter(|v| !v.is_empty()) {
             cfg.trace_dir = Some(PathBuf::from(v));
         }
         if let Some(v) = value("CLSHIM_TRACE_MODE") {
@@ -200,9 +206,9 @@ mod tests {
     use super::*;
 
     fn parse(pairs: &[(&str, &str)]) -> (Config, Vec<String>) {
-        let pairs: Vec<(String, String)> = pairs
+        let pairs: Vec<(String, OsString)> = pairs
             .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
             .collect();
         Config::from_lookup(|n| pairs.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone()))
     }
@@ -245,12 +251,13 @@ mod tests {
         assert_eq!(cfg, Config::default());
         assert_eq!(w.len(), 5, "{w:?}");
         assert!(
-            w[0].contains("CLSHIM_BINARIES='bogus'") && w[0].contains("pass, suppress, substitute")
+            w[0].contains("CLSHIM_BINARIES=\"bogus\"")
+                && w[0].contains("pass, suppress, substitute")
         );
-        assert!(w[1].contains("CLSHIM_DEVICES='gpu'") && w[1].contains("pocl-cpu, pocl, all"));
-        assert!(w[2].contains("CLSHIM_TRACE_MODE='rw'"));
-        assert!(w[3].contains("CLSHIM_LOG='loud'"));
-        assert!(w[4].contains("CLSHIM_SUMMARY='maybe'"));
+        assert!(w[1].contains("CLSHIM_DEVICES=\"gpu\"") && w[1].contains("pocl-cpu, pocl, all"));
+        assert!(w[2].contains("CLSHIM_TRACE_MODE=\"rw\""));
+        assert!(w[3].contains("CLSHIM_LOG=\"loud\""));
+        assert!(w[4].contains("CLSHIM_SUMMARY=\"maybe\""));
     }
 
     #[test]
@@ -287,12 +294,47 @@ mod tests {
                 names
                     .iter()
                     .position(|m| *m == n)
-                    .map(|i| values[i].clone())
+                    .map(|i| OsString::from(&values[i]))
             });
             assert!(warnings.len() <= names.len());
             assert!(cfg.trace_mode <= 0o777);
             assert!(valid_log_filter(&cfg.log_filter), "{:?}", cfg.log_filter);
         }
+    }
+
+    #[test]
+    fn trace_dir_is_kept_byte_for_byte() {
+        use std::ffi::OsStr;
+        use std::os::unix::ffi::OsStrExt;
+        for raw in [
+            &b"/tmp/t "[..],
+            b" /tmp/t",
+            b"/tmp/\xff\xfe",
+            b"/tmp/a\nb",
+            b" ",
+        ] {
+            let v = OsStr::from_bytes(raw).to_owned();
+            let (cfg, w) = Config::from_lookup(|n| (n == "CLSHIM_TRACE_DIR").then(|| v.clone()));
+            assert!(w.is_empty(), "{w:?}");
+            assert_eq!(
+                cfg.trace_dir.as_deref().map(|p| p.as_os_str().as_bytes()),
+                Some(raw),
+            );
+        }
+    }
+
+    #[test]
+    fn values_are_quoted_in_warnings() {
+        use std::ffi::OsStr;
+        use std::os::unix::ffi::OsStrExt;
+        let (_, w) = parse(&[("CLSHIM_BINARIES", "bogus\nclshim: forged line")]);
+        assert_eq!(w.len(), 1);
+        assert!(!w[0].contains('\n'), "{w:?}");
+        assert!(w[0].contains(r#""bogus\nclshim: forged line""#), "{w:?}");
+        let odd = OsStr::from_bytes(b"\xff\x1b[2J").to_owned();
+        let (_, w) = Config::from_lookup(|n| (n == "CLSHIM_DEVICES").then(|| odd.clone()));
+        assert_eq!(w.len(), 1);
+        assert!(!w[0].contains('\x1b'), "{w:?}");
     }
 
     #[test]

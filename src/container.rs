@@ -7,6 +7,14 @@
 //! `source length u64` · `source bytes` · `FNV-1a 64 checksum u64` of everything before it.
 //! The layout is deterministic, so the size a `CL_PROGRAM_BINARY_SIZES` query reports always
 //! equals what the following `CL_PROGRAM_BINARIES` query writes.
+//!
+//! Anyone who can write into an application's binary cache can hand clshim a binary, so
+//! every field is checked before it is used: the magic, version, flags, the declared
+//! length (within the limit, equal to the bytes present), the checksum, the device, and
+//! the source itself (not empty, no NUL byte: `encode` never writes either, and a source
+//! build of an empty text reads a dangling pointer in some drivers). An application's
+//! binary is read through [`decode_raw`], which reads the header first and the rest only
+//! when the length it claims is the one the header declares.
 
 use crate::hash::fnv1a64;
 use std::fmt;
@@ -29,6 +37,8 @@ pub enum Rejection {
     LengthMismatch { declared: u64, actual: usize },
     Checksum,
     OtherDevice,
+    EmptySource,
+    NulInSource { at: usize },
 }
 
 impl fmt::Display for Rejection {
@@ -55,6 +65,10 @@ impl fmt::Display for Rejection {
             Rejection::Checksum => write!(f, "checksum mismatch (corrupt)"),
             Rejection::OtherDevice => {
                 write!(f, "made for another platform, device or driver version")
+            }
+            Rejection::EmptySource => write!(f, "carries an empty source"),
+            Rejection::NulInSource { at } => {
+                write!(f, "carries a NUL byte in its source (offset {at})")
             }
         }
     }
@@ -91,30 +105,35 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
 }
 
-/// The source inside a clshim binary made for the device with `fingerprint`. Every length
-/// is checked against the buffer before it is used.
-pub fn decode(bytes: &[u8], fingerprint: u64) -> Result<&[u8], Rejection> {
-    if bytes.len() < HEADER + TRAILER || !is_clshim(bytes) {
-        return Err(Rejection::Truncated {
-            length: bytes.len(),
-        });
+/// Checks the header (`head`, at least `HEADER` bytes) of a clshim binary that claims to
+/// be `total` bytes long; returns the declared source length.
+fn check_header(head: &[u8], total: usize) -> Result<usize, Rejection> {
+    if total < HEADER + TRAILER || head.len() < HEADER || !is_clshim(head) {
+        return Err(Rejection::Truncated { length: total });
     }
-    let version = u32_at(bytes, 8);
+    let version = u32_at(head, 8);
     if version != VERSION {
         return Err(Rejection::OtherVersion { version });
     }
-    let flags = u32_at(bytes, 12);
+    let flags = u32_at(head, 12);
     if flags != 0 {
         return Err(Rejection::BadFlags { flags });
     }
-    let declared = u64_at(bytes, 24);
+    let declared = u64_at(head, 24);
     if declared > MAX_SOURCE as u64 {
         return Err(Rejection::TooLarge { length: declared });
     }
-    let actual = bytes.len() - HEADER - TRAILER;
+    let actual = total - HEADER - TRAILER;
     if declared != actual as u64 {
         return Err(Rejection::LengthMismatch { declared, actual });
     }
+    Ok(declared as usize)
+}
+
+/// The source inside a clshim binary made for the device with `fingerprint`. Every length
+/// is checked against the buffer before it is used.
+pub fn decode(bytes: &[u8], fingerprint: u64) -> Result<&[u8], Rejection> {
+    check_header(bytes, bytes.len())?;
     let body = &bytes[..bytes.len() - TRAILER];
     if fnv1a64(body) != u64_at(bytes, bytes.len() - TRAILER) {
         return Err(Rejection::Checksum);
@@ -122,7 +141,41 @@ pub fn decode(bytes: &[u8], fingerprint: u64) -> Result<&[u8], Rejection> {
     if u64_at(bytes, 16) != fingerprint {
         return Err(Rejection::OtherDevice);
     }
-    Ok(&body[HEADER..])
+    let source = &body[HEADER..];
+    if source.is_empty() {
+        return Err(Rejection::EmptySource);
+    }
+    if let Some(at) = source.iter().position(|&b| b == 0) {
+        return Err(Rejection::NulInSource { at });
+    }
+    Ok(source)
+}
+
+/// Whether the application's binary `(ptr, len)` claims to be a clshim binary: reads at
+/// most the magic's 8 bytes, and nothing when `len` is shorter.
+///
+/// # Safety
+/// `ptr` must be NULL or readable for `min(len, 8)` bytes (what a driver reads too).
+pub unsafe fn raw_is_clshim(ptr: *const u8, len: usize) -> bool {
+    !ptr.is_null() && len >= MAGIC.len() && is_clshim(std::slice::from_raw_parts(ptr, MAGIC.len()))
+}
+
+/// [`decode`] of the application's binary `(ptr, len)`: reads the header first, and the
+/// whole binary only when `len` is the length the header declares (so never more than
+/// `MAX_SOURCE` and the header and trailer, whatever `len` claims).
+///
+/// # Safety
+/// `ptr` must be NULL or readable for `len` bytes.
+pub unsafe fn decode_raw<'a>(
+    ptr: *const u8,
+    len: usize,
+    fingerprint: u64,
+) -> Result<&'a [u8], Rejection> {
+    if ptr.is_null() || len < HEADER + TRAILER {
+        return Err(Rejection::Truncated { length: len });
+    }
+    check_header(std::slice::from_raw_parts(ptr, HEADER), len)?;
+    decode(std::slice::from_raw_parts(ptr, len), fingerprint)
 }
 
 #[cfg(test)]
@@ -138,7 +191,11 @@ mod tests {
         assert!(is_clshim(&b));
         assert_eq!(decode(&b, 7), Ok(SRC));
         assert_eq!(encode(SRC, 7), b, "encoding must be deterministic");
-        assert_eq!(decode(&encode(b"", 1), 1), Ok(&b""[..]));
+        assert_eq!(decode(&encode(b"", 1), 1), Err(Rejection::EmptySource));
+        assert_eq!(
+            decode(&encode(b"a\0b", 1), 1),
+            Err(Rejection::NulInSource { at: 1 })
+        );
     }
 
     #[test]
@@ -189,6 +246,32 @@ mod tests {
                 buf[..8].copy_from_slice(MAGIC);
             }
             let _ = decode(&buf, x);
+        }
+    }
+
+    #[test]
+    fn raw_binaries_are_read_no_further_than_their_header_allows() {
+        let good = encode(SRC, 7);
+        unsafe {
+            assert!(raw_is_clshim(good.as_ptr(), good.len()));
+            assert!(!raw_is_clshim(good.as_ptr(), 7));
+            assert!(!raw_is_clshim(std::ptr::null(), 100));
+            assert_eq!(decode_raw(good.as_ptr(), good.len(), 7), Ok(SRC));
+            // A length far beyond the buffer: only the header is read, and it declares
+            // another length.
+            for claim in [usize::MAX, isize::MAX as usize + 1, good.len() + 1] {
+                assert!(
+                    matches!(
+                        decode_raw(good.as_ptr(), claim, 7),
+                        Err(Rejection::LengthMismatch { .. })
+                    ),
+                    "{claim}"
+                );
+            }
+            assert!(matches!(
+                decode_raw(good.as_ptr(), 12, 7),
+                Err(Rejection::Truncated { .. })
+            ));
         }
     }
 }

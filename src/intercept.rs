@@ -12,7 +12,6 @@ use crate::policy;
 use crate::programs::Origin;
 use crate::record::EventKind;
 use crate::runtime;
-use serde_json::json;
 use std::ffi::{c_char, c_void};
 
 /// The status a loader gives when the object or its entry is missing.
@@ -48,20 +47,17 @@ pub unsafe fn build_program(
             user_data,
         );
     };
-    let pending = runtime::get(route).and_then(|rt| {
-        catch(|| {
-            Pending::new(
-                rt,
-                route,
-                EventKind::Build,
-                program,
-                num_devices,
-                device_list,
-                options,
-                pfn_notify.is_some(),
-                json!({}),
-            )
-        })
+    let pending = runtime::get(route).map(|rt| {
+        Pending::new(
+            rt,
+            route,
+            EventKind::Build,
+            program,
+            num_devices,
+            device_list,
+            options,
+            pfn_notify.is_some(),
+        )
     });
     builds::run(pending, pfn_notify, user_data, |f, d| {
         (
@@ -106,21 +102,18 @@ pub unsafe fn compile_program(
     let Some(_inside) = guard::enter() else {
         return forward(pfn_notify, user_data);
     };
-    let pending = runtime::get(route).and_then(|rt| {
-        catch(|| {
-            let extra = json!({ "headers": num_input_headers });
-            Pending::new(
-                rt,
-                route,
-                EventKind::Compile,
-                program,
-                num_devices,
-                device_list,
-                options,
-                pfn_notify.is_some(),
-                extra,
-            )
-        })
+    let pending = runtime::get(route).map(|rt| {
+        Pending::new(
+            rt,
+            route,
+            EventKind::Compile,
+            program,
+            num_devices,
+            device_list,
+            options,
+            pfn_notify.is_some(),
+        )
+        .with_headers(num_input_headers)
     });
     builds::run(pending, pfn_notify, user_data, |f, d| {
         (forward(f, d), program)
@@ -160,29 +153,20 @@ pub unsafe fn link_program(
             errcode_ret,
         );
     };
-    let pending = runtime::get(route).and_then(|rt| {
-        catch(|| {
-            let inputs: Vec<u64> = if input_programs.is_null() {
-                Vec::new()
-            } else {
-                std::slice::from_raw_parts(input_programs, num_input_programs as usize)
-                    .iter()
-                    .map(|&p| rt.programs.lookup(p).id)
-                    .collect()
-            };
-            let extra = json!({ "inputs": inputs });
-            Pending::new(
-                rt,
-                route,
-                EventKind::Link,
-                std::ptr::null_mut(),
-                num_devices,
-                device_list,
-                options,
-                pfn_notify.is_some(),
-                extra,
-            )
-        })
+    // The input programs are read only once the implementation has accepted the link:
+    // a count beyond the array is its to refuse.
+    let pending = runtime::get(route).map(|rt| {
+        Pending::new(
+            rt,
+            route,
+            EventKind::Link,
+            std::ptr::null_mut(),
+            num_devices,
+            device_list,
+            options,
+            pfn_notify.is_some(),
+        )
+        .with_inputs(num_input_programs, input_programs)
     });
     // The status of a link comes back through errcode_ret, which the application may omit.
     let mut err = CL_SUCCESS;
@@ -300,6 +284,9 @@ unsafe fn source_identity(
         } else {
             *lengths.add(i)
         };
+        if len > isize::MAX as usize {
+            continue; // no slice can be that long; the implementation took it all the same
+        }
         h.update(std::slice::from_raw_parts(s as *const u8, len));
         total += len;
     }
@@ -368,7 +355,7 @@ pub unsafe fn create_program_with_il(
         return std::ptr::null_mut();
     };
     let program = real(context, il, length, errcode_ret);
-    if !il.is_null() {
+    if !il.is_null() && length <= isize::MAX as usize {
         register_created(route, program, Origin::Il, || {
             let bytes = std::slice::from_raw_parts(il as *const u8, length);
             (crate::hash::fnv1a64(bytes), length)

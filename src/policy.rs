@@ -137,13 +137,15 @@ pub unsafe fn binary_query(
     let (ret, sizes) = if forward_all {
         let ret = real(program, param, size, value, size_ret);
         let n = plan.as_ref().map(Plan::n).unwrap_or(0);
-        let sizes =
-            (ret == CL_SUCCESS && param == CL_PROGRAM_BINARY_SIZES && size >= n * 8).then(|| {
-                std::slice::from_raw_parts(value as *const usize, n)
-                    .iter()
-                    .map(|&s| Some(s))
-                    .collect::<Vec<_>>()
-            });
+        let sizes = (ret == CL_SUCCESS
+            && param == CL_PROGRAM_BINARY_SIZES
+            && size >= n * std::mem::size_of::<usize>())
+        .then(|| {
+            // The application's buffer need not be aligned for usize.
+            (0..n)
+                .map(|i| Some((value as *const usize).add(i).read_unaligned()))
+                .collect::<Vec<_>>()
+        });
         (ret, sizes)
     } else {
         answer(
@@ -197,9 +199,12 @@ unsafe fn answer(
                 None => sizes[i] = Some(all[i]),
             }
         }
-        std::ptr::copy_nonoverlapping(all.as_ptr(), value as *mut usize, n);
+        // Byte copies: the application's buffer need not be aligned for usize.
+        std::ptr::copy_nonoverlapping(all.as_ptr() as *const u8, value as *mut u8, bytes);
     } else {
-        let app = std::slice::from_raw_parts(value as *const *mut u8, n);
+        let app: Vec<*mut u8> = (0..n)
+            .map(|i| (value as *const *mut u8).add(i).read_unaligned())
+            .collect();
         if (0..n).any(|i| plan.actions[i] == Action::Forward && !app[i].is_null()) {
             // The devices clshim answers get a scratch buffer of the driver's own size, not a
             // NULL entry: pocl 3.1 does not skip NULL entries of CL_PROGRAM_BINARIES, it
@@ -237,7 +242,7 @@ unsafe fn answer(
                 return (ret, None);
             }
         }
-        for (bin, &dst) in plan.substitutes.iter().zip(app) {
+        for (bin, &dst) in plan.substitutes.iter().zip(&app) {
             if let (Some(bin), false) = (bin, dst.is_null()) {
                 std::ptr::copy_nonoverlapping(bin.as_ptr(), dst, bin.len());
             }
@@ -350,23 +355,95 @@ fn record_query(
     );
 }
 
+/// The arguments of a `clCreateProgramWithBinary` call that the implementation accepted
+/// or refused for its binaries alone, copied once clshim has checked them as the OpenCL
+/// specification requires: at least one device, at most as many as the context has, each
+/// of the context and named once, and a non-NULL binary of non-zero length for each.
+struct LoadArgs {
+    devices: Vec<cl_device_id>,
+    lengths: Vec<usize>,
+    binaries: Vec<*const u8>,
+    context_devices: Vec<cl_device_id>,
+}
+
+impl LoadArgs {
+    /// # Safety
+    /// The application's arguments; the implementation must have answered the call with
+    /// success or `CL_INVALID_BINARY` (so `context` is a valid context).
+    unsafe fn check(
+        route: Route,
+        context: cl_context,
+        num_devices: cl_uint,
+        device_list: *const cl_device_id,
+        lengths: *const usize,
+        binaries: *const *const u8,
+    ) -> Option<LoadArgs> {
+        if num_devices == 0 || device_list.is_null() || lengths.is_null() || binaries.is_null() {
+            return None;
+        }
+        let context_devices = query::context_devices(route, context)?;
+        let n = num_devices as usize;
+        // More devices than the context has cannot all be distinct devices of it; the
+        // arrays are not read beyond that.
+        if n > context_devices.len() {
+            return None;
+        }
+        let devices = std::slice::from_raw_parts(device_list, n).to_vec();
+        let lengths = std::slice::from_raw_parts(lengths, n).to_vec();
+        let binaries = std::slice::from_raw_parts(binaries, n).to_vec();
+        let valid = devices
+            .iter()
+            .enumerate()
+            .all(|(i, d)| context_devices.contains(d) && !devices[..i].contains(d))
+            && lengths.iter().all(|&l| l > 0)
+            && binaries.iter().all(|b| !b.is_null());
+        valid.then_some(LoadArgs {
+            devices,
+            lengths,
+            binaries,
+            context_devices,
+        })
+    }
+
+    fn any_clshim(&self) -> bool {
+        // SAFETY: each binary is non-NULL; raw_is_clshim reads at most 8 of its `len`
+        // bytes, which the implementation was given to read.
+        self.binaries
+            .iter()
+            .zip(&self.lengths)
+            .any(|(&b, &l)| unsafe { container::raw_is_clshim(b, l) })
+    }
+
+    /// The binaries as byte slices, for hashing what a program was made from: only after
+    /// the implementation accepted them, and only lengths a slice can have.
+    unsafe fn slices(&self) -> Vec<&[u8]> {
+        self.binaries
+            .iter()
+            .zip(&self.lengths)
+            .filter(|(_, &l)| l <= isize::MAX as usize)
+            .map(|(&b, &l)| std::slice::from_raw_parts(b, l))
+            .collect()
+    }
+}
+
 /// Why a set of binaries holding clshim binaries cannot become a source program.
 fn check_clshim_binaries(
     rt: &'static Runtime,
     route: Route,
-    devices: &[cl_device_id],
-    bins: &[&[u8]],
+    args: &LoadArgs,
 ) -> (Vec<Result<(), String>>, Option<Vec<u8>>) {
     let mut source: Option<&[u8]> = None;
-    let mut verdicts = Vec::with_capacity(bins.len());
-    for (i, bin) in bins.iter().enumerate() {
-        let verdict = if !container::is_clshim(bin) {
+    let mut verdicts = Vec::with_capacity(args.devices.len());
+    for (i, &device) in args.devices.iter().enumerate() {
+        let (ptr, len) = (args.binaries[i], args.lengths[i]);
+        // SAFETY: checked non-NULL; read no further than its header allows.
+        let verdict = if !unsafe { container::raw_is_clshim(ptr, len) } {
             Err("a native binary beside clshim binaries".to_string())
         } else {
-            // SAFETY: device handles are the application's, valid for this call.
-            match unsafe { rt.devices.get(route, devices[i]) } {
+            // SAFETY: a device of the context (LoadArgs::check).
+            match unsafe { rt.devices.get(route, device) } {
                 None => Err("the device could not be queried".to_string()),
-                Some(f) => match container::decode(bin, f.fingerprint()) {
+                Some(f) => match unsafe { container::decode_raw(ptr, len, f.fingerprint()) } {
                     Err(why) => Err(why.to_string()),
                     Ok(src) => match source {
                         Some(s) if s != src => {
@@ -394,7 +471,11 @@ fn check_clshim_binaries(
 }
 
 /// `clCreateProgramWithBinary`: clshim binaries become a program built from their source;
-/// anything else goes to the implementation. Recorded either way.
+/// anything else is the implementation's. The implementation is always asked first, with
+/// the application's own arguments, so its argument checks come first: clshim's answer
+/// differs from the implementation's only for a call with valid arguments holding clshim
+/// binaries (which the implementation refuses with `CL_INVALID_BINARY`, or, if it took
+/// them, whose program clshim releases). Recorded either way.
 ///
 /// # Safety
 /// The arguments are the application's; `real` is the implementation's entry point.
@@ -412,73 +493,79 @@ pub unsafe fn create_with_binary(
     errcode_ret: *mut cl_int,
 ) -> cl_program {
     let start = Start::now();
-    let malformed =
-        num_devices == 0 || device_list.is_null() || lengths.is_null() || binaries.is_null();
-    let bins: Vec<&[u8]> = if malformed {
-        Vec::new()
+    let mut err = CL_SUCCESS;
+    let driver_program = real(
+        context,
+        num_devices,
+        device_list,
+        lengths,
+        binaries,
+        binary_status,
+        &mut err,
+    );
+    // Only a call whose arguments the implementation accepted can be read; a refusal for
+    // another reason than the binaries is the application's answer as it stands.
+    let args = if driver_program.is_null() && err != CL_INVALID_BINARY {
+        None
     } else {
-        (0..num_devices as usize)
-            .map(|i| {
-                let (p, len) = (*binaries.add(i), *lengths.add(i));
-                if p.is_null() {
-                    &[][..]
-                } else {
-                    std::slice::from_raw_parts(p, len)
-                }
-            })
-            .collect()
+        crate::guard::catch(|| {
+            LoadArgs::check(route, context, num_devices, device_list, lengths, binaries)
+        })
+        .flatten()
     };
-    let lengths_json: Vec<usize> = bins.iter().map(|b| b.len()).collect();
-    let devices: Vec<cl_device_id> = if malformed {
-        Vec::new()
-    } else {
-        std::slice::from_raw_parts(device_list, num_devices as usize).to_vec()
-    };
-    if malformed || !bins.iter().any(|b| container::is_clshim(b)) {
-        let mut err = CL_SUCCESS;
-        let program = real(
-            context,
-            num_devices,
-            device_list,
-            lengths,
-            binaries,
-            binary_status,
-            &mut err,
-        );
+    let clshim = args.as_ref().map(LoadArgs::any_clshim).unwrap_or(false);
+    let forward = |args: Option<&LoadArgs>| {
         set_errcode(errcode_ret, err);
         let seconds = start.elapsed().as_secs_f64();
         crate::guard::catch(|| {
+            let (devices, lengths, slices) = match args {
+                Some(a) if !driver_program.is_null() => {
+                    (&a.devices[..], a.lengths.clone(), a.slices())
+                }
+                Some(a) => (&a.devices[..], a.lengths.clone(), Vec::new()),
+                None => (&[][..], Vec::new(), Vec::new()),
+            };
             record_load(
                 rt,
                 route,
-                &devices,
+                devices,
                 start,
                 seconds,
                 err,
                 "forward",
                 None,
-                lengths_json,
-                Some((program, Origin::Binary, &bins)),
+                lengths,
+                Some((driver_program, Origin::Binary, &slices)),
             );
         });
-        return program;
-    }
-    let (mut verdicts, mut source) = check_clshim_binaries(rt, route, &devices, &bins);
-    if source.is_some() {
+        driver_program
+    };
+    let args = match args {
+        Some(a) if clshim => a,
+        other => return forward(other.as_ref()),
+    };
+    let (mut verdicts, mut source) = check_clshim_binaries(rt, route, &args);
+    if source.is_some() && args.devices.len() != args.context_devices.len() {
         // A program made from source belongs to every device of the context, a program made
         // from binaries only to the devices they were given for: refuse a subset rather
         // than hand the application a program with devices it did not ask for.
-        if let Some(all) = query::context_devices(route, context) {
-            if all.len() != devices.len() || !all.iter().all(|d| devices.contains(d)) {
-                let why = format!(
-                    "given for {} of the context's {} devices; clshim can only make a \
-                     program for all of them",
-                    devices.len(),
-                    all.len()
-                );
-                verdicts.iter_mut().for_each(|v| *v = Err(why.clone()));
-                source = None;
-            }
+        let why = format!(
+            "given for {} of the context's {} devices; clshim can only make a program for \
+             all of them",
+            args.devices.len(),
+            args.context_devices.len()
+        );
+        verdicts.iter_mut().for_each(|v| *v = Err(why.clone()));
+        source = None;
+    }
+    let lengths_json = args.lengths.clone();
+    // The implementation's program, if it took the clshim binaries as its own, gives way
+    // to clshim's answer.
+    if !driver_program.is_null() {
+        if let Some(release) =
+            route.entry::<FnReleaseProgram>(driver_program, slot::RELEASE_PROGRAM)
+        {
+            release(driver_program);
         }
     }
     let Some(source) = source else {
@@ -486,7 +573,9 @@ pub unsafe fn create_with_binary(
             .iter()
             .enumerate()
             .find_map(|(i, v)| v.as_ref().err().map(|e| format!("device {i}: {e}")));
-        if !binary_status.is_null() {
+        // Where the implementation refused the binaries too, binary_status stays as it
+        // wrote it: the application gets exactly the implementation's answer.
+        if !driver_program.is_null() && !binary_status.is_null() {
             for (i, v) in verdicts.iter().enumerate() {
                 *binary_status.add(i) = if v.is_ok() {
                     CL_SUCCESS
@@ -506,7 +595,7 @@ pub unsafe fn create_with_binary(
             record_load(
                 rt,
                 route,
-                &devices,
+                &args.devices,
                 start,
                 seconds,
                 CL_INVALID_BINARY,
@@ -523,12 +612,14 @@ pub unsafe fn create_with_binary(
     if let Some(create) =
         route.entry::<FnCreateProgramWithSource>(context, slot::CREATE_PROGRAM_WITH_SOURCE)
     {
+        // The source is never empty (container::decode), so the length is never 0, which
+        // would mean "NUL-terminated" to the implementation.
         let text = source.as_ptr() as *const c_char;
         let len = source.len();
         program = create(context, 1, &text, &len, &mut err);
     }
     if !binary_status.is_null() {
-        for i in 0..num_devices as usize {
+        for i in 0..args.devices.len() {
             *binary_status.add(i) = if program.is_null() { err } else { CL_SUCCESS };
         }
     }
@@ -538,7 +629,7 @@ pub unsafe fn create_with_binary(
         record_load(
             rt,
             route,
-            &devices,
+            &args.devices,
             start,
             seconds,
             err,

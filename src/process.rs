@@ -1,6 +1,9 @@
 //! Who this process is, for records and file names: pid, parent, host, executable,
-//! arguments, and the MPI rank and size when a launcher's environment variable names them.
-//! Gathered once per process (again in a forked child, whose pid differs).
+//! arguments, the MPI rank and size when a launcher's environment variable names them, and
+//! a random instance id. Gathered once per process (again in a forked child, whose pid
+//! differs). The instance id tells apart processes that share a host and a pid: those in
+//! different pid namespaces (containers, where many applications run as pid 1), and a pid
+//! reused over a long job.
 
 use serde_json::{json, Value};
 
@@ -14,6 +17,46 @@ pub struct Identity {
     pub rank: Option<u64>,
     pub size: Option<u64>,
     pub rank_source: Option<&'static str>,
+    /// 16 lowercase hex digits, random per process.
+    pub instance: String,
+}
+
+/// 64 random bits from the kernel, or None where it has none to give.
+#[cfg(target_os = "linux")]
+fn kernel_random() -> Option<u64> {
+    let mut buf = [0u8; 8];
+    // SAFETY: the buffer is valid for its length; GRND_NONBLOCK never waits for entropy.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), libc::GRND_NONBLOCK) };
+    (n == buf.len() as isize).then(|| u64::from_ne_bytes(buf))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn kernel_random() -> Option<u64> {
+    let mut buf = [0u8; 8];
+    // SAFETY: the buffer is valid for its length (getentropy takes up to 256 bytes).
+    let ok = unsafe { libc::getentropy(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    ok.then(|| u64::from_ne_bytes(buf))
+}
+
+/// splitmix64's finaliser: spreads every input bit over the output.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A new instance id: kernel randomness mixed with the time, the pid and an address, so it
+/// differs between processes even where the kernel gives no randomness.
+pub fn new_instance() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let local = 0u8;
+    let here = &local as *const u8 as u64;
+    let pid = u64::from(std::process::id());
+    let x = mix(kernel_random().unwrap_or(0) ^ mix(nanos ^ pid.rotate_left(32) ^ mix(here)));
+    format!("{x:016x}")
 }
 
 /// Rank variables and the size variable that goes with each, most specific first.
@@ -74,6 +117,7 @@ impl Identity {
             rank,
             size,
             rank_source,
+            instance: new_instance(),
         }
     }
 
@@ -153,6 +197,20 @@ mod tests {
     }
 
     #[test]
+    fn instance_ids_are_sixteen_hex_digits_and_differ() {
+        let ids: std::collections::HashSet<String> = (0..1000).map(|_| new_instance()).collect();
+        assert_eq!(ids.len(), 1000);
+        for id in &ids {
+            assert_eq!(id.len(), 16, "{id}");
+            assert!(
+                id.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+                "{id}"
+            );
+        }
+    }
+
+    #[test]
     fn file_stem_is_a_safe_name() {
         let id = Identity {
             pid: 42,
@@ -163,6 +221,7 @@ mod tests {
             rank: Some(3),
             size: None,
             rank_source: None,
+            instance: new_instance(),
         };
         assert_eq!(id.file_stem(), "clshim-node_1_x-r3-p42");
         assert_eq!(

@@ -153,6 +153,7 @@ impl Recorder {
         rec.insert("schema".into(), json!(SCHEMA));
         rec.insert("event".into(), json!(kind.name()));
         rec.insert("pid".into(), json!(state.identity.pid));
+        rec.insert("instance".into(), json!(state.identity.instance));
         rec.insert("rank".into(), json!(state.identity.rank));
         rec.insert("tid".into(), json!(tid()));
         rec.insert("ts".into(), json!(start.unix()));
@@ -169,12 +170,13 @@ impl Recorder {
         } = &mut *state;
         let (policy, filter, mode) = (self.policy, self.devices_filter, self.mode);
         file.append(
-            || identity.file_stem(),
+            || (identity.file_stem(), identity.instance.clone()),
             || {
                 let mut header = json!({
                     "schema": SCHEMA,
                     "event": "process",
                     "pid": identity.pid,
+                    "instance": identity.instance,
                     "rank": identity.rank,
                     "tid": tid(),
                     "ts": began.unix(),
@@ -265,6 +267,7 @@ mod tests {
             rank: Some(2),
             size: Some(4),
             rank_source: Some("PMI_RANK"),
+            instance: "0123456789abcdef".into(),
         };
         let t = Tally {
             builds: 4,

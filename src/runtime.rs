@@ -85,6 +85,7 @@ extern "C" fn before_fork() {
         rt.recorder.lock_for_fork();
         rt.programs.lock_for_fork();
         rt.devices.lock_for_fork();
+        crate::builds::lock_for_fork();
     }
 }
 
@@ -92,6 +93,7 @@ extern "C" fn after_fork_parent() {
     if let Some(rt) = RUNTIME.get() {
         // SAFETY: before_fork locked these in this thread.
         unsafe {
+            crate::builds::unlock_after_fork();
             rt.devices.unlock_after_fork();
             rt.programs.unlock_after_fork();
             rt.recorder.unlock_after_fork();

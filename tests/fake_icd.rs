@@ -219,7 +219,8 @@ fn failing_build_compile_and_link_pass_through() {
     );
     assert_eq!(l["result_name"], "CL_INVALID_OPERATION");
     assert!(l["program"].is_null());
-    assert_eq!(l["inputs"], json!([c["program"]]));
+    // A refused call's arrays are not read: the count could exceed the array.
+    assert_eq!(l["inputs"], json!([]));
 }
 
 #[test]
@@ -313,7 +314,8 @@ fn zero_size_for_one_device_passes_through() {
     assert_eq!(l["result"], -30);
     assert_eq!(l["result_name"], "CL_INVALID_VALUE");
     assert!(l["program"].is_null());
-    assert_eq!(l["lengths"], json!([119, 0]));
+    // A refused call's arrays are not read: the count could exceed the array.
+    assert_eq!(l["lengths"], json!([]));
 }
 
 #[test]

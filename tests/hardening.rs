@@ -187,6 +187,12 @@ fn fork_while_another_thread_builds() {
     let parent = parent.expect("parent file");
     let children: Vec<_> = f.iter().filter(|(_, r)| r[0]["ppid"] == parent).collect();
     assert_eq!(children.len(), 20, "each child wrote its own file");
+    let instances: HashSet<&Value> = f.iter().map(|(_, r)| &r[0]["instance"]).collect();
+    assert_eq!(
+        instances.len(),
+        21,
+        "a forked child is an instance of its own"
+    );
     for (p, recs) in children {
         assert_eq!(recs[0]["event"], "process", "{}", p.display());
         assert_eq!(events(recs, "build").len(), 1, "{}", p.display());
@@ -342,6 +348,166 @@ fn trace_directory_removed_mid_run_warns_once() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn descriptor_closed_and_reused_by_the_application_gets_no_record() {
+    // The fake ICD holds no descriptors of its own, so the probe may close them all.
+    let fake = fake_icd_in("fake-hardening");
+    let dir = scratch("reuse-fd");
+    let trace = dir.join("t");
+    let own = dir.join("own.txt");
+    let out = shimmed(
+        &["reuse-fd", own.to_str().unwrap()],
+        &trace,
+        &[("OCL_ICD_VENDORS", &fake_env(&fake))],
+        120,
+    );
+    ok(&out, "reuse-fd");
+    assert!(
+        stdout(&out).contains("own file on descriptor 3"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&own).unwrap(),
+        "app line 1\napp line 2\n",
+        "the application's file holds only its own lines"
+    );
+    // clshim reopened its own file and kept recording, silently.
+    let f = files(&trace);
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].1.len(), 1 + 2 + 4, "{:#?}", f[0].1);
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two processes with the same pid on one host, writing into one directory: with pid
+/// namespaces (as in containers) both are pid 1. Each writes its own file, and every
+/// record carries its process's instance, so the report can tell them apart.
+#[test]
+fn same_pid_in_two_pid_namespaces_gets_two_files_and_two_instances() {
+    let fake = fake_icd_in("fake-hardening");
+    let dir = scratch("pidns");
+    let probe = probe();
+    let ns = |trace: &Path| {
+        let mut cmd = shim_command("unshare", trace);
+        cmd.args(["--user", "--map-root-user", "--pid", "--fork"])
+            .arg(&probe)
+            .args(["exit", "normal", "1"])
+            .env("OCL_ICD_VENDORS", &fake.vendors)
+            .env("CLSHIM_SUMMARY", "0");
+        cmd
+    };
+    let works = ns(&dir.join("probe"))
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    let trace = dir.join("t");
+    if works {
+        let a = ns(&trace).spawn().unwrap();
+        let b = ns(&trace).spawn().unwrap();
+        ok(&a.wait_with_output().unwrap(), "first namespace");
+        ok(&b.wait_with_output().unwrap(), "second namespace");
+    } else {
+        // No user namespaces here: an earlier process with the probe's pid stands in,
+        // by leaving its file under the name the probe will want.
+        eprintln!("unshare refused: simulating the second process with a planted file");
+        std::fs::create_dir_all(&trace).unwrap();
+        let script = format!(
+            "printf '{{\"event\":\"process\",\"instance\":\"0000000000000000\"}}\\n' > \
+             {trace}/clshim-{host}-r--p$$.jsonl && exec {probe} exit normal 1",
+            trace = trace.display(),
+            host = hostname(),
+            probe = probe.display()
+        );
+        let mut cmd = shim_command("sh", &trace);
+        cmd.args(["-c", &script])
+            .env("OCL_ICD_VENDORS", &fake.vendors);
+        ok(&cmd.output().unwrap(), "probe beside a planted file");
+    }
+    let f = files(&trace);
+    assert_eq!(f.len(), 2, "{f:#?}");
+    let instances: HashSet<String> = f
+        .iter()
+        .map(|(p, recs)| {
+            let i = recs[0]["instance"].as_str().unwrap().to_string();
+            assert!(
+                recs.iter().all(|r| r["instance"] == recs[0]["instance"]),
+                "{}: one instance per file",
+                p.display()
+            );
+            i
+        })
+        .collect();
+    assert_eq!(instances.len(), 2, "{f:#?}");
+    if works {
+        assert!(
+            f.iter().all(|(_, r)| r[0]["pid"] == 1),
+            "both were pid 1: {f:#?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Trace directory names are bytes: one with a non-UTF-8 byte and a trailing space is
+/// the directory clshim run creates and the library writes into, whichever way it is
+/// given. A newline in a CLSHIM_* value reaches stderr escaped, not as a line of its own.
+#[test]
+fn trace_directory_names_are_kept_byte_for_byte() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let fake = fake_icd_in("fake-hardening");
+    let dir = scratch("dir-bytes");
+    let name = OsStr::from_bytes(b"traces \xff ");
+    let exact = dir.join(name);
+    let ways: [&dyn Fn(&mut Command); 3] = [
+        &|c: &mut Command| {
+            c.arg("run").arg("--trace-dir").arg(&exact);
+        },
+        &|c: &mut Command| {
+            let mut a = std::ffi::OsString::from("--trace-dir=");
+            a.push(&exact);
+            c.arg("run").arg(a);
+        },
+        &|c: &mut Command| {
+            c.arg("run").env("CLSHIM_TRACE_DIR", &exact);
+        },
+    ];
+    for (i, way) in ways.iter().enumerate() {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_clshim"));
+        way(&mut cmd);
+        cmd.arg("--lib")
+            .arg(shim_path())
+            .arg("--")
+            .arg(probe())
+            .args(["exit", "normal", "1"])
+            .env("OCL_ICD_VENDORS", &fake.vendors)
+            .env("CLSHIM_BINARIES", "bogus\nclshim: forged line");
+        let out = run(cmd, false);
+        ok(&out, &format!("way {i}"));
+        let entries: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(
+            entries,
+            [name.to_owned()],
+            "way {i}: one directory, the one named"
+        );
+        assert_eq!(files(&exact).len(), 1, "way {i}: the trace file is in it");
+        let err = stderr(&out);
+        assert!(
+            !err.lines().any(|l| l.starts_with("clshim: forged")),
+            "way {i}: a value's newline made a line of its own:\n{err}"
+        );
+        assert!(
+            err.contains(r#"CLSHIM_BINARIES="bogus\nclshim: forged line""#),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&exact).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn hostname() -> String {
     let o = Command::new("hostname").output().unwrap();
     let h = String::from_utf8_lossy(&o.stdout).trim().to_string();
@@ -392,9 +558,15 @@ fn trace_files_follow_no_symlink_and_are_owner_only() {
         })
         .collect();
     assert_eq!(written.len(), 1, "{written:?}");
+    let text = std::fs::read_to_string(&written[0]).unwrap();
+    let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let instance = header["instance"].as_str().unwrap();
     assert!(
-        written[0].to_str().unwrap().ends_with(".1.jsonl"),
-        "took the next free name: {written:?}"
+        written[0]
+            .to_str()
+            .unwrap()
+            .ends_with(&format!(".{instance}.jsonl")),
+        "took the name made unique by the process's instance: {written:?}"
     );
     let mode = std::fs::metadata(&written[0]).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "owner-only by default");

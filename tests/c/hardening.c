@@ -6,7 +6,10 @@
  *   exit MODE N     N builds + binary queries, then leave by MODE: normal | thread | _exit | signal
  *   stress T N      T threads x N builds and binary queries each; prints resident memory
  *                   (KiB) after the first and the last round as "rss FIRST LAST"
- *   gap FILE        one build, waits until FILE exists, then another build */
+ *   gap FILE        one build, waits until FILE exists, then another build
+ *   reuse-fd FILE   one build, then closes every descriptor above 2 (as daemons do) and
+ *                   writes two lines of its own to FILE (which gets the lowest free
+ *                   descriptor) around a second build */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
 #include <pthread.h>
@@ -14,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -138,6 +142,18 @@ int main(int argc, char **argv) {
     stress_phase(threads);
     printf("rss %ld %ld\n", first, rss_kib());
     printf("done %d\n", 2 * threads * stress_n);
+    return 0;
+  }
+  if (strcmp(argv[1], "reuse-fd") == 0 && argc > 2) {
+    build_and_query(1);
+    for (int fd = 3; fd < 1024; fd++) close(fd);
+    int fd = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) return 3;
+    dprintf(fd, "app line 1\n");
+    build_and_query(2);
+    dprintf(fd, "app line 2\n");
+    close(fd);
+    printf("reuse-fd: own file on descriptor %d\n", fd);
     return 0;
   }
   if (strcmp(argv[1], "gap") == 0 && argc > 2) {

@@ -5,7 +5,7 @@
 //! error, exit status 2), and the help text. It turns the arguments into plain
 //! structures ([`RunOpts`], [`ReportOpts`]) and never touches the environment or files.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 
 pub const USAGE: &str = "\
@@ -194,7 +194,19 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
         let Some(s) = arg.to_str().map(str::to_owned) else {
-            // A non-UTF-8 argument can only be the command.
+            // Paths are bytes: `--trace-dir=DIR` and `--lib=PATH` keep a non-UTF-8 DIR as is.
+            let bytes = arg.as_encoded_bytes();
+            if let Some(v) = bytes.strip_prefix(b"--trace-dir=") {
+                // SAFETY: split after an ASCII prefix of an OsStr, which keeps it valid.
+                o.trace_dir = Some(unsafe { OsStr::from_encoded_bytes_unchecked(v) }.into());
+                continue;
+            }
+            if let Some(v) = bytes.strip_prefix(b"--lib=") {
+                // SAFETY: as above.
+                o.lib = Some(unsafe { OsStr::from_encoded_bytes_unchecked(v) }.into());
+                continue;
+            }
+            // Any other non-UTF-8 argument can only be the command.
             o.command.push(arg);
             break;
         };
