@@ -28,7 +28,7 @@ CLSHIM_VENV_REQS_current="pyopencl numpy"
 CLSHIM_VENV_REQS_old="pyopencl==2023.1 numpy<2 pytools<2024"
 # wheelbuild: the tools that build and check the clshim wheel (tests/wheel.rs builds it
 #          with `pip wheel --no-build-isolation` here, so a test run downloads nothing):
-#          maturin (the build backend), ziglang (links against glibc 2.28 for the
+#          maturin (the build backend), ziglang (links against glibc 2.17 for the
 #          manylinux tag), auditwheel (checks the tag).
 CLSHIM_VENV_REQS_wheelbuild="maturin>=1.9,<2 ziglang auditwheel"
 # What a venv must import to count as complete (default: pyopencl, numpy).

@@ -176,7 +176,7 @@ fn wheel_is_manylinux_2_28_or_older_and_links_no_opencl() {
         .expect("run auditwheel");
     ok(&out, "auditwheel show");
     let text = stdout(&out).replace('\n', " ");
-    // "... is consistent with the following platform tag: "manylinux_2_28_x86_64"."
+    // "... is consistent with the following platform tag: "manylinux_2_17_x86_64"."
     let tag = text
         .split("platform tag:")
         .nth(1)

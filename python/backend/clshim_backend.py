@@ -15,8 +15,8 @@ Side by side, the executable finds the library next to itself however the wheel 
 installed (virtual environment, ``--user``, ``--prefix``, ``--target``, conda), which a
 script in ``bin/`` cannot do for a file in ``site-packages``.
 
-On Linux the default build links with zig (PyPI ``ziglang``) against glibc 2.28's
-symbols, so the wheel is ``manylinux_2_28`` (RHEL 8 and newer) instead of the build
+On Linux the default build links with zig (PyPI ``ziglang``) against glibc 2.17's
+symbols, so the wheel is ``manylinux_2_17`` (manylinux2014) instead of the build
 machine's glibc. ``-C zig=false`` (``pip wheel . -C zig=false``) builds with the system
 linker for this machine only; maturin's own ``MATURIN_PEP517_ARGS`` or ``-C
 maturin.build-args=...`` replace these defaults entirely.
@@ -38,7 +38,7 @@ from contextlib import contextmanager
 
 import maturin
 
-MANYLINUX = "manylinux_2_28"
+MANYLINUX = "manylinux_2_17"
 
 get_requires_for_build_sdist = maturin.get_requires_for_build_sdist
 
