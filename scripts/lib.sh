@@ -26,6 +26,13 @@ CLSHIM_APT_PACKAGES=(
 #          of pyopencl 2023.1 (safe_sync), which would hide the warnings that matter.
 CLSHIM_VENV_REQS_current="pyopencl numpy"
 CLSHIM_VENV_REQS_old="pyopencl==2023.1 numpy<2 pytools<2024"
+# wheelbuild: the tools that build and check the clshim wheel (tests/wheel.rs builds it
+#          with `pip wheel --no-build-isolation` here, so a test run downloads nothing):
+#          maturin (the build backend), ziglang (links against glibc 2.17 for the
+#          manylinux tag), auditwheel (checks the tag).
+CLSHIM_VENV_REQS_wheelbuild="maturin>=1.9,<2 ziglang auditwheel"
+# What a venv must import to count as complete (default: pyopencl, numpy).
+CLSHIM_VENV_IMPORTS_wheelbuild="maturin, ziglang, auditwheel"
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
@@ -76,10 +83,12 @@ ensure_venv() {
     local name="$1" reqs_var="CLSHIM_VENV_REQS_$1"
     local reqs="${!reqs_var}"
     [ -n "$reqs" ] || die "unknown venv '$name'"
+    local imports_var="CLSHIM_VENV_IMPORTS_$1"
+    local imports="${!imports_var:-pyopencl, numpy}"
     local dir="$CLSHIM_ROOT/.venv/$name" stamp="$CLSHIM_ROOT/.venv/$name/clshim-stamp"
     local base; base="$(clshim_base_python)"
     local want; want="$reqs | $("$base" -c 'import sys; print(sys.version.split()[0])')"
-    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$dir/bin/python" -c 'import pyopencl, numpy' 2>/dev/null; then
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$dir/bin/python" -c "import $imports" 2>/dev/null; then
         log "venv $name: up to date ($reqs)"
         return 0
     fi

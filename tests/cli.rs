@@ -262,6 +262,39 @@ fn run_layer_sets_opencl_layers_not_ld_preload() {
 }
 
 #[test]
+fn run_opens_both_doors_by_default_and_one_with_mode() {
+    let lib = empty_so();
+    let env = [
+        ("LD_PRELOAD", "/opt/other-preload.so"),
+        ("OPENCL_LAYERS", "/opt/other-layer.so"),
+    ];
+    let show = "echo x$LD_PRELOAD; echo x$OPENCL_LAYERS";
+    let doors = |mode: &[&str]| {
+        let mut a = vec!["run", "--lib", s(&lib)];
+        a.extend_from_slice(mode);
+        a.extend_from_slice(&["--", "sh", "-c", show]);
+        let o = clshim_out(&a, &env);
+        assert!(o.status.success(), "{mode:?}: {}", common::stderr(&o));
+        common::stdout(&o)
+    };
+    let l = lib.display();
+    let both = format!("x{l}:/opt/other-preload.so\nx{l}:/opt/other-layer.so\n");
+    assert_eq!(doors(&[]), both);
+    assert_eq!(doors(&["--mode", "both"]), both);
+    assert_eq!(
+        doors(&["--mode=preload"]),
+        format!("x{l}:/opt/other-preload.so\nx/opt/other-layer.so\n")
+    );
+    assert_eq!(
+        doors(&["--mode", "layer"]),
+        format!("x/opt/other-preload.so\nx{l}:/opt/other-layer.so\n")
+    );
+    let o = clshim_out(&["run", "--mode", "dlsym", "--", "true"], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(one_line_err(&o).contains("--mode: unknown value 'dlsym'"));
+}
+
+#[test]
 fn run_finds_library_beside_executable_and_in_lib_dir() {
     // The cdylib cargo builds sits beside the clshim executable.
     let o = clshim_out(&["run", "--", "sh", "-c", "echo $LD_PRELOAD"], &[]);

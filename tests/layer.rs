@@ -2,7 +2,9 @@
 //! a client that `dlopen`s the loader is seen in layer mode and missed in preload mode (as
 //! LD_PRELOAD.md says), the binary policy applies in layer mode too, a plain C program and
 //! pyopencl's wheel (with its bundled loader) work under the layer, and with both modes at
-//! once every call is recorded exactly once.
+//! once every call is recorded exactly once; `clshim run` with no mode option (both doors)
+//! records a linked client, a client that `dlopen`s the loader and pyopencl's wheel exactly
+//! as the one door that reaches each of them does.
 
 mod common;
 
@@ -233,4 +235,150 @@ fn pyopencl_wheel_under_the_layer() {
         "the wheel's bundled loader ran the layer: {recs:#?}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `program args` under `clshim run --binaries substitute` with `mode_args` (none:
+/// the default, both doors), tracing into `trace`; the test's own CLSHIM_*, LD_PRELOAD
+/// and OPENCL_LAYERS are removed first. The library is the one beside the executable.
+fn clshim_run(
+    mode_args: &[&str],
+    program: &Path,
+    args: &[&str],
+    trace: &Path,
+    env: &[(&str, PathBuf)],
+) -> Output {
+    shim_path(); // a fresh target/<profile>/libclshim.so beside the clshim executable
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_clshim"));
+    cmd.arg("run")
+        .args(mode_args)
+        .args(["--binaries", "substitute", "--no-summary", "--trace-dir"])
+        .arg(trace)
+        .arg("--")
+        .arg(program)
+        .args(args);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CLSHIM_") || k == "LD_PRELOAD" || k == "OPENCL_LAYERS" {
+            cmd.env_remove(&k);
+        }
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("spawn clshim run");
+    assert!(
+        out.status.success(),
+        "clshim run {mode_args:?} {} failed: {:?}\nstdout:\n{}\nstderr:\n{}",
+        program.display(),
+        out.status,
+        stdout(&out),
+        stderr(&out)
+    );
+    out
+}
+
+/// What a run recorded, one line per record (process records aside), sorted: the event,
+/// call, parameter, action and result, so two runs of the same program compare equal when
+/// each call was recorded and acted on the same number of times.
+fn signature(recs: &[Value]) -> Vec<String> {
+    let mut v: Vec<String> = recs
+        .iter()
+        .filter(|r| r["event"] != "process")
+        .map(|r| {
+            format!(
+                "{} {} {} {} {}",
+                r["event"], r["call"], r["param"], r["action"], r["result"]
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// `clshim run` with no mode option opens both doors; for each kind of client the records
+/// equal those of the one door that reaches it (a call recorded and acted on once), and
+/// the binary policy applies.
+fn both_doors_equal_one(
+    tag: &str,
+    one_door: &str,
+    program: &Path,
+    args: &[&str],
+    env: &dyn Fn(&Path) -> Vec<(&'static str, PathBuf)>,
+) -> Vec<Value> {
+    let dir = scratch(tag);
+    let one = dir.join("one");
+    clshim_run(
+        &["--mode", one_door],
+        program,
+        args,
+        &one.join("t"),
+        &env(&one),
+    );
+    let both = dir.join("both");
+    clshim_run(&[], program, args, &both.join("t"), &env(&both));
+    let one_recs = traces(&one.join("t"));
+    let both_recs = traces(&both.join("t"));
+    assert!(
+        !events(&one_recs, "build").is_empty(),
+        "--mode {one_door} reaches {tag}: {one_recs:#?}"
+    );
+    assert_eq!(
+        signature(&both_recs),
+        signature(&one_recs),
+        "both doors vs --mode {one_door}"
+    );
+    assert_eq!(events(&both_recs, "process")[0]["mode"], one_door);
+    let queries = events(&both_recs, "binary_query");
+    assert!(!queries.is_empty(), "{both_recs:#?}");
+    assert!(
+        queries.iter().all(|q| q["action"] == "substitute"),
+        "{both_recs:#?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    both_recs
+}
+
+#[test]
+fn clshim_run_default_records_a_linked_client_once() {
+    let bin = build_ctest("basic", &[]);
+    let recs = both_doors_equal_one("run-both-linked", "preload", &bin, &[], &|_| vec![]);
+    assert_eq!(events(&recs, "build").len(), 1, "{recs:#?}");
+    assert_eq!(events(&recs, "binary_query").len(), 2, "{recs:#?}");
+}
+
+#[test]
+fn clshim_run_default_records_a_dlopen_client_once() {
+    let bin = dlopen_client();
+    let recs = both_doors_equal_one("run-both-dlopen", "layer", &bin, &[], &|_| vec![]);
+    assert_eq!(events(&recs, "build").len(), 1, "{recs:#?}");
+    assert_eq!(events(&recs, "binary_query").len(), 2, "{recs:#?}");
+}
+
+/// pyopencl 2023.1's wheel (bundled loader, binary cache on pocl): its calls reach the
+/// preloaded symbols while the bundled loader also runs the layer.
+#[test]
+fn clshim_run_default_records_pyopencl_wheel_once() {
+    let py = venv_python("old");
+    let script = repo_root().join("tests/python/small_kernel.py");
+    let caches = |d: &Path| {
+        vec![
+            ("POCL_CACHE_DIR", d.join("pocl")),
+            ("XDG_CACHE_HOME", d.join("xdg")),
+        ]
+    };
+    let recs = both_doors_equal_one(
+        "run-both-pyopencl",
+        "preload",
+        &py,
+        &[script.to_str().unwrap(), "--name", "clshim_both"],
+        &caches,
+    );
+    let builds: Vec<_> = events(&recs, "build")
+        .into_iter()
+        .filter(|b| {
+            b["kernels"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|k| k == "clshim_both_0"))
+        })
+        .collect();
+    assert_eq!(builds.len(), 1, "{recs:#?}");
 }

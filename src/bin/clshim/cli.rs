@@ -13,9 +13,10 @@ usage: clshim run [options] [--] COMMAND [ARGS...]
        clshim report [--json] [--by-source] [--chrome FILE] DIR
        clshim --help | --version
 
-clshim run: run COMMAND with libclshim.so interposed (LD_PRELOAD, or OPENCL_LAYERS with
---layer), then replace clshim by COMMAND. Each option sets the CLSHIM_* variable named
-beside it; a variable you already set is kept unless you give the option.
+clshim run: run COMMAND with libclshim.so interposed (preloaded with LD_PRELOAD and
+named in OPENCL_LAYERS, unless --mode says otherwise), then replace clshim by COMMAND.
+Each option sets the CLSHIM_* variable named beside it; a variable you already set is
+kept unless you give the option.
   --binaries POLICY   CLSHIM_BINARIES: pass | suppress | substitute
   --devices SET       CLSHIM_DEVICES: pocl-cpu | pocl | all
   --trace-dir DIR     CLSHIM_TRACE_DIR (made absolute and created before COMMAND starts)
@@ -25,8 +26,10 @@ beside it; a variable you already set is kept unless you give the option.
   --no-summary        CLSHIM_SUMMARY=0
   --lib PATH          the library to interpose (default: $CLSHIM_LIB, else libclshim.so
                       beside the clshim executable, else in ../lib/ from it)
-  --layer             load the library as an OpenCL loader layer (OPENCL_LAYERS)
-                      instead of preloading it
+  --mode MODE         how the library gets in front of OpenCL: both (default: preload
+                      and loader layer; each call is recorded once) | preload
+                      (LD_PRELOAD only) | layer (OPENCL_LAYERS only)
+  --layer             the same as --mode layer
 
 clshim report: summarise every trace file (*.jsonl) in DIR: per program and per rank
 build and binary-query seconds. Exit status 0 when every record was read, 1 when
@@ -69,9 +72,28 @@ pub struct RunOpts {
     pub log: Option<String>,
     pub summary: Option<bool>,
     pub lib: Option<PathBuf>,
-    pub layer: bool,
+    pub mode: Mode,
     /// The command and its arguments; never empty.
     pub command: Vec<OsString>,
+}
+
+/// Which doors `clshim run` opens: the preload variable, the loader's layer list, or both.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    #[default]
+    Both,
+    Preload,
+    Layer,
+}
+
+impl Mode {
+    pub fn preload(self) -> bool {
+        matches!(self, Mode::Both | Mode::Preload)
+    }
+
+    pub fn layer(self) -> bool {
+        matches!(self, Mode::Both | Mode::Layer)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -84,6 +106,7 @@ pub struct ReportOpts {
 
 pub const BINARIES: &[&str] = &["pass", "suppress", "substitute"];
 pub const DEVICES: &[&str] = &["pocl-cpu", "pocl", "all"];
+pub const MODES: &[&str] = &["both", "preload", "layer"];
 const LEVELS: &[&str] = &["off", "error", "warn", "info", "debug", "trace"];
 
 /// Parses the arguments after the program name.
@@ -245,12 +268,20 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
                 }
                 o.lib = Some(v.into());
             }
+            "--mode" => {
+                let v = utf8(name, value(name, inline, &mut it)?)?;
+                o.mode = match one_of(name, v, MODES)?.as_str() {
+                    "preload" => Mode::Preload,
+                    "layer" => Mode::Layer,
+                    _ => Mode::Both,
+                };
+            }
             "--summary" | "--no-summary" | "--layer" if inline.is_some() => {
                 return usage(format!("option {name} takes no value"));
             }
             "--summary" => o.summary = Some(true),
             "--no-summary" => o.summary = Some(false),
-            "--layer" => o.layer = true,
+            "--layer" => o.mode = Mode::Layer,
             "-h" | "--help" => return Ok(Command::Help),
             _ => return usage(format!("run: unknown option '{s}' (try 'clshim --help')")),
         }
@@ -343,8 +374,22 @@ mod tests {
         else {
             panic!()
         };
-        assert!(o.layer);
+        assert_eq!(o.mode, Mode::Layer);
         assert_eq!(o.command, args(&["mpiexec", "-n", "4"]));
+    }
+
+    #[test]
+    fn mode_defaults_to_both_and_last_option_wins() {
+        let mode = |a: &[&str]| match parse(args(a)).unwrap() {
+            Command::Run(o) => o.mode,
+            _ => panic!(),
+        };
+        assert_eq!(mode(&["run", "x"]), Mode::Both);
+        assert_eq!(mode(&["run", "--mode", "preload", "x"]), Mode::Preload);
+        assert_eq!(mode(&["run", "--mode=layer", "x"]), Mode::Layer);
+        assert_eq!(mode(&["run", "--layer", "--mode", "both", "x"]), Mode::Both);
+        assert!(parse(args(&["run", "--mode", "dlsym", "x"])).is_err());
+        assert!(parse(args(&["run", "--mode"])).is_err());
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! `clshim run`: finds the interposer library, prepares the environment and replaces
 //! this process with the user's command. This module owns the library lookup order
-//! (`--lib`, `$CLSHIM_LIB`, beside the executable, `../lib/` from it), the mapping of
+//! (`--lib`, `$CLSHIM_LIB`, beside the executable, `../lib/` from it; inside the
+//! installed Python package only beside the executable, checked to load), the mapping of
 //! options to `CLSHIM_*` variables (a variable the user set is kept unless the option is
-//! given), the preload variable (`LD_PRELOAD`, `DYLD_INSERT_LIBRARIES` on macOS, or
-//! `OPENCL_LAYERS` with `--layer`; the library is put first and an existing value kept),
+//! given), the doors the library is opened through (`--mode`: the preload variable,
+//! `LD_PRELOAD` or `DYLD_INSERT_LIBRARIES` on macOS, and the loader's `OPENCL_LAYERS`,
+//! both by default; the library is put first in each and an existing value kept),
 //! creating the trace directory, and the `exec` itself, so that exit status, signals,
 //! standard streams and the process tree are the command's own. Every failure before
 //! the command starts is a one-line error and a non-zero exit status.
@@ -70,6 +72,8 @@ pub fn find_library(opt: Option<&Path>, env: Option<OsString>) -> Result<PathBuf
             ),
         };
     }
+    // current_exe is /proc/self/exe on Linux: the real file, whatever link or Python
+    // launcher started it.
     let exe = std::env::current_exe()
         .and_then(|e| e.canonicalize())
         .map_err(|e| RunError {
@@ -80,6 +84,9 @@ pub fn find_library(opt: Option<&Path>, env: Option<OsString>) -> Result<PathBuf
             status: 1,
         })?;
     let dir = exe.parent().unwrap_or(Path::new("/"));
+    if dir.join("__init__.py").is_file() {
+        return bundled_library(dir);
+    }
     let candidates = [dir.join(LIB_NAME), dir.join("../lib").join(LIB_NAME)];
     for c in &candidates {
         if c.is_file() {
@@ -94,6 +101,107 @@ pub fn find_library(opt: Option<&Path>, env: Option<OsString>) -> Result<PathBuf
             dir.join("../lib").display()
         ),
     )
+}
+
+/// The library of an installed `clshim` Python package (the wheel), which keeps the
+/// executable and the library side by side in its package directory. A missing or
+/// unloadable library there is a damaged install, not a lookup to continue: say which
+/// file and how to reinstall, exit status 2.
+fn bundled_library(dir: &Path) -> Result<PathBuf, RunError> {
+    let lib = dir.join(LIB_NAME);
+    let damaged = |what: String| RunError {
+        message: format!(
+            "the clshim Python package in {} is damaged: {what}; reinstall it: \
+             python -m pip install --force-reinstall clshim (or the wheel you installed)",
+            dir.display()
+        ),
+        status: 2,
+    };
+    match std::fs::metadata(&lib) {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => return Err(damaged(format!("{} is not a file", lib.display()))),
+        Err(e) => {
+            return Err(damaged(format!(
+                "{} is missing ({})",
+                lib.display(),
+                describe(&e)
+            )))
+        }
+    }
+    whole_elf(&lib)
+        .and_then(|()| loadable(&lib))
+        .map_err(|why| damaged(format!("{} cannot be loaded: {why}", lib.display())))?;
+    Ok(lib)
+}
+
+/// Checks that `lib` is a whole 64-bit little-endian ELF file: a file cut short (an
+/// interrupted copy or download) would make the dynamic linker crash on the pages it
+/// maps past the end, so it is refused here by its own headers. Elsewhere (macOS,
+/// other ELF kinds) `loadable` alone decides.
+fn whole_elf(lib: &Path) -> Result<(), String> {
+    use std::io::{Read, Seek, SeekFrom};
+    if !cfg!(all(
+        target_os = "linux",
+        target_pointer_width = "64",
+        target_endian = "little"
+    )) {
+        return Ok(());
+    }
+    let io = |e: std::io::Error| describe(&e);
+    let mut f = std::fs::File::open(lib).map_err(io)?;
+    let len = f.metadata().map_err(io)?.len();
+    let mut h = [0u8; 64];
+    if len < 64 || f.read_exact(&mut h).is_err() || &h[..4] != b"\x7fELF" {
+        return Err(format!("not an ELF shared library ({len} bytes)"));
+    }
+    if h[4] != 2 || h[5] != 1 {
+        return Err("not a 64-bit little-endian ELF file".into());
+    }
+    let u16_at = |b: &[u8], at: usize| u64::from(u16::from_le_bytes([b[at], b[at + 1]]));
+    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+    let (phoff, shoff) = (u64_at(&h, 32), u64_at(&h, 40));
+    let (phsize, phnum) = (u16_at(&h, 54), u16_at(&h, 56));
+    let (shsize, shnum) = (u16_at(&h, 58), u16_at(&h, 60));
+    let mut need = (phoff + phsize * phnum).max(shoff + shsize * shnum);
+    if phsize >= 56 && phoff + phsize * phnum <= len {
+        let mut ph = vec![0u8; (phsize * phnum) as usize];
+        f.seek(SeekFrom::Start(phoff)).map_err(io)?;
+        f.read_exact(&mut ph).map_err(io)?;
+        for p in ph.chunks_exact(phsize as usize) {
+            // PT_LOAD: the bytes at p_offset .. p_offset + p_filesz are mapped.
+            if u32::from_le_bytes(p[..4].try_into().unwrap()) == 1 {
+                need = need.max(u64_at(p, 8).saturating_add(u64_at(p, 32)));
+            }
+        }
+    }
+    if len < need {
+        return Err(format!("truncated: {len} bytes of at least {need}"));
+    }
+    Ok(())
+}
+
+/// Loads `lib` privately and unloads it, to catch a truncated or foreign file before the
+/// command starts (where every process would fail to preload it). Safe for clshim's own
+/// library: it does nothing when loaded (no constructor, no thread, no file).
+fn loadable(lib: &Path) -> Result<(), String> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(lib.as_os_str().as_bytes())
+        .map_err(|_| "the path holds a NUL byte".to_string())?;
+    // SAFETY: `path` is a valid C string; the handle is only closed, and dlerror's
+    // message is copied at once on this thread.
+    unsafe {
+        let h = libc::dlopen(path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL);
+        if h.is_null() {
+            let e = libc::dlerror();
+            return Err(if e.is_null() {
+                "dlopen failed".to_string()
+            } else {
+                std::ffi::CStr::from_ptr(e).to_string_lossy().into_owned()
+            });
+        }
+        libc::dlclose(h);
+    }
+    Ok(())
 }
 
 fn absolute(p: &Path) -> PathBuf {
@@ -135,8 +243,15 @@ pub fn environment(
     trace_dir: Option<&Path>,
 ) -> Vec<(&'static str, OsString)> {
     let mut env: Vec<(&'static str, OsString)> = Vec::new();
-    let var = if o.layer { LAYERS_VAR } else { PRELOAD_VAR };
-    env.push((var, prepend(lib, std::env::var_os(var))));
+    // Both doors by default: preloading reaches applications linked to a loader (and
+    // pyopencl's bundled one), the layer reaches those that dlopen a loader that reads
+    // OPENCL_LAYERS. The library records a call once whichever door it came through.
+    if o.mode.preload() {
+        env.push((PRELOAD_VAR, prepend(lib, std::env::var_os(PRELOAD_VAR))));
+    }
+    if o.mode.layer() {
+        env.push((LAYERS_VAR, prepend(lib, std::env::var_os(LAYERS_VAR))));
+    }
     if let Some(v) = &o.binaries {
         env.push(("CLSHIM_BINARIES", v.into()));
     }

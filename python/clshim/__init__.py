@@ -1,0 +1,43 @@
+"""clshim: an OpenCL interposer that times program builds and binary queries per process
+and MPI rank, and can spare pocl's CPU driver the second compile a binary query causes.
+
+This package holds the native parts side by side: the ``clshim`` executable and the
+interposer library (``libclshim.so``; ``libclshim.dylib`` on macOS). The ``clshim``
+command and ``python -m clshim`` both run :func:`main`, which replaces the Python process
+with the executable; the executable finds the library beside itself, so ``clshim run``
+needs no option and no environment variable.
+"""
+
+import os
+import sys
+
+__all__ = ["executable", "library", "main"]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def executable():
+    """Path of the bundled ``clshim`` executable."""
+    return os.path.join(_HERE, "clshim")
+
+
+def library():
+    """Path of the bundled interposer library (what ``clshim run`` preloads)."""
+    name = "libclshim.dylib" if sys.platform == "darwin" else "libclshim.so"
+    return os.path.join(_HERE, name)
+
+
+def main():
+    """Runs the ``clshim`` executable with this process's arguments, in its place (same
+    process id, so exit status, signals and streams are the executable's own)."""
+    exe = executable()
+    try:
+        os.execv(exe, ["clshim"] + sys.argv[1:])
+    except OSError as e:
+        sys.stderr.write(
+            "clshim: the clshim Python package in %s is damaged: cannot run %s (%s); "
+            "reinstall it: python -m pip install --force-reinstall clshim "
+            "(or the wheel you installed)\n" % (_HERE, exe, e.strerror or e)
+        )
+        return 2
+    return 2  # not reached: execv returns only by raising
