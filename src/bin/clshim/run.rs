@@ -2,8 +2,8 @@
 //! this process with the user's command. This module owns the library lookup order
 //! (`--lib`, `$CLSHIM_LIB`, beside the executable, `../lib/` from it), the mapping of
 //! options to `CLSHIM_*` variables (a variable the user set is kept unless the option is
-//! given), the preload variable (`LD_PRELOAD`, `DYLD_INSERT_LIBRARIES` on macOS, or
-//! `OPENCL_LAYERS` with `--layer`; the library is put first and an existing value kept),
+//! given), the preload variable (`LD_PRELOAD`, or `OPENCL_LAYERS` with `--layer`; on macOS
+//! `macos_env.rs` picks them; the library is put first and an existing value kept),
 //! creating the trace directory, and the `exec` itself, so that exit status, signals,
 //! standard streams and the process tree are the command's own. Every failure before
 //! the command starts is a one-line error and a non-zero exit status.
@@ -18,11 +18,10 @@ const LIB_NAME: &str = "libclshim.dylib";
 #[cfg(not(target_os = "macos"))]
 const LIB_NAME: &str = "libclshim.so";
 
-#[cfg(target_os = "macos")]
-const PRELOAD_VAR: &str = "DYLD_INSERT_LIBRARIES";
+// (macOS: macos_env.rs names the variables.)
 #[cfg(not(target_os = "macos"))]
 const PRELOAD_VAR: &str = "LD_PRELOAD";
-
+#[cfg(not(target_os = "macos"))]
 const LAYERS_VAR: &str = "OPENCL_LAYERS";
 
 /// A failure before the command started: the message (printed after `clshim: `) and
@@ -135,8 +134,15 @@ pub fn environment(
     trace_dir: Option<&Path>,
 ) -> Vec<(&'static str, OsString)> {
     let mut env: Vec<(&'static str, OsString)> = Vec::new();
-    let var = if o.layer { LAYERS_VAR } else { PRELOAD_VAR };
-    env.push((var, prepend(lib, std::env::var_os(var))));
+    #[cfg(target_os = "macos")]
+    env.extend(crate::macos_env::route_vars(o.layer, lib, |v| {
+        std::env::var_os(v)
+    }));
+    #[cfg(not(target_os = "macos"))]
+    {
+        let var = if o.layer { LAYERS_VAR } else { PRELOAD_VAR };
+        env.push((var, prepend(lib, std::env::var_os(var))));
+    }
     if let Some(v) = &o.binaries {
         env.push(("CLSHIM_BINARIES", v.into()));
     }
@@ -187,6 +193,8 @@ fn try_run(o: RunOpts) -> Result<std::convert::Infallible, RunError> {
     let trace_dir = o.trace_dir.as_deref().map(prepare_trace_dir).transpose()?;
     let env = environment(&o, &lib, trace_dir.as_deref());
     let program = &o.command[0];
+    #[cfg(target_os = "macos")]
+    crate::macos_env::warn_if_protected(program);
     let mut cmd = std::process::Command::new(program);
     cmd.args(&o.command[1..]);
     for (k, v) in env {
