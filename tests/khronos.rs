@@ -13,7 +13,9 @@
 //!   binary, which round-trips (create from binary, build, run, correct results);
 //! - bad input: a property list clshim does not know is refused with one warning; after
 //!   `clDeinitLayer` and `dlclose` of the layer, and with the loader's table unmapped, a
-//!   late call through the layer's table neither crashes nor loses a record.
+//!   late call through the layer's table neither crashes nor loses a record;
+//! - a call that reaches clshim through the layer and again through its own symbol (as on
+//!   macOS through Apple's wrapper ICD and the interposed framework) is recorded once.
 //!
 //! pyopencl's wheels bundle ocl-icd and load it privately, so they never use this loader;
 //! an `.icd` naming the Khronos loader is skipped by that ocl-icd (a loader exports no
@@ -446,6 +448,10 @@ fn devices_all_substitutes_intel_and_the_binary_round_trips() {
 }
 
 fn probe(arg: &str, trace: &Path) -> Output {
+    probe_with(arg, trace, false)
+}
+
+fn probe_with(arg: &str, trace: &Path, preload: bool) -> Output {
     let mut cmd = Command::new(build_c("layer_probe", &[]));
     cmd.arg(shim_path())
         .arg(arg)
@@ -453,7 +459,7 @@ fn probe(arg: &str, trace: &Path) -> Output {
         .env("CLSHIM_TRACE_DIR", trace)
         .env("CLSHIM_LOG", "clshim::layer=debug")
         .env("POCL_CACHE_DIR", trace.with_extension("kcache"));
-    let out = run(cmd, false);
+    let out = run(cmd, preload);
     assert!(
         out.status.success(),
         "layer_probe {arg}: {:?}\n{}\n{}",
@@ -553,5 +559,30 @@ for p in cl.get_platforms():
     let recs = checked_traces(&trace);
     assert_eq!(on(&recs, "build", POCL).len(), 1, "{recs:#?}");
     assert_eq!(on(&recs, "build", INTEL).len(), 1, "{recs:#?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_call_that_reaches_clshim_through_the_layer_and_again_by_symbol_is_recorded_once() {
+    // The Linux analogue of macOS's double route (conda's loader -> clshim's layer ->
+    // Apple's wrapper ICD -> interposed framework call -> clshim again).
+    let dir = scratch("khronos-chain");
+    let trace = dir.join("trace");
+    let out = probe_with("--chain", &trace, true);
+    let s = stdout(&out);
+    let next = s
+        .lines()
+        .find(|l| l.starts_with("next build: "))
+        .unwrap_or("");
+    assert!(
+        next.ends_with("libclshim.so"),
+        "the next table must lead back into clshim: {s}"
+    );
+    assert!(s.contains("build: 0\n"), "{s}");
+    let recs = checked_traces(&trace);
+    assert_eq!(events(&recs, "build").len(), 1, "{recs:#?}");
+    assert_eq!(events(&recs, "process")[0]["mode"], "layer");
+    let err = stderr(&out);
+    assert!(err.contains(" 1 builds "), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

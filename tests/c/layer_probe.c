@@ -7,7 +7,13 @@
  *   --deinit         init (no properties), build + binary query through the layer's
  *                    table, clDeinitLayer, munmap the next table (as a loader frees
  *                    its tables), dlclose the layer, then build once more through the
- *                    table the layer handed out: it must not touch the freed table. */
+ *                    table the layer handed out: it must not touch the freed table.
+ *   --chain          init, with the next table's clBuildProgram slot set to the global
+ *                    clBuildProgram (clshim's own under LD_PRELOAD, printed with the
+ *                    library it lives in): one build through the layer then reaches
+ *                    clshim a second time, as a call through conda's loader and Apple's
+ *                    wrapper ICD reaches the interposed framework on macOS. */
+#define _GNU_SOURCE
 #define CL_USE_DEPRECATED_OPENCL_1_2_APIS
 #include <CL/cl.h>
 #include <dlfcn.h>
@@ -80,7 +86,13 @@ int main(int argc, char **argv) {
         printf("version: %d %u\n", rc, v);
         return 0;
     }
-    if (strcmp(argv[2], "--deinit") != 0) return 2;
+    int chain = strcmp(argv[2], "--chain") == 0;
+    if (!chain && strcmp(argv[2], "--deinit") != 0) return 2;
+    if (chain) {
+        next[30] = dlsym(RTLD_DEFAULT, "clBuildProgram");
+        Dl_info where;
+        printf("next build: %s\n", next[30] && dladdr(next[30], &where) ? where.dli_fname : "?");
+    }
     printf("init: %d\n", init(N_ENTRIES, next, &n_ret, &table, NULL));
     printf("entries: %u\n", n_ret);
 
@@ -98,6 +110,12 @@ int main(int argc, char **argv) {
     printf("build: %d\n", build(p, 1, &dev, NULL, NULL, NULL));
     size_t size = 0;
     printf("sizes: %d\n", info(p, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL));
+    if (chain) {
+        clReleaseProgram(p);
+        clReleaseContext(ctx);
+        printf("ok\n");
+        return 0;
+    }
 
     printf("deinit: %d\n", deinit());
     munmap(next, N_ENTRIES * sizeof(void *));
