@@ -45,16 +45,17 @@ fn route() -> Route {
         Route::Object
     };
     if !ANNOUNCED.load(Ordering::Relaxed) {
-        announce(r);
+        announce();
     }
     r
 }
 
-/// At the first call through the layer (the first OpenCL call, which makes clshim's
-/// state and logger), says at debug level which protocol the loader used.
+/// Once clshim's state (and so its logger) exists, which the first recorded call makes,
+/// says at debug level which entry point the loader initialised the layer with. It never
+/// makes that state itself: a call through the layer keeps its own rules for that.
 #[cold]
-fn announce(r: Route) {
-    if crate::runtime::get(r).is_none() || ANNOUNCED.swap(true, Ordering::Relaxed) {
+fn announce() {
+    if crate::runtime::existing().is_none() || ANNOUNCED.swap(true, Ordering::Relaxed) {
         return;
     }
     let by = match PROTOCOL.load(Ordering::Relaxed) {
@@ -238,6 +239,9 @@ fn pin_in_memory() {
 /// `-z nodelete`, on macOS by `pin_in_memory`).
 #[no_mangle]
 pub unsafe extern "C" fn clDeinitLayer() -> cl_int {
+    if !ANNOUNCED.load(Ordering::Relaxed) {
+        announce();
+    }
     NEXT_TABLE.store(0, Ordering::Release);
     log::debug!("layer: clDeinitLayer: the loader is unloading the layer");
     CL_SUCCESS
