@@ -18,7 +18,7 @@ CLSHIM_APT_PACKAGES=(
     valgrind             # memcheck run of a C test program under the shim
 )
 
-# Requirement strings of the two Python environments under .venv/.
+# Requirement strings of the Python environments under .venv/.
 # current: the newest pyopencl (skips its binary cache on pocl since 2024.2.3).
 # old:     pyopencl 2023.1, the last release line that still caches binaries on pocl
 #          (the seed issue's behaviour); numpy<2 because its wheels were built against
@@ -31,8 +31,20 @@ CLSHIM_VENV_REQS_old="pyopencl==2023.1 numpy<2 pytools<2024"
 #          maturin (the build backend), ziglang (links against glibc 2.17 for the
 #          manylinux tag), auditwheel (checks the tag).
 CLSHIM_VENV_REQS_wheelbuild="maturin>=1.9,<2 ziglang auditwheel"
-# What a venv must import to count as complete (default: pyopencl, numpy).
-CLSHIM_VENV_IMPORTS_wheelbuild="maturin, ziglang, auditwheel"
+# intel:   the Khronos ICD loader (lib/libOpenCL.so.1, with layer support) and Intel's CPU
+#          OpenCL runtime (lib/libintelocl.so), from Intel's PyPI wheels; the second
+#          package brings the libraries the runtime links (libsvml.so and friends). About
+#          225 MB, downloaded once. No pyopencl here: its wheels bundle ocl-icd and cannot
+#          use this loader, so the Khronos tests drive C clients.
+CLSHIM_VENV_REQS_intel="intel-opencl-rt intel-cmplr-lib-rt"
+# macos:   zig, only for the macOS libSystem symbol list (.tbd) it ships, which
+#          scripts/check-macos needs to link libclshim.dylib on Linux.
+CLSHIM_VENV_REQS_macos="ziglang"
+CLSHIM_VENV_CHECK_macos='import ziglang'
+CLSHIM_VENV_CHECK_intel='import os, sys; assert all(os.path.isfile(os.path.join(sys.prefix, "lib", f)) for f in ("libOpenCL.so.1", "libintelocl.so"))'
+# CLSHIM_VENV_CHECK_<name>: the Python that proves a venv complete (default: it imports
+# pyopencl and numpy).
+CLSHIM_VENV_CHECK_wheelbuild='import maturin, ziglang, auditwheel'
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
@@ -78,17 +90,18 @@ clshim_base_python() {
 
 # ensure_venv NAME: creates .venv/NAME with CLSHIM_VENV_REQS_NAME unless its stamp file
 # already records the same requirement string and base Python version. A half-made or
-# stale environment is removed and made again.
+# stale environment is removed and made again. CLSHIM_VENV_CHECK_NAME, when set, is the
+# Python statement that proves the environment usable (default: importing pyopencl, numpy).
 ensure_venv() {
     local name="$1" reqs_var="CLSHIM_VENV_REQS_$1"
     local reqs="${!reqs_var}"
+    local check_var="CLSHIM_VENV_CHECK_$1"
+    local check="${!check_var:-import pyopencl, numpy}"
     [ -n "$reqs" ] || die "unknown venv '$name'"
-    local imports_var="CLSHIM_VENV_IMPORTS_$1"
-    local imports="${!imports_var:-pyopencl, numpy}"
     local dir="$CLSHIM_ROOT/.venv/$name" stamp="$CLSHIM_ROOT/.venv/$name/clshim-stamp"
     local base; base="$(clshim_base_python)"
     local want; want="$reqs | $("$base" -c 'import sys; print(sys.version.split()[0])')"
-    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$dir/bin/python" -c "import $imports" 2>/dev/null; then
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$dir/bin/python" -c "$check" 2>/dev/null; then
         log "venv $name: up to date ($reqs)"
         return 0
     fi

@@ -8,6 +8,7 @@
 
 mod chrome;
 mod cli;
+mod macos_env;
 mod report;
 mod run;
 mod traces;

@@ -5,7 +5,8 @@
 //! options to `CLSHIM_*` variables (a variable the user set is kept unless the option is
 //! given), the doors the library is opened through (`--mode`: the preload variable,
 //! `LD_PRELOAD` or `DYLD_INSERT_LIBRARIES` on macOS, and the loader's `OPENCL_LAYERS`,
-//! both by default; the library is put first in each and an existing value kept),
+//! both by default; the library is put first in each and an existing value kept; never
+//! `DYLD_FORCE_FLAT_NAMESPACE`, see `macos_env.rs`),
 //! creating the trace directory, and the `exec` itself, so that exit status, signals,
 //! standard streams and the process tree are the command's own. Every failure before
 //! the command starts is a one-line error and a non-zero exit status.
@@ -20,11 +21,10 @@ const LIB_NAME: &str = "libclshim.dylib";
 #[cfg(not(target_os = "macos"))]
 const LIB_NAME: &str = "libclshim.so";
 
-#[cfg(target_os = "macos")]
-const PRELOAD_VAR: &str = "DYLD_INSERT_LIBRARIES";
 #[cfg(not(target_os = "macos"))]
 const PRELOAD_VAR: &str = "LD_PRELOAD";
-
+#[cfg(target_os = "macos")]
+const PRELOAD_VAR: &str = "DYLD_INSERT_LIBRARIES";
 const LAYERS_VAR: &str = "OPENCL_LAYERS";
 
 /// A failure before the command started: the message (printed after `clshim: `) and
@@ -302,6 +302,8 @@ fn try_run(o: RunOpts) -> Result<std::convert::Infallible, RunError> {
     let trace_dir = o.trace_dir.as_deref().map(prepare_trace_dir).transpose()?;
     let env = environment(&o, &lib, trace_dir.as_deref());
     let program = &o.command[0];
+    #[cfg(target_os = "macos")]
+    crate::macos_env::warn_if_protected(program);
     let mut cmd = std::process::Command::new(program);
     cmd.args(&o.command[1..]);
     for (k, v) in env {
