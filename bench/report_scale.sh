@@ -8,7 +8,8 @@
 #
 #   bench/report_scale.sh                       # builds target/release/clshim first
 #   FILES=64 RECORDS=2000000 REPEAT=3 bench/report_scale.sh
-#   CLSHIM_BIN=/path/to/clshim KEEP=1 bench/report_scale.sh
+#   CLSHIM_BIN=/path/to/clshim KEEP=1 bench/report_scale.sh   # keeps DIR (printed)
+#   TRACES=DIR/traces bench/report_scale.sh                     # reuses its traces
 #   BASE_BIN=/path/to/older/clshim NO_CHROME=1 bench/report_scale.sh   # side by side
 set -eu
 cd "$(dirname "$0")/.."
@@ -22,8 +23,10 @@ fi
 [ -x /usr/bin/time ] || { echo "needs GNU time (/usr/bin/time, Debian package 'time')" >&2; exit 2; }
 DIR=$(mktemp -d "${TMPDIR:-/tmp}/clshim-report-scale.XXXXXX")
 [ -n "${KEEP:-}" ] || trap 'rm -rf "$DIR"' EXIT
+if [ -n "${TRACES:-}" ]; then
+    ln -s "$(cd "$TRACES" && pwd)" "$DIR/traces"   # reuse a KEEP=1 run's traces
+else
 mkdir "$DIR/traces"
-
 python3 - "$DIR/traces" "$FILES" "$RECORDS" <<'PY'
 import json, random, sys
 d, files, records = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -73,8 +76,9 @@ for rank in range(files):
             n -= len(out)
             f.write("".join(dumps(l) + "\n" for l in out))
 PY
+fi
 
-echo "$FILES files, $(cat "$DIR"/traces/*.jsonl | wc -l) records, $(du -sh "$DIR/traces" | cut -f1); $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "$DIR: $FILES files, $(cat "$DIR"/traces/*.jsonl | wc -l) records, $(du -sh "$DIR/traces" | cut -f1); $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 measure() {
     # Best wall time and largest max RSS of $REPEAT runs of "$@", output discarded.
     best= rss=0
@@ -83,8 +87,8 @@ measure() {
         /usr/bin/time -f '%e %M' -o "$DIR/time" "$@" >/dev/null 2>"$DIR/err" || {
             st=$?; [ $st -eq 1 ] || { cat "$DIR/err" >&2; exit $st; }; }
         # (GNU time puts "Command exited with non-zero status" first on failure.)
-        set -- $(tail -n 1 "$DIR/time")
-        w=$1 m=$2
+        line=$(tail -n 1 "$DIR/time")
+        w=${line% *} m=${line#* }
         best=$(python3 -c "print(min(float('$w'), float('${best:-inf}')))")
         [ "$m" -gt "$rss" ] && rss=$m
         i=$((i + 1))

@@ -10,9 +10,9 @@ use std::fmt::Write as _;
 
 /// What a first launch's seconds cover, said in the table's footnote and the JSON.
 pub const LAUNCH_INTERVAL: &str =
-    "a first launch runs from the enqueue call until the command completed: \
-     the kernel's run, on pocl its size-specialised compile, and on an in-order queue any \
-     wait for earlier commands";
+    "a first launch's seconds run from the enqueue call until the command completed: \
+     the kernel's run, on pocl the compile of its size-specialised work-group function, \
+     and on an in-order queue any wait for earlier commands";
 
 impl QueryHint {
     pub fn text(&self) -> String {
@@ -33,16 +33,31 @@ pub const LAUNCH_SETTING: &str = "POCL_WORK_GROUP_SPECIALIZATION=0";
 
 impl LaunchHint {
     pub fn text(&self) -> String {
-        format!(
+        let head = format!(
             "hint: first launches on pocl CPU devices took {:.0}% of build time plus first launches \
-             ({:.3} s of {:.3} s): pocl compiles a work-group function specialised for each kernel's \
-             sizes when it is first launched.\n      \
-             {LAUNCH_SETTING} makes pocl reuse one generic work-group function per kernel instead of \
-             compiling one per launch size: fewer compiles, but the kernels may run slower.",
+             ({:.3} s of {:.3} s): at a kernel's first launch with new sizes, pocl compiles a \
+             work-group function specialised for them.",
             100.0 * self.share(),
             self.pocl_cpu_launch_seconds,
             self.total_seconds
-        )
+        );
+        if self.relaunches > 0 {
+            format!(
+                "{head}\n      {} of them ({:.3} s) launched a kernel already launched with other sizes. \
+                 {LAUNCH_SETTING} makes pocl compile one generic work-group function per kernel \
+                 and reuse it for every size:\n      those launches then compile nothing (each \
+                 kernel's first launch still does), but kernels can run slower.",
+                self.relaunches,
+                self.relaunch_seconds
+            )
+        } else {
+            format!(
+                "{head}\n      Every kernel was launched with one set of sizes, so {LAUNCH_SETTING} \
+                 (one generic work-group function per kernel,\n      reused for every size) would \
+                 not remove these compiles; pocl's kernel cache (POCL_CACHE_DIR) spares them when \
+                 the same sources run again."
+            )
+        }
     }
 }
 
@@ -296,7 +311,7 @@ impl Report {
         if launches {
             let _ = writeln!(
                 o,
-                "\nlaunches: first launches of a kernel per device and sizes; {LAUNCH_INTERVAL}."
+                "\nlaunches: the first launch of each kernel per device and work-group sizes;\n          {LAUNCH_INTERVAL}."
             );
         }
         for h in [
@@ -402,6 +417,8 @@ impl Report {
             })),
             "first_launch_hint": self.launch_hint.as_ref().map(|h| json!({
                 "first_launch_share": h.share(),
+                "relaunches": h.relaunches,
+                "relaunch_seconds": h.relaunch_seconds,
                 "setting": LAUNCH_SETTING,
                 "text": h.text(),
             })),

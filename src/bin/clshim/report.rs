@@ -199,6 +199,10 @@ pub struct Totals {
     pub pocl_cpu_pass_query_seconds: f64,
     /// First launches on pocl CPU devices.
     pub pocl_cpu_launch_seconds: f64,
+    /// Of those, the launches of a kernel already launched (in the same process, on
+    /// the same device) with other sizes: the compiles a generic kernel would avoid.
+    pub pocl_cpu_relaunches: usize,
+    pub pocl_cpu_relaunch_seconds: f64,
 }
 
 impl Totals {
@@ -211,6 +215,8 @@ impl Totals {
         self.launch_seconds += o.launch_seconds;
         self.pocl_cpu_pass_query_seconds += o.pocl_cpu_pass_query_seconds;
         self.pocl_cpu_launch_seconds += o.pocl_cpu_launch_seconds;
+        self.pocl_cpu_relaunches += o.pocl_cpu_relaunches;
+        self.pocl_cpu_relaunch_seconds += o.pocl_cpu_relaunch_seconds;
     }
 }
 
@@ -318,6 +324,8 @@ struct FileAcc {
     counts: Vec<Counts>,
     ranks: Vec<RankAcc>,
     threads: BTreeSet<(usize, u64)>,
+    /// (writer, kernel, device name) of every first launch on a pocl CPU device.
+    launched: BTreeSet<(usize, String, String)>,
     totals: Totals,
     /// pocl-CPU binary-query seconds, all and those forwarded: which count depends on
     /// the file's policy.
@@ -479,6 +487,19 @@ impl FileAcc {
                 counts.launches += 1;
                 if r.any_pocl_cpu() {
                     t.pocl_cpu_launch_seconds += r.seconds;
+                    let key = (
+                        li,
+                        r.kernel.as_deref().unwrap_or("").to_string(),
+                        r.device
+                            .as_ref()
+                            .and_then(|d| d.name.as_deref())
+                            .unwrap_or("")
+                            .to_string(),
+                    );
+                    if !self.launched.insert(key) {
+                        t.pocl_cpu_relaunches += 1;
+                        t.pocl_cpu_relaunch_seconds += r.seconds;
+                    }
                 }
             }
         }
@@ -829,6 +850,9 @@ impl QueryHint {
 #[derive(Debug)]
 pub struct LaunchHint {
     pub pocl_cpu_launch_seconds: f64,
+    /// First launches of kernels already launched with other sizes.
+    pub relaunches: usize,
+    pub relaunch_seconds: f64,
     /// Build, binary-query and first-launch seconds.
     pub total_seconds: f64,
 }
@@ -959,6 +983,8 @@ impl Aggregate {
         let launch_hint = (all > 0.0 && t.pocl_cpu_launch_seconds / all > LAUNCH_HINT_SHARE)
             .then_some(LaunchHint {
                 pocl_cpu_launch_seconds: t.pocl_cpu_launch_seconds,
+                relaunches: t.pocl_cpu_relaunches,
+                relaunch_seconds: t.pocl_cpu_relaunch_seconds,
                 total_seconds: all,
             });
         let (listed, more) = self.problems();
