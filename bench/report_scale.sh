@@ -4,13 +4,15 @@
 # (a `process` header, then builds of a few shared programs, each followed by the
 # BINARY_SIZES and BINARIES queries a binary cache makes and a first launch of each
 # kernel). Prints wall time and maximum resident memory (GNU time's "Maximum resident
-# set size") of the table, --json and --chrome, best of REPEAT runs.
+# set size") of the table, --json and --chrome, best of REPEAT runs, with that run's
+# CPU time (user + system: less sensitive than wall time to a shared machine's load).
 #
 #   bench/report_scale.sh                       # builds target/release/clshim first
 #   FILES=64 RECORDS=2000000 REPEAT=3 bench/report_scale.sh
 #   CLSHIM_BIN=/path/to/clshim KEEP=1 bench/report_scale.sh   # keeps DIR (printed)
 #   TRACES=DIR/traces bench/report_scale.sh                     # reuses its traces
 #   BASE_BIN=/path/to/older/clshim NO_CHROME=1 bench/report_scale.sh   # side by side
+#   LAUNCHES=0 bench/report_scale.sh      # no first_launch records (older clshim skips them)
 set -eu
 cd "$(dirname "$0")/.."
 FILES=${FILES:-64}
@@ -27,9 +29,9 @@ if [ -n "${TRACES:-}" ]; then
     ln -s "$(cd "$TRACES" && pwd)" "$DIR/traces"   # reuse a KEEP=1 run's traces
 else
 mkdir "$DIR/traces"
-python3 - "$DIR/traces" "$FILES" "$RECORDS" <<'PY'
+python3 - "$DIR/traces" "$FILES" "$RECORDS" "${LAUNCHES:-1}" <<'PY'
 import json, random, sys
-d, files, records = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+d, files, records, launches = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] != "0"
 rnd = random.Random(1)
 dev = {"name": "cpu-haswell-AMD EPYC 7B13", "type": "CPU",
        "platform": "Portable Computing Language", "vendor": "AuthenticAMD",
@@ -66,7 +68,7 @@ for rank in range(files):
                                 call="clGetProgramInfo", result=0, result_name="CL_SUCCESS",
                                 devices=[dev], param=param, action="forward",
                                 actions=["forward"], sizes=[63261]))
-            for k in kernels:
+            for k in kernels if launches else []:
                 t += 0.001
                 out.append(dict(base, event="first_launch", ts=t, seconds=2 * s, program=prog_id,
                                 call="clEnqueueNDRangeKernel", kernel=k, device=dev, work_dim=1,
@@ -78,22 +80,26 @@ for rank in range(files):
 PY
 fi
 
-echo "$DIR: $FILES files, $(cat "$DIR"/traces/*.jsonl | wc -l) records, $(du -sh "$DIR/traces" | cut -f1); $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "$DIR: $(ls "$DIR/traces" | wc -l) files, $(cat "$DIR"/traces/*.jsonl | wc -l) records, $(du -shL "$DIR/traces" | cut -f1); $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 measure() {
-    # Best wall time and largest max RSS of $REPEAT runs of "$@", output discarded.
-    best= rss=0
+    # Best wall time (with its CPU time, user + system) and largest max RSS of $REPEAT
+    # runs of "$@", output discarded.
+    best= cpu= rss=0
     i=0
     while [ $i -lt "$REPEAT" ]; do
-        /usr/bin/time -f '%e %M' -o "$DIR/time" "$@" >/dev/null 2>"$DIR/err" || {
+        /usr/bin/time -f '%e %U %S %M' -o "$DIR/time" "$@" >/dev/null 2>"$DIR/err" || {
             st=$?; [ $st -eq 1 ] || { cat "$DIR/err" >&2; exit $st; }; }
         # (GNU time puts "Command exited with non-zero status" first on failure.)
         line=$(tail -n 1 "$DIR/time")
-        w=${line% *} m=${line#* }
-        best=$(python3 -c "print(min(float('$w'), float('${best:-inf}')))")
+        r=$(python3 -c "w, u, s, m = '$line'.split(); print(w, round(float(u) + float(s), 2), m)")
+        w=${r%% *} m=${r##* } c=${r#* }; c=${c% *}
+        if [ -z "$best" ] || python3 -c "import sys; sys.exit(not $w < $best)"; then
+            best=$w cpu=$c
+        fi
         [ "$m" -gt "$rss" ] && rss=$m
         i=$((i + 1))
     done
-    echo "$best s, max RSS $((rss / 1024)) MB"
+    echo "$best s (CPU $cpu s), max RSS $((rss / 1024)) MB"
 }
 for bin in "$CLSHIM_BIN" ${BASE_BIN:-}; do
     echo "$bin:"

@@ -157,6 +157,8 @@ fn file_events(
     }
     let mut buf = Vec::with_capacity(CHUNK + 4096);
     let mut locals = crate::report::Locals::default();
+    // The row of each writer of the file (looked up once, not per record).
+    let mut row_of: Vec<Option<usize>> = Vec::new();
     let mut lanes = Lanes { ends: Vec::new() };
     // (row, lane) -> OS pid, for the rows' names.
     let mut launch_rows: BTreeMap<(usize, usize), u64> = BTreeMap::new();
@@ -168,7 +170,10 @@ fn file_events(
                 return;
             }
             let li = locals.index(&r);
-            let Some(&pid) = rows.get(&locals.rank_key(li, &info.host)) else {
+            if li == row_of.len() {
+                row_of.push(rows.get(&locals.rank_key(li, &info.host)).copied());
+            }
+            let Some(pid) = row_of[li] else {
                 return;
             };
             let name = label(&r);
