@@ -7,7 +7,8 @@ first-launch hint is worded from these figures.
 
 Prints, per setting: the sum over NK kernels of the first launch (enqueue + finish) at
 global size 4096, then at 1000 (another size, so another work-group size when pyopencl
-lets pocl choose), the second launch at 4096, and the best of 5 runs at 2^16 work items.
+lets pocl choose), the second launch at 4096, then the first launch and the best of 5
+runs at 2^16 work items.
 """
 import os, time
 import numpy as np
