@@ -698,13 +698,25 @@ fn read_file(agg: &mut Aggregate, index: usize, path: &Path, by_source: bool) {
         line,
         reason,
     };
-    let (file, identity) = match traces::open_regular(path) {
+    let (file, mut identity) = match traces::open_regular(path) {
         Ok(f) => f,
         Err(reason) => return agg.problem(index, problem(reason, 0)),
     };
     let mut acc = FileAcc::new(by_source);
     let mut probs = Vec::new();
     let mut skipped = 0usize;
+    if identity.len > traces::MAX_FILE {
+        skipped += 1;
+        probs.push(problem(
+            format!(
+                "{} bytes: only the first {} are read",
+                identity.len,
+                traces::MAX_FILE
+            ),
+            0,
+        ));
+        identity.len = traces::MAX_FILE;
+    }
     let res = traces::for_each_record(
         file,
         identity.len,

@@ -22,6 +22,10 @@ pub const POCL_PLATFORM: &str = "Portable Computing Language";
 /// Longest line read; a longer one is skipped (a record is a few hundred bytes; a
 /// kernel list of thousands of names stays far below this).
 pub const MAX_LINE: usize = 1 << 20;
+/// Most bytes read of one file: 4 GiB is some ten million records, where an hour of a
+/// busy rank writes tens of megabytes; a larger (sparse or endless) file is read this
+/// far, and named.
+pub const MAX_FILE: u64 = 4 << 30;
 /// Plausible `ts`: 2000-01-01 to 2200-01-01 (Unix seconds).
 pub const TS_MIN: f64 = 946_684_800.0;
 pub const TS_MAX: f64 = 7_258_118_400.0;
