@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Draws a timeline written by `clshim report --chrome FILE` as a PNG, one lane per
-process row (rank), one bar per build, compile, link and binary query, coloured by kind.
+process row (rank), one bar per build, compile, link, binary query and first launch,
+coloured by kind.
 It reads only the trace-event file, so the picture shows exactly what Perfetto or
 chrome://tracing would load. Needs matplotlib (`python3 -m pip install matplotlib`).
 
@@ -22,6 +23,7 @@ COLOURS = {
     "link": "#8172b2",
     "binary_query": "#dd8452",
     "binary_load": "#55a868",
+    "first_launch": "#c44e52",
 }
 
 
