@@ -30,6 +30,8 @@ COLOURS = {
 def kind(ev):
     """The clshim event kind of a slice: its category, else a word of its name."""
     cat = ev.get("cat", "")
+    if cat in COLOURS:
+        return cat
     for k in COLOURS:
         if k in cat or k.replace("_", " ") in ev.get("name", ""):
             return k
