@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Draws a timeline written by `clshim report --chrome FILE` as a PNG, one lane per
-process row (rank), one bar per build, compile, link and binary query, coloured by kind.
+process row (rank), one bar per build, compile, link, binary query and first launch,
+coloured by kind.
 It reads only the trace-event file, so the picture shows exactly what Perfetto or
 chrome://tracing would load. Needs matplotlib (`python3 -m pip install matplotlib`).
 
@@ -22,12 +23,15 @@ COLOURS = {
     "link": "#8172b2",
     "binary_query": "#dd8452",
     "binary_load": "#55a868",
+    "first_launch": "#c44e52",
 }
 
 
 def kind(ev):
     """The clshim event kind of a slice: its category, else a word of its name."""
     cat = ev.get("cat", "")
+    if cat in COLOURS:
+        return cat
     for k in COLOURS:
         if k in cat or k.replace("_", " ") in ev.get("name", ""):
             return k

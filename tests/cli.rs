@@ -814,7 +814,7 @@ fn report_skips_bad_lines_and_files_but_reports_the_rest() {
     );
     assert!(
         e.contains(&format!(
-            "clshim report: {}: cannot read: Is a directory",
+            "clshim report: {}: cannot read: a directory (only regular files are read)",
             unreadable.display()
         )),
         "{e}"

@@ -1,14 +1,15 @@
 //! The `clshim` command: launch programs under the shim (`clshim run`) and report on the
 //! traces they wrote (`clshim report`). This file only dispatches: it parses the
 //! arguments (`cli`), then hands over to `run` (which replaces this process with the
-//! user's command) or to the report path (`traces` reads, `report` aggregates and
-//! renders, `chrome` writes the timeline), and maps outcomes to exit statuses:
+//! user's command) or to the report path (`traces` reads, `report` aggregates,
+//! `render` prints, `chrome` writes the timeline), and maps outcomes to exit statuses:
 //! 0 success, 1 report with skipped input, 2 usage error; `run` failures use 1, or 126
 //! / 127 like a shell when the command cannot be executed or found.
 
 mod chrome;
 mod cli;
 mod macos_env;
+mod render;
 mod report;
 mod run;
 mod traces;
@@ -42,7 +43,7 @@ fn main() -> ExitCode {
 
 fn report_main(o: cli::ReportOpts) -> ExitCode {
     let dir = o.dir.display().to_string();
-    let t = match std::fs::metadata(&o.dir) {
+    let paths = match std::fs::metadata(&o.dir) {
         Ok(m) if !m.is_dir() => {
             eprintln!("clshim report: {dir}: not a directory");
             return ExitCode::from(2);
@@ -51,21 +52,29 @@ fn report_main(o: cli::ReportOpts) -> ExitCode {
             eprintln!("clshim report: {dir}: {}", run::describe(&e));
             return ExitCode::from(2);
         }
-        Ok(_) => match traces::read_dir(&o.dir) {
-            Ok(t) => t,
+        Ok(_) => match traces::list(&o.dir) {
+            Ok(p) => p,
             Err(e) => {
                 eprintln!("clshim report: {dir}: cannot list: {}", run::describe(&e));
                 return ExitCode::from(2);
             }
         },
     };
+    let mut agg = report::read(&paths, o.by_source);
+    if paths.is_empty() {
+        agg.no_files(&o.dir);
+    }
     {
+        let (listed, more) = agg.problems();
         let mut err = std::io::stderr().lock();
-        for p in &t.problems {
+        for p in listed {
             let _ = writeln!(err, "clshim report: {p}");
         }
+        if more > 0 {
+            let _ = writeln!(err, "clshim report: ... {more} more skipped, not listed");
+        }
     }
-    let rep = report::aggregate(&dir, &t, o.by_source);
+    let rep = agg.report(&dir);
     let text = if o.json {
         let mut s = serde_json::to_string_pretty(&rep.json()).expect("report JSON");
         s.push('\n');
@@ -82,16 +91,23 @@ fn report_main(o: cli::ReportOpts) -> ExitCode {
         return ExitCode::from(2);
     }
     if let Some(path) = &o.chrome {
-        if let Err(e) = chrome::write(&t, path) {
-            eprintln!(
-                "clshim report: cannot write {}: {}",
-                path.display(),
-                run::describe(&e)
-            );
-            return ExitCode::from(2);
+        match chrome::write(&agg, path) {
+            Ok(left_out) => {
+                for l in left_out {
+                    eprintln!("clshim report: {l}");
+                }
+            }
+            Err(e) => {
+                eprintln!(
+                    "clshim report: cannot write {}: {}",
+                    path.display(),
+                    run::describe(&e)
+                );
+                return ExitCode::from(2);
+            }
         }
     }
-    if t.skipped > 0 {
+    if agg.skipped > 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

@@ -1,68 +1,50 @@
 //! Aggregation for `clshim report`: turns the records of a trace directory into the
 //! answer to "where does kernel-build time go across my ranks?". This module owns the
-//! grouping rules (programs by source hash plus kernel names across processes; binary
-//! queries joined to the build of the same program in the same process; ranks by the
-//! records' `rank`, else `host:pid`), the statistics (min / median / max across ranks,
-//! the share of build time spent in binary queries, ranks far slower than the median),
-//! the pocl-CPU hint, and both renderings of the result: the text table and the
-//! `--json` document.
+//! grouping rules (programs by kernel names, or source hash plus kernel names, across
+//! processes; binary queries and first launches joined to the build of the same
+//! program in the same process; ranks by the records' `rank`, else by process: host
+//! plus `instance`, or host plus pid), the statistics (min / median / max across
+//! ranks, shares, ranks far slower than the median) and the hints. Files are read in
+//! parallel, each streamed record by record into small per-program and per-rank
+//! accumulators ([`FileAcc`], merged into an [`Aggregate`]), so memory depends on the
+//! number of programs, ranks and threads, not on the number of records. Rendering is
+//! in `render`, the timeline in `chrome`.
 
-use crate::traces::{Event, Record, Traces};
-use serde_json::{json, Value};
+use crate::traces::{self, Event, Id, Identity, Problem, Record};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A rank is "far slower" when its total exceeds both of these relative to the median.
 pub const SLOW_FACTOR: f64 = 1.5;
 pub const SLOW_MARGIN_S: f64 = 0.5;
-/// The hint is printed when pocl-CPU binary queries under `pass` exceed this share.
+/// The binary-query hint is printed when pocl-CPU binary queries under `pass` exceed
+/// this share of build time.
 pub const HINT_SHARE: f64 = 0.2;
+/// The first-launch hint is printed when first launches on pocl CPU devices exceed this
+/// share of build, binary-query and first-launch time together.
+pub const LAUNCH_HINT_SHARE: f64 = 0.5;
+/// Problems kept per file and in all (the count of skipped lines stays exact).
+pub const PROBLEMS_PER_FILE: usize = 100;
+pub const PROBLEMS_LISTED: usize = 1000;
 
 /// Who a record belongs to: its MPI rank, or its process when no rank is known.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum RankKey {
     Rank(i64),
-    Process(String, u64),
+    Process {
+        host: String,
+        pid: u64,
+        /// The record's `instance`: processes of different pid namespaces share pids.
+        instance: Option<String>,
+    },
 }
 
-impl RankKey {
-    pub fn label(&self) -> String {
-        match self {
-            RankKey::Rank(r) => r.to_string(),
-            RankKey::Process(h, p) => format!("{h}:{p}"),
-        }
-    }
-}
-
-/// What the report knows about the process that wrote one file.
-#[derive(Debug, Clone)]
-pub struct ProcessInfo {
-    pub host: String,
-    pub policy: Option<String>,
-}
-
-/// The process of every file: from its `process` record, else from its file name.
-pub fn processes(t: &Traces) -> Vec<ProcessInfo> {
-    t.files
-        .iter()
-        .map(|f| {
-            let header = f.records.iter().find(|r| r.event == Event::Process);
-            ProcessInfo {
-                host: header
-                    .and_then(|h| h.host.clone())
-                    .or_else(|| f.name_host.clone())
-                    .unwrap_or_else(|| "?".into()),
-                policy: header.and_then(|h| h.policy.clone()),
-            }
-        })
-        .collect()
-}
-
-pub fn rank_key(r: &Record, procs: &[ProcessInfo]) -> RankKey {
-    match r.rank {
-        Some(n) => RankKey::Rank(n),
-        None => RankKey::Process(procs[r.file].host.clone(), r.pid),
-    }
+/// One process: its `instance` on its host when the records carry one, else its file.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ProcessId {
+    Instance(String, String),
+    File(usize, u64),
 }
 
 /// A program across processes: source hash (or a link of hashes) plus kernel names.
@@ -70,6 +52,15 @@ pub fn rank_key(r: &Record, procs: &[ProcessInfo]) -> RankKey {
 pub struct ProgramKey {
     pub hash: Option<String>,
     pub kernels: Vec<String>,
+}
+
+impl ProgramKey {
+    fn unknown() -> ProgramKey {
+        ProgramKey {
+            hash: None,
+            kernels: Vec::new(),
+        }
+    }
 }
 
 /// min / median / max / total of per-rank sums.
@@ -102,11 +93,692 @@ impl Stats {
             total: v.iter().sum(),
         }
     }
+}
 
-    fn json(&self) -> Value {
-        json!({"min": self.min, "median": self.median, "max": self.max, "total": self.total})
+pub fn share(part: f64, rest: f64) -> f64 {
+    if part + rest > 0.0 {
+        part / (part + rest)
+    } else {
+        0.0
     }
 }
+
+/// Seconds of one program in one rank.
+#[derive(Debug, Clone, Copy, Default)]
+struct Slot {
+    build: f64,
+    query: f64,
+    launch: f64,
+    /// The rank built, compiled or linked the program (not only queried or launched it).
+    built: bool,
+}
+
+impl Slot {
+    fn add(&mut self, o: Slot) {
+        self.build += o.build;
+        self.query += o.query;
+        self.launch += o.launch;
+        self.built |= o.built;
+    }
+}
+
+/// Call counts and the sets shown in a program row.
+#[derive(Debug, Default)]
+struct Counts {
+    builds: usize,
+    compiles: usize,
+    links: usize,
+    queries: usize,
+    launches: usize,
+    failed: usize,
+    policies: BTreeSet<String>,
+    actions: BTreeSet<String>,
+    options: BTreeSet<String>,
+    sources: BTreeSet<String>,
+}
+
+impl Counts {
+    fn add(&mut self, o: Counts) {
+        self.builds += o.builds;
+        self.compiles += o.compiles;
+        self.links += o.links;
+        self.queries += o.queries;
+        self.launches += o.launches;
+        self.failed += o.failed;
+        self.policies.extend(o.policies);
+        self.actions.extend(o.actions);
+        self.options.extend(o.options);
+        self.sources.extend(o.sources);
+    }
+}
+
+#[derive(Debug, Default)]
+struct ProgAcc {
+    per_rank: HashMap<RankKey, Slot>,
+    counts: Counts,
+}
+
+/// Sums for one rank.
+#[derive(Debug, Default, Clone)]
+struct RankAcc {
+    hosts: BTreeSet<String>,
+    pids: BTreeSet<u64>,
+    processes: BTreeSet<ProcessId>,
+    builds: usize,
+    build_seconds: f64,
+    queries: usize,
+    query_seconds: f64,
+    launches: usize,
+    launch_seconds: f64,
+}
+
+impl RankAcc {
+    fn add(&mut self, o: RankAcc) {
+        self.hosts.extend(o.hosts);
+        self.pids.extend(o.pids);
+        self.processes.extend(o.processes);
+        self.builds += o.builds;
+        self.build_seconds += o.build_seconds;
+        self.queries += o.queries;
+        self.query_seconds += o.query_seconds;
+        self.launches += o.launches;
+        self.launch_seconds += o.launch_seconds;
+    }
+}
+
+/// Directory-wide sums.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Totals {
+    pub builds: usize,
+    pub build_seconds: f64,
+    pub queries: usize,
+    pub query_seconds: f64,
+    pub launches: usize,
+    pub launch_seconds: f64,
+    /// Binary queries on pocl CPU devices in processes under `pass`.
+    pub pocl_cpu_pass_query_seconds: f64,
+    /// First launches on pocl CPU devices.
+    pub pocl_cpu_launch_seconds: f64,
+    /// Of those, the launches of a kernel already launched (in the same process, on
+    /// the same device) with other sizes: the compiles a generic kernel would avoid.
+    pub pocl_cpu_relaunches: usize,
+    pub pocl_cpu_relaunch_seconds: f64,
+}
+
+impl Totals {
+    fn add(&mut self, o: Totals) {
+        self.builds += o.builds;
+        self.build_seconds += o.build_seconds;
+        self.queries += o.queries;
+        self.query_seconds += o.query_seconds;
+        self.launches += o.launches;
+        self.launch_seconds += o.launch_seconds;
+        self.pocl_cpu_pass_query_seconds += o.pocl_cpu_pass_query_seconds;
+        self.pocl_cpu_launch_seconds += o.pocl_cpu_launch_seconds;
+        self.pocl_cpu_relaunches += o.pocl_cpu_relaunches;
+        self.pocl_cpu_relaunch_seconds += o.pocl_cpu_relaunch_seconds;
+    }
+}
+
+/// A file that was read, with what the timeline's second pass needs to find its
+/// records' rows again.
+#[derive(Debug, Clone)]
+pub struct FileInfo {
+    pub path: PathBuf,
+    pub identity: Identity,
+    /// From its `process` record, else from its name, else "?".
+    pub host: String,
+    pub policy: Option<String>,
+    pub records: usize,
+}
+
+/// Who wrote a record, within one file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Local {
+    rank: Option<i64>,
+    pid: u64,
+    instance: Option<String>,
+}
+
+impl Local {
+    fn of(r: &Record) -> Local {
+        Local {
+            rank: r.rank,
+            pid: r.pid,
+            instance: r.instance.as_deref().map(str::to_string),
+        }
+    }
+
+    fn matches(&self, r: &Record) -> bool {
+        self.rank == r.rank
+            && self.pid == r.pid
+            && self.instance.as_deref() == r.instance.as_deref()
+    }
+
+    pub fn rank_key(&self, host: &str) -> RankKey {
+        match self.rank {
+            Some(n) => RankKey::Rank(n),
+            None => RankKey::Process {
+                host: host.to_string(),
+                pid: self.pid,
+                instance: self.instance.clone(),
+            },
+        }
+    }
+
+    fn process(&self, host: &str, file: usize) -> ProcessId {
+        match &self.instance {
+            Some(i) => ProcessId::Instance(host.to_string(), i.clone()),
+            None => ProcessId::File(file, self.pid),
+        }
+    }
+}
+
+/// Maps records to the writers of one file: usually one, so the last one is cached.
+#[derive(Debug, Default)]
+pub struct Locals {
+    list: Vec<Local>,
+    last: usize,
+}
+
+impl Locals {
+    pub fn index(&mut self, r: &Record) -> usize {
+        if self.list.get(self.last).is_some_and(|l| l.matches(r)) {
+            return self.last;
+        }
+        self.last = match self.list.iter().position(|l| l.matches(r)) {
+            Some(i) => i,
+            None => {
+                self.list.push(Local::of(r));
+                self.list.len() - 1
+            }
+        };
+        self.last
+    }
+
+    pub fn rank_key(&self, i: usize, host: &str) -> RankKey {
+        self.list[i].rank_key(host)
+    }
+}
+
+/// One file's contribution, keyed by file-local indices until the file's host and
+/// policy are known (its `process` record is normally first, but need not be).
+#[derive(Default)]
+struct FileAcc {
+    by_source: bool,
+    header_host: Option<String>,
+    header: Option<Local>,
+    policy: Option<String>,
+    records: usize,
+    t0: f64,
+    locals: Locals,
+    keys: Vec<ProgramKey>,
+    key_index: HashMap<ProgramKey, usize>,
+    /// Program id -> its latest build's key (records are in the order the process
+    /// completed them, so a query or a launch follows its build).
+    by_id: HashMap<Id, usize>,
+    /// Kernel name -> the key of the latest build that has it: first launches whose
+    /// program clshim did not see.
+    by_kernel: HashMap<String, usize>,
+    slots: HashMap<(usize, usize), Slot>,
+    counts: Vec<Counts>,
+    ranks: Vec<RankAcc>,
+    threads: BTreeSet<(usize, u64)>,
+    /// (writer, kernel, device name) of every first launch on a pocl CPU device.
+    launched: BTreeSet<(usize, String, String)>,
+    totals: Totals,
+    /// pocl-CPU binary-query seconds, all and those forwarded: which count depends on
+    /// the file's policy.
+    pocl_query_all: f64,
+    pocl_query_forward: f64,
+}
+
+fn sorted_kernels(k: &[traces::Text]) -> Vec<String> {
+    let mut k: Vec<String> = k.iter().map(|s| s.to_string()).collect();
+    k.sort();
+    k.dedup();
+    k
+}
+
+impl FileAcc {
+    fn new(by_source: bool) -> FileAcc {
+        FileAcc {
+            by_source,
+            t0: f64::INFINITY,
+            ..FileAcc::default()
+        }
+    }
+
+    fn intern(&mut self, key: ProgramKey) -> usize {
+        if let Some(&i) = self.key_index.get(&key) {
+            return i;
+        }
+        self.keys.push(key.clone());
+        self.counts.push(Counts::default());
+        self.key_index.insert(key, self.keys.len() - 1);
+        self.keys.len() - 1
+    }
+
+    fn add(&mut self, r: Record) {
+        self.records += 1;
+        self.t0 = self.t0.min(r.ts);
+        if r.event == Event::Process {
+            if self.header.is_none() {
+                self.header = Some(Local::of(&r));
+                self.header_host = r.host.as_deref().map(str::to_string);
+                self.policy = r.policy.as_deref().map(str::to_string);
+            }
+            return;
+        }
+        let li = self.locals.index(&r);
+        if li == self.ranks.len() {
+            self.ranks.push(RankAcc::default());
+        }
+        self.threads.insert((li, r.tid()));
+        let mut source = None;
+        let ki = match r.event {
+            Event::Build | Event::Compile => {
+                source = r.hash().map(str::to_string);
+                let hash = if self.by_source { source.clone() } else { None };
+                self.intern(ProgramKey {
+                    hash,
+                    kernels: sorted_kernels(r.kernels()),
+                })
+            }
+            Event::Link => {
+                let inputs: Option<Vec<&str>> = r
+                    .inputs
+                    .iter()
+                    .flatten()
+                    .map(|i| {
+                        i.as_ref()
+                            .and_then(|i| self.by_id.get(i))
+                            .and_then(|&k| self.keys[k].hash.as_deref())
+                    })
+                    .collect();
+                let hash = inputs
+                    .filter(|v| !v.is_empty())
+                    .map(|v| format!("link({})", v.join("+")));
+                source = hash.clone();
+                let hash = if self.by_source { hash } else { None };
+                self.intern(ProgramKey {
+                    hash,
+                    kernels: sorted_kernels(r.kernels()),
+                })
+            }
+            Event::BinaryQuery => match r.program.as_ref().and_then(|p| self.by_id.get(p)) {
+                Some(&k) => k,
+                None => self.intern(ProgramKey::unknown()),
+            },
+            Event::FirstLaunch => self.launch_key(&r),
+            Event::BinaryLoad | Event::Process => {
+                // A program made from a binary: its queries join to "unknown program".
+                if let Some(p) = r.program.clone() {
+                    let k = self.intern(ProgramKey::unknown());
+                    self.by_id.insert(p, k);
+                }
+                return;
+            }
+        };
+        if r.event.is_build() {
+            if let Some(p) = r.program.clone() {
+                self.by_id.insert(p, ki);
+            }
+            for k in r.kernels() {
+                if self.by_kernel.get(&**k) != Some(&ki) {
+                    self.by_kernel.insert(k.to_string(), ki);
+                }
+            }
+        }
+        let counts = &mut self.counts[ki];
+        if let Some(h) = source {
+            counts.sources.insert(h);
+        }
+        if r.failed() {
+            counts.failed += 1;
+        }
+        let slot = self.slots.entry((ki, li)).or_default();
+        let row = &mut self.ranks[li];
+        let t = &mut self.totals;
+        match r.event {
+            Event::Build | Event::Compile | Event::Link => {
+                slot.build += r.seconds;
+                slot.built = true;
+                row.builds += 1;
+                row.build_seconds += r.seconds;
+                t.builds += 1;
+                t.build_seconds += r.seconds;
+                match r.event {
+                    Event::Build => counts.builds += 1,
+                    Event::Compile => counts.compiles += 1,
+                    _ => counts.links += 1,
+                }
+                if let Some(o) = r.options.as_deref() {
+                    if !o.trim().is_empty() && !counts.options.contains(o.trim()) {
+                        counts.options.insert(o.trim().to_string());
+                    }
+                }
+            }
+            Event::BinaryQuery => {
+                slot.query += r.seconds;
+                row.queries += 1;
+                row.query_seconds += r.seconds;
+                t.queries += 1;
+                t.query_seconds += r.seconds;
+                counts.queries += 1;
+                if let Some(a) = r.action.as_deref() {
+                    if !counts.actions.contains(a) {
+                        counts.actions.insert(a.to_string());
+                    }
+                }
+                if r.any_pocl_cpu() {
+                    self.pocl_query_all += r.seconds;
+                    if r.action.as_deref() == Some("forward") {
+                        self.pocl_query_forward += r.seconds;
+                    }
+                }
+            }
+            _ => {
+                slot.launch += r.seconds;
+                row.launches += 1;
+                row.launch_seconds += r.seconds;
+                t.launches += 1;
+                t.launch_seconds += r.seconds;
+                counts.launches += 1;
+                if r.any_pocl_cpu() {
+                    t.pocl_cpu_launch_seconds += r.seconds;
+                    let key = (
+                        li,
+                        r.kernel.as_deref().unwrap_or("").to_string(),
+                        r.device
+                            .as_ref()
+                            .and_then(|d| d.name.as_deref())
+                            .unwrap_or("")
+                            .to_string(),
+                    );
+                    if !self.launched.insert(key) {
+                        t.pocl_cpu_relaunches += 1;
+                        t.pocl_cpu_relaunch_seconds += r.seconds;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A first launch belongs to its program's latest build; when clshim did not see
+    /// that build (no `program`, or a program made from a binary), to the latest build
+    /// with a kernel of that name; else to a row named by the kernel alone.
+    fn launch_key(&mut self, r: &Record) -> usize {
+        let unknown = ProgramKey::unknown();
+        if let Some(&k) = r.program.as_ref().and_then(|p| self.by_id.get(p)) {
+            if self.keys[k] != unknown {
+                return k;
+            }
+        }
+        match r.kernel.as_deref() {
+            Some(name) => match self.by_kernel.get(name) {
+                Some(&k) => k,
+                None => self.intern(ProgramKey {
+                    hash: None,
+                    kernels: vec![name.to_string()],
+                }),
+            },
+            None => self.intern(unknown),
+        }
+    }
+}
+
+/// Everything the report and the timeline need, merged over files.
+#[derive(Debug, Default)]
+pub struct Aggregate {
+    pub files: Vec<FileInfo>,
+    /// Files listed, including those that could not be read.
+    pub listed: usize,
+    progs: HashMap<ProgramKey, ProgAcc>,
+    ranks: BTreeMap<RankKey, RankAcc>,
+    pub processes: BTreeSet<ProcessId>,
+    pub hosts: BTreeSet<String>,
+    pub totals: Totals,
+    pub records: usize,
+    /// Earliest `ts` of any record.
+    pub t0: f64,
+    /// (rank, OS thread id) -> OS pid, for the timeline's thread rows.
+    pub threads: BTreeMap<(RankKey, u64), u64>,
+    pub skipped: usize,
+    problems: Vec<(usize, Problem)>,
+}
+
+impl Aggregate {
+    fn new() -> Aggregate {
+        Aggregate {
+            t0: f64::INFINITY,
+            ..Aggregate::default()
+        }
+    }
+
+    fn problem(&mut self, file: usize, p: Problem) {
+        self.skipped += 1;
+        self.problems.push((file, p));
+    }
+
+    /// Folds one file in. `file` is its index in the directory's sorted list.
+    fn add_file(&mut self, file: usize, path: &Path, acc: FileAcc, identity: Identity) {
+        let host = acc
+            .header_host
+            .clone()
+            .or_else(|| {
+                path.file_name()
+                    .and_then(|n| traces::host_from_name(&n.to_string_lossy()))
+            })
+            .unwrap_or_else(|| "?".into());
+        self.records += acc.records;
+        if acc.records > 0 {
+            self.hosts.insert(host.clone());
+            self.t0 = self.t0.min(acc.t0);
+        }
+        let mut totals = acc.totals;
+        totals.pocl_cpu_pass_query_seconds = match acc.policy.as_deref() {
+            Some("pass") => acc.pocl_query_all,
+            Some(_) => 0.0,
+            None => acc.pocl_query_forward,
+        };
+        self.totals.add(totals);
+        let keys: Vec<RankKey> = (0..acc.locals.list.len())
+            .map(|i| acc.locals.rank_key(i, &host))
+            .collect();
+        if let (Some(h), true) = (&acc.header, acc.locals.list.is_empty()) {
+            // Only a process record: still a process.
+            self.processes.insert(h.process(&host, file));
+        }
+        for (i, mut row) in acc.ranks.into_iter().enumerate() {
+            let local = &acc.locals.list[i];
+            let process = local.process(&host, file);
+            self.processes.insert(process.clone());
+            row.hosts.insert(host.clone());
+            row.pids.insert(local.pid);
+            row.processes.insert(process);
+            self.ranks.entry(keys[i].clone()).or_default().add(row);
+        }
+        for (li, tid) in acc.threads {
+            self.threads
+                .entry((keys[li].clone(), tid))
+                .or_insert(acc.locals.list[li].pid);
+        }
+        let mut counts = acc.counts;
+        let mut touched = vec![false; acc.keys.len()];
+        for ((ki, li), slot) in acc.slots {
+            touched[ki] = true;
+            self.progs
+                .entry(acc.keys[ki].clone())
+                .or_default()
+                .per_rank
+                .entry(keys[li].clone())
+                .or_default()
+                .add(slot);
+        }
+        for (ki, key) in acc.keys.into_iter().enumerate() {
+            if !touched[ki] {
+                continue; // interned for a binary load only
+            }
+            let mut c = std::mem::take(&mut counts[ki]);
+            if let Some(p) = &acc.policy {
+                c.policies.insert(p.clone());
+            }
+            self.progs.entry(key).or_default().counts.add(c);
+        }
+        self.files.push(FileInfo {
+            path: path.to_path_buf(),
+            identity,
+            host,
+            policy: acc.policy,
+            records: acc.records,
+        });
+    }
+
+    fn merge(&mut self, o: Aggregate) {
+        self.files.extend(o.files);
+        for (k, p) in o.progs {
+            let mine = self.progs.entry(k).or_default();
+            for (rk, s) in p.per_rank {
+                mine.per_rank.entry(rk).or_default().add(s);
+            }
+            mine.counts.add(p.counts);
+        }
+        for (k, r) in o.ranks {
+            self.ranks.entry(k).or_default().add(r);
+        }
+        self.processes.extend(o.processes);
+        self.hosts.extend(o.hosts);
+        self.totals.add(o.totals);
+        self.records += o.records;
+        self.t0 = self.t0.min(o.t0);
+        for (k, v) in o.threads {
+            self.threads.entry(k).or_insert(v);
+        }
+        self.skipped += o.skipped;
+        self.problems.extend(o.problems);
+    }
+
+    /// An empty directory is a problem of its own.
+    pub fn no_files(&mut self, dir: &Path) {
+        self.problem(
+            0,
+            Problem {
+                file: dir.to_path_buf(),
+                line: 0,
+                reason: "no trace files (*.jsonl) in this directory".into(),
+            },
+        );
+    }
+
+    /// The problems to list (in file and line order, at most [`PROBLEMS_LISTED`]) and
+    /// how many more were skipped without being listed.
+    pub fn problems(&self) -> (Vec<&Problem>, usize) {
+        let listed: Vec<&Problem> = self
+            .problems
+            .iter()
+            .map(|(_, p)| p)
+            .take(PROBLEMS_LISTED)
+            .collect();
+        let more = self.skipped - listed.len();
+        (listed, more)
+    }
+
+    /// The timeline's rows: every rank key with a record, in rank order, with the
+    /// hosts it ran on.
+    pub fn rank_keys(&self) -> impl Iterator<Item = (&RankKey, &BTreeSet<String>)> {
+        self.ranks.iter().map(|(k, r)| (k, &r.hosts))
+    }
+}
+
+/// Reads one file into `agg`, or names why it cannot be read.
+fn read_file(agg: &mut Aggregate, index: usize, path: &Path, by_source: bool) {
+    let problem = |reason: String, line: usize| Problem {
+        file: path.to_path_buf(),
+        line,
+        reason,
+    };
+    let (file, mut identity) = match traces::open_regular(path) {
+        Ok(f) => f,
+        Err(reason) => return agg.problem(index, problem(reason, 0)),
+    };
+    let mut acc = FileAcc::new(by_source);
+    let mut probs = Vec::new();
+    let mut skipped = 0usize;
+    if identity.len > traces::MAX_FILE {
+        skipped += 1;
+        probs.push(problem(
+            format!(
+                "{} bytes: only the first {} are read",
+                identity.len,
+                traces::MAX_FILE
+            ),
+            0,
+        ));
+        identity.len = traces::MAX_FILE;
+    }
+    let res = traces::for_each_record(
+        file,
+        identity.len,
+        |_, r| acc.add(r),
+        |line, reason| {
+            skipped += 1;
+            if probs.len() < PROBLEMS_PER_FILE {
+                probs.push(problem(reason, line));
+            }
+        },
+    );
+    if let Err(e) = res {
+        skipped += 1;
+        probs.push(problem(
+            format!("read error: {}", crate::run::describe(&e)),
+            0,
+        ));
+    }
+    agg.skipped += skipped;
+    agg.problems.extend(probs.into_iter().map(|p| (index, p)));
+    agg.add_file(index, path, acc, identity);
+}
+
+/// Reads every file of `paths` on a few threads, each file streamed on its own.
+pub fn read(paths: &[PathBuf], by_source: bool) -> Aggregate {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 8)
+        .min(paths.len())
+        .max(1);
+    let next = AtomicUsize::new(0);
+    let parts: Vec<Aggregate> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut agg = Aggregate::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(p) = paths.get(i) else { break };
+                        read_file(&mut agg, i, p, by_source);
+                    }
+                    agg
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("reader thread"))
+            .collect()
+    });
+    let mut agg = Aggregate::new();
+    for p in parts {
+        agg.merge(p);
+    }
+    agg.listed = paths.len();
+    agg.files.sort_by(|a, b| a.path.cmp(&b.path));
+    agg.problems.sort_by_key(|(i, p)| (*i, p.line));
+    agg
+}
+
+// ------------------------------------------------------------------- the report
 
 #[derive(Debug)]
 pub struct ProgramRow {
@@ -117,11 +789,14 @@ pub struct ProgramRow {
     pub compiles: usize,
     pub links: usize,
     pub queries: usize,
+    pub launches: usize,
     pub failed: usize,
     /// Per-rank sums of build/compile/link seconds, across the ranks that touched it.
     pub build: Stats,
     /// Per-rank sums of binary-query seconds, across the same ranks.
     pub query: Stats,
+    /// Per-rank sums of first-launch seconds, across the same ranks.
+    pub launch: Stats,
     pub policies: BTreeSet<String>,
     pub actions: BTreeSet<String>,
     pub options: BTreeSet<String>,
@@ -132,55 +807,48 @@ pub struct ProgramRow {
 }
 
 impl ProgramRow {
-    /// The source column: the short hash when the row has one source, else how many.
-    fn source_label(&self) -> String {
-        match (&self.key.hash, self.sources.len()) {
-            (Some(_), _) => short_hash(&self.key.hash),
-            (None, 1) => short_hash(&self.sources.iter().next().cloned()),
-            (None, 0) => short_hash(&None),
-            (None, n) => format!("{n} sources"),
-        }
-    }
-
     /// Binary-query seconds / (build + binary-query seconds).
     pub fn query_share(&self) -> f64 {
         share(self.query.total, self.build.total)
     }
-}
 
-fn share(query: f64, build: f64) -> f64 {
-    if query + build > 0.0 {
-        query / (query + build)
-    } else {
-        0.0
+    pub fn total(&self) -> f64 {
+        self.build.total + self.query.total + self.launch.total
     }
 }
 
 #[derive(Debug)]
 pub struct RankRow {
     pub key: RankKey,
+    /// `3`, `host:pid`, or `host:pid#instance` when processes share a host and pid.
+    pub label: String,
     pub hosts: BTreeSet<String>,
     pub pids: BTreeSet<u64>,
+    pub processes: usize,
     pub builds: usize,
     pub build_seconds: f64,
     pub queries: usize,
     pub query_seconds: f64,
+    pub launches: usize,
+    pub launch_seconds: f64,
     pub slow: bool,
 }
 
 impl RankRow {
     pub fn total(&self) -> f64 {
-        self.build_seconds + self.query_seconds
+        self.build_seconds + self.query_seconds + self.launch_seconds
     }
 }
 
+/// The binary-query hint: pocl compiles a second time to answer them.
 #[derive(Debug)]
-pub struct Hint {
+pub struct QueryHint {
     pub pocl_cpu_query_seconds: f64,
+    /// Build plus binary-query seconds.
     pub total_seconds: f64,
 }
 
-impl Hint {
+impl QueryHint {
     pub fn share(&self) -> f64 {
         if self.total_seconds > 0.0 {
             self.pocl_cpu_query_seconds / self.total_seconds
@@ -188,16 +856,26 @@ impl Hint {
             0.0
         }
     }
+}
 
-    pub fn text(&self) -> String {
-        format!(
-            "hint: binary queries on pocl CPU devices took {:.0}% of build time ({:.3} s of {:.3} s): \
-             pocl compiles every kernel a second time to answer them.\n      \
-             CLSHIM_BINARIES=substitute (clshim run --binaries substitute) removes that compile.",
-            100.0 * self.share(),
-            self.pocl_cpu_query_seconds,
-            self.total_seconds
-        )
+/// The first-launch hint: pocl compiles a size-specialised kernel at first launch.
+#[derive(Debug)]
+pub struct LaunchHint {
+    pub pocl_cpu_launch_seconds: f64,
+    /// First launches of kernels already launched with other sizes.
+    pub relaunches: usize,
+    pub relaunch_seconds: f64,
+    /// Build, binary-query and first-launch seconds.
+    pub total_seconds: f64,
+}
+
+impl LaunchHint {
+    pub fn share(&self) -> f64 {
+        if self.total_seconds > 0.0 {
+            self.pocl_cpu_launch_seconds / self.total_seconds
+        } else {
+            0.0
+        }
     }
 }
 
@@ -213,519 +891,134 @@ pub struct Report {
     pub programs: Vec<ProgramRow>,
     pub ranks: Vec<RankRow>,
     pub median_rank_seconds: f64,
-    pub build_seconds: f64,
-    pub query_seconds: f64,
-    pub pocl_cpu_pass_query_seconds: f64,
-    pub hint: Option<Hint>,
+    pub totals: Totals,
+    pub hint: Option<QueryHint>,
+    pub launch_hint: Option<LaunchHint>,
 }
 
-#[derive(Default)]
-struct ProgAcc {
-    per_rank: HashMap<RankKey, (f64, f64, bool)>,
-    builds: usize,
-    compiles: usize,
-    links: usize,
-    queries: usize,
-    failed: usize,
-    policies: BTreeSet<String>,
-    actions: BTreeSet<String>,
-    options: BTreeSet<String>,
-    sources: BTreeSet<String>,
-}
-
-fn sorted_kernels(k: &[String]) -> Vec<String> {
-    let mut k = k.to_vec();
-    k.sort();
-    k.dedup();
-    k
-}
-
-/// Aggregates every record. Programs are grouped by kernel names (the same kernels built
-/// on every rank form one row, whatever per-rank text made their sources differ), or,
-/// with `by_source`, by source hash and kernel names.
-pub fn aggregate(dir: &str, t: &Traces, by_source: bool) -> Report {
-    let procs = processes(t);
-    let mut progs: HashMap<ProgramKey, ProgAcc> = HashMap::new();
-    let mut ranks: BTreeMap<RankKey, RankRow> = BTreeMap::new();
-    let (mut build_s, mut query_s, mut pocl_pass_s) = (0.0, 0.0, 0.0);
-    let unknown = ProgramKey {
-        hash: None,
-        kernels: Vec::new(),
-    };
-
-    for f in &t.files {
-        // program id -> the key of its latest build in this process (records are in
-        // the order the process completed them, so a query follows its build).
-        let mut by_id: HashMap<&str, ProgramKey> = HashMap::new();
-        for r in &f.records {
-            if r.event == Event::Process {
-                continue;
-            }
-            let proc = &procs[r.file];
-            let rk = rank_key(r, &procs);
-            let row = ranks.entry(rk.clone()).or_insert_with(|| RankRow {
-                key: rk.clone(),
-                hosts: BTreeSet::new(),
-                pids: BTreeSet::new(),
-                builds: 0,
-                build_seconds: 0.0,
-                queries: 0,
-                query_seconds: 0.0,
-                slow: false,
-            });
-            row.hosts.insert(proc.host.clone());
-            row.pids.insert(r.pid);
-            let mut source = None;
-            let key = match r.event {
-                Event::Build | Event::Compile => {
-                    source = r.hash.clone();
-                    ProgramKey {
-                        hash: r.hash.clone(),
-                        kernels: sorted_kernels(&r.kernels),
-                    }
-                }
-                Event::Link => {
-                    let inputs: Option<Vec<&str>> = r
-                        .inputs
-                        .iter()
-                        .map(|i| by_id.get(i.as_str()).and_then(|k| k.hash.as_deref()))
-                        .collect();
-                    let hash = inputs
-                        .filter(|v| !v.is_empty())
-                        .map(|v| format!("link({})", v.join("+")));
-                    source = hash.clone();
-                    ProgramKey {
-                        hash,
-                        kernels: sorted_kernels(&r.kernels),
-                    }
-                }
-                Event::BinaryQuery => r
-                    .program
-                    .as_deref()
-                    .and_then(|p| by_id.get(p))
-                    .cloned()
-                    .unwrap_or_else(|| unknown.clone()),
-                Event::BinaryLoad | Event::Process => {
-                    // A program made from a binary: its queries join to "unknown source".
-                    if let Some(p) = r.program.as_deref() {
-                        by_id.insert(p, unknown.clone());
-                    }
-                    continue;
-                }
-            };
-            let key = if by_source || !r.event.is_build() {
-                key
-            } else {
-                ProgramKey { hash: None, ..key }
-            };
-            if r.event.is_build() {
-                if let Some(p) = r.program.as_deref() {
-                    by_id.insert(p, key.clone());
-                }
-            }
-            let acc = progs.entry(key).or_default();
-            if let Some(h) = source {
-                acc.sources.insert(h);
-            }
-            if let Some(p) = &proc.policy {
-                acc.policies.insert(p.clone());
-            }
-            let slot = acc.per_rank.entry(rk).or_insert((0.0, 0.0, false));
-            if r.result_name.as_deref().is_some_and(|n| n != "CL_SUCCESS") {
-                acc.failed += 1;
-            }
-            if r.event.is_build() {
-                slot.0 += r.seconds;
-                slot.2 = true;
-                row.builds += 1;
-                row.build_seconds += r.seconds;
-                build_s += r.seconds;
-                match r.event {
-                    Event::Build => acc.builds += 1,
-                    Event::Compile => acc.compiles += 1,
-                    _ => acc.links += 1,
-                }
-                if let Some(o) = &r.options {
-                    if !o.trim().is_empty() {
-                        acc.options.insert(o.trim().to_string());
-                    }
-                }
-            } else {
-                slot.1 += r.seconds;
-                row.queries += 1;
-                row.query_seconds += r.seconds;
-                query_s += r.seconds;
-                acc.queries += 1;
-                if let Some(a) = &r.action {
-                    acc.actions.insert(a.clone());
-                }
-                let passed = match proc.policy.as_deref() {
-                    Some(p) => p == "pass",
-                    None => r.action.as_deref() == Some("forward"),
-                };
-                if passed && r.devices.iter().any(|d| d.is_pocl_cpu()) {
-                    pocl_pass_s += r.seconds;
-                }
-            }
+/// Labels of rank rows; `host:pid` gets the instance's first 8 digits only where two
+/// processes share it.
+pub fn rank_labels<'a>(keys: impl Iterator<Item = &'a RankKey> + Clone) -> Vec<String> {
+    let mut seen: HashMap<(&str, u64), usize> = HashMap::new();
+    for k in keys.clone() {
+        if let RankKey::Process { host, pid, .. } = k {
+            *seen.entry((host, *pid)).or_default() += 1;
         }
     }
-
-    let mut programs: Vec<ProgramRow> = progs
-        .into_iter()
-        .map(|(key, a)| {
-            let (b, q): (Vec<f64>, Vec<f64>) = a.per_rank.values().map(|&(b, q, _)| (b, q)).unzip();
-            ProgramRow {
-                ranks: a.per_rank.values().filter(|v| v.2).count(),
-                key,
-                builds: a.builds,
-                compiles: a.compiles,
-                links: a.links,
-                queries: a.queries,
-                failed: a.failed,
-                build: Stats::of(b),
-                query: Stats::of(q),
-                policies: a.policies,
-                actions: a.actions,
-                options: a.options,
-                sources: a.sources,
+    keys.map(|k| match k {
+        RankKey::Rank(r) => r.to_string(),
+        RankKey::Process {
+            host,
+            pid,
+            instance,
+        } => match instance {
+            Some(i) if seen[&(host.as_str(), *pid)] > 1 => {
+                format!("{host}:{pid}#{}", i.chars().take(8).collect::<String>())
             }
-        })
-        .collect();
-    programs.sort_by(|a, b| {
-        (b.build.total + b.query.total)
-            .total_cmp(&(a.build.total + a.query.total))
-            .then_with(|| a.key.cmp(&b.key))
-    });
-
-    let mut ranks: Vec<RankRow> = ranks.into_values().collect();
-    let mut totals: Vec<f64> = ranks.iter().map(RankRow::total).collect();
-    totals.sort_by(f64::total_cmp);
-    let med = median(&totals);
-    if ranks.len() > 1 {
-        for r in &mut ranks {
-            r.slow = r.total() > SLOW_FACTOR * med && r.total() > med + SLOW_MARGIN_S;
-        }
-    }
-    let total = build_s + query_s;
-    let hint = (total > 0.0 && pocl_pass_s / total > HINT_SHARE).then_some(Hint {
-        pocl_cpu_query_seconds: pocl_pass_s,
-        total_seconds: total,
-    });
-
-    Report {
-        dir: dir.to_string(),
-        files: t.files.len(),
-        records: t.record_count(),
-        skipped: t.skipped,
-        problems: t.problems.iter().map(|p| p.to_string()).collect(),
-        hosts: procs.iter().map(|p| p.host.clone()).collect(),
-        processes: procs.len(),
-        programs,
-        ranks,
-        median_rank_seconds: med,
-        build_seconds: build_s,
-        query_seconds: query_s,
-        pocl_cpu_pass_query_seconds: pocl_pass_s,
-        hint,
-    }
+            _ => format!("{host}:{pid}"),
+        },
+    })
+    .collect()
 }
 
-fn join(set: &BTreeSet<String>) -> String {
-    if set.is_empty() {
-        "-".into()
-    } else {
-        set.iter().cloned().collect::<Vec<_>>().join(",")
-    }
-}
-
-fn clip(s: &str, width: usize) -> String {
-    if s.chars().count() <= width {
-        s.to_string()
-    } else {
-        let mut c: String = s.chars().take(width.saturating_sub(1)).collect();
-        c.push('…');
-        c
-    }
-}
-
-/// `fnv1a64:0123456789abcdef` -> `0123456789ab` (enough to tell programs apart).
-fn short_hash(h: &Option<String>) -> String {
-    match h {
-        None => "-".into(),
-        Some(h) => {
-            let hex = h.rsplit(':').next().unwrap_or(h);
-            if h.starts_with("link(") {
-                clip(h, 16)
-            } else {
-                hex.chars().take(12).collect()
-            }
-        }
-    }
-}
-
-fn program_name(k: &ProgramKey) -> String {
-    if k.kernels.is_empty() {
-        if k.hash.is_none() {
-            "(unknown program)".into()
-        } else {
-            "(no kernels)".into()
-        }
-    } else {
-        k.kernels.join(",")
-    }
-}
-
-fn secs(s: f64) -> String {
-    format!("{s:.3}")
-}
-
-fn mmm(s: &Stats) -> String {
-    format!("{} / {} / {}", secs(s.min), secs(s.median), secs(s.max))
-}
-
-/// Left-aligns the columns marked `false` in `right`, right-aligns the others.
-fn table(out: &mut String, header: &[&str], right: &[bool], rows: &[Vec<String>]) {
-    let mut w: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for r in rows {
-        for (i, c) in r.iter().enumerate() {
-            w[i] = w[i].max(c.chars().count());
-        }
-    }
-    let line = |out: &mut String, cells: Vec<&str>| {
-        let mut s = String::from(" ");
-        for (i, c) in cells.iter().enumerate() {
-            let pad = w[i] - c.chars().count();
-            if right[i] {
-                s.push_str(&" ".repeat(pad));
-                s.push_str(c);
-            } else {
-                s.push_str(c);
-                if i + 1 < cells.len() {
-                    s.push_str(&" ".repeat(pad));
-                }
-            }
-            if i + 1 < cells.len() {
-                s.push_str("  ");
-            }
-        }
-        out.push_str(s.trim_end());
-        out.push('\n');
-    };
-    line(out, header.to_vec());
-    for r in rows {
-        line(out, r.iter().map(String::as_str).collect());
-    }
-}
-
-impl Report {
-    pub fn text(&self) -> String {
-        let mut o = String::new();
-        let _ = writeln!(
-            o,
-            "clshim report: {}: {} rank{}, {} process{} on {} host{}; {} file{}, {} record{}, {} skipped",
-            self.dir,
-            self.ranks.len(),
-            if self.ranks.len() == 1 { "" } else { "s" },
-            self.processes,
-            if self.processes == 1 { "" } else { "es" },
-            self.hosts.len(),
-            if self.hosts.len() == 1 { "" } else { "s" },
-            self.files,
-            if self.files == 1 { "" } else { "s" },
-            self.records,
-            if self.records == 1 { "" } else { "s" },
-            self.skipped,
-        );
-        let _ = writeln!(
-            o,
-            "build time {} s: builds {} s, binary queries {} s ({:.0}%)",
-            secs(self.build_seconds + self.query_seconds),
-            secs(self.build_seconds),
-            secs(self.query_seconds),
-            100.0 * share(self.query_seconds, self.build_seconds)
-        );
-        o.push('\n');
-        if self.programs.is_empty() {
-            o.push_str("No program builds or binary queries recorded.\n");
-        } else {
-            o.push_str("Programs (slowest first; seconds are per-rank sums, min / median / max across ranks)\n");
-            let rows: Vec<Vec<String>> = self
-                .programs
-                .iter()
-                .map(|p| {
-                    vec![
-                        clip(&program_name(&p.key), 40),
-                        p.source_label(),
-                        p.ranks.to_string(),
-                        (p.builds + p.compiles + p.links).to_string(),
-                        mmm(&p.build),
-                        p.queries.to_string(),
-                        mmm(&p.query),
-                        format!("{:.0}%", 100.0 * p.query_share()),
-                        join(&p.policies),
-                        join(&p.actions),
-                    ]
-                })
-                .collect();
-            table(
-                &mut o,
-                &[
-                    "kernels",
-                    "source",
-                    "ranks",
-                    "builds",
-                    "build s (min / med / max)",
-                    "queries",
-                    "query s (min / med / max)",
-                    "query share",
-                    "policy",
-                    "action",
-                ],
-                &[
-                    false, false, true, true, true, true, true, true, false, false,
-                ],
-                &rows,
-            );
-            if self.programs.iter().any(|p| p.failed > 0) {
-                let failed: usize = self.programs.iter().map(|p| p.failed).sum();
-                let _ = writeln!(
-                    o,
-                    " ({failed} call{} returned an error)",
-                    if failed == 1 { "" } else { "s" }
-                );
-            }
-        }
-        if !self.ranks.is_empty() {
-            let _ = writeln!(
-                o,
-                "\nRanks (median total {} s; 'SLOW' = over {SLOW_FACTOR}x the median and {SLOW_MARGIN_S} s more)",
-                secs(self.median_rank_seconds)
-            );
-            let rows: Vec<Vec<String>> = self
-                .ranks
-                .iter()
-                .map(|r| {
-                    vec![
-                        r.key.label(),
-                        join(&r.hosts),
-                        r.pids.len().to_string(),
-                        r.builds.to_string(),
-                        secs(r.build_seconds),
-                        r.queries.to_string(),
-                        secs(r.query_seconds),
-                        secs(r.total()),
-                        if r.slow {
-                            format!(
-                                "SLOW ({:.1}x median)",
-                                r.total() / self.median_rank_seconds.max(1e-9)
-                            )
-                        } else {
-                            String::new()
-                        },
-                    ]
-                })
-                .collect();
-            table(
-                &mut o,
-                &[
-                    "rank",
-                    "host",
-                    "processes",
-                    "builds",
-                    "build s",
-                    "queries",
-                    "query s",
-                    "total s",
-                    "",
-                ],
-                &[true, false, true, true, true, true, true, true, false],
-                &rows,
-            );
-        }
-        if let Some(h) = &self.hint {
-            o.push('\n');
-            o.push_str(&h.text());
-            o.push('\n');
-        }
-        if self.skipped > 0 {
-            let _ = writeln!(
-                o,
-                "\n{} input problem{} skipped (listed on stderr)",
-                self.skipped,
-                if self.skipped == 1 { "" } else { "s" }
-            );
-        }
-        o
-    }
-
-    pub fn json(&self) -> Value {
-        let programs: Vec<Value> = self
-            .programs
+impl Aggregate {
+    /// The report's rows and hints.
+    pub fn report(&self, dir: &str) -> Report {
+        let mut programs: Vec<ProgramRow> = self
+            .progs
             .iter()
-            .map(|p| {
-                json!({
-                    "kernels": p.key.kernels,
-                    "source_hash": p.key.hash.clone().or_else(|| (p.sources.len() == 1).then(|| p.sources.iter().next().unwrap().clone())),
-                    "sources": p.sources,
-                    "ranks": p.ranks,
-                    "builds": p.builds,
-                    "compiles": p.compiles,
-                    "links": p.links,
-                    "binary_queries": p.queries,
-                    "failed_calls": p.failed,
-                    "build_seconds": p.build.json(),
-                    "binary_query_seconds": p.query.json(),
-                    "binary_query_share": p.query_share(),
-                    "policies": p.policies,
-                    "actions": p.actions,
-                    "options": p.options,
-                })
+            .map(|(key, a)| {
+                let slots: Vec<&Slot> = a.per_rank.values().collect();
+                let stat = |f: fn(&Slot) -> f64| Stats::of(slots.iter().map(|s| f(s)).collect());
+                let c = &a.counts;
+                ProgramRow {
+                    key: key.clone(),
+                    ranks: slots.iter().filter(|s| s.built).count(),
+                    builds: c.builds,
+                    compiles: c.compiles,
+                    links: c.links,
+                    queries: c.queries,
+                    launches: c.launches,
+                    failed: c.failed,
+                    build: stat(|s| s.build),
+                    query: stat(|s| s.query),
+                    launch: stat(|s| s.launch),
+                    policies: c.policies.clone(),
+                    actions: c.actions.clone(),
+                    options: c.options.clone(),
+                    sources: c.sources.clone(),
+                }
             })
             .collect();
-        let ranks: Vec<Value> = self
+        programs.sort_by(|a, b| {
+            b.total()
+                .total_cmp(&a.total())
+                .then_with(|| a.key.cmp(&b.key))
+        });
+
+        let labels = rank_labels(self.ranks.keys());
+        let mut ranks: Vec<RankRow> = self
             .ranks
             .iter()
-            .map(|r| {
-                let (rank, label) = match &r.key {
-                    RankKey::Rank(n) => (json!(n), r.key.label()),
-                    RankKey::Process(..) => (Value::Null, r.key.label()),
-                };
-                json!({
-                    "rank": rank,
-                    "label": label,
-                    "hosts": r.hosts,
-                    "pids": r.pids,
-                    "builds": r.builds,
-                    "build_seconds": r.build_seconds,
-                    "binary_queries": r.queries,
-                    "binary_query_seconds": r.query_seconds,
-                    "total_seconds": r.total(),
-                    "slow": r.slow,
-                })
+            .zip(labels)
+            .map(|((key, r), label)| RankRow {
+                key: key.clone(),
+                label,
+                hosts: r.hosts.clone(),
+                pids: r.pids.clone(),
+                processes: r.processes.len(),
+                builds: r.builds,
+                build_seconds: r.build_seconds,
+                queries: r.queries,
+                query_seconds: r.query_seconds,
+                launches: r.launches,
+                launch_seconds: r.launch_seconds,
+                slow: false,
             })
             .collect();
-        json!({
-            "clshim_report": 1,
-            "dir": self.dir,
-            "files": self.files,
-            "processes": self.processes,
-            "hosts": self.hosts,
-            "records": self.records,
-            "skipped": self.skipped,
-            "problems": self.problems,
-            "build_seconds": self.build_seconds,
-            "binary_query_seconds": self.query_seconds,
-            "binary_query_share": share(self.query_seconds, self.build_seconds),
-            "pocl_cpu_pass_binary_query_seconds": self.pocl_cpu_pass_query_seconds,
-            "median_rank_seconds": self.median_rank_seconds,
-            "programs": programs,
-            "ranks": ranks,
-            "hint": self.hint.as_ref().map(|h| json!({
-                "binary_query_share": h.share(),
-                "setting": "CLSHIM_BINARIES=substitute",
-                "text": h.text(),
-            })),
-        })
+        let mut totals: Vec<f64> = ranks.iter().map(RankRow::total).collect();
+        totals.sort_by(f64::total_cmp);
+        let med = median(&totals);
+        if ranks.len() > 1 {
+            for r in &mut ranks {
+                r.slow = r.total() > SLOW_FACTOR * med && r.total() > med + SLOW_MARGIN_S;
+            }
+        }
+        let t = self.totals;
+        let build_query = t.build_seconds + t.query_seconds;
+        let hint = (build_query > 0.0 && t.pocl_cpu_pass_query_seconds / build_query > HINT_SHARE)
+            .then_some(QueryHint {
+                pocl_cpu_query_seconds: t.pocl_cpu_pass_query_seconds,
+                total_seconds: build_query,
+            });
+        let all = build_query + t.launch_seconds;
+        let launch_hint = (all > 0.0 && t.pocl_cpu_launch_seconds / all > LAUNCH_HINT_SHARE)
+            .then_some(LaunchHint {
+                pocl_cpu_launch_seconds: t.pocl_cpu_launch_seconds,
+                relaunches: t.pocl_cpu_relaunches,
+                relaunch_seconds: t.pocl_cpu_relaunch_seconds,
+                total_seconds: all,
+            });
+        let (listed, more) = self.problems();
+        let mut problems: Vec<String> = listed.iter().map(|p| p.to_string()).collect();
+        if more > 0 {
+            problems.push(format!("... {more} more skipped, not listed"));
+        }
+        Report {
+            dir: dir.to_string(),
+            files: self.listed,
+            records: self.records,
+            skipped: self.skipped,
+            problems,
+            hosts: self.hosts.clone(),
+            processes: self.processes.len(),
+            programs,
+            ranks,
+            median_rank_seconds: med,
+            totals: t,
+            hint,
+            launch_hint,
+        }
     }
 }
 
@@ -738,5 +1031,25 @@ mod tests {
         assert_eq!(median(&[]), 0.0);
         assert_eq!(median(&[1.0, 2.0, 10.0]), 2.0);
         assert_eq!(median(&[1.0, 2.0, 4.0, 10.0]), 3.0);
+    }
+
+    #[test]
+    fn labels_show_instances_only_where_needed() {
+        let p = |pid, i: Option<&str>| RankKey::Process {
+            host: "h".into(),
+            pid,
+            instance: i.map(str::to_string),
+        };
+        let keys = [
+            RankKey::Rank(2),
+            p(1, Some("00112233aabbccdd")),
+            p(1, Some("ffeeddccbbaa9988")),
+            p(2, Some("0123456789abcdef")),
+            p(3, None),
+        ];
+        assert_eq!(
+            rank_labels(keys.iter()),
+            ["2", "h:1#00112233", "h:1#ffeeddcc", "h:2", "h:3"]
+        );
     }
 }

@@ -1,19 +1,36 @@
 //! Reading trace directories (README "Trace schema (version 1)"). This module owns
 //! which files count as trace files (`*.jsonl`, and `*.jsonl.N` for renamed
-//! duplicates), parsing each line into a typed [`Record`] tagged with the process it
-//! came from, and the bookkeeping of everything that could not be used: an empty
-//! directory, an unreadable file, a line that is not JSON (a truncated last line is
-//! named as such), a record of a newer schema version or an unknown event. Each such
-//! problem is kept as a [`Problem`] with file and line and the record is skipped; the
-//! rest of the directory is still read. Files are read in parallel on a few threads.
+//! duplicates), how they are opened (regular files only, without blocking on a FIFO or
+//! reading a device: a trace directory may hold anything), how much is read (a file up
+//! to the size it had when opened, a line up to [`MAX_LINE`]), and parsing each line
+//! into a borrowed [`Record`] checked for plausible values. Records are handed to a
+//! callback one at a time and never kept, so memory does not grow with the input.
+//! Everything that cannot be used becomes a [`Problem`] naming file and line.
 
+use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
+use std::borrow::Cow;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// The schema version this reader understands.
 pub const SCHEMA: u64 = 1;
 /// The `platform` name of pocl's devices.
 pub const POCL_PLATFORM: &str = "Portable Computing Language";
+/// Longest line read; a longer one is skipped (a record is a few hundred bytes; a
+/// kernel list of thousands of names stays far below this).
+pub const MAX_LINE: usize = 1 << 20;
+/// Most bytes read of one file: 4 GiB is some ten million records, where an hour of a
+/// busy rank writes tens of megabytes; a larger (sparse or endless) file is read this
+/// far, and named.
+pub const MAX_FILE: u64 = 4 << 30;
+/// Plausible `ts`: 2000-01-01 to 2200-01-01 (Unix seconds).
+pub const TS_MIN: f64 = 946_684_800.0;
+pub const TS_MAX: f64 = 7_258_118_400.0;
+/// Plausible `seconds`: at most a week.
+pub const SECONDS_MAX: f64 = 7.0 * 86_400.0;
 
 /// Something skipped: `file:line: reason` (`line` 0 when it concerns the whole file).
 #[derive(Debug, Clone)]
@@ -41,6 +58,7 @@ pub enum Event {
     Link,
     BinaryQuery,
     BinaryLoad,
+    FirstLaunch,
 }
 
 impl Event {
@@ -52,6 +70,7 @@ impl Event {
             "link" => Event::Link,
             "binary_query" => Event::BinaryQuery,
             "binary_load" => Event::BinaryLoad,
+            "first_launch" => Event::FirstLaunch,
             _ => return None,
         })
     }
@@ -64,6 +83,7 @@ impl Event {
             Event::Link => "link",
             Event::BinaryQuery => "binary_query",
             Event::BinaryLoad => "binary_load",
+            Event::FirstLaunch => "first_launch",
         }
     }
 
@@ -73,66 +93,203 @@ impl Event {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
-pub struct Device {
-    #[serde(default, rename = "type")]
-    pub kind: Option<String>,
-    #[serde(default)]
-    pub platform: Option<String>,
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Device<'a> {
+    #[serde(default, borrow)]
+    pub name: Option<Text<'a>>,
+    #[serde(default, rename = "type", borrow)]
+    pub kind: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub platform: Option<Text<'a>>,
 }
 
-impl Device {
-    /// pocl's CPU driver: the device whose binary queries cost a second compile.
+impl Device<'_> {
+    /// pocl's CPU driver: the device whose binary queries cost a second compile, and
+    /// whose first launches compile a size-specialised kernel.
     pub fn is_pocl_cpu(&self) -> bool {
         self.platform.as_deref() == Some(POCL_PLATFORM) && self.kind.as_deref() == Some("CPU")
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
-pub struct Source {
-    #[serde(default)]
-    pub hash: Option<String>,
+#[derive(Debug, Deserialize)]
+pub struct Source<'a> {
+    #[serde(default, borrow)]
+    pub hash: Option<Text<'a>>,
 }
 
-/// One trace line, with the fields the report uses (others are ignored). Program ids
-/// are kept as their JSON text so that an integer or a string both work.
+/// A JSON string that borrows from the line unless it holds escapes (serde's own
+/// `Cow` always copies inside an `Option` or a `Vec`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Text<'a>(pub Cow<'a, str>);
+
+impl std::ops::Deref for Text<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Text<'a>, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// A program id as written: an integer (what clshim writes) or a string.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Id {
+    Int(i64),
+    Text(String),
+}
+
+impl std::fmt::Display for Id {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Id::Int(n) => write!(f, "{n}"),
+            Id::Text(s) => f.write_str(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Id {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Id, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Id;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a program id (integer or string)")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Id, E> {
+                Ok(Id::Int(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Id, E> {
+                Ok(i64::try_from(v).map_or_else(|_| Id::Text(v.to_string()), Id::Int))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Id, E> {
+                Ok(Id::Text(v.to_string()))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Id, E> {
+                Ok(Id::Text(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// One trace line, with the fields the report uses (others are skipped unparsed into
+/// values). Strings borrow from the line where they hold no escapes.
 #[derive(Debug, Deserialize)]
-struct RawRecord {
-    schema: u64,
-    event: String,
-    pid: u64,
+pub struct Record<'a> {
+    pub schema: u64,
+    #[serde(borrow, rename = "event")]
+    pub event_name: Text<'a>,
+    #[serde(skip, default = "no_event")]
+    pub event: Event,
+    pub pid: u64,
     #[serde(default)]
-    rank: Option<i64>,
+    pub rank: Option<i64>,
     #[serde(default)]
-    tid: Option<u64>,
-    ts: f64,
-    seconds: f64,
+    pub tid: Option<u64>,
+    pub ts: f64,
+    pub seconds: f64,
+    /// Random per process (16 hex digits): tells apart processes that share a pid.
+    #[serde(default, borrow)]
+    pub instance: Option<Text<'a>>,
     // process
-    #[serde(default)]
-    host: Option<String>,
-    #[serde(default)]
-    policy: Option<String>,
+    #[serde(default, borrow)]
+    pub host: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub policy: Option<Text<'a>>,
     // program events
     #[serde(default)]
-    program: Option<serde_json::Value>,
+    pub program: Option<Id>,
+    #[serde(default, borrow)]
+    pub call: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub result_name: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub devices: Option<Vec<Device<'a>>>,
+    #[serde(default, borrow)]
+    pub options: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub source: Option<Source<'a>>,
+    #[serde(default, borrow)]
+    pub kernels: Option<Vec<Text<'a>>>,
     #[serde(default)]
-    call: Option<String>,
-    #[serde(default)]
-    result_name: Option<String>,
-    #[serde(default)]
-    devices: Option<Vec<Device>>,
-    #[serde(default)]
-    options: Option<String>,
-    #[serde(default)]
-    source: Option<Source>,
-    #[serde(default)]
-    kernels: Option<Vec<String>>,
-    #[serde(default)]
-    inputs: Option<Vec<serde_json::Value>>,
-    #[serde(default)]
-    param: Option<String>,
-    #[serde(default)]
-    action: Option<String>,
+    pub inputs: Option<Vec<Option<Id>>>,
+    #[serde(default, borrow)]
+    pub param: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub action: Option<Text<'a>>,
+    // first_launch
+    #[serde(default, borrow)]
+    pub kernel: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub device: Option<Device<'a>>,
+    // Shown in the timeline only: a value of another shape is dropped, not the record.
+    #[serde(default, deserialize_with = "lenient")]
+    pub work_dim: Option<u64>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub global_size: Option<Vec<u64>>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub local_size: Option<Vec<u64>>,
+}
+
+fn lenient<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    let v = serde_json::Value::deserialize(d)?;
+    Ok(serde_json::from_value(v).ok())
+}
+
+fn no_event() -> Event {
+    Event::Process
+}
+
+impl Record<'_> {
+    pub fn tid(&self) -> u64 {
+        self.tid.unwrap_or(self.pid)
+    }
+
+    pub fn hash(&self) -> Option<&str> {
+        self.source.as_ref().and_then(|s| s.hash.as_deref())
+    }
+
+    pub fn kernels(&self) -> &[Text<'_>] {
+        self.kernels.as_deref().unwrap_or(&[])
+    }
+
+    pub fn devices(&self) -> &[Device<'_>] {
+        self.devices.as_deref().unwrap_or(&[])
+    }
+
+    /// Every device the record concerns (`devices`, or a first launch's `device`).
+    pub fn any_pocl_cpu(&self) -> bool {
+        self.devices().iter().any(Device::is_pocl_cpu)
+            || self.device.as_ref().is_some_and(Device::is_pocl_cpu)
+    }
+
+    pub fn failed(&self) -> bool {
+        self.result_name
+            .as_deref()
+            .is_some_and(|n| n != "CL_SUCCESS")
+    }
 }
 
 /// The first field only, to recognise a newer schema whose other fields no longer fit.
@@ -141,63 +298,8 @@ struct SchemaOnly {
     schema: Option<serde_json::Value>,
 }
 
-/// A usable record: the schema fields plus the index of the file it came from.
-#[derive(Debug, Clone)]
-pub struct Record {
-    pub file: usize,
-    pub event: Event,
-    pub pid: u64,
-    pub rank: Option<i64>,
-    pub tid: u64,
-    pub ts: f64,
-    pub seconds: f64,
-    pub host: Option<String>,
-    pub policy: Option<String>,
-    pub program: Option<String>,
-    pub call: Option<String>,
-    pub result_name: Option<String>,
-    pub devices: Vec<Device>,
-    pub options: Option<String>,
-    pub hash: Option<String>,
-    pub kernels: Vec<String>,
-    pub inputs: Vec<String>,
-    pub param: Option<String>,
-    pub action: Option<String>,
-}
-
-fn id_text(v: serde_json::Value) -> Option<String> {
-    match v {
-        serde_json::Value::Null => None,
-        serde_json::Value::String(s) => Some(s),
-        other => Some(other.to_string()),
-    }
-}
-
-/// One trace file as read: the host and rank its name announces (used when
-/// its `process` record is missing), and its records.
-#[derive(Debug)]
-pub struct TraceFile {
-    pub name_host: Option<String>,
-    pub records: Vec<Record>,
-}
-
-/// Everything read from a directory.
-#[derive(Debug, Default)]
-pub struct Traces {
-    pub files: Vec<TraceFile>,
-    pub problems: Vec<Problem>,
-    /// Lines that were skipped (whole unreadable files count as one).
-    pub skipped: usize,
-}
-
-impl Traces {
-    pub fn record_count(&self) -> usize {
-        self.files.iter().map(|f| f.records.len()).sum()
-    }
-}
-
 /// `clshim-<host>-r<rank>-p<pid>.jsonl` (possibly followed by `.N`): the host part.
-fn host_from_name(name: &str) -> Option<String> {
+pub fn host_from_name(name: &str) -> Option<String> {
     let stem = name.strip_prefix("clshim-")?;
     let stem = &stem[..stem.find(".jsonl")?];
     let (rest, _pid) = stem.rsplit_once("-p")?;
@@ -232,164 +334,256 @@ pub fn list(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// Parses one file's bytes. `index` is the file's position in the final list.
-fn parse_file(index: usize, path: &Path, bytes: &[u8], problems: &mut Vec<Problem>) -> Vec<Record> {
-    let mut out = Vec::new();
-    let ends_with_newline = bytes.last() == Some(&b'\n');
-    let mut lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
-    if ends_with_newline {
-        lines.pop();
+/// What a file was when the report first read it: the second pass of `--chrome`
+/// reads the same file and the same bytes, or nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    pub dev: u64,
+    pub ino: u64,
+    pub len: u64,
+}
+
+fn kind_of(ft: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else {
+        "not a regular file"
     }
-    let last = lines.len();
-    for (i, line) in lines.into_iter().enumerate() {
-        let lineno = i + 1;
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
+}
+
+/// Opens a trace file for reading if it is a regular file (following a symbolic link,
+/// but never opening what it points to unless that is a regular file). `O_NONBLOCK`
+/// keeps a FIFO that appears between the check and the open from blocking; the
+/// descriptor's own `fstat` decides. `len` bounds what will be read.
+pub fn open_regular(path: &Path) -> Result<(File, Identity), String> {
+    let describe = |e: &std::io::Error| format!("cannot read: {}", crate::run::describe(e));
+    let meta = std::fs::metadata(path).map_err(|e| describe(&e))?;
+    if !meta.file_type().is_file() {
+        return Err(format!(
+            "cannot read: {} (only regular files are read)",
+            kind_of(meta.file_type())
+        ));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| describe(&e))?;
+    let meta = file.metadata().map_err(|e| describe(&e))?;
+    if !meta.file_type().is_file() {
+        return Err(format!(
+            "cannot read: {} (only regular files are read)",
+            kind_of(meta.file_type())
+        ));
+    }
+    Ok((
+        file,
+        Identity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+        },
+    ))
+}
+
+/// The first `\n` in `s`, eight bytes at a time (a byte-wise search was a fifth of
+/// the report's time on large directories).
+fn find_newline(s: &[u8]) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    const NL: u64 = LO * b'\n' as u64;
+    let mut chunks = s.chunks_exact(8);
+    let mut base = 0;
+    for c in &mut chunks {
+        let x = u64::from_le_bytes(c.try_into().expect("8 bytes")) ^ NL;
+        // A zero byte in x (a newline in c) sets its high bit here.
+        if (x.wrapping_sub(LO) & !x & HI) != 0 {
+            return c.iter().position(|&b| b == b'\n').map(|i| base + i);
         }
-        let mut skip = |reason: String| {
-            problems.push(Problem {
-                file: path.to_path_buf(),
-                line: lineno,
-                reason,
-            });
-        };
-        let raw: RawRecord = match serde_json::from_slice(line) {
-            Ok(r) => r,
-            Err(e) => {
-                let newer = serde_json::from_slice::<SchemaOnly>(line)
-                    .ok()
-                    .and_then(|s| s.schema)
-                    .and_then(|s| s.as_u64())
-                    .filter(|&s| s > SCHEMA);
-                if let Some(s) = newer {
-                    skip(format!(
-                        "record of schema version {s}, newer than this clshim reads ({SCHEMA})"
-                    ));
-                } else if e.is_eof() && lineno == last && !ends_with_newline {
-                    skip("truncated last line (the process was still writing, or died)".into());
-                } else if e.is_syntax() || e.is_eof() {
-                    skip(format!("not JSON: {e}"));
-                } else {
-                    skip(format!("not a schema {SCHEMA} record: {e}"));
+        base += 8;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|&b| b == b'\n')
+        .map(|i| base + i)
+}
+
+/// Reads lines of at most `max` bytes. A longer line is consumed without being kept.
+pub struct Lines<R> {
+    reader: R,
+    buf: Vec<u8>,
+    max: usize,
+    /// 1-based number of the line last returned.
+    pub lineno: usize,
+}
+
+/// One line: its bytes (without the newline), whether a newline ended it (false for a
+/// last line cut off), or how long it was when it exceeded the limit.
+pub enum Line<'a> {
+    Text { bytes: &'a [u8], complete: bool },
+    TooLong(usize),
+}
+
+impl<R: BufRead> Lines<R> {
+    pub fn new(reader: R, max: usize) -> Lines<R> {
+        Lines {
+            reader,
+            buf: Vec::new(),
+            max,
+            lineno: 0,
+        }
+    }
+
+    pub fn next_line(&mut self) -> std::io::Result<Option<(usize, Line<'_>)>> {
+        self.buf.clear();
+        let mut total = 0usize;
+        let complete = loop {
+            let avail = match self.reader.fill_buf() {
+                Ok(a) => a,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if avail.is_empty() {
+                if total == 0 {
+                    return Ok(None);
                 }
-                continue;
+                break false;
+            }
+            let (take, used, done) = match find_newline(avail) {
+                Some(i) => (i, i + 1, true),
+                None => (avail.len(), avail.len(), false),
+            };
+            total += take;
+            if total <= self.max {
+                self.buf.extend_from_slice(&avail[..take]);
+            }
+            self.reader.consume(used);
+            if done {
+                break true;
             }
         };
-        if raw.schema > SCHEMA {
-            skip(format!(
-                "record of schema version {}, newer than this clshim reads ({SCHEMA})",
-                raw.schema
-            ));
-            continue;
+        self.lineno += 1;
+        if total > self.max {
+            return Ok(Some((self.lineno, Line::TooLong(total))));
         }
-        let Some(event) = Event::parse(&raw.event) else {
-            skip(format!("unknown event '{}'", raw.event));
-            continue;
-        };
-        if !(raw.seconds.is_finite() && raw.ts.is_finite()) || raw.seconds < 0.0 {
-            skip("invalid ts or seconds".into());
-            continue;
-        }
-        out.push(Record {
-            file: index,
-            event,
-            pid: raw.pid,
-            rank: raw.rank,
-            tid: raw.tid.unwrap_or(raw.pid),
-            ts: raw.ts,
-            seconds: raw.seconds,
-            host: raw.host,
-            policy: raw.policy,
-            program: raw.program.and_then(id_text),
-            call: raw.call,
-            result_name: raw.result_name,
-            devices: raw.devices.unwrap_or_default(),
-            options: raw.options,
-            hash: raw.source.and_then(|s| s.hash),
-            kernels: raw.kernels.unwrap_or_default(),
-            inputs: raw
-                .inputs
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(id_text)
-                .collect(),
-            param: raw.param,
-            action: raw.action,
-        });
+        let bytes = self.buf.strip_suffix(b"\r").unwrap_or(&self.buf);
+        Ok(Some((self.lineno, Line::Text { bytes, complete })))
     }
-    out
 }
 
-fn read_one(index: usize, path: &Path) -> (TraceFile, Vec<Problem>, usize) {
-    let mut problems = Vec::new();
-    let name_host = path
-        .file_name()
-        .and_then(|n| host_from_name(&n.to_string_lossy()));
-    let records = match std::fs::read(path) {
-        Ok(bytes) => parse_file(index, path, &bytes, &mut problems),
+/// Parses and checks one line. `Ok(None)`: a blank line. `Err`: why it is skipped.
+pub fn parse_line(line: &[u8], complete: bool) -> Result<Option<Record<'_>>, String> {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    // One UTF-8 check of the whole line lets serde_json skip checking every string.
+    let parsed = match std::str::from_utf8(line) {
+        Ok(text) => serde_json::from_str(text),
+        Err(_) => serde_json::from_slice(line),
+    };
+    let mut r: Record = match parsed {
+        Ok(r) => r,
         Err(e) => {
-            problems.push(Problem {
-                file: path.to_path_buf(),
-                line: 0,
-                reason: format!("cannot read: {}", crate::run::describe(&e)),
+            let newer = serde_json::from_slice::<SchemaOnly>(line)
+                .ok()
+                .and_then(|s| s.schema)
+                .and_then(|s| s.as_u64())
+                .filter(|&s| s > SCHEMA);
+            return Err(if let Some(s) = newer {
+                format!("record of schema version {s}, newer than this clshim reads ({SCHEMA})")
+            } else if e.is_eof() && !complete {
+                "truncated last line (the process was still writing, or died)".into()
+            } else if e.is_syntax() || e.is_eof() {
+                format!("not JSON: {e}")
+            } else {
+                format!("not a schema {SCHEMA} record: {e}")
             });
-            Vec::new()
         }
     };
-    let skipped = problems.len();
-    (TraceFile { name_host, records }, problems, skipped)
+    if r.schema > SCHEMA {
+        return Err(format!(
+            "record of schema version {}, newer than this clshim reads ({SCHEMA})",
+            r.schema
+        ));
+    }
+    r.event =
+        Event::parse(&r.event_name).ok_or_else(|| format!("unknown event '{}'", &*r.event_name))?;
+    if !(TS_MIN..=TS_MAX).contains(&r.ts) {
+        return Err(format!(
+            "implausible ts {:e} (expected Unix seconds between 2000 and 2200)",
+            r.ts
+        ));
+    }
+    if !(0.0..=SECONDS_MAX).contains(&r.seconds) {
+        return Err(format!(
+            "implausible seconds {:e} (expected 0 to {SECONDS_MAX}, a week)",
+            r.seconds
+        ));
+    }
+    Ok(Some(r))
 }
 
-/// Reads every trace file of `dir`. Only a directory that cannot be listed is an error;
-/// everything else becomes a [`Problem`].
-pub fn read_dir(dir: &Path) -> std::io::Result<Traces> {
-    let paths = list(dir)?;
-    let mut t = Traces::default();
-    if paths.is_empty() {
-        t.problems.push(Problem {
-            file: dir.to_path_buf(),
-            line: 0,
-            reason: "no trace files (*.jsonl) in this directory".into(),
-        });
-        t.skipped += 1;
-        return Ok(t);
+/// Reads one file record by record: `f` gets each usable record with its line number,
+/// `problem` each skipped line. At most `limit` bytes are read (the size the file had
+/// when opened): a file still growing, or replaced, is read as it was.
+pub fn for_each_record(
+    file: File,
+    limit: u64,
+    mut f: impl FnMut(usize, Record<'_>),
+    mut problem: impl FnMut(usize, String),
+) -> std::io::Result<()> {
+    let mut lines = Lines::new(
+        BufReader::with_capacity(1 << 18, file.take(limit)),
+        MAX_LINE,
+    );
+    loop {
+        let (lineno, line) = match lines.next_line()? {
+            None => return Ok(()),
+            Some(l) => l,
+        };
+        match line {
+            Line::TooLong(n) => {
+                problem(
+                    lineno,
+                    format!("line of {n} bytes, longer than the {MAX_LINE}-byte limit"),
+                );
+            }
+            Line::Text { bytes, complete } => match parse_line(bytes, complete) {
+                Ok(Some(r)) => f(lineno, r),
+                Ok(None) => {}
+                Err(reason) => problem(lineno, reason),
+            },
+        }
     }
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .clamp(1, 8);
-    let threads = threads.min(paths.len().div_ceil(16)).max(1);
-    let chunk = paths.len().div_ceil(threads);
-    let results: Vec<(TraceFile, Vec<Problem>, usize)> = std::thread::scope(|s| {
-        let handles: Vec<_> = paths
-            .chunks(chunk)
-            .enumerate()
-            .map(|(c, part)| {
-                s.spawn(move || {
-                    part.iter()
-                        .enumerate()
-                        .map(|(i, p)| read_one(c * chunk + i, p))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().expect("reader thread"))
-            .collect()
-    });
-    for (file, problems, skipped) in results {
-        t.files.push(file);
-        t.problems.extend(problems);
-        t.skipped += skipped;
-    }
-    Ok(t)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn newline_search() {
+        let mut v = vec![b'a'; 40];
+        assert_eq!(find_newline(&v), None);
+        for i in 0..40 {
+            v[i] = b'\n';
+            assert_eq!(find_newline(&v), Some(i));
+            assert_eq!(find_newline(&v[..i]), None);
+            v[i] = 0x8a; // a byte with the high bit set is not a newline
+            assert_eq!(find_newline(&v), None);
+            v[i] = b'a';
+        }
+    }
 
     #[test]
     fn names() {
@@ -407,22 +601,71 @@ mod tests {
         );
     }
 
+    fn read(text: &str) -> (usize, Vec<(usize, String)>) {
+        let mut lines = Lines::new(text.as_bytes(), 200);
+        let (mut n, mut probs) = (0, Vec::new());
+        while let Some((no, l)) = lines.next_line().unwrap() {
+            match l {
+                Line::TooLong(len) => probs.push((no, format!("too long {len}"))),
+                Line::Text { bytes, complete } => match parse_line(bytes, complete) {
+                    Ok(Some(_)) => n += 1,
+                    Ok(None) => {}
+                    Err(e) => probs.push((no, e)),
+                },
+            }
+        }
+        (n, probs)
+    }
+
     #[test]
     fn problems_are_counted_and_named() {
-        let p = Path::new("f.jsonl");
         let good =
-            r#"{"schema":1,"event":"build","pid":1,"rank":0,"tid":1,"ts":1.0,"seconds":0.5}"#;
+            r#"{"schema":1,"event":"build","pid":1,"rank":0,"tid":1,"ts":1.75e9,"seconds":0.5}"#;
+        let long = format!("{{\"x\":\"{}\"}}", "a".repeat(300));
         let text = format!(
-            "{good}\nnot json\n{{\"schema\":2,\"event\":\"build\"}}\n{{\"schema\":1,\"event\":\"x\",\"pid\":1,\"ts\":1,\"seconds\":0}}\n{good}\n{{\"schema\":1,\"ev"
+            "{good}\nnot json\n{{\"schema\":2,\"event\":\"build\"}}\n{{\"schema\":1,\"event\":\"x\",\"pid\":1,\"ts\":1.75e9,\"seconds\":0}}\n{good}\n\n{long}\n{}\n{{\"schema\":1,\"ev",
+            good.replace("1.75e9", "1e308")
         );
-        let mut probs = Vec::new();
-        let recs = parse_file(0, p, text.as_bytes(), &mut probs);
-        assert_eq!(recs.len(), 2);
-        let reasons: Vec<_> = probs.iter().map(|p| (p.line, p.reason.clone())).collect();
-        assert_eq!(reasons.len(), 4, "{reasons:?}");
+        let (n, reasons) = read(&text);
+        assert_eq!(n, 2);
+        assert_eq!(reasons.len(), 6, "{reasons:?}");
         assert!(reasons[0].0 == 2 && reasons[0].1.starts_with("not JSON"));
         assert!(reasons[1].0 == 3 && reasons[1].1.contains("schema version 2"));
         assert!(reasons[2].0 == 4 && reasons[2].1.contains("unknown event"));
-        assert!(reasons[3].0 == 6 && reasons[3].1.starts_with("truncated last line"));
+        assert_eq!(reasons[3], (7, "too long 308".to_string()));
+        assert!(reasons[4].0 == 8 && reasons[4].1.starts_with("implausible ts 1e308"));
+        assert!(reasons[5].0 == 9 && reasons[5].1.starts_with("truncated last line"));
+    }
+
+    #[test]
+    fn implausible_values_are_refused() {
+        let rec = |ts: &str, s: &str| {
+            format!(r#"{{"schema":1,"event":"build","pid":1,"ts":{ts},"seconds":{s}}}"#)
+        };
+        for (ts, s, ok) in [
+            ("1.75e9", "0.5", true),
+            ("1.75e9", "-1e308", false),
+            ("-1e308", "0", false),
+            ("1.75e9", "-0.5", false),
+            ("100", "0", false),
+            ("9e9", "0", false),
+            ("1.75e9", "700000", false),
+            ("1.75e9", "86400", true),
+        ] {
+            let line = rec(ts, s);
+            assert_eq!(parse_line(line.as_bytes(), true).is_ok(), ok, "{ts} {s}");
+        }
+    }
+
+    #[test]
+    fn program_ids_and_escaped_strings() {
+        let line = r#"{"schema":1,"event":"first_launch","pid":1,"ts":1.75e9,"seconds":0.1,"program":"7","kernel":"k\u0031","device":{"type":"CPU","platform":"Portable Computing Language"},"inputs":[1,null,"x"],"global_size":[1.5],"work_dim":2}"#;
+        let r = parse_line(line.as_bytes(), true).unwrap().unwrap();
+        assert_eq!(r.event, Event::FirstLaunch);
+        assert_eq!(r.program, Some(Id::Text("7".into())));
+        assert_eq!(r.kernel.as_deref(), Some("k1"));
+        assert!(r.any_pocl_cpu());
+        assert_eq!(r.inputs.unwrap().len(), 3);
+        assert_eq!((r.work_dim, r.global_size), (Some(2), None));
     }
 }

@@ -1,0 +1,430 @@
+//! The two renderings of a [`Report`]: the text table (with its legend and hints) and
+//! the `--json` document. Nothing here aggregates; `report` computes every number.
+
+use crate::report::{
+    share, LaunchHint, QueryHint, RankKey, Report, Stats, SLOW_FACTOR, SLOW_MARGIN_S,
+};
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+/// What a first launch's seconds cover, said in the table's footnote and the JSON.
+pub const LAUNCH_INTERVAL: &str =
+    "a first launch's seconds run from the enqueue call until the command completed: \
+     the kernel's run, on pocl the compile of its size-specialised work-group function, \
+     and on an in-order queue any wait for earlier commands";
+
+impl QueryHint {
+    pub fn text(&self) -> String {
+        format!(
+            "hint: binary queries on pocl CPU devices took {:.0}% of build time ({:.3} s of {:.3} s): \
+             pocl compiles every kernel a second time to answer them.\n      \
+             CLSHIM_BINARIES=substitute (clshim run --binaries substitute) removes that compile.",
+            100.0 * self.share(),
+            self.pocl_cpu_query_seconds,
+            self.total_seconds
+        )
+    }
+}
+
+/// The advice, checked on pocl 3.1 (`bench/pocl_wg_specialization.py`, figures in the
+/// README): with the setting, launches of a kernel at further sizes compiled nothing
+/// and its first launch cost what it did without; run times differed by less than the
+/// shared machine's noise on that kernel, so the hint asks the user to compare.
+pub const LAUNCH_SETTING: &str = "POCL_WORK_GROUP_SPECIALIZATION=0";
+
+impl LaunchHint {
+    pub fn text(&self) -> String {
+        let head = format!(
+            "hint: first launches on pocl CPU devices took {:.0}% of build time plus first launches \
+             ({:.3} s of {:.3} s): at a kernel's first launch with new sizes, pocl compiles a \
+             work-group function specialised for them.",
+            100.0 * self.share(),
+            self.pocl_cpu_launch_seconds,
+            self.total_seconds
+        );
+        if self.relaunches > 0 {
+            format!(
+                "{head}\n      {} of them ({:.3} s) launched a kernel already launched with other sizes. \
+                 {LAUNCH_SETTING} makes pocl compile one generic work-group function per kernel \
+                 and reuse it for every size:\n      those launches then compile nothing (each \
+                 kernel's first launch still does), but the generic function can run slower: \
+                 compare your kernels' run times with and without it.",
+                self.relaunches,
+                self.relaunch_seconds
+            )
+        } else {
+            format!(
+                "{head}\n      Every kernel was launched with one set of sizes, so {LAUNCH_SETTING} \
+                 (one generic work-group function per kernel,\n      reused for every size) would \
+                 not remove these compiles; pocl's kernel cache (POCL_CACHE_DIR) spares them when \
+                 the same sources run again."
+            )
+        }
+    }
+}
+
+fn join(set: &BTreeSet<String>) -> String {
+    if set.is_empty() {
+        "-".into()
+    } else {
+        set.iter().cloned().collect::<Vec<_>>().join(",")
+    }
+}
+
+fn clip(s: &str, width: usize) -> String {
+    if s.chars().count() <= width {
+        s.to_string()
+    } else {
+        let mut c: String = s.chars().take(width.saturating_sub(1)).collect();
+        c.push('…');
+        c
+    }
+}
+
+/// `fnv1a64:0123456789abcdef` -> `0123456789ab` (enough to tell programs apart).
+fn short_hash(h: Option<&str>) -> String {
+    match h {
+        None => "-".into(),
+        Some(h) if h.starts_with("link(") => clip(h, 16),
+        Some(h) => h.rsplit(':').next().unwrap_or(h).chars().take(12).collect(),
+    }
+}
+
+fn secs(s: f64) -> String {
+    format!("{s:.3}")
+}
+
+fn mmm(s: &Stats) -> String {
+    format!("{} / {} / {}", secs(s.min), secs(s.median), secs(s.max))
+}
+
+fn stats_json(s: &Stats) -> Value {
+    json!({"min": s.min, "median": s.median, "max": s.max, "total": s.total})
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// One column: header, right-aligned or not.
+struct Column {
+    header: &'static str,
+    right: bool,
+}
+
+const fn col(header: &'static str, right: bool) -> Column {
+    Column { header, right }
+}
+
+fn table(out: &mut String, cols: &[Column], rows: &[Vec<String>]) {
+    let mut w: Vec<usize> = cols.iter().map(|c| c.header.chars().count()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let line = |out: &mut String, cells: Vec<&str>| {
+        let mut s = String::from(" ");
+        for (i, c) in cells.iter().enumerate() {
+            let pad = w[i] - c.chars().count();
+            let last = i + 1 == cells.len();
+            if cols[i].right {
+                s.push_str(&" ".repeat(pad));
+                s.push_str(c);
+            } else {
+                s.push_str(c);
+                if !last {
+                    s.push_str(&" ".repeat(pad));
+                }
+            }
+            if !last {
+                s.push_str("  ");
+            }
+        }
+        out.push_str(s.trim_end());
+        out.push('\n');
+    };
+    line(out, cols.iter().map(|c| c.header).collect());
+    for r in rows {
+        line(out, r.iter().map(String::as_str).collect());
+    }
+}
+
+impl Report {
+    fn program_name(&self, kernels: &[String], hash: Option<&str>) -> String {
+        if kernels.is_empty() {
+            if hash.is_none() {
+                "(unknown program)".into()
+            } else {
+                "(no kernels)".into()
+            }
+        } else {
+            kernels.join(",")
+        }
+    }
+
+    pub fn text(&self) -> String {
+        let t = &self.totals;
+        let launches = t.launches > 0;
+        let mut o = String::new();
+        let _ = writeln!(
+            o,
+            "clshim report: {}: {}, {} on {}; {}, {}, {} skipped",
+            self.dir,
+            plural(self.ranks.len(), "rank", "ranks"),
+            plural(self.processes, "process", "processes"),
+            plural(self.hosts.len(), "host", "hosts"),
+            plural(self.files, "file", "files"),
+            plural(self.records, "record", "records"),
+            self.skipped,
+        );
+        let _ = writeln!(
+            o,
+            "build time {} s: builds {} s, binary queries {} s ({:.0}%)",
+            secs(t.build_seconds + t.query_seconds),
+            secs(t.build_seconds),
+            secs(t.query_seconds),
+            100.0 * share(t.query_seconds, t.build_seconds)
+        );
+        if launches {
+            let _ = writeln!(
+                o,
+                "first launches {} s: {} ({:.0}% of build time plus first launches)",
+                secs(t.launch_seconds),
+                plural(t.launches, "first launch", "first launches"),
+                100.0 * share(t.launch_seconds, t.build_seconds + t.query_seconds)
+            );
+        }
+        o.push('\n');
+        if self.programs.is_empty() {
+            o.push_str("No program builds, binary queries or first launches recorded.\n");
+        } else {
+            o.push_str("Programs (slowest first; seconds are per-rank sums, min / median / max across ranks)\n");
+            let rows: Vec<Vec<String>> = self
+                .programs
+                .iter()
+                .map(|p| {
+                    let source = match (&p.key.hash, p.sources.len()) {
+                        (Some(h), _) => short_hash(Some(h)),
+                        (None, 1) => short_hash(p.sources.iter().next().map(String::as_str)),
+                        (None, 0) => short_hash(None),
+                        (None, n) => format!("{n} sources"),
+                    };
+                    let mut row = vec![
+                        clip(
+                            &self.program_name(&p.key.kernels, p.key.hash.as_deref()),
+                            40,
+                        ),
+                        source,
+                        p.ranks.to_string(),
+                        (p.builds + p.compiles + p.links).to_string(),
+                        mmm(&p.build),
+                        p.queries.to_string(),
+                        mmm(&p.query),
+                        format!("{:.0}%", 100.0 * p.query_share()),
+                    ];
+                    if launches {
+                        row.push(p.launches.to_string());
+                        row.push(mmm(&p.launch));
+                    }
+                    row.push(join(&p.policies));
+                    row.push(join(&p.actions));
+                    row
+                })
+                .collect();
+            let mut cols = vec![
+                col("kernels", false),
+                col("source", false),
+                col("ranks", true),
+                col("builds", true),
+                col("build s (min / med / max)", true),
+                col("queries", true),
+                col("query s (min / med / max)", true),
+                col("query share", true),
+            ];
+            if launches {
+                cols.push(col("launches", true));
+                cols.push(col("first launch s (min / med / max)", true));
+            }
+            cols.push(col("policy", false));
+            cols.push(col("action", false));
+            table(&mut o, &cols, &rows);
+            let failed: usize = self.programs.iter().map(|p| p.failed).sum();
+            if failed > 0 {
+                let _ = writeln!(
+                    o,
+                    " ({} returned an error)",
+                    plural(failed, "call", "calls")
+                );
+            }
+        }
+        if !self.ranks.is_empty() {
+            let _ = writeln!(
+                o,
+                "\nRanks (median total {} s; 'SLOW' = over {SLOW_FACTOR}x the median and {SLOW_MARGIN_S} s more)",
+                secs(self.median_rank_seconds)
+            );
+            let rows: Vec<Vec<String>> = self
+                .ranks
+                .iter()
+                .map(|r| {
+                    let mut row = vec![
+                        r.label.clone(),
+                        join(&r.hosts),
+                        r.processes.to_string(),
+                        r.builds.to_string(),
+                        secs(r.build_seconds),
+                        r.queries.to_string(),
+                        secs(r.query_seconds),
+                    ];
+                    if launches {
+                        row.push(r.launches.to_string());
+                        row.push(secs(r.launch_seconds));
+                    }
+                    row.push(secs(r.total()));
+                    row.push(if r.slow {
+                        format!(
+                            "SLOW ({:.1}x median)",
+                            r.total() / self.median_rank_seconds.max(1e-9)
+                        )
+                    } else {
+                        String::new()
+                    });
+                    row
+                })
+                .collect();
+            let mut cols = vec![
+                col("rank", true),
+                col("host", false),
+                col("processes", true),
+                col("builds", true),
+                col("build s", true),
+                col("queries", true),
+                col("query s", true),
+            ];
+            if launches {
+                cols.push(col("launches", true));
+                cols.push(col("launch s", true));
+            }
+            cols.push(col("total s", true));
+            cols.push(col("", false));
+            table(&mut o, &cols, &rows);
+        }
+        if launches {
+            let _ = writeln!(
+                o,
+                "\nlaunches: the first launch of each kernel per device and work-group sizes;\n          {LAUNCH_INTERVAL}."
+            );
+        }
+        for h in [
+            self.hint.as_ref().map(QueryHint::text),
+            self.launch_hint.as_ref().map(LaunchHint::text),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            o.push('\n');
+            o.push_str(&h);
+            o.push('\n');
+        }
+        if self.skipped > 0 {
+            let _ = writeln!(
+                o,
+                "\n{} skipped (listed on stderr)",
+                plural(self.skipped, "input problem", "input problems")
+            );
+        }
+        o
+    }
+
+    pub fn json(&self) -> Value {
+        let t = &self.totals;
+        let programs: Vec<Value> = self
+            .programs
+            .iter()
+            .map(|p| {
+                json!({
+                    "kernels": p.key.kernels,
+                    "source_hash": p.key.hash.clone().or_else(|| (p.sources.len() == 1).then(|| p.sources.iter().next().unwrap().clone())),
+                    "sources": p.sources,
+                    "ranks": p.ranks,
+                    "builds": p.builds,
+                    "compiles": p.compiles,
+                    "links": p.links,
+                    "binary_queries": p.queries,
+                    "first_launches": p.launches,
+                    "failed_calls": p.failed,
+                    "build_seconds": stats_json(&p.build),
+                    "binary_query_seconds": stats_json(&p.query),
+                    "first_launch_seconds": stats_json(&p.launch),
+                    "binary_query_share": p.query_share(),
+                    "first_launch_share": share(p.launch.total, p.build.total + p.query.total),
+                    "policies": p.policies,
+                    "actions": p.actions,
+                    "options": p.options,
+                })
+            })
+            .collect();
+        let ranks: Vec<Value> = self
+            .ranks
+            .iter()
+            .map(|r| {
+                let (rank, instance) = match &r.key {
+                    RankKey::Rank(n) => (json!(n), None),
+                    RankKey::Process { instance, .. } => (Value::Null, instance.clone()),
+                };
+                json!({
+                    "rank": rank,
+                    "label": r.label,
+                    "instance": instance,
+                    "hosts": r.hosts,
+                    "pids": r.pids,
+                    "processes": r.processes,
+                    "builds": r.builds,
+                    "build_seconds": r.build_seconds,
+                    "binary_queries": r.queries,
+                    "binary_query_seconds": r.query_seconds,
+                    "first_launches": r.launches,
+                    "first_launch_seconds": r.launch_seconds,
+                    "total_seconds": r.total(),
+                    "slow": r.slow,
+                })
+            })
+            .collect();
+        json!({
+            "clshim_report": 1,
+            "dir": self.dir,
+            "files": self.files,
+            "processes": self.processes,
+            "hosts": self.hosts,
+            "records": self.records,
+            "skipped": self.skipped,
+            "problems": self.problems,
+            "build_seconds": t.build_seconds,
+            "binary_query_seconds": t.query_seconds,
+            "binary_query_share": share(t.query_seconds, t.build_seconds),
+            "first_launches": t.launches,
+            "first_launch_seconds": t.launch_seconds,
+            "first_launch_share": share(t.launch_seconds, t.build_seconds + t.query_seconds),
+            "first_launch_interval": LAUNCH_INTERVAL,
+            "pocl_cpu_pass_binary_query_seconds": t.pocl_cpu_pass_query_seconds,
+            "pocl_cpu_first_launch_seconds": t.pocl_cpu_launch_seconds,
+            "median_rank_seconds": self.median_rank_seconds,
+            "programs": programs,
+            "ranks": ranks,
+            "hint": self.hint.as_ref().map(|h| json!({
+                "binary_query_share": h.share(),
+                "setting": "CLSHIM_BINARIES=substitute",
+                "text": h.text(),
+            })),
+            "first_launch_hint": self.launch_hint.as_ref().map(|h| json!({
+                "first_launch_share": h.share(),
+                "relaunches": h.relaunches,
+                "relaunch_seconds": h.relaunch_seconds,
+                "setting": LAUNCH_SETTING,
+                "text": h.text(),
+            })),
+        })
+    }
+}

@@ -1,0 +1,347 @@
+//! `clshim report` on `first_launch` records (written here by hand, in the shape the
+//! library writes): first launches per program and per rank beside builds and binary
+//! queries, in the table, the JSON and the timeline; attribution by program id, by
+//! kernel name when the program is unknown; the footnote saying what the interval
+//! covers; the pocl hint only where first launches on pocl CPU devices dominate.
+
+// tests/common is shared and append-only here; its `run` trips this lint.
+#[allow(clippy::let_and_return)]
+mod common;
+
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Output;
+
+const T0: f64 = 1_750_000_000.0;
+
+fn pocl_cpu() -> Value {
+    json!({"name": "cpu-haswell-AMD EPYC 7B13", "type": "CPU",
+           "platform": "Portable Computing Language", "vendor": "AuthenticAMD",
+           "driver": "3.1", "matched": true})
+}
+
+fn gpu() -> Value {
+    json!({"name": "NVIDIA H200", "type": "GPU", "platform": "NVIDIA CUDA",
+           "vendor": "NVIDIA Corporation", "driver": "560.35", "matched": false})
+}
+
+fn report(args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_clshim"))
+        .arg("report")
+        .args(args)
+        .output()
+        .expect("spawn clshim")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// One rank's trace file.
+struct Rank {
+    rank: i64,
+    pid: u64,
+    t: f64,
+    lines: Vec<String>,
+}
+
+impl Rank {
+    fn new(rank: i64) -> Rank {
+        let pid = 4000 + rank as u64;
+        let mut r = Rank {
+            rank,
+            pid,
+            t: T0,
+            lines: Vec::new(),
+        };
+        r.push(json!({
+            "event": "process", "seconds": 0.0, "host": "node07", "exe": "/usr/bin/python3",
+            "argv": ["python", "app.py"], "ppid": 1, "size": 2, "rank_source": "PMI_RANK",
+            "clshim_version": "0.1.0", "mode": "preload", "policy": "pass",
+            "devices_filter": "pocl-cpu",
+        }));
+        r
+    }
+
+    fn push(&mut self, mut v: Value) {
+        let o = v.as_object_mut().unwrap();
+        o.insert("schema".into(), json!(1));
+        o.insert("pid".into(), json!(self.pid));
+        o.insert("rank".into(), json!(self.rank));
+        o.insert("tid".into(), json!(self.pid));
+        o.insert("instance".into(), json!(format!("{:016x}", self.pid)));
+        o.entry("ts").or_insert(json!(self.t));
+        self.lines.push(v.to_string());
+    }
+
+    fn build(&mut self, id: u64, kernels: &[&str], seconds: f64, dev: &Value) {
+        self.t += 0.01;
+        self.push(json!({
+            "event": "build", "seconds": seconds, "program": id, "call": "clBuildProgram",
+            "result": 0, "result_name": "CL_SUCCESS", "devices": [dev], "options": null,
+            "async": false, "source": {"origin": "source", "hash": "fnv1a64:1f2e3d4c5b6a7980",
+            "length": 100}, "kernels": kernels,
+        }));
+        self.t += seconds;
+    }
+
+    /// A first launch that starts at `start` (seconds after T0) and takes `seconds`.
+    fn launch(
+        &mut self,
+        program: Option<u64>,
+        kernel: &str,
+        size: u64,
+        start: f64,
+        seconds: f64,
+        dev: &Value,
+    ) {
+        self.push(json!({
+            "event": "first_launch", "ts": T0 + start, "seconds": seconds,
+            "call": "clEnqueueNDRangeKernel", "kernel": kernel, "program": program,
+            "device": dev, "work_dim": 1, "global_size": [size], "local_size": null,
+            "result": 0, "result_name": "CL_SUCCESS",
+        }));
+    }
+
+    fn write(&self, dir: &Path) {
+        let mut text = self.lines.join("\n");
+        text.push('\n');
+        std::fs::write(
+            dir.join(format!("clshim-node07-r{}-p{}.jsonl", self.rank, self.pid)),
+            text,
+        )
+        .unwrap();
+    }
+}
+
+/// Two ranks: a build of axpy+dot, first launches of both (dot at two sizes), one of
+/// `scale` from a program clshim never saw, one of `dot` with no program id, and one
+/// from a program made from a binary. Rank 1's launches take 3x longer.
+fn job(dir: &Path, dev: &Value) {
+    for rank in 0..2 {
+        let f = if rank == 1 { 3.0 } else { 1.0 };
+        let mut r = Rank::new(rank);
+        r.build(1, &["axpy", "dot"], 0.5, dev);
+        // On an in-order queue, enqueued together: the intervals overlap.
+        r.launch(Some(1), "axpy", 1024, 1.0, 2.0 * f, dev);
+        r.launch(Some(1), "dot", 1024, 1.0001, 3.0 * f, dev);
+        r.launch(Some(1), "dot", 1000, 9.0, 1.0 * f, dev);
+        r.launch(None, "scale", 64, 12.0, 0.5 * f, dev);
+        r.launch(None, "dot", 4096, 13.0, 0.25 * f, dev);
+        r.push(json!({
+            "event": "binary_load", "seconds": 0.001, "program": 7,
+            "call": "clCreateProgramWithBinary", "result": 0, "result_name": "CL_SUCCESS",
+            "devices": [dev], "action": "forward", "reason": null, "lengths": [100],
+            "source": null,
+        }));
+        r.launch(Some(7), "axpy", 2048, 14.0, 0.25 * f, dev);
+        r.write(dir);
+    }
+}
+
+#[test]
+fn first_launches_per_program_and_rank_in_table_and_json() {
+    let d = common::scratch("fl-table");
+    job(&d, &pocl_cpu());
+    let o = report(&[s(&d)]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let out = common::stdout(&o);
+    println!("{out}");
+    // 2 ranks x 6 launches; seconds: 7 per rank at f=1, 21 at f=3.
+    assert!(
+        out.contains(
+            "first launches 28.000 s: 12 first launches (97% of build time plus first launches)"
+        ),
+        "{out}"
+    );
+    let header = out.lines().find(|l| l.contains("kernels")).unwrap();
+    assert!(
+        header.contains("launches  first launch s (min / med / max)"),
+        "{header}"
+    );
+    let row = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("axpy,dot"))
+        .unwrap();
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    // kernels source ranks builds b / b / b queries q / q / q share launches l / l / l
+    assert_eq!(cols[2], "2", "{row}");
+    assert_eq!(cols[16], "10", "5 launches per rank: {row}");
+    assert_eq!(
+        &cols[17..22],
+        ["6.500", "/", "13.000", "/", "19.500"],
+        "{row}"
+    );
+    let scale = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("scale "))
+        .unwrap();
+    assert!(scale.contains("0.500 / 1.000 / 1.500"), "{scale}");
+    // Ranks: launches and launch seconds; the total includes them.
+    let ranks: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("Ranks"))
+        .skip(1)
+        .take(3)
+        .collect();
+    assert!(
+        ranks[0].contains("launches  launch s  total s"),
+        "{}",
+        ranks[0]
+    );
+    let tail = |l: &str| l.split_whitespace().skip(7).collect::<Vec<_>>().join(" ");
+    assert_eq!(tail(ranks[1]), "6 7.000 7.500", "{}", ranks[1]);
+    assert_eq!(tail(ranks[2]), "6 21.000 21.500", "{}", ranks[2]);
+    // The footnote says what the interval includes; the hint names the setting and
+    // its cost.
+    assert!(
+        out.contains("from the enqueue call until the command completed"),
+        "{out}"
+    );
+    assert!(out.contains("in-order queue"), "{out}");
+    assert!(
+        out.contains("hint: first launches on pocl CPU devices took 97%"),
+        "{out}"
+    );
+    assert!(out.contains("POCL_WORK_GROUP_SPECIALIZATION=0"), "{out}");
+    assert!(out.contains("slower"), "{out}");
+
+    let v: Value = serde_json::from_slice(&report(&["--json", s(&d)]).stdout).unwrap();
+    assert_eq!(v["first_launches"], 12);
+    assert_eq!(v["first_launch_seconds"], 28.0);
+    assert!(v["first_launch_interval"]
+        .as_str()
+        .unwrap()
+        .contains("in-order queue"));
+    let p = v["programs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["kernels"] == json!(["axpy", "dot"]))
+        .unwrap();
+    assert_eq!(p["first_launches"], 10);
+    assert_eq!(p["first_launch_seconds"]["max"], 19.5);
+    assert_eq!(p["first_launch_seconds"]["total"], 26.0);
+    let scale = v["programs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["kernels"] == json!(["scale"]))
+        .unwrap();
+    assert_eq!(scale["first_launches"], 2);
+    assert_eq!(scale["builds"], 0);
+    assert_eq!(v["ranks"][1]["first_launches"], 6);
+    assert_eq!(v["ranks"][1]["first_launch_seconds"], 21.0);
+    assert_eq!(v["ranks"][1]["total_seconds"], 21.5);
+    assert_eq!(
+        v["first_launch_hint"]["setting"],
+        "POCL_WORK_GROUP_SPECIALIZATION=0"
+    );
+    // dot at 1000 and 4096 after 1024, axpy at 2048 after 1024: 3 per rank.
+    assert_eq!(v["first_launch_hint"]["relaunches"], 6);
+    assert_eq!(v["first_launch_hint"]["relaunch_seconds"], 6.0);
+    assert!(
+        out.contains("6 of them (6.000 s) launched a kernel already launched with other sizes"),
+        "{out}"
+    );
+    assert!(v["hint"].is_null(), "no binary queries here");
+}
+
+#[test]
+fn no_first_launch_hint_off_pocl_or_when_builds_dominate() {
+    let d = common::scratch("fl-gpu");
+    job(&d, &gpu());
+    let out = common::stdout(&report(&[s(&d)]));
+    assert!(out.contains("first launches 28.000 s"), "{out}");
+    assert!(!out.contains("hint:"), "{out}");
+
+    let d = common::scratch("fl-small");
+    let mut r = Rank::new(0);
+    r.build(1, &["k"], 5.0, &pocl_cpu());
+    r.launch(Some(1), "k", 64, 6.0, 1.0, &pocl_cpu());
+    r.write(&d);
+    let out = common::stdout(&report(&[s(&d)]));
+    assert!(out.contains("1 first launch (17% of"), "{out}");
+    assert!(!out.contains("hint:"), "{out}");
+
+    // Each kernel launched with one set of sizes: the setting would not help; the hint
+    // says so instead of advising it.
+    let d = common::scratch("fl-once");
+    let mut r = Rank::new(0);
+    r.build(1, &["k", "m"], 0.5, &pocl_cpu());
+    r.launch(Some(1), "k", 64, 1.0, 3.0, &pocl_cpu());
+    r.launch(Some(1), "m", 64, 1.0, 3.0, &pocl_cpu());
+    r.write(&d);
+    let out = common::stdout(&report(&[s(&d)]));
+    assert!(
+        out.contains("hint: first launches on pocl CPU devices took 92%"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Every kernel was launched with one set of sizes"),
+        "{out}"
+    );
+
+    // Traces without first launches keep the table they had.
+    let d = common::scratch("fl-none");
+    let mut r = Rank::new(0);
+    r.build(1, &["k"], 5.0, &pocl_cpu());
+    r.write(&d);
+    let out = common::stdout(&report(&[s(&d)]));
+    assert!(!out.contains("launch"), "{out}");
+}
+
+#[test]
+fn first_launches_have_their_own_timeline_rows() {
+    let d = common::scratch("fl-chrome");
+    job(&d, &pocl_cpu());
+    let out = d.join("timeline.json");
+    let o = report(&["--chrome", s(&out), s(&d)]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let v: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let evs = v["traceEvents"].as_array().unwrap();
+    let launches: Vec<&Value> = evs.iter().filter(|e| e["cat"] == "first_launch").collect();
+    assert_eq!(launches.len(), 12);
+    for l in &launches {
+        assert_eq!(l["ph"], "X");
+        assert!(l["tid"].as_u64().unwrap() >= 1 << 30, "{l}");
+        assert!(l["name"].as_str().unwrap().starts_with("first launch "));
+        assert_eq!(l["args"]["call"], "clEnqueueNDRangeKernel");
+        assert_eq!(l["args"]["device"], "cpu-haswell-AMD EPYC 7B13");
+        assert!(l["args"]["global_size"].is_array());
+    }
+    // Rows named per process; overlapping launches (axpy and dot, enqueued together)
+    // are on different rows, and no row has overlapping slices.
+    let names: Vec<(u64, u64, &str)> = evs
+        .iter()
+        .filter(|e| e["name"] == "thread_name" && e["tid"].as_u64().unwrap() >= 1 << 30)
+        .map(|e| {
+            (
+                e["pid"].as_u64().unwrap(),
+                e["tid"].as_u64().unwrap(),
+                e["args"]["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(names.len(), 4, "{names:?}");
+    assert!(names.iter().any(|n| n.2 == "first launches (pid 4000)"));
+    assert!(names.iter().any(|n| n.2 == "first launches (pid 4001, 2)"));
+    for (pid, tid, _) in &names {
+        let mut spans: Vec<(f64, f64)> = launches
+            .iter()
+            .filter(|l| l["pid"] == *pid && l["tid"] == *tid)
+            .map(|l| {
+                let ts = l["ts"].as_f64().unwrap();
+                (ts, ts + l["dur"].as_f64().unwrap())
+            })
+            .collect();
+        spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+        assert!(!spans.is_empty());
+        for w in spans.windows(2) {
+            assert!(w[0].1 <= w[1].0 + 1e-6, "overlap on {pid}/{tid}: {spans:?}");
+        }
+    }
+    // Builds stay on the OS thread's row.
+    let b = evs.iter().find(|e| e["cat"] == "build").unwrap();
+    assert_eq!(b["tid"], 4000);
+}
