@@ -156,9 +156,11 @@ const REFUSED_SALT: u64 = 0xA5A5_5EED_0FF1_A7E5;
 
 // ---------------------------------------------------------------------------------------
 // The kernel table: kernel address -> identity (0: not known, resolve at the next launch).
-// Open addressing over fixed arrays of atomics in static memory: no allocation ever, and
-// slots are never freed, so a lookup that meets an empty slot is final. An address keeps
-// its slot; creating a kernel at a reused address overwrites the identity.
+// Open addressing over fixed arrays of atomics in static memory: no allocation ever. An
+// address keeps its slot, and creating a kernel at a reused address overwrites the
+// identity. A full neighbourhood evicts an entry: identities can always be resolved again
+// from the kernel (its program and name), so eviction costs one slow launch, never a
+// wrong answer; readers check the slot still holds their address after reading it.
 
 const KERNEL_SLOTS: usize = 1 << 14;
 const PROBES: usize = 64;
@@ -183,7 +185,13 @@ fn kernel_identity(kernel: usize) -> u64 {
     for _ in 0..PROBES {
         let k = KERNEL_KEYS[i].load(Ordering::Acquire);
         if k == kernel {
-            return KERNEL_IDS[i].load(Ordering::Acquire);
+            let id = KERNEL_IDS[i].load(Ordering::Acquire);
+            // Evicted meanwhile: the identity read may be the new occupant's.
+            return if KERNEL_KEYS[i].load(Ordering::Acquire) == kernel {
+                id
+            } else {
+                0
+            };
         }
         if k == 0 {
             return 0;
@@ -194,12 +202,13 @@ fn kernel_identity(kernel: usize) -> u64 {
 }
 
 /// Sets the identity of the kernel at `kernel`. Identity 0 ("ask again") only overwrites
-/// an existing entry; when the table is full the kernel simply stays unknown.
+/// an existing entry.
 fn set_kernel_identity(kernel: usize, identity: u64) {
     if kernel == 0 {
         return;
     }
-    let mut i = home(kernel as u64, KERNEL_SLOTS);
+    let start = home(kernel as u64, KERNEL_SLOTS);
+    let mut i = start;
     for _ in 0..PROBES {
         let k = KERNEL_KEYS[i].load(Ordering::Acquire);
         if k == kernel {
@@ -211,12 +220,11 @@ fn set_kernel_identity(kernel: usize, identity: u64) {
                 return;
             }
             match KERNEL_KEYS[i].compare_exchange(0, kernel, Ordering::AcqRel, Ordering::Acquire) {
+                // A slot never used before holds identity 0 until this store.
                 Ok(_) => {
                     KERNEL_IDS[i].store(identity, Ordering::Release);
                     return;
                 }
-                // Another thread took the slot: for this address (which cannot be, since one
-                // address is one live object, but is harmless) or for another one.
                 Err(other) if other == kernel => {
                     KERNEL_IDS[i].store(identity, Ordering::Release);
                     return;
@@ -225,6 +233,13 @@ fn set_kernel_identity(kernel: usize, identity: u64) {
             }
         }
         i = (i + 1) & (KERNEL_SLOTS - 1);
+    }
+    if identity != 0 {
+        // Evict the home slot's entry: first make it "unknown", then hand it over, so a
+        // reader of the old address sees 0 or its own identity, never the new one.
+        KERNEL_IDS[start].store(0, Ordering::Release);
+        KERNEL_KEYS[start].store(kernel, Ordering::Release);
+        KERNEL_IDS[start].store(identity, Ordering::Release);
     }
 }
 
@@ -742,6 +757,29 @@ mod tests {
             assert!(seen(k));
         }
         assert!(!seen(last));
+    }
+
+    #[test]
+    fn a_full_neighbourhood_evicts_and_every_answer_stays_right() {
+        // PROBES + 1 addresses with one home slot: the last evicts the first, which then
+        // reads as unknown (resolved again at its next launch), never as another's identity.
+        let target = home(0xF00D_0000u64, KERNEL_SLOTS);
+        let addrs: Vec<usize> = (0xF00D_0000usize..)
+            .step_by(8)
+            .filter(|&a| home(a as u64, KERNEL_SLOTS) == target)
+            .take(PROBES + 1)
+            .collect();
+        for (n, &a) in addrs.iter().enumerate() {
+            set_kernel_identity(a, 1000 + n as u64);
+        }
+        for (n, &a) in addrs.iter().enumerate() {
+            let id = kernel_identity(a);
+            assert!(id == 0 || id == 1000 + n as u64, "address {n}: {id}");
+        }
+        assert_eq!(kernel_identity(addrs[PROBES]), 1000 + PROBES as u64);
+        assert_eq!(kernel_identity(addrs[0]), 0, "evicted");
+        set_kernel_identity(addrs[0], 7);
+        assert_eq!(kernel_identity(addrs[0]), 7, "resolved again");
     }
 
     #[test]

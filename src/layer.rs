@@ -2,8 +2,9 @@
 //! for applications that take their OpenCL functions from the loader with `dlsym` or run
 //! where preloading is stripped. The loader hands `clInitLayer` its next dispatch table;
 //! clshim answers with a complete table of the size asked for, a copy of the next one with
-//! its own functions in the program slots (ocl-icd 2.3.1 does not fill empty slots), and
-//! forwards through the next table with the same logic as preload mode.
+//! its own functions in the program, kernel-creation and kernel-launch slots (ocl-icd 2.3.1
+//! does not fill empty slots), and forwards through the next table with the same logic as
+//! preload mode.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use crate::cl::*;
