@@ -104,6 +104,18 @@ static cl_uint settled_queue_refs(cl_command_queue q) {
     return n;
 }
 
+/* An event's reference count once the implementation has dropped the command's own
+ * reference (pocl does so just after completion, possibly after clFinish returned); pocl
+ * keeps one more while the event is its queue's last. */
+static cl_uint settled_event_refs(cl_event e) {
+    cl_uint n = EVENT_REFS(e);
+    for (int i = 0; i < 200 && n > 2; i++) {
+        usleep(5000);
+        n = EVENT_REFS(e);
+    }
+    return n;
+}
+
 static cl_event callback_event;
 static cl_int callback_status = 1;
 static void CL_CALLBACK app_callback(cl_event e, cl_int status, void *data) {
@@ -135,14 +147,7 @@ static int mode_events(void) {
     for (int i = 0; i < 200 && !fired; i++) usleep(5000);
     printf("event status %d type 0x%x own queue %d; its callback fired %d time(s) with this event: %d, status %d\n",
            status, type, eq == q, fired, callback_event == e, callback_status);
-    /* pocl drops the command's own reference just after completion, and keeps one while
-     * the event is its queue's last: wait for the count to settle. */
-    cl_uint refs = EVENT_REFS(e);
-    for (int i = 0; i < 200 && refs > 2; i++) {
-        usleep(5000);
-        refs = EVENT_REFS(e);
-    }
-    printf("event refs after finish, settled: %u\n", refs);
+    printf("event refs after finish, settled: %u\n", settled_event_refs(e));
     CHECK(clReleaseEvent(e));
     /* Without one (clshim passes its own and releases it), and a launch already seen. */
     CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &g2, &l, 0, NULL, NULL));
@@ -280,7 +285,7 @@ static int mode_task(void) {
     cl_event e = NULL;
     CHECK(clEnqueueTask(q, k, 0, NULL, &e));
     CHECK(clFinish(q));
-    printf("task event refs: %u\n", EVENT_REFS(e));
+    printf("task event refs, settled: %u\n", settled_event_refs(e));
     CHECK(clReleaseEvent(e));
     size_t one = 1;
     CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &one, &one, 0, NULL, NULL));
