@@ -524,6 +524,9 @@ unsafe fn after(
         .unwrap_or(Value::Null);
     let (global, local) = dims.sizes_json();
     let fields = json!({
+        // The thread that launched, not the one the completion callback runs on (the
+        // event's own fields replace the common ones of the same name).
+        "tid": crate::record::tid(),
         "call": call.name(),
         "kernel": k.name,
         "program": k.program,

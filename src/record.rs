@@ -105,13 +105,13 @@ pub struct Recorder {
 
 /// The OS thread id (what `top -H` and debuggers show).
 #[cfg(target_os = "linux")]
-fn tid() -> i64 {
+pub fn tid() -> i64 {
     // SAFETY: gettid has no failure mode.
     unsafe { libc::syscall(libc::SYS_gettid) as i64 }
 }
 
 #[cfg(target_os = "macos")]
-fn tid() -> i64 {
+pub fn tid() -> i64 {
     let mut id: u64 = 0;
     // SAFETY: NULL asks for the calling thread; id is a valid out-pointer.
     unsafe { libc::pthread_threadid_np(0, &mut id) };

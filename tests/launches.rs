@@ -193,6 +193,8 @@ fn application_events_and_references_are_unchanged() {
         assert_eq!(r["work_dim"], 1);
         assert_eq!(r["local_size"], serde_json::json!([16]));
         assert!(r["seconds"].as_f64().unwrap() > 0.0);
+        // The launching thread (the main one), not pocl's thread that completed it.
+        assert_eq!(r["tid"], r["pid"], "{r}");
     }
     let builds = events(&checked_traces(&dir.join("trace")), "build")
         .into_iter()
