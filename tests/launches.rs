@@ -313,6 +313,74 @@ fn kernel_of_a_program_clshim_never_saw() {
 }
 
 #[test]
+fn kernels_made_in_program_and_cloned_are_identified_at_first_launch() {
+    let dir = scratch("fl-inprogram");
+    run_launch(&dir, &["inprogram"], Mode::Preload, &[]);
+    let recs = first_launches(&dir);
+    // left and right at global 64; the clone of left at 64 is left again; at 128 it is new.
+    let mut seen: Vec<(String, Vec<u64>)> = recs
+        .iter()
+        .map(|r| (r["kernel"].as_str().unwrap().to_string(), global(r)))
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            ("left".to_string(), vec![64]),
+            ("left".to_string(), vec![128]),
+            ("right".to_string(), vec![64]),
+        ],
+        "{recs:#?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn launches_already_seen_allocate_nothing() {
+    // tests/c/launch_hotpath.c counts this thread's allocations while launches already
+    // seen run into a dispatch entry that returns at once: only clshim's path remains.
+    let bin = build_ctest("launch_hotpath", &[]);
+    for mode in [Mode::Preload, Mode::Layer] {
+        let dir = scratch("fl-hotpath");
+        let mut cmd = Command::new(&bin);
+        cmd.arg("20000").env("POCL_CACHE_DIR", dir.join("pocl"));
+        for (k, _) in std::env::vars() {
+            if k.starts_with("CLSHIM_") || k == "LD_PRELOAD" || k == "OPENCL_LAYERS" {
+                cmd.env_remove(&k);
+            }
+        }
+        let var = if mode == Mode::Preload {
+            "LD_PRELOAD"
+        } else {
+            "OPENCL_LAYERS"
+        };
+        cmd.env(var, shim_path())
+            .env("CLSHIM_TRACE_DIR", dir.join("trace"));
+        let out = cmd.output().expect("spawn launch_hotpath");
+        let text = stdout(&out);
+        assert!(
+            out.status.success() && text.contains("\nok"),
+            "{var}: {:?}\n{text}\n{}",
+            out.status,
+            stderr(&out)
+        );
+        let first: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("allocations in the first launch: "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(first > 0, "the counter sees allocations: {text}");
+        assert!(
+            text.contains("allocations in 20000 launches already seen: 0"),
+            "{var}: {text}"
+        );
+        assert_eq!(first_launches(&dir).len(), 1, "{var}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
 fn callbacks_after_release_and_during_exit_use_only_captured_data() {
     let dir = scratch("fl-late");
     // Kernel, program and buffer released while pocl still compiles the launch.

@@ -12,6 +12,7 @@
  *   launch task       clEnqueueTask, then clEnqueueNDRangeKernel of one work-item
  *   launch unseen     program and kernel made through dlsym'd loader functions (which preload
  *                     mode does not see), launched through the ordinary symbol
+ *   launch inprogram  kernels made by clCreateKernelsInProgram and clCloneKernel
  *   launch released   a first launch whose kernel, program and memory are released before it
  *                     completes
  *   launch exit       a first launch that completes while the process exits
@@ -331,6 +332,40 @@ static int mode_unseen(void) {
     return 0;
 }
 
+/* "inprogram": kernels made by clCreateKernelsInProgram (count not asked for) and by
+ * clCloneKernel: identified at their first launch. */
+static int mode_inprogram(void) {
+    char src[512];
+    snprintf(src, sizeof src,
+             "__kernel void left(__global int *out) { out[get_global_id(0)] = 1; }\n"
+             "__kernel void right(__global int *out) { out[get_global_id(0)] = 2; }\n"
+             "__constant int uniq_%ld = 0;\n", (long)getpid());
+    const char *s = src;
+    cl_int err;
+    cl_program p = clCreateProgramWithSource(ctx, 1, &s, NULL, &err);
+    CHECK(err);
+    build_or_die(p, dev, NULL);
+    cl_kernel ks[4] = {NULL, NULL, NULL, NULL};
+    CHECK(clCreateKernelsInProgram(p, 4, ks, NULL));
+    cl_mem out = out_buf();
+    cl_command_queue q = new_queue();
+    for (int i = 0; i < 2; i++) {
+        CHECK(clSetKernelArg(ks[i], 0, sizeof out, &out));
+        timed_launch(q, ks[i], 64, 16);
+    }
+    cl_kernel clone = clCloneKernel(ks[0], &err);
+    CHECK(err);
+    timed_launch(q, clone, 64, 16);  /* the same kernel, the same configuration */
+    timed_launch(q, clone, 128, 16); /* a new configuration */
+    CHECK(clReleaseKernel(clone));
+    CHECK(clReleaseKernel(ks[0]));
+    CHECK(clReleaseKernel(ks[1]));
+    CHECK(clReleaseProgram(p));
+    CHECK(clReleaseMemObject(out));
+    CHECK(clReleaseCommandQueue(q));
+    return 0;
+}
+
 static int mode_released(void) {
     cl_program p = tiny_program("gone", 7);
     cl_mem out = out_buf();
@@ -399,7 +434,7 @@ static int mode_refused(void) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: launch accuracy|events|threads N|recreate|task|unseen|released|exit|refused\n");
+        fprintf(stderr, "usage: launch accuracy|events|threads N|recreate|task|unseen|inprogram|released|exit|refused\n");
         return 2;
     }
     if (!strcmp(argv[1], "exit")) atexit(at_exit_release_gate); /* before any OpenCL call */
@@ -414,6 +449,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(m, "task")) rc = mode_task();
     else if (!strcmp(m, "unseen")) rc = mode_unseen();
     else if (!strcmp(m, "released")) rc = mode_released();
+    else if (!strcmp(m, "inprogram")) rc = mode_inprogram();
     else if (!strcmp(m, "exit")) rc = mode_exit();
     else if (!strcmp(m, "refused")) rc = mode_refused();
     else {
