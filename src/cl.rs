@@ -24,6 +24,13 @@ pub type cl_program = Handle;
 pub type cl_context = Handle;
 pub type cl_device_id = Handle;
 pub type cl_platform_id = Handle;
+pub type cl_command_queue = Handle;
+pub type cl_kernel = Handle;
+pub type cl_event = Handle;
+
+/// `clSetEventCallback`'s callback: the event, its execution status, the user data.
+pub type EventNotify =
+    unsafe extern "C" fn(event: cl_event, status: cl_int, user_data: *mut c_void);
 
 pub type BuildNotify = Option<unsafe extern "C" fn(program: cl_program, user_data: *mut c_void)>;
 
@@ -34,8 +41,10 @@ pub const CL_BUILD_PROGRAM_FAILURE: cl_int = -11;
 pub const CL_INVALID_VALUE: cl_int = -30;
 pub const CL_INVALID_DEVICE: cl_int = -33;
 pub const CL_INVALID_CONTEXT: cl_int = -34;
+pub const CL_INVALID_COMMAND_QUEUE: cl_int = -36;
 pub const CL_INVALID_BINARY: cl_int = -42;
 pub const CL_INVALID_PROGRAM: cl_int = -44;
+pub const CL_INVALID_KERNEL: cl_int = -48;
 pub const CL_INVALID_OPERATION: cl_int = -59;
 
 // clGetContextInfo parameters.
@@ -72,6 +81,13 @@ pub const CL_DEVICE_TYPE_CUSTOM: cl_device_type = 16;
 // clGetPlatformInfo parameters.
 pub const CL_PLATFORM_VERSION: cl_platform_info = 0x0901;
 pub const CL_PLATFORM_NAME: cl_platform_info = 0x0902;
+
+// clGetCommandQueueInfo, clGetKernelInfo and clGetEventInfo parameters; event states.
+pub const CL_QUEUE_DEVICE: cl_uint = 0x1091;
+pub const CL_KERNEL_FUNCTION_NAME: cl_uint = 0x1190;
+pub const CL_KERNEL_PROGRAM: cl_uint = 0x1194;
+pub const CL_EVENT_REFERENCE_COUNT: cl_uint = 0x11D2;
+pub const CL_COMPLETE: cl_int = 0;
 
 // Loader layers (cl_loader_layers).
 pub const CL_LAYER_API_VERSION: cl_uint = 0x4240;
@@ -155,6 +171,36 @@ pub type FnGetProgramBuildInfo = unsafe extern "C" fn(
     *mut c_void,
     *mut usize,
 ) -> cl_int;
+
+pub type FnGetCommandQueueInfo =
+    unsafe extern "C" fn(cl_command_queue, cl_uint, usize, *mut c_void, *mut usize) -> cl_int;
+pub type FnGetKernelInfo =
+    unsafe extern "C" fn(cl_kernel, cl_uint, usize, *mut c_void, *mut usize) -> cl_int;
+pub type FnCreateKernel = unsafe extern "C" fn(cl_program, *const c_char, *mut cl_int) -> cl_kernel;
+pub type FnCreateKernelsInProgram =
+    unsafe extern "C" fn(cl_program, cl_uint, *mut cl_kernel, *mut cl_uint) -> cl_int;
+pub type FnCloneKernel = unsafe extern "C" fn(cl_kernel, *mut cl_int) -> cl_kernel;
+pub type FnEnqueueNDRangeKernel = unsafe extern "C" fn(
+    cl_command_queue,
+    cl_kernel,
+    cl_uint,
+    *const usize,
+    *const usize,
+    *const usize,
+    cl_uint,
+    *const cl_event,
+    *mut cl_event,
+) -> cl_int;
+pub type FnEnqueueTask = unsafe extern "C" fn(
+    cl_command_queue,
+    cl_kernel,
+    cl_uint,
+    *const cl_event,
+    *mut cl_event,
+) -> cl_int;
+pub type FnSetEventCallback =
+    unsafe extern "C" fn(cl_event, cl_int, EventNotify, *mut c_void) -> cl_int;
+pub type FnReleaseEvent = unsafe extern "C" fn(cl_event) -> cl_int;
 
 /// Stores `code` where the application asked for a status (`errcode_ret`), if it did.
 ///

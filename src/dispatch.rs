@@ -16,14 +16,23 @@ pub mod slot {
     pub const GET_PLATFORM_INFO: usize = 1;
     pub const GET_DEVICE_INFO: usize = 3;
     pub const GET_CONTEXT_INFO: usize = 8;
+    pub const GET_COMMAND_QUEUE_INFO: usize = 12;
     pub const CREATE_PROGRAM_WITH_SOURCE: usize = 26;
     pub const CREATE_PROGRAM_WITH_BINARY: usize = 27;
     pub const RELEASE_PROGRAM: usize = 29;
     pub const BUILD_PROGRAM: usize = 30;
     pub const GET_PROGRAM_INFO: usize = 32;
     pub const GET_PROGRAM_BUILD_INFO: usize = 33;
+    pub const CREATE_KERNEL: usize = 34;
+    pub const CREATE_KERNELS_IN_PROGRAM: usize = 35;
+    pub const GET_KERNEL_INFO: usize = 39;
+    pub const RELEASE_EVENT: usize = 44;
+    pub const ENQUEUE_ND_RANGE_KERNEL: usize = 59;
+    pub const ENQUEUE_TASK: usize = 60;
+    pub const SET_EVENT_CALLBACK: usize = 81;
     pub const COMPILE_PROGRAM: usize = 98;
     pub const LINK_PROGRAM: usize = 99;
+    pub const CLONE_KERNEL: usize = 137;
     pub const CREATE_PROGRAM_WITH_IL: usize = 138;
 }
 

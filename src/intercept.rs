@@ -381,3 +381,123 @@ pub unsafe fn release_program(route: Route, program: cl_program) -> cl_int {
     }
     ret
 }
+
+// ---------------------------------------------------------------------------------------
+// Kernel launches and kernel creation (first launches: `launches`).
+
+/// # Safety
+/// The application's arguments to `clEnqueueNDRangeKernel`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub unsafe fn enqueue_nd_range_kernel(
+    route: Route,
+    queue: cl_command_queue,
+    kernel: cl_kernel,
+    work_dim: cl_uint,
+    offset: *const usize,
+    global: *const usize,
+    local: *const usize,
+    num_events: cl_uint,
+    wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    let Some(real) = route.entry::<FnEnqueueNDRangeKernel>(queue, slot::ENQUEUE_ND_RANGE_KERNEL)
+    else {
+        return missing(queue, CL_INVALID_COMMAND_QUEUE);
+    };
+    crate::launches::launch(
+        route,
+        crate::launches::Call::NdRange,
+        queue,
+        kernel,
+        work_dim,
+        global,
+        local,
+        event,
+        move |ev| {
+            real(
+                queue, kernel, work_dim, offset, global, local, num_events, wait_list, ev,
+            )
+        },
+    )
+}
+
+/// # Safety
+/// The application's arguments to `clEnqueueTask`.
+#[inline(always)]
+pub unsafe fn enqueue_task(
+    route: Route,
+    queue: cl_command_queue,
+    kernel: cl_kernel,
+    num_events: cl_uint,
+    wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    let Some(real) = route.entry::<FnEnqueueTask>(queue, slot::ENQUEUE_TASK) else {
+        return missing(queue, CL_INVALID_COMMAND_QUEUE);
+    };
+    crate::launches::launch(
+        route,
+        crate::launches::Call::Task,
+        queue,
+        kernel,
+        1,
+        crate::launches::TASK_SIZE.as_ptr(),
+        crate::launches::TASK_SIZE.as_ptr(),
+        event,
+        move |ev| real(queue, kernel, num_events, wait_list, ev),
+    )
+}
+
+/// # Safety
+/// The application's arguments to `clCreateKernel`.
+pub unsafe fn create_kernel(
+    route: Route,
+    program: cl_program,
+    name: *const c_char,
+    errcode_ret: *mut cl_int,
+) -> cl_kernel {
+    let Some(real) = route.entry::<FnCreateKernel>(program, slot::CREATE_KERNEL) else {
+        set_errcode(errcode_ret, missing(program, CL_INVALID_PROGRAM));
+        return std::ptr::null_mut();
+    };
+    let kernel = real(program, name, errcode_ret);
+    crate::launches::kernel_created(route, program, name, kernel);
+    kernel
+}
+
+/// # Safety
+/// The application's arguments to `clCreateKernelsInProgram`.
+pub unsafe fn create_kernels_in_program(
+    route: Route,
+    program: cl_program,
+    num_kernels: cl_uint,
+    kernels: *mut cl_kernel,
+    num_kernels_ret: *mut cl_uint,
+) -> cl_int {
+    let Some(real) =
+        route.entry::<FnCreateKernelsInProgram>(program, slot::CREATE_KERNELS_IN_PROGRAM)
+    else {
+        return missing(program, CL_INVALID_PROGRAM);
+    };
+    let ret = real(program, num_kernels, kernels, num_kernels_ret);
+    if ret == CL_SUCCESS && !kernels.is_null() {
+        catch(|| {
+            let n = crate::launches::kernels_written(route, program, num_kernels_ret, num_kernels);
+            crate::launches::kernels_created(kernels, n);
+        });
+    }
+    ret
+}
+
+/// # Safety
+/// The application's arguments to `clCloneKernel`.
+pub unsafe fn clone_kernel(route: Route, source: cl_kernel, errcode_ret: *mut cl_int) -> cl_kernel {
+    let Some(real) = route.entry::<FnCloneKernel>(source, slot::CLONE_KERNEL) else {
+        set_errcode(errcode_ret, missing(source, CL_INVALID_KERNEL));
+        return std::ptr::null_mut();
+    };
+    let clone = real(source, errcode_ret);
+    crate::launches::kernel_cloned(source, clone);
+    clone
+}

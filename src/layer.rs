@@ -4,7 +4,8 @@
 //! loader). The loader hands `clInitLayer` (ocl-icd; the Khronos loader with
 //! `OCL_ICD_FORCE_LEGACY_TERMINATION`) or `clInitLayerWithProperties` (current Khronos
 //! loaders) its next dispatch table; clshim answers with a complete table of the size asked
-//! for, a copy of the next one with its own functions in the program slots (ocl-icd 2.3.1
+//! for, a copy of the next one with its own functions in the program, kernel-creation and
+//! kernel-launch slots (ocl-icd 2.3.1
 //! does not fill empty slots), and forwards through the next table with the same logic as
 //! preload mode. This module also owns the protocol's edges: a property list it does not
 //! know is refused (the loader then runs without the layer, after one warning), and
@@ -202,6 +203,11 @@ unsafe fn init(
             table[i] = f;
         }
     }
+    for (i, f) in launch_slots() {
+        if i < n {
+            table[i] = f;
+        }
+    }
     // The loader keeps the table until it unloads the layer; clshim never frees it, so a
     // late call through a copy of it still lands in code and data that exist.
     *layer_dispatch_ret = Box::leak(table.into_boxed_slice()).as_ptr();
@@ -377,4 +383,88 @@ unsafe extern "C" fn layer_clCreateProgramWithIL(
 
 unsafe extern "C" fn layer_clReleaseProgram(program: cl_program) -> cl_int {
     intercept::release_program(route(), program)
+}
+
+/// The kernel-launch and kernel-creation slots (first launches).
+fn launch_slots() -> [(usize, *const c_void); 5] {
+    [
+        (
+            slot::ENQUEUE_ND_RANGE_KERNEL,
+            layer_clEnqueueNDRangeKernel as *const c_void,
+        ),
+        (slot::ENQUEUE_TASK, layer_clEnqueueTask as *const c_void),
+        (slot::CREATE_KERNEL, layer_clCreateKernel as *const c_void),
+        (
+            slot::CREATE_KERNELS_IN_PROGRAM,
+            layer_clCreateKernelsInProgram as *const c_void,
+        ),
+        (slot::CLONE_KERNEL, layer_clCloneKernel as *const c_void),
+    ]
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn layer_clEnqueueNDRangeKernel(
+    queue: cl_command_queue,
+    kernel: cl_kernel,
+    work_dim: cl_uint,
+    global_work_offset: *const usize,
+    global_work_size: *const usize,
+    local_work_size: *const usize,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    intercept::enqueue_nd_range_kernel(
+        route(),
+        queue,
+        kernel,
+        work_dim,
+        global_work_offset,
+        global_work_size,
+        local_work_size,
+        num_events_in_wait_list,
+        event_wait_list,
+        event,
+    )
+}
+
+unsafe extern "C" fn layer_clEnqueueTask(
+    queue: cl_command_queue,
+    kernel: cl_kernel,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    intercept::enqueue_task(
+        route(),
+        queue,
+        kernel,
+        num_events_in_wait_list,
+        event_wait_list,
+        event,
+    )
+}
+
+unsafe extern "C" fn layer_clCreateKernel(
+    program: cl_program,
+    kernel_name: *const c_char,
+    errcode_ret: *mut cl_int,
+) -> cl_kernel {
+    intercept::create_kernel(route(), program, kernel_name, errcode_ret)
+}
+
+unsafe extern "C" fn layer_clCreateKernelsInProgram(
+    program: cl_program,
+    num_kernels: cl_uint,
+    kernels: *mut cl_kernel,
+    num_kernels_ret: *mut cl_uint,
+) -> cl_int {
+    intercept::create_kernels_in_program(route(), program, num_kernels, kernels, num_kernels_ret)
+}
+
+unsafe extern "C" fn layer_clCloneKernel(
+    source_kernel: cl_kernel,
+    errcode_ret: *mut cl_int,
+) -> cl_kernel {
+    intercept::clone_kernel(route(), source_kernel, errcode_ret)
 }

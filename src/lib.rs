@@ -2,8 +2,9 @@
 //! and MPI rank, and can answer binary queries on pocl's CPU driver without the second
 //! compile they cost there. The C entry points (`preload`, `layer`) are thin; the logic
 //! lives in `intercept` (one path for both modes), `builds` (timing, callbacks), `policy`
-//! (binary answers), `record` and `trace_file` (output), `config`, `devices`, `programs`
-//! and `dispatch` (where calls go). The `clshim` command reuses nothing but the schema.
+//! (binary answers), `launches` (first kernel launches), `record` and `trace_file`
+//! (output), `config`, `devices`, `programs` and `dispatch` (where calls go). The `clshim`
+//! command reuses nothing but the schema.
 
 pub mod builds;
 pub mod cl;
@@ -14,6 +15,7 @@ pub mod dispatch;
 pub mod guard;
 pub mod hash;
 pub mod intercept;
+pub mod launches;
 pub mod layer;
 pub mod logger;
 #[cfg(target_os = "macos")]

@@ -161,3 +161,74 @@ pub unsafe extern "C" fn clCreateProgramWithIL(
 pub unsafe extern "C" fn clReleaseProgram(program: cl_program) -> cl_int {
     intercept::release_program(route(), program)
 }
+
+#[cfg_attr(not(target_os = "macos"), no_mangle)]
+pub unsafe extern "C" fn clEnqueueNDRangeKernel(
+    queue: cl_command_queue,
+    kernel: cl_kernel,
+    work_dim: cl_uint,
+    global_work_offset: *const usize,
+    global_work_size: *const usize,
+    local_work_size: *const usize,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    intercept::enqueue_nd_range_kernel(
+        route(),
+        queue,
+        kernel,
+        work_dim,
+        global_work_offset,
+        global_work_size,
+        local_work_size,
+        num_events_in_wait_list,
+        event_wait_list,
+        event,
+    )
+}
+
+#[cfg_attr(not(target_os = "macos"), no_mangle)]
+pub unsafe extern "C" fn clEnqueueTask(
+    queue: cl_command_queue,
+    kernel: cl_kernel,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    intercept::enqueue_task(
+        route(),
+        queue,
+        kernel,
+        num_events_in_wait_list,
+        event_wait_list,
+        event,
+    )
+}
+
+#[cfg_attr(not(target_os = "macos"), no_mangle)]
+pub unsafe extern "C" fn clCreateKernel(
+    program: cl_program,
+    kernel_name: *const c_char,
+    errcode_ret: *mut cl_int,
+) -> cl_kernel {
+    intercept::create_kernel(route(), program, kernel_name, errcode_ret)
+}
+
+#[cfg_attr(not(target_os = "macos"), no_mangle)]
+pub unsafe extern "C" fn clCreateKernelsInProgram(
+    program: cl_program,
+    num_kernels: cl_uint,
+    kernels: *mut cl_kernel,
+    num_kernels_ret: *mut cl_uint,
+) -> cl_int {
+    intercept::create_kernels_in_program(route(), program, num_kernels, kernels, num_kernels_ret)
+}
+
+#[cfg_attr(not(target_os = "macos"), no_mangle)]
+pub unsafe extern "C" fn clCloneKernel(
+    source_kernel: cl_kernel,
+    errcode_ret: *mut cl_int,
+) -> cl_kernel {
+    intercept::clone_kernel(route(), source_kernel, errcode_ret)
+}

@@ -18,6 +18,7 @@ pub enum EventKind {
     Link,
     BinaryQuery,
     BinaryLoad,
+    FirstLaunch,
 }
 
 impl EventKind {
@@ -28,6 +29,7 @@ impl EventKind {
             EventKind::Link => "link",
             EventKind::BinaryQuery => "binary_query",
             EventKind::BinaryLoad => "binary_load",
+            EventKind::FirstLaunch => "first_launch",
         }
     }
 }
@@ -74,11 +76,15 @@ pub struct Tally {
     pub suppressed: u64,
     pub loads: u64,
     pub rejected: u64,
+    /// First launches of a kernel on a device and configuration (where pocl compiles the
+    /// kernel that runs), and their seconds from enqueue to completion.
+    pub first_launches: u64,
+    pub first_launch_seconds: f64,
 }
 
 impl Tally {
     pub fn recorded_anything(&self) -> bool {
-        self.builds + self.queries + self.loads > 0
+        self.builds + self.queries + self.loads + self.first_launches > 0
     }
 }
 
@@ -99,13 +105,13 @@ pub struct Recorder {
 
 /// The OS thread id (what `top -H` and debuggers show).
 #[cfg(target_os = "linux")]
-fn tid() -> i64 {
+pub fn tid() -> i64 {
     // SAFETY: gettid has no failure mode.
     unsafe { libc::syscall(libc::SYS_gettid) as i64 }
 }
 
 #[cfg(target_os = "macos")]
-fn tid() -> i64 {
+pub fn tid() -> i64 {
     let mut id: u64 = 0;
     // SAFETY: NULL asks for the calling thread; id is a valid out-pointer.
     unsafe { libc::pthread_threadid_np(0, &mut id) };
@@ -231,9 +237,18 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str) -> String {
         0.0
     };
     let mut s = format!(
-        "clshim: {who}: {} builds {:.2} s, {} binary queries {:.2} s ({share:.0}% of {total:.2} s); policy {policy}",
+        "clshim: {who}: {} builds {:.2} s, {} binary queries {:.2} s ({share:.0}% of {total:.2} s)",
         t.builds, t.build_seconds, t.queries, t.query_seconds
     );
+    // First launches are where pocl compiles the kernel that runs: beside the build time,
+    // not part of its share.
+    if t.first_launches > 0 {
+        s.push_str(&format!(
+            ", {} first launches {:.2} s",
+            t.first_launches, t.first_launch_seconds
+        ));
+    }
+    s.push_str(&format!("; policy {policy}"));
     if t.substituted + t.suppressed > 0 {
         s.push_str(&format!(
             ", {} substituted, {} suppressed",
@@ -290,5 +305,21 @@ mod tests {
             ..t
         };
         assert!(!summary_line(&id, &quiet, "substitute").contains("CLSHIM_BINARIES"));
+        assert!(!s.contains("first launches"), "{s}");
+        let launched = Tally {
+            first_launches: 3,
+            first_launch_seconds: 2.5,
+            ..quiet
+        };
+        let s = summary_line(&id, &launched, "pass");
+        assert!(
+            s.contains("(75% of 4.00 s), 3 first launches 2.50 s; policy pass"),
+            "{s}"
+        );
+        let only_launches = Tally {
+            first_launches: 1,
+            ..Tally::default()
+        };
+        assert!(only_launches.recorded_anything());
     }
 }

@@ -1,0 +1,812 @@
+//! First launches: the first time a kernel runs on a device with a given work-group
+//! configuration, where pocl compiles the size-specialised kernel that actually runs (after
+//! `clEnqueueNDRangeKernel` has returned, so a build record never shows it). This module
+//! owns the whole of it: a lock-free seen-set that keeps every later launch to a queue
+//! query, two table probes and a hash (no lock, no allocation); the kernel identities that
+//! tell a kernel re-created at a reused address from one already launched; and the event
+//! callback that times a first launch from its enqueue call to the command's completion,
+//! using only what was captured at enqueue time.
+//!
+//! A launch is keyed by (kernel identity, device, work_dim, global size, local size or
+//! none). A kernel's identity is a hash of its program's clshim id and its name, set when
+//! clshim sees the kernel made (`clCreateKernel`) and otherwise resolved at its first launch:
+//! a kernel object made again from the same program (pyopencl makes a new one at every
+//! `prg.name` access) is the same kernel, which pocl does not compile again, while a kernel
+//! made at a reused address from another program or under another name is a new one.
+//! Creation, not release, is where the identity is refreshed: a creation is certain,
+//! whereas telling the last release needs the reference count, which OpenCL calls a hint,
+//! and a release clshim missed would leave the old identity in place.
+
+use crate::cl::*;
+use crate::dispatch::{slot, Route};
+use crate::guard::{self, catch};
+use crate::hash::Fnv1a;
+use crate::query::info_bytes;
+use crate::record::{EventKind, Start};
+use crate::runtime::{self, Runtime};
+use serde_json::{json, Value};
+use std::ffi::{c_char, c_void};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+/// Which entry point launched the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Call {
+    NdRange,
+    Task,
+}
+
+impl Call {
+    fn name(self) -> &'static str {
+        match self {
+            Call::NdRange => "clEnqueueNDRangeKernel",
+            Call::Task => "clEnqueueTask",
+        }
+    }
+}
+
+/// The global and local size of `clEnqueueTask`.
+pub static TASK_SIZE: [usize; 1] = [1];
+
+/// A launch's work-group configuration, copied from the application's arrays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dims {
+    work_dim: u32,
+    global: [usize; 3],
+    local: Option<[usize; 3]>,
+}
+
+impl Dims {
+    /// The configuration of a `clEnqueueNDRangeKernel` call, or None when the arguments are
+    /// ones the implementation will refuse (no global size, 0 or more than 3 dimensions):
+    /// such a call is forwarded and not recorded.
+    ///
+    /// # Safety
+    /// `global` and `local` must be NULL or hold `work_dim` sizes, as OpenCL requires.
+    #[inline(always)]
+    pub unsafe fn nd_range(
+        work_dim: cl_uint,
+        global: *const usize,
+        local: *const usize,
+    ) -> Option<Dims> {
+        if !(1..=3).contains(&work_dim) || global.is_null() {
+            return None;
+        }
+        let n = work_dim as usize;
+        let mut g = [0usize; 3];
+        g[..n].copy_from_slice(std::slice::from_raw_parts(global, n));
+        let l = (!local.is_null()).then(|| {
+            let mut l = [0usize; 3];
+            l[..n].copy_from_slice(std::slice::from_raw_parts(local, n));
+            l
+        });
+        Some(Dims {
+            work_dim,
+            global: g,
+            local: l,
+        })
+    }
+
+    /// `clEnqueueTask`: one work-item in one work-group of one dimension, as OpenCL defines it.
+    pub fn task() -> Dims {
+        // SAFETY: TASK_SIZE holds one size.
+        unsafe { Dims::nd_range(1, TASK_SIZE.as_ptr(), TASK_SIZE.as_ptr()) }.expect("one dimension")
+    }
+
+    fn key(&self, identity: u64, device: usize) -> u64 {
+        let n = self.work_dim as usize;
+        launch_key(
+            identity,
+            device,
+            &self.global[..n],
+            self.local.as_ref().map(|l| &l[..n]),
+        )
+    }
+
+    fn sizes_json(&self) -> (Value, Value) {
+        let n = self.work_dim as usize;
+        (
+            json!(self.global[..n]),
+            self.local.map(|l| json!(l[..n])).unwrap_or(Value::Null),
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Hashing: a folded 64x64->128 multiply, fast enough for the hot path and well mixed.
+
+const K0: u64 = 0x9E37_79B9_7F4A_7C15;
+const K1: u64 = 0xD6E8_FEB8_6659_FD93;
+
+#[inline(always)]
+fn fold(a: u64, b: u64) -> u64 {
+    let p = (a as u128).wrapping_mul(b as u128);
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+#[inline(always)]
+fn mix(h: u64, v: u64) -> u64 {
+    fold(h ^ v, K0)
+}
+
+/// The seen-set key of one launch; never 0 (the empty slot). `global` and `local` hold
+/// `work_dim` sizes each.
+#[inline(always)]
+fn launch_key(identity: u64, device: usize, global: &[usize], local: Option<&[usize]>) -> u64 {
+    let mut h = mix(K1, identity);
+    h = mix(h, device as u64);
+    h = mix(h, global.len() as u64 | ((local.is_some() as u64) << 8));
+    for &g in global {
+        h = mix(h, g as u64);
+    }
+    if let Some(l) = local {
+        for &x in l {
+            h = mix(h, x as u64);
+        }
+    }
+    let h = fold(h, K1);
+    if h == 0 {
+        1
+    } else {
+        h
+    }
+}
+
+/// Salt that turns a launch key into the key of "a refused first launch was recorded".
+const REFUSED_SALT: u64 = 0xA5A5_5EED_0FF1_A7E5;
+
+// ---------------------------------------------------------------------------------------
+// The kernel table: kernel address -> identity (0: not known, resolve at the next launch).
+// Open addressing over fixed arrays of atomics in static memory: no allocation ever. An
+// address keeps its slot, and creating a kernel at a reused address overwrites the
+// identity. A full neighbourhood evicts an entry: identities can always be resolved again
+// from the kernel (its program and name), so eviction costs one slow launch, never a
+// wrong answer; readers check the slot still holds their address after reading it.
+
+const KERNEL_SLOTS: usize = 1 << 14;
+const PROBES: usize = 64;
+
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY_USIZE: AtomicUsize = AtomicUsize::new(0);
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY_U64: AtomicU64 = AtomicU64::new(0);
+
+static KERNEL_KEYS: [AtomicUsize; KERNEL_SLOTS] = [EMPTY_USIZE; KERNEL_SLOTS];
+static KERNEL_IDS: [AtomicU64; KERNEL_SLOTS] = [EMPTY_U64; KERNEL_SLOTS];
+
+#[inline(always)]
+fn home(x: u64, slots: usize) -> usize {
+    (fold(x, K0) as usize) & (slots - 1)
+}
+
+/// The identity of the kernel at `kernel`, or 0 when not known.
+#[inline(always)]
+fn kernel_identity(kernel: usize) -> u64 {
+    let mut i = home(kernel as u64, KERNEL_SLOTS);
+    for _ in 0..PROBES {
+        let k = KERNEL_KEYS[i].load(Ordering::Acquire);
+        if k == kernel {
+            let id = KERNEL_IDS[i].load(Ordering::Acquire);
+            // Evicted meanwhile: the identity read may be the new occupant's.
+            return if KERNEL_KEYS[i].load(Ordering::Acquire) == kernel {
+                id
+            } else {
+                0
+            };
+        }
+        if k == 0 {
+            return 0;
+        }
+        i = (i + 1) & (KERNEL_SLOTS - 1);
+    }
+    0
+}
+
+/// Sets the identity of the kernel at `kernel`. Identity 0 ("ask again") only overwrites
+/// an existing entry.
+fn set_kernel_identity(kernel: usize, identity: u64) {
+    if kernel == 0 {
+        return;
+    }
+    let start = home(kernel as u64, KERNEL_SLOTS);
+    let mut i = start;
+    for _ in 0..PROBES {
+        let k = KERNEL_KEYS[i].load(Ordering::Acquire);
+        if k == kernel {
+            KERNEL_IDS[i].store(identity, Ordering::Release);
+            return;
+        }
+        if k == 0 {
+            if identity == 0 {
+                return;
+            }
+            match KERNEL_KEYS[i].compare_exchange(0, kernel, Ordering::AcqRel, Ordering::Acquire) {
+                // A slot never used before holds identity 0 until this store.
+                Ok(_) => {
+                    KERNEL_IDS[i].store(identity, Ordering::Release);
+                    return;
+                }
+                Err(other) if other == kernel => {
+                    KERNEL_IDS[i].store(identity, Ordering::Release);
+                    return;
+                }
+                Err(_) => {}
+            }
+        }
+        i = (i + 1) & (KERNEL_SLOTS - 1);
+    }
+    if identity != 0 {
+        // Evict the home slot's entry: first make it "unknown", then hand it over, so a
+        // reader of the old address sees 0 or its own identity, never the new one.
+        KERNEL_IDS[start].store(0, Ordering::Release);
+        KERNEL_KEYS[start].store(kernel, Ordering::Release);
+        KERNEL_IDS[start].store(identity, Ordering::Release);
+    }
+}
+
+/// A kernel's identity: its program's clshim id and its name (never 0).
+fn identity_of(program_id: Option<u64>, name: Option<&str>, kernel: usize) -> u64 {
+    let mut h = Fnv1a::default();
+    match (program_id, name) {
+        (Some(id), Some(name)) => {
+            h.update(&id.to_le_bytes()).update(name.as_bytes());
+        }
+        // Without a name or program there is nothing but the object itself to go by.
+        _ => {
+            h.update(b"kernel@").update(&(kernel as u64).to_le_bytes());
+        }
+    }
+    match h.finish() {
+        0 => 1,
+        x => x,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The seen-set: launch keys already recorded. Same scheme as the kernel table; a full
+// neighbourhood counts as seen, so the hot path stays bounded and nothing more is recorded.
+
+const SEEN_SLOTS: usize = 1 << 16;
+
+static SEEN: [AtomicU64; SEEN_SLOTS] = [EMPTY_U64; SEEN_SLOTS];
+static SATURATED: AtomicBool = AtomicBool::new(false);
+
+#[inline(always)]
+fn seen(key: u64) -> bool {
+    let mut i = home(key, SEEN_SLOTS);
+    for _ in 0..PROBES {
+        let v = SEEN[i].load(Ordering::Acquire);
+        if v == key {
+            return true;
+        }
+        if v == 0 {
+            return false;
+        }
+        i = (i + 1) & (SEEN_SLOTS - 1);
+    }
+    saturated();
+    true
+}
+
+#[cold]
+fn saturated() {
+    if !SATURATED.swap(true, Ordering::Relaxed) {
+        log::warn!("clshim: the first-launch table is full; later first launches are not recorded");
+    }
+}
+
+/// Claims `key`: true for exactly one caller, however many threads race for it.
+fn claim(key: u64) -> bool {
+    let mut i = home(key, SEEN_SLOTS);
+    for _ in 0..PROBES {
+        match SEEN[i].compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            Err(v) if v == key => return false,
+            Err(_) => {}
+        }
+        i = (i + 1) & (SEEN_SLOTS - 1);
+    }
+    saturated();
+    false
+}
+
+// ---------------------------------------------------------------------------------------
+// The launch path.
+
+/// The device of `queue`, asked of the implementation (a few nanoseconds in pocl).
+#[inline(always)]
+unsafe fn queue_device(route: Route, queue: cl_command_queue) -> Option<usize> {
+    let f: FnGetCommandQueueInfo = route.entry(queue, slot::GET_COMMAND_QUEUE_INFO)?;
+    let mut dev: cl_device_id = std::ptr::null_mut();
+    let ok = f(
+        queue,
+        CL_QUEUE_DEVICE,
+        std::mem::size_of::<cl_device_id>(),
+        &mut dev as *mut cl_device_id as *mut c_void,
+        std::ptr::null_mut(),
+    ) == CL_SUCCESS;
+    (ok && !dev.is_null()).then_some(dev as usize)
+}
+
+/// One kernel launch of `work_dim` dimensions with the application's `global` and `local`
+/// sizes: `forward` makes the application's call with the event pointer it is given. A
+/// launch already seen goes straight through (reading the sizes in place, copying nothing);
+/// a first one is recorded. Arguments the implementation will refuse (no kernel, no global
+/// size, 0 or more than 3 dimensions) are forwarded and not recorded.
+///
+/// # Safety
+/// The application's arguments; `global` and `local` must be NULL or hold `work_dim`
+/// sizes; `forward` must make the application's call.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub unsafe fn launch(
+    route: Route,
+    call: Call,
+    queue: cl_command_queue,
+    kernel: cl_kernel,
+    work_dim: cl_uint,
+    global: *const usize,
+    local: *const usize,
+    event: *mut cl_event,
+    forward: impl FnOnce(*mut cl_event) -> cl_int,
+) -> cl_int {
+    if kernel.is_null() || global.is_null() || !(1..=3).contains(&work_dim) {
+        return forward(event);
+    }
+    let Some(device) = queue_device(route, queue) else {
+        return forward(event);
+    };
+    let identity = kernel_identity(kernel as usize);
+    if identity != 0 {
+        let n = work_dim as usize;
+        let g = std::slice::from_raw_parts(global, n);
+        let l = (!local.is_null()).then(|| std::slice::from_raw_parts(local, n));
+        if seen(launch_key(identity, device, g, l)) {
+            return forward(event);
+        }
+    }
+    match Dims::nd_range(work_dim, global, local) {
+        Some(dims) => first_launch(route, call, kernel, device, identity, dims, event, forward),
+        None => forward(event),
+    }
+}
+
+/// What the slow path learns about a kernel before forwarding.
+struct Kernel {
+    key: u64,
+    name: Option<String>,
+    program: Option<u64>,
+}
+
+/// The kernel's name and program, asked of the implementation.
+unsafe fn kernel_facts(route: Route, kernel: cl_kernel) -> (Option<String>, Option<cl_program>) {
+    let Some(f) = route.entry::<FnGetKernelInfo>(kernel, slot::GET_KERNEL_INFO) else {
+        return (None, None);
+    };
+    let name = info_bytes(f, kernel, CL_KERNEL_FUNCTION_NAME).map(|b| {
+        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        String::from_utf8_lossy(&b[..end]).into_owned()
+    });
+    let program = info_bytes(f, kernel, CL_KERNEL_PROGRAM).and_then(|b| {
+        let w = std::mem::size_of::<usize>();
+        let p = usize::from_ne_bytes(b.get(..w)?.try_into().ok()?);
+        (p != 0).then_some(p as cl_program)
+    });
+    (name, program)
+}
+
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn first_launch(
+    route: Route,
+    call: Call,
+    kernel: cl_kernel,
+    device: usize,
+    identity: u64,
+    dims: Dims,
+    event: *mut cl_event,
+    forward: impl FnOnce(*mut cl_event) -> cl_int,
+) -> cl_int {
+    let Some(_inside) = guard::enter() else {
+        return forward(event);
+    };
+    let Some(rt) = runtime::get(route) else {
+        return forward(event);
+    };
+    let prepared = catch(|| {
+        let (name, program) = kernel_facts(route, kernel);
+        let program = program.map(|p| rt.programs.lookup(p).id);
+        let identity = if identity != 0 {
+            identity
+        } else {
+            let id = identity_of(program, name.as_deref(), kernel as usize);
+            set_kernel_identity(kernel as usize, id);
+            id
+        };
+        let key = dims.key(identity, device);
+        (!seen(key)).then_some(Kernel { key, name, program })
+    });
+    let Some(Some(k)) = prepared else {
+        return forward(event);
+    };
+    // The application's own event if it asked for one, else one of clshim's, released below.
+    let mut own: cl_event = std::ptr::null_mut();
+    let event_ptr = if event.is_null() {
+        &mut own as *mut cl_event
+    } else {
+        event
+    };
+    let start = Start::now();
+    let ret = forward(event_ptr);
+    let ev = if ret == CL_SUCCESS {
+        *event_ptr
+    } else {
+        std::ptr::null_mut()
+    };
+    catch(|| after(rt, route, call, k, device, dims, start, ret, ev));
+    if !own.is_null() {
+        // The callback holds no reference: OpenCL keeps an event until its command completes.
+        if let Some(release) = route.entry::<FnReleaseEvent>(own, slot::RELEASE_EVENT) {
+            release(own);
+        }
+    }
+    ret
+}
+
+/// A first launch waiting for its command to complete: everything the record needs,
+/// captured at enqueue time, so the callback touches nothing the application may free.
+struct Pending {
+    rt: &'static Runtime,
+    start: Start,
+    enqueue_result: cl_int,
+    fields: Value,
+    label: String,
+}
+
+impl Pending {
+    fn finish(self, seconds: f64, status: cl_int) {
+        // A command that ended abnormally reports a negative status to CL_COMPLETE callbacks.
+        let result = if status < 0 {
+            status
+        } else {
+            self.enqueue_result
+        };
+        let mut fields = self.fields;
+        fields["result"] = json!(result);
+        fields["result_name"] = json!(status_name(result));
+        let label = self.label;
+        self.rt.recorder.emit(
+            EventKind::FirstLaunch,
+            self.start,
+            seconds,
+            fields,
+            |t| {
+                t.first_launches += 1;
+                t.first_launch_seconds += seconds;
+            },
+            || {
+                format!(
+                    "first launch of {label} took {seconds:.3} s -> {}",
+                    status_name(result)
+                )
+            },
+        );
+    }
+}
+
+/// After the forwarded call: claims the launch and arranges its record.
+#[allow(clippy::too_many_arguments)]
+unsafe fn after(
+    rt: &'static Runtime,
+    route: Route,
+    call: Call,
+    k: Kernel,
+    device: usize,
+    dims: Dims,
+    start: Start,
+    ret: cl_int,
+    ev: cl_event,
+) {
+    // A refused launch compiles nothing: it is recorded once per configuration, with the
+    // call's own time, and the configuration stays unclaimed for a launch that succeeds.
+    let key = if ret == CL_SUCCESS {
+        k.key
+    } else {
+        k.key ^ REFUSED_SALT
+    };
+    if !claim(key) {
+        return; // another thread records this one
+    }
+    let facts = rt.devices.get(route, device as cl_device_id);
+    let device_json = facts
+        .as_ref()
+        .map(|f| f.to_json(rt.config.devices))
+        .unwrap_or(Value::Null);
+    let (global, local) = dims.sizes_json();
+    let fields = json!({
+        // The thread that launched, not the one the completion callback runs on (the
+        // event's own fields replace the common ones of the same name).
+        "tid": crate::record::tid(),
+        "call": call.name(),
+        "kernel": k.name,
+        "program": k.program,
+        "device": device_json,
+        "work_dim": dims.work_dim,
+        "global_size": global,
+        "local_size": local,
+    });
+    let label = format!(
+        "kernel {} (program {}) global {global} local {local}{}",
+        k.name.as_deref().unwrap_or("?"),
+        k.program
+            .map(|p| p.to_string())
+            .unwrap_or_else(|| "-".into()),
+        facts
+            .map(|f| format!(" on {} ({})", f.name, f.platform))
+            .unwrap_or_default()
+    );
+    let pending = Pending {
+        rt,
+        start,
+        enqueue_result: ret,
+        fields,
+        label,
+    };
+    if ret != CL_SUCCESS || ev.is_null() {
+        let seconds = start.elapsed().as_secs_f64();
+        pending.finish(seconds, CL_COMPLETE);
+        return;
+    }
+    let Some(set_callback) = route.entry::<FnSetEventCallback>(ev, slot::SET_EVENT_CALLBACK) else {
+        callback_refused(CL_INVALID_OPERATION);
+        return;
+    };
+    let raw = Box::into_raw(Box::new(pending));
+    let r = set_callback(ev, CL_COMPLETE, on_complete, raw as *mut c_void);
+    if r != CL_SUCCESS {
+        drop(Box::from_raw(raw));
+        callback_refused(r);
+    }
+}
+
+#[cold]
+fn callback_refused(code: cl_int) {
+    static ONCE: AtomicBool = AtomicBool::new(false);
+    if !ONCE.swap(true, Ordering::Relaxed) {
+        log::warn!(
+            "clshim: clSetEventCallback failed ({}); first launches are not timed",
+            status_name(code)
+        );
+    }
+}
+
+/// clshim's CL_COMPLETE callback. It runs on whatever thread the implementation chooses
+/// (pocl: with the event locked, so it must not call OpenCL), possibly after the process
+/// began to exit or the kernel and program were released: it reads only its own `Pending`
+/// and the process-wide recorder, which lives until the process ends.
+unsafe extern "C" fn on_complete(_event: cl_event, status: cl_int, data: *mut c_void) {
+    if data.is_null() {
+        return;
+    }
+    let pending = Box::from_raw(data as *mut Pending);
+    let seconds = pending.start.elapsed().as_secs_f64();
+    catch(move || pending.finish(seconds, status));
+}
+
+// ---------------------------------------------------------------------------------------
+// Kernel creation: where an address gets its (new) identity.
+
+/// After `clCreateKernel` made `kernel` from `program` under `name`.
+///
+/// # Safety
+/// `name` must be NULL or a C string; `program` NULL or live.
+pub unsafe fn kernel_created(
+    route: Route,
+    program: cl_program,
+    name: *const c_char,
+    kernel: cl_kernel,
+) {
+    if kernel.is_null() {
+        return;
+    }
+    // Forget the address's old identity first, so that whatever fails below, the new
+    // kernel is resolved afresh at its first launch rather than taken for the old one.
+    set_kernel_identity(kernel as usize, 0);
+    if program.is_null() || name.is_null() {
+        return;
+    }
+    let Some(_inside) = guard::enter() else {
+        return;
+    };
+    let Some(rt) = runtime::get(route) else {
+        return;
+    };
+    catch(|| {
+        let id = rt.programs.lookup(program).id;
+        let name = std::ffi::CStr::from_ptr(name).to_string_lossy();
+        set_kernel_identity(
+            kernel as usize,
+            identity_of(Some(id), Some(&name), kernel as usize),
+        );
+    });
+}
+
+/// After `clCreateKernelsInProgram` filled `kernels` (`count` of them): their identities
+/// are resolved at their first launches.
+///
+/// # Safety
+/// `kernels` must be NULL or hold `count` kernel handles.
+pub unsafe fn kernels_created(kernels: *const cl_kernel, count: usize) {
+    if kernels.is_null() {
+        return;
+    }
+    for i in 0..count {
+        set_kernel_identity(*kernels.add(i) as usize, 0);
+    }
+}
+
+/// After `clCloneKernel` made `clone` of `source`: the same program and name.
+pub fn kernel_cloned(source: cl_kernel, clone: cl_kernel) {
+    if !clone.is_null() {
+        set_kernel_identity(clone as usize, kernel_identity(source as usize));
+    }
+}
+
+/// How many kernels `clCreateKernelsInProgram` wrote: what it said, or the program's count.
+///
+/// # Safety
+/// `program` must be live.
+pub unsafe fn kernels_written(
+    route: Route,
+    program: cl_program,
+    said: *const cl_uint,
+    room: cl_uint,
+) -> usize {
+    if !said.is_null() {
+        return (*said).min(room) as usize;
+    }
+    let Some(f) = route.entry::<FnGetProgramInfo>(program, slot::GET_PROGRAM_INFO) else {
+        return 0;
+    };
+    let mut n: usize = 0;
+    let ok = f(
+        program,
+        CL_PROGRAM_NUM_KERNELS,
+        std::mem::size_of::<usize>(),
+        &mut n as *mut usize as *mut c_void,
+        std::ptr::null_mut(),
+    ) == CL_SUCCESS;
+    if ok {
+        n.min(room as usize)
+    } else {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(identity: u64, device: usize, g: &[usize], l: Option<&[usize]>) -> u64 {
+        let k = launch_key(identity, device, g, l);
+        assert_eq!(k, dims(g, l).key(identity, device));
+        k
+    }
+
+    fn dims(g: &[usize], l: Option<&[usize]>) -> Dims {
+        unsafe {
+            Dims::nd_range(
+                g.len() as u32,
+                g.as_ptr(),
+                l.map(|l| l.as_ptr()).unwrap_or(std::ptr::null()),
+            )
+            .unwrap()
+        }
+    }
+
+    #[test]
+    fn keys_tell_every_field_apart() {
+        let base = key(7, 0x1000, &[64], Some(&[16]));
+        let others = [
+            key(8, 0x1000, &[64], Some(&[16])),
+            key(7, 0x2000, &[64], Some(&[16])),
+            key(7, 0x1000, &[128], Some(&[16])),
+            key(7, 0x1000, &[64], Some(&[32])),
+            key(7, 0x1000, &[64], None),
+            key(7, 0x1000, &[64, 1], Some(&[16, 1])),
+        ];
+        for o in others {
+            assert_ne!(o, base);
+            assert_ne!(o, 0);
+        }
+        assert_eq!(base, key(7, 0x1000, &[64], Some(&[16])));
+        assert_eq!(Dims::task(), dims(&[1], Some(&[1])));
+        unsafe {
+            assert!(Dims::nd_range(0, [1usize].as_ptr(), std::ptr::null()).is_none());
+            assert!(Dims::nd_range(4, [1usize; 4].as_ptr(), std::ptr::null()).is_none());
+            assert!(Dims::nd_range(1, std::ptr::null(), std::ptr::null()).is_none());
+        }
+    }
+
+    #[test]
+    fn one_claim_wins_among_racing_threads() {
+        for round in 0..50u64 {
+            let key = Dims::task().key(0xABC0 + round, 0x77);
+            let winners: usize = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..8)
+                    .map(|_| s.spawn(move || claim(key) as usize))
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).sum()
+            });
+            assert_eq!(winners, 1, "round {round}");
+            assert!(seen(key));
+        }
+    }
+
+    #[test]
+    fn colliding_keys_probe_past_each_other() {
+        // Keys with the same home slot: each is found, and unclaimed ones are not.
+        let target = home(Dims::task().key(1, 1), SEEN_SLOTS);
+        let mut same: Vec<u64> = (0u64..)
+            .map(|i| Dims::task().key(1_000_000 + i, 3))
+            .filter(|&k| home(k, SEEN_SLOTS) == target)
+            .take(4)
+            .collect();
+        let last = same.pop().unwrap();
+        for &k in &same {
+            assert!(claim(k));
+        }
+        for &k in &same {
+            assert!(seen(k));
+        }
+        assert!(!seen(last));
+    }
+
+    #[test]
+    fn a_full_neighbourhood_evicts_and_every_answer_stays_right() {
+        // PROBES + 1 addresses with one home slot: the last evicts the first, which then
+        // reads as unknown (resolved again at its next launch), never as another's identity.
+        let target = home(0xF00D_0000u64, KERNEL_SLOTS);
+        let addrs: Vec<usize> = (0xF00D_0000usize..)
+            .step_by(8)
+            .filter(|&a| home(a as u64, KERNEL_SLOTS) == target)
+            .take(PROBES + 1)
+            .collect();
+        for (n, &a) in addrs.iter().enumerate() {
+            set_kernel_identity(a, 1000 + n as u64);
+        }
+        for (n, &a) in addrs.iter().enumerate() {
+            let id = kernel_identity(a);
+            assert!(id == 0 || id == 1000 + n as u64, "address {n}: {id}");
+        }
+        assert_eq!(kernel_identity(addrs[PROBES]), 1000 + PROBES as u64);
+        assert_eq!(kernel_identity(addrs[0]), 0, "evicted");
+        set_kernel_identity(addrs[0], 7);
+        assert_eq!(kernel_identity(addrs[0]), 7, "resolved again");
+    }
+
+    #[test]
+    fn kernel_identities_are_replaced_at_a_reused_address() {
+        let addr = 0xDEAD_0000usize;
+        assert_eq!(kernel_identity(addr), 0);
+        set_kernel_identity(addr, 0);
+        assert_eq!(kernel_identity(addr), 0, "0 never inserts");
+        let a = identity_of(Some(1), Some("k"), addr);
+        let b = identity_of(Some(2), Some("k"), addr);
+        let c = identity_of(Some(1), Some("j"), addr);
+        assert!(a != b && a != c && b != c);
+        assert_eq!(
+            a,
+            identity_of(Some(1), Some("k"), addr + 64),
+            "same program and name"
+        );
+        set_kernel_identity(addr, a);
+        assert_eq!(kernel_identity(addr), a);
+        set_kernel_identity(addr, b);
+        assert_eq!(kernel_identity(addr), b);
+        kernel_cloned(addr as cl_kernel, (addr + 8) as cl_kernel);
+        assert_eq!(kernel_identity(addr + 8), b);
+        set_kernel_identity(addr, 0);
+        assert_eq!(kernel_identity(addr), 0);
+    }
+}
