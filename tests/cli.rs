@@ -8,6 +8,8 @@
 #[allow(clippy::let_and_return)]
 mod common;
 
+use common::s;
+
 use serde_json::{json, Value};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -81,10 +83,6 @@ fn copied_clshim_output(dest: &Path, args: &[&str]) -> Output {
     panic!("{} stayed busy", dest.display());
 }
 
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
 /// The single stderr line of a failed clshim, checked to be one line.
 fn one_line_err(o: &Output) -> String {
     let e = common::stderr(o);
@@ -146,7 +144,8 @@ fn run_is_the_command_itself_stdin_stdout_and_pid() {
 #[test]
 fn run_keeps_user_variables_unless_option_given() {
     let lib = empty_so();
-    let other = common::scratch("other").join("libother.so");
+    let other_dir = common::scratch("other");
+    let other = other_dir.join("libother.so");
     std::fs::copy(&lib, &other).unwrap();
     let show = "echo $CLSHIM_BINARIES; echo $CLSHIM_DEVICES; echo $LD_PRELOAD";
     let env = [
@@ -306,7 +305,8 @@ fn run_finds_library_beside_executable_and_in_lib_dir() {
     assert_eq!(common::stdout(&o), format!("{}\n", beside.display()));
 
     // An installed layout: prefix/bin/clshim and prefix/lib/libclshim.so.
-    let prefix = common::scratch("prefix").canonicalize().unwrap();
+    let prefix_dir = common::scratch("prefix");
+    let prefix = prefix_dir.canonicalize().unwrap();
     std::fs::create_dir_all(prefix.join("bin")).unwrap();
     std::fs::create_dir_all(prefix.join("lib")).unwrap();
     std::fs::copy(empty_so(), prefix.join("lib/libclshim.so")).unwrap();
@@ -390,7 +390,8 @@ fn run_missing_command_exits_127_not_executable_126() {
 #[test]
 fn run_uncreatable_trace_dir_fails_before_command() {
     let lib = empty_so();
-    let marker = common::scratch("notrace").join("ran");
+    let marker_dir = common::scratch("notrace");
+    let marker = marker_dir.join("ran");
     let cmd = format!("touch {}", marker.display());
     let o = clshim_out(
         &[

@@ -22,11 +22,7 @@ fn probe() -> PathBuf {
 /// own CLSHIM_*, LD_PRELOAD or OPENCL_LAYERS.
 fn shim_command(program: impl AsRef<std::ffi::OsStr>, trace: &Path) -> Command {
     let mut cmd = Command::new(program);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CLSHIM_") || k == "LD_PRELOAD" || k == "OPENCL_LAYERS" {
-            cmd.env_remove(&k);
-        }
-    }
+    clear_shim_env(&mut cmd, &[]);
     cmd.env("LD_PRELOAD", shim_path())
         .env("CLSHIM_TRACE_DIR", trace);
     cmd
@@ -118,7 +114,7 @@ fn assert_complete(recs: &[Value], builds: usize) {
 
 #[test]
 fn thirty_two_threads_on_the_fake_icd_thousands_of_builds() {
-    let fake = fake_icd_in("fake-hardening");
+    let fake = fake_icd();
     let dir = scratch("stress-fake");
     let vendors = fake_env(&fake);
     let out = shimmed(
@@ -138,7 +134,6 @@ fn thirty_two_threads_on_the_fake_icd_thousands_of_builds() {
         "resident memory grew by {} KiB over 3,200 builds",
         last - first
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -162,12 +157,11 @@ fn thirty_two_threads_on_pocl() {
         "resident memory grew by {} KiB",
         last - first
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn fork_while_another_thread_builds() {
-    let fake = fake_icd_in("fake-hardening");
+    let fake = fake_icd();
     let dir = scratch("fork-busy");
     let vendors = fake_env(&fake);
     let out = shimmed(
@@ -201,7 +195,6 @@ fn fork_while_another_thread_builds() {
             "only the child's own records"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -216,7 +209,6 @@ fn fork_on_pocl_child_builds_and_traces() {
         assert_eq!(events(recs, "build").len(), 1);
         assert_eq!(events(recs, "binary_query").len(), 2);
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -248,7 +240,6 @@ fn every_exit_path_keeps_every_completed_record() {
             "{mode}: summary only on exit paths that run exit handlers:\n{}",
             stderr(&out)
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -285,7 +276,7 @@ fn unwritable_trace_directory_warns_once_and_the_run_goes_on() {
 fn full_trace_file_system_warns_once_and_the_run_goes_on() {
     // A file-size limit stands in for a full disk: the trace file's writes fail (EFBIG)
     // after the first kilobyte. The fake ICD writes no files of its own, unlike pocl.
-    let fake = fake_icd_in("fake-hardening");
+    let fake = fake_icd();
     let dir = scratch("full");
     let script = format!(
         "ulimit -f 2; trap '' XFSZ; exec {} exit normal 40",
@@ -309,7 +300,6 @@ fn full_trace_file_system_warns_once_and_the_run_goes_on() {
         .map(|e| e.unwrap().metadata().unwrap().len())
         .sum::<u64>();
     assert!(size <= 2048, "the limit held: {size} bytes");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -345,13 +335,12 @@ fn trace_directory_removed_mid_run_warns_once() {
     );
     assert!(err.contains("was removed"), "{err}");
     assert!(err.contains("2 builds"), "summary still printed:\n{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn descriptor_closed_and_reused_by_the_application_gets_no_record() {
     // The fake ICD holds no descriptors of its own, so the probe may close them all.
-    let fake = fake_icd_in("fake-hardening");
+    let fake = fake_icd();
     let dir = scratch("reuse-fd");
     let trace = dir.join("t");
     let own = dir.join("own.txt");
@@ -377,7 +366,6 @@ fn descriptor_closed_and_reused_by_the_application_gets_no_record() {
     assert_eq!(f.len(), 1);
     assert_eq!(f[0].1.len(), 1 + 2 + 4, "{:#?}", f[0].1);
     assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Two processes with the same pid on one host, writing into one directory: with pid
@@ -385,7 +373,7 @@ fn descriptor_closed_and_reused_by_the_application_gets_no_record() {
 /// record carries its process's instance, so the report can tell them apart.
 #[test]
 fn same_pid_in_two_pid_namespaces_gets_two_files_and_two_instances() {
-    let fake = fake_icd_in("fake-hardening");
+    let fake = fake_icd();
     let dir = scratch("pidns");
     let probe = probe();
     let ns = |trace: &Path| {
@@ -445,7 +433,6 @@ fn same_pid_in_two_pid_namespaces_gets_two_files_and_two_instances() {
             "both were pid 1: {f:#?}"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Trace directory names are bytes: one with a non-UTF-8 byte and a trailing space is
@@ -455,7 +442,7 @@ fn same_pid_in_two_pid_namespaces_gets_two_files_and_two_instances() {
 fn trace_directory_names_are_kept_byte_for_byte() {
     use std::ffi::OsStr;
     use std::os::unix::ffi::OsStrExt;
-    let fake = fake_icd_in("fake-hardening");
+    let fake = fake_icd();
     let dir = scratch("dir-bytes");
     let name = OsStr::from_bytes(b"traces \xff ");
     let exact = dir.join(name);
@@ -505,7 +492,6 @@ fn trace_directory_names_are_kept_byte_for_byte() {
         );
         std::fs::remove_dir_all(&exact).unwrap();
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn hostname() -> String {
@@ -585,7 +571,6 @@ fn trace_files_follow_no_symlink_and_are_owner_only() {
         std::fs::metadata(&f[0].0).unwrap().permissions().mode() & 0o777,
         0o640
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -593,8 +578,8 @@ fn memcheck_finds_no_invalid_access_in_clshim() {
     if Command::new("valgrind").arg("--version").output().is_err() {
         panic!("valgrind is missing: scripts/test installs it");
     }
-    let fake = fake_icd_in("fake-hardening");
-    let client = build_ctest("fake_client", &["-lpthread"]);
+    let fake = fake_icd();
+    let client = build_c("fake_client", &["-lpthread"]);
     let dir = scratch("memcheck");
     let mut cmd = shim_command("valgrind", &dir);
     cmd.args([
@@ -637,5 +622,4 @@ fn memcheck_finds_no_invalid_access_in_clshim() {
         "{}",
         stdout(&out)
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

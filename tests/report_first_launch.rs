@@ -8,6 +8,8 @@
 #[allow(clippy::let_and_return)]
 mod common;
 
+use common::s;
+
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Output;
@@ -31,10 +33,6 @@ fn report(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("spawn clshim")
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 /// One rank's trace file.
