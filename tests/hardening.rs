@@ -116,7 +116,7 @@ fn assert_complete(recs: &[Value], builds: usize) {
 fn thirty_two_threads_on_the_fake_icd_thousands_of_builds() {
     let fake = fake_icd();
     let dir = scratch("stress-fake");
-    let vendors = fake_env(&fake);
+    let vendors = fake_env(fake);
     let out = shimmed(
         &["stress", "32", "100"],
         &dir,
@@ -163,7 +163,7 @@ fn thirty_two_threads_on_pocl() {
 fn fork_while_another_thread_builds() {
     let fake = fake_icd();
     let dir = scratch("fork-busy");
-    let vendors = fake_env(&fake);
+    let vendors = fake_env(fake);
     let out = shimmed(
         &["fork", "20"],
         &dir,
@@ -347,7 +347,7 @@ fn descriptor_closed_and_reused_by_the_application_gets_no_record() {
     let out = shimmed(
         &["reuse-fd", own.to_str().unwrap()],
         &trace,
-        &[("OCL_ICD_VENDORS", &fake_env(&fake))],
+        &[("OCL_ICD_VENDORS", &fake_env(fake))],
         120,
     );
     ok(&out, "reuse-fd");
