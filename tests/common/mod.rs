@@ -8,14 +8,17 @@
 #![allow(dead_code)]
 
 pub mod cc;
+pub mod command;
 pub mod driver;
+pub mod hardening;
 pub mod kernels;
+pub mod policy;
 pub mod scratch;
 pub mod traces;
 
 // A test binary that uses nothing of a submodule would warn about its re-export.
 #[allow(unused_imports)]
-pub use {cc::*, driver::*, kernels::*, scratch::*, traces::*};
+pub use {cc::*, command::*, driver::*, kernels::*, scratch::*, traces::*};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
