@@ -118,9 +118,10 @@ impl Proc {
 const H1: &str = "fnv1a64:1f2e3d4c5b6a7980";
 const H2: &str = "fnv1a64:0011223344556677";
 
-/// The seed's situation: 4 ranks on one node under `pass`, each building two programs
-/// and querying their binaries on pocl's CPU driver; rank 3 is far slower.
-fn seed_job(dir: &Path, policy: &str) {
+/// A job whose binary queries cost more than its builds: 4 ranks on one node, each
+/// building two programs and querying their binaries on pocl's CPU driver (as pyopencl's
+/// binary cache does); rank 3 is far slower.
+fn four_rank_job(dir: &Path, policy: &str) {
     for rank in 0..4i64 {
         let slow = if rank == 3 { 3.0 } else { 1.0 };
         let mut p = Proc::new(
@@ -139,9 +140,9 @@ fn seed_job(dir: &Path, policy: &str) {
 }
 
 #[test]
-fn report_table_answers_the_seed_question() {
-    let d = common::scratch("seed");
-    seed_job(&d, "pass");
+fn report_table_shows_where_the_time_went_per_program_and_rank() {
+    let d = common::scratch("where");
+    four_rank_job(&d, "pass");
     let o = report(&[s(&d)]);
     assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
     assert_eq!(common::stderr(&o), "");
@@ -194,7 +195,7 @@ fn report_table_answers_the_seed_question() {
 #[test]
 fn report_no_hint_when_substituted_or_not_pocl() {
     let d = common::scratch("subst");
-    seed_job(&d, "substitute");
+    four_rank_job(&d, "substitute");
     let out = common::stdout(&report(&[s(&d)]));
     assert!(!out.contains("hint:"), "{out}");
     assert!(out.contains("substitute"));
@@ -211,7 +212,7 @@ fn report_no_hint_when_substituted_or_not_pocl() {
 #[test]
 fn report_json_has_the_same_aggregates() {
     let d = common::scratch("json");
-    seed_job(&d, "pass");
+    four_rank_job(&d, "pass");
     let o = report(&["--json", s(&d)]);
     assert_eq!(o.status.code(), Some(0));
     let v: Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
@@ -259,7 +260,7 @@ fn report_ranks_fall_back_to_host_and_pid() {
 #[test]
 fn report_chrome_timeline_has_one_row_per_rank() {
     let d = common::scratch("chrome");
-    seed_job(&d, "pass");
+    four_rank_job(&d, "pass");
     let out = d.join("timeline.json");
     let o = report(&["--chrome", s(&out), s(&d)]);
     assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
@@ -315,7 +316,7 @@ fn report_empty_directory_is_reported_and_counted() {
 #[test]
 fn report_skips_bad_lines_and_files_but_reports_the_rest() {
     let d = common::scratch("bad");
-    seed_job(&d, "pass");
+    four_rank_job(&d, "pass");
     // Truncated last line (process killed mid-write): rank 9.
     let mut p = Proc::new("node08", Some(9), 900, 1_750_000_001.0, "pass");
     p.cached_build(&["axpy", "dot"], H1, 0.7, 1.6, &pocl_cpu());
@@ -404,7 +405,7 @@ fn report_usage_errors_exit_2() {
     let o = report(&["--bogus", "x"]);
     assert_eq!(o.status.code(), Some(2));
     let d = common::scratch("cw");
-    seed_job(&d, "pass");
+    four_rank_job(&d, "pass");
     let o = report(&["--chrome", "/proc/x/y.json", s(&d)]);
     assert_eq!(o.status.code(), Some(2));
     assert!(common::stderr(&o).contains("cannot write /proc/x/y.json"));

@@ -1,4 +1,5 @@
-//! pyopencl under the shim, on pocl's CPU driver: the seed issue's application.
+//! pyopencl under the shim, on pocl's CPU driver: the application whose binary cache makes pocl
+//! compile every kernel twice.
 //!
 //! Needs the Python environments that `scripts/test` creates: `.venv/current` (newest
 //! pyopencl, which no longer caches binaries on pocl) and `.venv/old` (pyopencl 2023.1,
@@ -247,7 +248,7 @@ fn old_pyopencl_substitute_round_trips_through_its_cache() {
 /// binary", so pyopencl caches an empty binary. Run 2 then fails to create a program
 /// from it (CL_INVALID_VALUE), warns "PyOpenCL compiler caching failed with an
 /// exception" and builds from source: correct, but noisy on every warm run. This is the
-/// documented cost of `suppress` (NOTES.md), and why `substitute` exists.
+/// documented cost of `suppress` (README, "The binary policies"), and why `substitute` exists.
 #[test]
 fn old_pyopencl_suppress_warns_and_rebuilds_on_warm_run() {
     let (_root, caches, trace1, trace2) = dirs("py-suppress");

@@ -4,8 +4,6 @@
 //! kernel name when the program is unknown; the footnote saying what the interval
 //! covers; the pocl hint only where first launches on pocl CPU devices dominate.
 
-// tests/common is shared and append-only here; its `run` trips this lint.
-#[allow(clippy::let_and_return)]
 mod common;
 
 use common::{gpu, pocl_cpu, report, s};

@@ -4,8 +4,6 @@
 //! different pid namespaces that share a pid. Each case must end quickly, skip what it
 //! cannot use with a reason, and report the rest.
 
-// tests/common is shared and append-only here; its `run` trips this lint.
-#[allow(clippy::let_and_return)]
 mod common;
 
 use common::s;
