@@ -13,24 +13,7 @@ use std::process::{Command, Output, Stdio};
 
 /// A real, empty shared object: preloading it changes nothing and prints nothing.
 fn empty_so() -> PathBuf {
-    static ONCE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    ONCE.get_or_init(|| {
-        let dir = common::target_dir().join("ctests");
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = dir.join("libempty.so");
-        if !out.exists() {
-            let tmp = dir.join(format!("libempty.so.tmp{}", std::process::id()));
-            let st = Command::new("cc")
-                .args(["-shared", "-fPIC", "-x", "c", "/dev/null", "-o"])
-                .arg(&tmp)
-                .status()
-                .expect("run cc");
-            assert!(st.success());
-            std::fs::rename(&tmp, &out).unwrap();
-        }
-        out
-    })
-    .clone()
+    common::build_so("empty", "/* nothing */\n")
 }
 
 /// Copies the clshim executable to `dest` and runs it: a freshly written executable can
