@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark of clshim's binary policy (issue 3) on pocl's CPU driver.
+"""Benchmark of clshim's binary policies on pocl's CPU driver.
 
 Runs bench/workload.py (pyopencl 2023.1, which still caches binaries on pocl) under
 `mpiexec -n R` for each rank count R, every rank with its own cold caches

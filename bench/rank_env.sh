@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Per-rank wrapper for mpiexec: gives each rank its own cold caches, like the seed
-# issue's run.sh, then runs the command.
+# Per-rank wrapper for mpiexec: gives each rank its own cold caches, as on a cluster
+# whose ranks start on fresh nodes, then runs the command.
 #   usage: mpiexec -n R bench/rank_env.sh CACHE_ROOT command [args...]
 # POCL_CACHE_DIR (pocl's kcache) and XDG_CACHE_HOME (pyopencl's binary cache lives under
 # it) become CACHE_ROOT/pocl_rank<r> and CACHE_ROOT/xdg_rank<r>, r being the rank from

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The seed issue's workload: N distinct kernels of S statements each, built through
+"""A pyopencl workload that pays for pocl's binary queries: N distinct kernels of S statements each, built through
 pyopencl's ``Program(ctx, src).build()`` (which goes through pyopencl's binary cache in
 releases before 2024.2.3), each run once on pocl's CPU driver and checked with numpy.
 
@@ -33,7 +33,7 @@ def rank_label():
 
 
 def kernel_source(k, statements):
-    """Kernel k: `statements` copies of the seed's statement, then one that makes the
+    """Kernel k: `statements` copies of one statement, then one that makes the
     kernel's result (and its source text) distinct from every other kernel's."""
     body = "  c[gid] = a[gid] + b[gid];\n" * max(statements - 1, 0)
     return (

@@ -9,23 +9,10 @@ mod common;
 use common::*;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::OnceLock;
-
-/// The fake driver, built once per test binary by the shared helper.
-fn fake() -> &'static FakeIcd {
-    static FAKE: OnceLock<FakeIcd> = OnceLock::new();
-    FAKE.get_or_init(|| fake_icd_in("fake_icd"))
-}
-
-/// The step-driven client, linked to the system loader (which finds the fake driver).
-fn client() -> PathBuf {
-    build_ctest("fake_client", &["-lpthread"])
-}
 
 /// The same client linked straight to the fake driver, with no loader in between.
 fn direct_client() -> PathBuf {
-    let f = fake();
+    let f = fake_icd();
     let lib = f.lib.to_str().unwrap().to_string();
     let rpath = format!("-Wl,-rpath,{}", f.lib.parent().unwrap().display());
     build_c_custom(
@@ -35,85 +22,11 @@ fn direct_client() -> PathBuf {
     )
 }
 
-struct FakeRun {
-    out: Output,
-    /// What reached the driver (FAKE_ICD_LOG), size-only binary queries left out.
-    driver_calls: Vec<String>,
-    records: Vec<Value>,
-}
-
-impl FakeRun {
-    fn stdout(&self) -> String {
-        stdout(&self.out)
-    }
-}
-
-fn run_fake(bin: &Path, steps: &[&str], env: &[(&str, &str)], shim: bool) -> FakeRun {
-    let dir = scratch("fake");
-    let log = dir.join("driver.log");
-    let traces = dir.join("traces");
-    let mut cmd = Command::new(bin);
-    cmd.args(steps)
-        .env("OCL_ICD_VENDORS", &fake().vendors)
-        .env("FAKE_ICD_LOG", &log)
-        .env_remove("CLTEST_PLATFORM");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    if shim {
-        cmd.env("CLSHIM_TRACE_DIR", &traces);
-    }
-    let out = run(cmd, shim);
-    assert!(
-        out.status.success(),
-        "{} {steps:?} (shim: {shim}) failed ({}):\nstdout:\n{}\nstderr:\n{}",
-        bin.display(),
-        out.status,
-        stdout(&out),
-        stderr(&out)
-    );
-    let driver_calls = std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| !l.contains(", NULL)"))
-        .map(str::to_string)
-        .collect();
-    let records = if shim && traces.exists() {
-        checked_traces(&traces)
-    } else {
-        Vec::new()
-    };
-    // Everything is read: the scratch dir goes (the records appear in any failure message).
-    let _ = std::fs::remove_dir_all(&dir);
-    FakeRun {
-        out,
-        driver_calls,
-        records,
-    }
-}
-
-/// Runs the steps without and with the shim: same output, same calls reaching the driver.
-/// Returns the run with the shim.
-fn compare(bin: &Path, steps: &[&str], env: &[(&str, &str)]) -> FakeRun {
-    let a = run_fake(bin, steps, env, false);
-    let b = run_fake(bin, steps, env, true);
-    assert_eq!(
-        a.stdout(),
-        b.stdout(),
-        "{steps:?} {env:?}: the shim changed what the app saw"
-    );
-    assert_eq!(
-        a.driver_calls, b.driver_calls,
-        "{steps:?} {env:?}: the shim changed what reached the driver"
-    );
-    assert!(!b.records.is_empty(), "{steps:?} {env:?}: no trace records");
-    b
-}
-
-fn one<'a>(recs: &'a [Value], event: &str) -> &'a Value {
-    let e = events(recs, event);
-    assert_eq!(e.len(), 1, "one {event} record expected: {recs:#?}");
-    e[0]
+/// Runs the steps on the fake driver (with the shim or without it); the run must succeed.
+fn run_fake(bin: &Path, steps: &[&str], env: &[(&str, &str)], shim: bool) -> Ran {
+    let r = run_on(Driver::Fake, bin, steps, env, shim);
+    r.ok();
+    r
 }
 
 fn check_fake_devices(r: &Value, n: usize) {
@@ -132,13 +45,6 @@ fn check_fake_devices(r: &Value, n: usize) {
     }
 }
 
-fn fake_source(seed: &str) -> String {
-    format!(
-        "__kernel void fake_a(__global int *o) {{ o[0] = {seed}; }}\n\
-         __kernel void fake_b(__global int *o) {{ o[1] = 2; }}\n"
-    )
-}
-
 #[test]
 fn successful_build_and_queries_on_two_devices() {
     let steps = [
@@ -150,7 +56,7 @@ fn successful_build_and_queries_on_two_devices() {
         "build",
         "kernels",
     ];
-    let r = compare(&client(), &steps, &[("FAKE_ICD_DEVICES", "2")]);
+    let r = compare_on_fake(&fake_client(), &steps, &[("FAKE_ICD_DEVICES", "2")]);
     let out = r.stdout();
     assert!(out.contains("sizes: CL_SUCCESS [119, 119]"), "{out}");
     assert!(
@@ -158,7 +64,7 @@ fn successful_build_and_queries_on_two_devices() {
         "{out}"
     );
     let recs = &r.records;
-    let p = one(recs, "process");
+    let p = one_event(recs, "process");
     assert_eq!(p["mode"], "preload");
     let builds = events(recs, "build");
     assert_eq!(builds.len(), 2, "{recs:#?}");
@@ -186,7 +92,7 @@ fn successful_build_and_queries_on_two_devices() {
         assert_query_sizes(r, &json!([119, 119]));
         check_fake_devices(r, 2);
     }
-    let l = one(recs, "binary_load");
+    let l = one_event(recs, "binary_load");
     assert_eq!(l["result"], 0);
     assert_eq!(l["action"], "forward");
     assert_eq!(l["lengths"], json!([119, 119]));
@@ -198,21 +104,21 @@ fn successful_build_and_queries_on_two_devices() {
 #[test]
 fn failing_build_compile_and_link_pass_through() {
     let steps = ["build", "log", "status", "compile", "link"];
-    let r = compare(&client(), &steps, &[("FAKE_ICD_BUILD_FAIL", "1")]);
+    let r = compare_on_fake(&fake_client(), &steps, &[("FAKE_ICD_BUILD_FAIL", "1")]);
     let out = r.stdout();
     assert!(out.contains("build: CL_BUILD_PROGRAM_FAILURE"), "{out}");
     assert!(out.contains("build failed on purpose"), "{out}");
     assert!(out.contains("compile: CL_COMPILE_PROGRAM_FAILURE"), "{out}");
     let recs = &r.records;
-    let b = one(recs, "build");
+    let b = one_event(recs, "build");
     assert_eq!(b["result"], -11);
     assert_eq!(b["result_name"], "CL_BUILD_PROGRAM_FAILURE");
     assert_eq!(b["kernels"], json!([]));
-    let c = one(recs, "compile");
+    let c = one_event(recs, "compile");
     assert_eq!(c["result"], -15);
     assert_eq!(c["result_name"], "CL_COMPILE_PROGRAM_FAILURE");
     assert_eq!(c["headers"], 0);
-    let l = one(recs, "link");
+    let l = one_event(recs, "link");
     assert_eq!(
         l["result"], -59,
         "the fake refuses to link an uncompiled program"
@@ -225,11 +131,11 @@ fn failing_build_compile_and_link_pass_through() {
 
 #[test]
 fn compile_and_link_recorded() {
-    let r = compare(&client(), &["compile", "link", "kernels"], &[]);
-    let c = one(&r.records, "compile");
+    let r = compare_on_fake(&fake_client(), &["compile", "link", "kernels"], &[]);
+    let c = one_event(&r.records, "compile");
     assert_eq!(c["result"], 0);
     assert_eq!(c["headers"], 0);
-    let l = one(&r.records, "link");
+    let l = one_event(&r.records, "link");
     assert_eq!(l["result"], 0);
     assert_eq!(l["inputs"], json!([c["program"]]));
     assert_eq!(l["kernels"], json!(["fake_a", "fake_b"]));
@@ -239,8 +145,8 @@ fn compile_and_link_recorded() {
 
 #[test]
 fn failing_link_passes_through() {
-    let r = compare(
-        &client(),
+    let r = compare_on_fake(
+        &fake_client(),
         &["compile", "link"],
         &[("FAKE_ICD_LINK_FAIL", "1")],
     );
@@ -249,8 +155,8 @@ fn failing_link_passes_through() {
         "{}",
         r.stdout()
     );
-    assert_eq!(one(&r.records, "compile")["result"], 0);
-    let l = one(&r.records, "link");
+    assert_eq!(one_event(&r.records, "compile")["result"], 0);
+    let l = one_event(&r.records, "link");
     assert_eq!(l["result"], -17);
     assert_eq!(l["result_name"], "CL_LINK_PROGRAM_FAILURE");
     assert!(l["program"].is_null(), "no program was made: {l}");
@@ -274,8 +180,8 @@ fn failing_binary_queries_pass_through() {
         ),
     ] {
         let code_s = code.to_string();
-        let r = compare(
-            &client(),
+        let r = compare_on_fake(
+            &fake_client(),
             &["build", "sizes", "binaries"],
             &[(var, &code_s)],
         );
@@ -298,7 +204,7 @@ fn zero_size_for_one_device_passes_through() {
         ("FAKE_ICD_DEVICES", "2"),
         ("FAKE_ICD_ZERO_SIZE_DEVICE", "1"),
     ];
-    let r = compare(&client(), &steps, &env);
+    let r = compare_on_fake(&fake_client(), &steps, &env);
     assert!(
         r.stdout().contains("sizes: CL_SUCCESS [119, 0]"),
         "{}",
@@ -310,7 +216,7 @@ fn zero_size_for_one_device_passes_through() {
         assert_eq!(q["action"], "forward");
     }
     // A zero length is invalid for clCreateProgramWithBinary.
-    let l = one(&r.records, "binary_load");
+    let l = one_event(&r.records, "binary_load");
     assert_eq!(l["result"], -30);
     assert_eq!(l["result_name"], "CL_INVALID_VALUE");
     assert!(l["program"].is_null());
@@ -326,10 +232,10 @@ fn async_callbacks_in_every_mode() {
         ("thread-before", "other", "during-call"),
     ] {
         let env = [("FAKE_ICD_ASYNC", mode), ("FAKE_ICD_ASYNC_MS", "300")];
-        let r = compare(&client(), &["build-async", "status", "kernels"], &env);
+        let r = compare_on_fake(&fake_client(), &["build-async", "status", "kernels"], &env);
         let expect = format!("callback: calls=1 user_data=ok thread={thread} when={when}");
         assert!(r.stdout().contains(&expect), "{mode}: {}", r.stdout());
-        let b = one(&r.records, "build");
+        let b = one_event(&r.records, "build");
         assert_eq!(b["async"], true, "{mode}");
         assert_eq!(b["result"], 0, "{mode}");
         assert_eq!(b["options"], "-DASYNC", "{mode}");
@@ -347,13 +253,13 @@ fn async_callbacks_in_every_mode() {
 #[test]
 fn async_failing_build_recorded() {
     let env = [("FAKE_ICD_ASYNC", "thread"), ("FAKE_ICD_BUILD_FAIL", "1")];
-    let r = compare(&client(), &["build-async", "status"], &env);
+    let r = compare_on_fake(&fake_client(), &["build-async", "status"], &env);
     assert!(
         r.stdout().contains("status: CL_SUCCESS -2"),
         "{}",
         r.stdout()
     );
-    let b = one(&r.records, "build");
+    let b = one_event(&r.records, "build");
     assert_eq!(b["async"], true);
     // The call returned CL_SUCCESS and the build failed later, on the driver's thread. The
     // library records the build's outcome when the callback fired (README's "the status
@@ -366,12 +272,12 @@ fn async_failing_build_recorded() {
 #[test]
 fn slow_queries_and_builds_are_timed() {
     let env = [("FAKE_ICD_QUERY_MS", "300"), ("FAKE_ICD_BUILD_MS", "200")];
-    let r = compare(
-        &client(),
+    let r = compare_on_fake(
+        &fake_client(),
         &["build", "sizes-only", "sizes", "binaries"],
         &env,
     );
-    let b = one(&r.records, "build");
+    let b = one_event(&r.records, "build");
     assert!(b["seconds"].as_f64().unwrap() >= 0.18, "{b}");
     let q = events(&r.records, "binary_query");
     assert_eq!(q.len(), 2);
@@ -383,8 +289,8 @@ fn slow_queries_and_builds_are_timed() {
 
 #[test]
 fn program_from_il_recorded() {
-    let r = compare(&client(), &["il", "build"], &[]);
-    let b = one(&r.records, "build");
+    let r = compare_on_fake(&fake_client(), &["il", "build"], &[]);
+    let b = one_event(&r.records, "build");
     assert_eq!(b["result"], 0);
     assert_eq!(b["source"]["origin"], "il");
     let il = b"FAKE-IL-BYTES\0";
@@ -400,7 +306,7 @@ fn icd2_tagged_objects_without_a_loader() {
         "build", "sizes", "binaries", "load", "build", "compile", "link", "kernels",
     ];
     let env = [("FAKE_ICD_ICD2", "1"), ("FAKE_ICD_DEVICES", "2")];
-    let r = compare(&bin, &steps, &env);
+    let r = compare_on_fake(&bin, &steps, &env);
     assert!(
         r.stdout().contains("sizes: CL_SUCCESS [119, 119]"),
         "{}",
@@ -410,27 +316,27 @@ fn icd2_tagged_objects_without_a_loader() {
     let recs = &r.records;
     assert_eq!(events(recs, "build").len(), 2, "{recs:#?}");
     assert_eq!(events(recs, "binary_query").len(), 2, "{recs:#?}");
-    assert_eq!(one(recs, "binary_load")["result"], 0);
-    assert_eq!(one(recs, "compile")["result"], 0);
-    assert_eq!(one(recs, "link")["result"], 0);
+    assert_eq!(one_event(recs, "binary_load")["result"], 0);
+    assert_eq!(one_event(recs, "compile")["result"], 0);
+    assert_eq!(one_event(recs, "link")["result"], 0);
     for rec in recs.iter().filter(|r| r["event"] != "process") {
         check_fake_devices(rec, 2);
     }
 
     // Failures pass through tagged objects too.
     let env = [("FAKE_ICD_ICD2", "1"), ("FAKE_ICD_BUILD_FAIL", "1")];
-    let r = compare(&bin, &["build"], &env);
-    assert_eq!(one(&r.records, "build")["result"], -11);
+    let r = compare_on_fake(&bin, &["build"], &env);
+    assert_eq!(one_event(&r.records, "build")["result"], -11);
     let env = [("FAKE_ICD_ICD2", "1"), ("FAKE_ICD_FAIL_SIZES", "-5")];
-    let r = compare(&bin, &["build", "sizes"], &env);
-    assert_eq!(one(&r.records, "binary_query")["result"], -5);
+    let r = compare_on_fake(&bin, &["build", "sizes"], &env);
+    assert_eq!(one_event(&r.records, "binary_query")["result"], -5);
 }
 
 #[test]
 fn fake_driver_works_without_the_shim() {
     // Guards the test fixture itself: through ocl-icd, and linked directly in ICD2 mode.
     let r = run_fake(
-        &client(),
+        &fake_client(),
         &["build", "sizes", "binaries", "load"],
         &[],
         false,

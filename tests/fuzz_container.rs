@@ -32,7 +32,7 @@ pub fn fuzzer() -> PathBuf {
 
 #[test]
 fn mutated_clshim_binaries_are_answered_as_the_format_says() {
-    let fake = fake_icd_in("fake-fuzz");
+    let fake = fake_icd();
     let started = std::time::Instant::now();
     for seed in ["1", "0x9e3779b97f4a7c15"] {
         let mut cmd = Command::new("timeout");

@@ -7,13 +7,14 @@ mod common;
 
 use common::*;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 /// One run of a C test program, with or without the shim (then with a trace dir).
 struct Run {
     out: Output,
-    traces: Option<PathBuf>,
+    /// The trace directory of a run with the shim (removed unless the test fails).
+    traces: Option<Scratch>,
 }
 
 impl Run {
@@ -34,21 +35,6 @@ impl Run {
             self.stdout(),
             self.stderr()
         );
-    }
-}
-
-/// Trace dirs are removed after a passing test and kept (for a look) after a failure.
-impl Drop for Run {
-    fn drop(&mut self) {
-        if let Some(d) = &self.traces {
-            remove_unless_panicking(d);
-        }
-    }
-}
-
-fn remove_unless_panicking(dir: &Path) {
-    if !std::thread::panicking() {
-        let _ = std::fs::remove_dir_all(dir);
     }
 }
 
@@ -124,16 +110,9 @@ fn check_source(r: &Value, origin: &str, bytes: &[u8]) {
     assert_eq!(r["source"]["hash"], fnv1a64(bytes), "{r}");
 }
 
-fn basic_source(seed: &str) -> String {
-    format!(
-        "__kernel void square(__global int *out) {{\n    int i = get_global_id(0);\n    \
-         out[i] = i * i + {seed};\n}}\n"
-    )
-}
-
 #[test]
 fn basic_results_and_records() {
-    let bin = build_ctest("basic", &[]);
+    let bin = build_c("basic", &[]);
     let (_, s) = same_results(&bin, &[]);
     assert!(s.stdout().contains("square: 7 8 11 16 23 32 43 56 sum=196"));
     let recs = s.records();
@@ -184,7 +163,7 @@ fn basic_results_and_records() {
 
 #[test]
 fn size_only_query_is_not_recorded() {
-    let bin = build_ctest("basic", &[]);
+    let bin = build_c("basic", &[]);
     let s = shimmed(&bin, &["--sizes-only", "--no-run"], &[]);
     s.assert_ok("basic --sizes-only");
     let recs = s.records();
@@ -202,7 +181,7 @@ fn size_only_query_is_not_recorded() {
 
 #[test]
 fn async_build_recorded_as_async() {
-    let bin = build_ctest("async_build", &[]);
+    let bin = build_c("async_build", &[]);
     let (_, s) = same_results(&bin, &[]);
     assert!(s.stdout().contains("callback calls: 1\n"), "{}", s.stdout());
     assert!(s.stdout().contains("callback user_data ok: yes"));
@@ -219,7 +198,7 @@ fn async_build_recorded_as_async() {
 
 #[test]
 fn eight_threads_eight_builds() {
-    let bin = build_ctest("threads", &["-lpthread"]);
+    let bin = build_c("threads", &["-lpthread"]);
     let a = plain(&bin, &[]);
     a.assert_ok("plain threads");
     let s = shimmed(&bin, &["--print-tids"], &[]);
@@ -268,7 +247,7 @@ fn eight_threads_eight_builds() {
 
 #[test]
 fn compile_and_link_recorded() {
-    let bin = build_ctest("compile_link", &[]);
+    let bin = build_c("compile_link", &[]);
     let (_, s) = same_results(&bin, &[]);
     assert!(s
         .stdout()
@@ -321,7 +300,7 @@ fn normalise_log(s: &str) -> String {
 
 #[test]
 fn failing_build_passes_code_and_log_through() {
-    let bin = build_ctest("build_fail", &[]);
+    let bin = build_c("build_fail", &[]);
     let a = plain(&bin, &[]);
     a.assert_ok("plain build_fail");
     let s = shimmed(&bin, &[], &[]);
@@ -343,7 +322,7 @@ fn failing_build_passes_code_and_log_through() {
 
 #[test]
 fn binary_roundtrip_recorded() {
-    let bin = build_ctest("binary_roundtrip", &[]);
+    let bin = build_c("binary_roundtrip", &[]);
     let (_, s) = same_results(&bin, &[]);
     assert!(s.stdout().contains("source: 2 3 10 29 66 127 sum=237"));
     assert!(s.stdout().contains("binary: 2 3 10 29 66 127 sum=237"));
@@ -373,7 +352,7 @@ fn binary_roundtrip_recorded() {
 
 #[test]
 fn corrupted_binary_rejected_the_same_way() {
-    let bin = build_ctest("binary_roundtrip", &[]);
+    let bin = build_c("binary_roundtrip", &[]);
     for corrupt in ["--corrupt=flip", "--corrupt=empty"] {
         let (_, s) = same_results(&bin, &[corrupt, "--no-run"]);
         let expect = if corrupt.ends_with("flip") { -42 } else { -30 };
@@ -388,7 +367,7 @@ fn corrupted_binary_rejected_the_same_way() {
 
 #[test]
 fn binary_saved_by_one_process_loads_in_another() {
-    let bin = build_ctest("binary_roundtrip", &[]);
+    let bin = build_c("binary_roundtrip", &[]);
     let dir = scratch("bincache");
     let file = dir.join("cube.bin");
     let save = format!("--save={}", file.display());
@@ -401,19 +380,18 @@ fn binary_saved_by_one_process_loads_in_another() {
     b.assert_ok("load with the shim");
     assert_eq!(a.stdout(), b.stdout());
     assert!(b.stdout().contains("binary: 2 3 10 29 66 127 sum=237"));
-    remove_unless_panicking(&dir);
 }
 
 #[test]
 fn dlopen_client_same_results_under_preload() {
-    let bin = build_ctest("dlopen_loader", &["-Wl,--as-needed"]);
+    let bin = build_c("dlopen_loader", &["-Wl,--as-needed"]);
     let (a, _) = same_results(&bin, &[]);
     assert!(a.stdout().contains("twice: 9 11 13 15 17 19 21 23"));
 }
 
 #[test]
 fn layer_mode_sees_dlopen_client() {
-    let bin = build_ctest("dlopen_loader", &["-Wl,--as-needed"]);
+    let bin = build_c("dlopen_loader", &["-Wl,--as-needed"]);
     let a = plain(&bin, &[]);
     a.assert_ok("plain dlopen_loader");
     let dir = scratch("layer");
@@ -432,7 +410,6 @@ fn layer_mode_sees_dlopen_client() {
     assert_eq!(builds.len(), 1, "{recs:#?}");
     check_program_event(builds[0], "clBuildProgram");
     assert_eq!(events(&recs, "binary_query").len(), 2, "{recs:#?}");
-    remove_unless_panicking(&dir);
 }
 
 #[test]
@@ -446,12 +423,11 @@ fn non_opencl_process_untouched() {
     assert_eq!(stderr(&out), "", "nothing on stderr");
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
     assert!(left.is_empty(), "no file written: {left:?}");
-    remove_unless_panicking(&dir);
 }
 
 #[test]
 fn bad_policy_value_warns_once() {
-    let bin = build_ctest("basic", &[]);
+    let bin = build_c("basic", &[]);
     let a = plain(&bin, &[]);
     a.assert_ok("plain basic");
     let s = shimmed(&bin, &[], &[("CLSHIM_BINARIES", "bogus")]);

@@ -221,7 +221,6 @@ fn preload_mode_records_pocl_and_intel_under_the_khronos_loader() {
     let err = stderr(&out);
     let (_, line) = summary_line(&err).expect("exit summary");
     assert!(line.contains("4 builds"), "{line}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -260,7 +259,6 @@ fn layer_mode_is_initialised_with_properties_and_deinitialised_after_the_summary
         "{line}"
     );
     assert_complete_trace(&checked_traces(&trace), "layer");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -288,7 +286,6 @@ fn legacy_termination_makes_the_khronos_loader_use_clinitlayer() {
     assert!(!err.contains("clDeinitLayer"), "{err}");
     assert!(summary_line(&err).is_some(), "{err}");
     assert_complete_trace(&checked_traces(&trace), "layer");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -318,7 +315,6 @@ fn ocl_icd_2_3_1_initialises_the_layer_with_clinitlayer() {
     let recs = checked_traces(&trace);
     assert_eq!(events(&recs, "process")[0]["mode"], "layer");
     assert_eq!(on(&recs, "build", POCL).len(), 2, "{recs:#?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -343,7 +339,6 @@ fn a_client_that_dlcloses_the_khronos_loader_keeps_its_records_and_summary() {
     let (_, line) = summary_line(&err).unwrap_or_else(|| panic!("no summary:\n{err}"));
     assert!(line.contains("4 builds"), "{line}");
     assert_complete_trace(&checked_traces(&trace), "layer");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn read(p: PathBuf) -> Vec<u8> {
@@ -402,7 +397,6 @@ fn default_filter_leaves_intel_binaries_byte_identical() {
             assert_eq!(q["action"], "substitute", "{q}");
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -444,7 +438,6 @@ fn devices_all_substitutes_intel_and_the_binary_round_trips() {
         builds[1]
     );
     assert_eq!(builds[1]["result"], 0);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn probe(arg: &str, trace: &Path) -> Output {
@@ -490,7 +483,6 @@ fn an_unknown_layer_property_is_refused_once_and_clshim_stays_out() {
         "{err}"
     );
     assert!(!trace.exists(), "a refused layer must write nothing");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -522,7 +514,6 @@ fn after_deinit_and_dlclose_a_late_call_skips_the_freed_table_and_nothing_is_los
     let recs = checked_traces(&trace);
     assert_eq!(events(&recs, "build").len(), 2, "{recs:#?}");
     assert_eq!(events(&recs, "build")[1]["result"], 0);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -559,7 +550,6 @@ for p in cl.get_platforms():
     let recs = checked_traces(&trace);
     assert_eq!(on(&recs, "build", POCL).len(), 1, "{recs:#?}");
     assert_eq!(on(&recs, "build", INTEL).len(), 1, "{recs:#?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -584,5 +574,4 @@ fn a_call_that_reaches_clshim_through_the_layer_and_again_by_symbol_is_recorded_
     assert_eq!(events(&recs, "process")[0]["mode"], "layer");
     let err = stderr(&out);
     assert!(err.contains(" 1 builds "), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -48,11 +48,7 @@ fn launch(
 ) -> Output {
     let mut cmd = Command::new(program);
     cmd.args(args);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CLSHIM_") || k == "LD_PRELOAD" || k == "OPENCL_LAYERS" {
-            cmd.env_remove(&k);
-        }
-    }
+    clear_shim_env(&mut cmd, &[]);
     if modes.preload {
         cmd.env("LD_PRELOAD", shim_path());
     }
@@ -86,7 +82,7 @@ fn traces(dir: &Path) -> Vec<Value> {
 }
 
 fn dlopen_client() -> PathBuf {
-    build_ctest("dlopen_loader", &["-Wl,--as-needed"])
+    build_c("dlopen_loader", &["-Wl,--as-needed"])
 }
 
 #[test]
@@ -107,7 +103,6 @@ fn preload_mode_misses_a_client_that_dlsyms_the_loader() {
         events(&recs, "build").is_empty() && events(&recs, "binary_query").is_empty(),
         "preload mode cannot see calls taken with dlsym(handle): {recs:#?}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -139,13 +134,12 @@ fn layer_mode_applies_the_policy_to_a_dlopen_client() {
         assert_eq!(q["action"], "substitute", "{q}");
         assert_eq!(q["result"], 0);
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn plain_c_program_under_the_layer() {
     let dir = scratch("layer-basic");
-    let bin = build_ctest("basic", &[]);
+    let bin = build_c("basic", &[]);
     let plain = launch(&bin, &[], PLAIN, &dir, &[]);
     let out = launch(&bin, &[], LAYER, &dir.join("t"), &[]);
     assert_eq!(stdout(&out), stdout(&plain));
@@ -155,14 +149,13 @@ fn plain_c_program_under_the_layer() {
     assert_eq!(builds.len(), 1, "{recs:#?}");
     assert_eq!(builds[0]["kernels"], serde_json::json!(["square"]));
     assert_eq!(events(&recs, "binary_query").len(), 2, "{recs:#?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn both_modes_at_once_record_each_call_once() {
     let dir = scratch("layer-both");
     // Linked to the loader (calls reach the preloaded symbols) ...
-    let basic = build_ctest("basic", &[]);
+    let basic = build_c("basic", &[]);
     launch(
         &basic,
         &[],
@@ -191,7 +184,6 @@ fn both_modes_at_once_record_each_call_once() {
         queries.iter().all(|q| q["action"] == "substitute"),
         "{recs:#?}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -234,7 +226,6 @@ fn pyopencl_wheel_under_the_layer() {
                 .is_some_and(|k| k.iter().any(|k| k == "clshim_layer_0"))),
         "the wheel's bundled loader ran the layer: {recs:#?}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Runs `program args` under `clshim run --binaries substitute` with `mode_args` (none:
@@ -256,11 +247,7 @@ fn clshim_run(
         .arg("--")
         .arg(program)
         .args(args);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CLSHIM_") || k == "LD_PRELOAD" || k == "OPENCL_LAYERS" {
-            cmd.env_remove(&k);
-        }
-    }
+    clear_shim_env(&mut cmd, &[]);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -333,13 +320,12 @@ fn both_doors_equal_one(
         queries.iter().all(|q| q["action"] == "substitute"),
         "{both_recs:#?}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
     both_recs
 }
 
 #[test]
 fn clshim_run_default_records_a_linked_client_once() {
-    let bin = build_ctest("basic", &[]);
+    let bin = build_c("basic", &[]);
     let recs = both_doors_equal_one("run-both-linked", "preload", &bin, &[], &|_| vec![]);
     assert_eq!(events(&recs, "build").len(), 1, "{recs:#?}");
     assert_eq!(events(&recs, "binary_query").len(), 2, "{recs:#?}");

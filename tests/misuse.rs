@@ -146,7 +146,6 @@ fn misuse_matrix_answers_as_without_clshim() {
             "{what}: the refused link is recorded without reading its inputs: {links:#?}"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The record of the one build-like call of `kind` in `trace`.
@@ -198,7 +197,6 @@ fn callbacks_that_release_rebuild_or_exit_on_pocl() {
     // The build whose callback calls exit() is recorded once, with the callback's status.
     let r = one_record(&dir.join("exit"), "build");
     assert_eq!(r["result"], 0, "{r}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The fake ICD calls back on another thread: before the call returns ("thread-before",
@@ -206,7 +204,7 @@ fn callbacks_that_release_rebuild_or_exit_on_pocl() {
 /// and after it ("thread", no delay: the callback races clshim's own bookkeeping).
 #[test]
 fn callbacks_releasing_on_driver_threads_fake_icd() {
-    let fake = fake_icd_in("fake-misuse");
+    let fake = fake_icd();
     let vendors = fake.vendors.to_str().unwrap().to_string();
     let dir = scratch("misuse-threads");
     for async_mode in ["thread-before", "thread"] {
@@ -229,7 +227,6 @@ fn callbacks_releasing_on_driver_threads_fake_icd() {
             "{async_mode}: {builds:#?}"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The same callbacks under memcheck: a use of the released program would show as an
@@ -237,7 +234,7 @@ fn callbacks_releasing_on_driver_threads_fake_icd() {
 /// release, and "thread-before" runs the callback on its own thread while the call waits.
 #[test]
 fn memcheck_callbacks_releasing_the_program() {
-    let fake = fake_icd_in("fake-misuse");
+    let fake = fake_icd();
     let dir = scratch("misuse-memcheck");
     for mode in ["release", "compile-release", "link-release"] {
         let mut cmd = Command::new("valgrind");
@@ -261,5 +258,4 @@ fn memcheck_callbacks_releasing_the_program() {
             if mode == "link-release" { 3 } else { 2 }
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,4 +1,5 @@
-//! pyopencl under the shim, on pocl's CPU driver: the seed issue's application.
+//! pyopencl under the shim, on pocl's CPU driver: the application whose binary cache makes pocl
+//! compile every kernel twice.
 //!
 //! Needs the Python environments that `scripts/test` creates: `.venv/current` (newest
 //! pyopencl, which no longer caches binaries on pocl) and `.venv/old` (pyopencl 2023.1,
@@ -80,11 +81,7 @@ fn run_small_kernel(
 /// Like common::run(cmd, true) (inherited CLSHIM_*, LD_PRELOAD and OPENCL_LAYERS are
 /// removed, the shim is preloaded), but sets `envs` after that clean-up.
 fn run_with_env(mut cmd: Command, envs: &[(&str, String)]) -> Output {
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CLSHIM_") || k == "LD_PRELOAD" || k == "OPENCL_LAYERS" {
-            cmd.env_remove(&k);
-        }
-    }
+    clear_shim_env(&mut cmd, &[]);
     for (k, v) in envs {
         cmd.env(k, v);
     }
@@ -92,17 +89,13 @@ fn run_with_env(mut cmd: Command, envs: &[(&str, String)]) -> Output {
     cmd.output().expect("spawn test command")
 }
 
-/// (scratch root, caches, trace folder of run 1, of run 2). Each test removes the root
-/// at its end, so only a failed test's folder stays for a look.
-fn dirs(tag: &str) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
+/// (scratch root, caches, trace folder of run 1, of run 2). The root goes when the test
+/// passes, so only a failed test's folder stays for a look.
+fn dirs(tag: &str) -> (Scratch, PathBuf, PathBuf, PathBuf) {
     let root = scratch(tag);
     let caches = root.join("caches");
-    (
-        root.clone(),
-        caches,
-        root.join("trace1"),
-        root.join("trace2"),
-    )
+    let (trace1, trace2) = (root.join("trace1"), root.join("trace2"));
+    (root, caches, trace1, trace2)
 }
 
 fn ok_builds(recs: &[Value]) -> Vec<&Value> {
@@ -129,7 +122,7 @@ fn brief(recs: &[Value]) -> String {
 /// trace (it no longer asks pocl for binaries, so there is no binary query to record).
 #[test]
 fn current_pyopencl_builds_are_traced() {
-    let (root, caches, trace, _) = dirs("py-current");
+    let (_root, caches, trace, _) = dirs("py-current");
     let r = run_small_kernel("current", &caches, &trace, None, "clshim_cur");
 
     let procs = events(&r.traces, "process");
@@ -162,7 +155,6 @@ fn current_pyopencl_builds_are_traced() {
         "pyopencl >= 2024.2.3 should not query binaries on pocl:\n{}",
         brief(&r.traces)
     );
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// (ii) pyopencl 2023.1 with CLSHIM_BINARIES=substitute: run 1 (cold) gets clshim
@@ -170,7 +162,7 @@ fn current_pyopencl_builds_are_traced() {
 /// cache folders) loads them, and the shim turns them back into a source build.
 #[test]
 fn old_pyopencl_substitute_round_trips_through_its_cache() {
-    let (root, caches, trace1, trace2) = dirs("py-substitute");
+    let (_root, caches, trace1, trace2) = dirs("py-substitute");
 
     let r1 = run_small_kernel("old", &caches, &trace1, Some("substitute"), "clshim_sub");
     let err1 = r1.stderr();
@@ -250,17 +242,16 @@ fn old_pyopencl_substitute_round_trips_through_its_cache() {
             );
         }
     }
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// (iii) pyopencl 2023.1 with CLSHIM_BINARIES=suppress: the binary query answers "no
 /// binary", so pyopencl caches an empty binary. Run 2 then fails to create a program
 /// from it (CL_INVALID_VALUE), warns "PyOpenCL compiler caching failed with an
 /// exception" and builds from source: correct, but noisy on every warm run. This is the
-/// documented cost of `suppress` (NOTES.md), and why `substitute` exists.
+/// documented cost of `suppress` (README, "The binary policies"), and why `substitute` exists.
 #[test]
 fn old_pyopencl_suppress_warns_and_rebuilds_on_warm_run() {
-    let (root, caches, trace1, trace2) = dirs("py-suppress");
+    let (_root, caches, trace1, trace2) = dirs("py-suppress");
 
     let r1 = run_small_kernel("old", &caches, &trace1, Some("suppress"), "clshim_sup");
     let queries = events(&r1.traces, "binary_query");
@@ -314,5 +305,4 @@ fn old_pyopencl_suppress_warns_and_rebuilds_on_warm_run() {
         "run 2: no rebuild from source:\n{}",
         brief(&r2.traces)
     );
-    let _ = std::fs::remove_dir_all(&root);
 }

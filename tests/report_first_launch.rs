@@ -4,38 +4,14 @@
 //! kernel name when the program is unknown; the footnote saying what the interval
 //! covers; the pocl hint only where first launches on pocl CPU devices dominate.
 
-// tests/common is shared and append-only here; its `run` trips this lint.
-#[allow(clippy::let_and_return)]
 mod common;
+
+use common::{gpu, pocl_cpu, report, s};
 
 use serde_json::{json, Value};
 use std::path::Path;
-use std::process::Output;
 
 const T0: f64 = 1_750_000_000.0;
-
-fn pocl_cpu() -> Value {
-    json!({"name": "cpu-haswell-AMD EPYC 7B13", "type": "CPU",
-           "platform": "Portable Computing Language", "vendor": "AuthenticAMD",
-           "driver": "3.1", "matched": true})
-}
-
-fn gpu() -> Value {
-    json!({"name": "NVIDIA H200", "type": "GPU", "platform": "NVIDIA CUDA",
-           "vendor": "NVIDIA Corporation", "driver": "560.35", "matched": false})
-}
-
-fn report(args: &[&str]) -> Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_clshim"))
-        .arg("report")
-        .args(args)
-        .output()
-        .expect("spawn clshim")
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 /// One rank's trace file.
 struct Rank {

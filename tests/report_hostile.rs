@@ -4,9 +4,9 @@
 //! different pid namespaces that share a pid. Each case must end quickly, skip what it
 //! cannot use with a reason, and report the rest.
 
-// tests/common is shared and append-only here; its `run` trips this lint.
-#[allow(clippy::let_and_return)]
 mod common;
+
+use common::s;
 
 use serde_json::{json, Value};
 use std::path::Path;
@@ -55,10 +55,6 @@ fn report(args: &[&str]) -> Output {
         stdout: to.join().unwrap(),
         stderr: te.join().unwrap(),
     }
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 fn process(pid: u64, rank: Option<i64>, instance: Option<&str>, ts: f64) -> Value {
@@ -119,6 +115,7 @@ fn fifo_and_device_links_are_skipped_not_read() {
     let fifo = d.join("clshim-evil-r1-p1.jsonl");
     let path = std::ffi::CString::new(s(&fifo)).unwrap();
     // SAFETY: a valid NUL-terminated path.
+    // SAFETY: `path` is a NUL-terminated C string that lives across the call.
     assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
     let zero = d.join("clshim-evil-r2-p2.jsonl");
     std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();

@@ -109,7 +109,8 @@ impl Venv {
 fn installed() -> &'static Venv {
     static VENV: OnceLock<Venv> = OnceLock::new();
     VENV.get_or_init(|| {
-        let dir = scratch("wheel-venv");
+        // Shared by every test of this binary: kept, never removed by one of them.
+        let dir = scratch("wheel-venv").keep();
         let venv = dir.join("venv");
         let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
         let out = Command::new(&python)
@@ -306,7 +307,6 @@ fn installed_run_records_the_pyopencl_workload() {
         .unwrap();
     ok(&out, "python -m clshim report");
     assert!(stdout(&out).contains("clshim_wheel_0"), "{}", stdout(&out));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A damaged install: the bundled library missing, then truncated. `clshim run` names
@@ -396,7 +396,6 @@ fn damaged_install_fails_before_the_command() {
         "{err}"
     );
     assert!(!marker.exists(), "the command ran");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The source distribution holds what building the wheel from it needs: the build
@@ -435,5 +434,4 @@ fn sdist_carries_the_backend_and_the_crate() {
         let path = format!("clshim-{version}/{f}");
         assert!(list.lines().any(|l| l == path), "{path} missing:\n{list}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,264 +1,21 @@
-//! Hardening: clshim inside long jobs must never hurt them. Concurrency (32 threads, real
-//! pocl and the fake ICD, every record written once, memory flat), fork without exec,
-//! every way out of a process, trace directories that fail, trace-file safety
-//! (no symlink following, owner-only permissions), and a memcheck run. The C side is
-//! tests/c/hardening.c; the fake driver is tests/fake_icd/fake_icd.c.
+//! Hardening of the trace files: trace directories that cannot be written, fill up or
+//! vanish, descriptors the application closes and reuses, two processes with one pid,
+//! directory names kept byte for byte, no symlink followed and owner-only permissions.
+//! The C side is tests/c/hardening.c; the fake driver is tests/fake_icd/fake_icd.c.
 
 mod common;
 
+use common::hardening::*;
 use common::*;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn probe() -> PathBuf {
-    build_c("hardening", &[])
-}
-
-/// `program` with the shim preloaded and tracing into `trace`, and nothing of the test's
-/// own CLSHIM_*, LD_PRELOAD or OPENCL_LAYERS.
-fn shim_command(program: impl AsRef<std::ffi::OsStr>, trace: &Path) -> Command {
-    let mut cmd = Command::new(program);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CLSHIM_") || k == "LD_PRELOAD" || k == "OPENCL_LAYERS" {
-            cmd.env_remove(&k);
-        }
-    }
-    cmd.env("LD_PRELOAD", shim_path())
-        .env("CLSHIM_TRACE_DIR", trace);
-    cmd
-}
-
-/// Runs the probe with the shim preloaded, tracing into `trace`, with `env` set after the
-/// test's own CLSHIM_* are removed; killed after `limit` seconds (a deadlock fails the
-/// test instead of hanging it).
-fn shimmed(args: &[&str], trace: &Path, env: &[(&str, &str)], limit: u32) -> Output {
-    let mut cmd = shim_command("timeout", trace);
-    cmd.arg(limit.to_string()).arg(probe()).args(args);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("spawn probe");
-    assert_ne!(
-        out.status.code(),
-        Some(124),
-        "{args:?} deadlocked (killed after {limit} s)"
-    );
-    out
-}
-
-fn ok(out: &Output, what: &str) {
-    assert!(
-        out.status.success(),
-        "{what}: {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        stdout(out),
-        stderr(out)
-    );
-}
-
-fn fake_env(fake: &FakeIcd) -> String {
-    fake.vendors.to_str().unwrap().to_string()
-}
-
-/// Every trace file of `dir` with its records (each line must parse).
-fn files(dir: &Path) -> Vec<(PathBuf, Vec<Value>)> {
-    let mut out = Vec::new();
-    let mut paths: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    paths.sort();
-    for p in paths {
-        let text = std::fs::read_to_string(&p).unwrap();
-        let recs = text
-            .lines()
-            .map(|l| {
-                serde_json::from_str(l)
-                    .unwrap_or_else(|e| panic!("{}: bad line ({e}): {l}", p.display()))
-            })
-            .collect();
-        out.push((p, recs));
-    }
-    out
-}
-
-fn rss(out: &Output) -> (i64, i64) {
-    let s = stdout(out);
-    let line = s
-        .lines()
-        .find_map(|l| l.strip_prefix("rss "))
-        .expect("rss line");
-    let v: Vec<i64> = line
-        .split_whitespace()
-        .map(|x| x.parse().unwrap())
-        .collect();
-    (v[0], v[1])
-}
-
-/// Every build and query issued is recorded exactly once: one `build` per program id,
-/// two `binary_query` records (sizes, binaries) per program.
-fn assert_complete(recs: &[Value], builds: usize) {
-    let b = events(recs, "build");
-    let q = events(recs, "binary_query");
-    assert_eq!(b.len(), builds, "build records");
-    assert_eq!(q.len(), 2 * builds, "binary_query records");
-    let ids: HashSet<u64> = b.iter().map(|r| r["program"].as_u64().unwrap()).collect();
-    assert_eq!(
-        ids.len(),
-        builds,
-        "one build record per program, none duplicated"
-    );
-    let tids: HashSet<u64> = b.iter().map(|r| r["tid"].as_u64().unwrap()).collect();
-    assert!(tids.len() > 1, "builds came from several threads");
-}
-
-#[test]
-fn thirty_two_threads_on_the_fake_icd_thousands_of_builds() {
-    let fake = fake_icd_in("fake-hardening");
-    let dir = scratch("stress-fake");
-    let vendors = fake_env(&fake);
-    let out = shimmed(
-        &["stress", "32", "100"],
-        &dir,
-        &[("OCL_ICD_VENDORS", &vendors), ("CLSHIM_SUMMARY", "0")],
-        120,
-    );
-    ok(&out, "stress on the fake ICD");
-    let f = files(&dir);
-    assert_eq!(f.len(), 1);
-    assert_complete(&f[0].1, 32 * 100 * 2);
-    let (first, last) = rss(&out);
-    // 3,200 more builds and 6,400 more records between the two samples.
-    assert!(
-        last - first < 1024,
-        "resident memory grew by {} KiB over 3,200 builds",
-        last - first
-    );
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[test]
-fn thirty_two_threads_on_pocl() {
-    let dir = scratch("stress-pocl");
-    let out = shimmed(
-        &["stress", "32", "2"],
-        &dir,
-        &[("CLSHIM_SUMMARY", "0")],
-        300,
-    );
-    ok(&out, "stress on pocl");
-    let f = files(&dir);
-    assert_eq!(f.len(), 1);
-    assert_complete(&f[0].1, 32 * 2 * 2);
-    let (first, last) = rss(&out);
-    // pocl's own resident memory moves by about 10 MiB between identical phases, with or
-    // without clshim; the fake-ICD test holds the precise bound.
-    assert!(
-        last - first < 32 * 1024,
-        "resident memory grew by {} KiB",
-        last - first
-    );
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[test]
-fn fork_while_another_thread_builds() {
-    let fake = fake_icd_in("fake-hardening");
-    let dir = scratch("fork-busy");
-    let vendors = fake_env(&fake);
-    let out = shimmed(
-        &["fork", "20"],
-        &dir,
-        &[("OCL_ICD_VENDORS", &vendors), ("FAKE_ICD_BUILD_MS", "2")],
-        120,
-    );
-    ok(&out, "fork while building");
-    assert!(stdout(&out).contains("parent done, 0 children failed"));
-    let f = files(&dir);
-    assert_eq!(f.len(), 21, "the parent's file and one per child");
-    let parent = f
-        .iter()
-        .find(|(_, r)| r[0]["ppid"] != Value::Null && r.len() > 5)
-        .map(|(_, r)| r[0]["pid"].clone());
-    let parent = parent.expect("parent file");
-    let children: Vec<_> = f.iter().filter(|(_, r)| r[0]["ppid"] == parent).collect();
-    assert_eq!(children.len(), 20, "each child wrote its own file");
-    let instances: HashSet<&Value> = f.iter().map(|(_, r)| &r[0]["instance"]).collect();
-    assert_eq!(
-        instances.len(),
-        21,
-        "a forked child is an instance of its own"
-    );
-    for (p, recs) in children {
-        assert_eq!(recs[0]["event"], "process", "{}", p.display());
-        assert_eq!(events(recs, "build").len(), 1, "{}", p.display());
-        assert!(
-            recs.iter().all(|r| r["pid"] == recs[0]["pid"]),
-            "only the child's own records"
-        );
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[test]
-fn fork_on_pocl_child_builds_and_traces() {
-    let dir = scratch("fork-pocl");
-    let out = shimmed(&["fork-idle"], &dir, &[], 120);
-    ok(&out, "fork-idle on pocl");
-    assert!(stdout(&out).contains("child 0 built, binary non-empty"));
-    let f = files(&dir);
-    assert_eq!(f.len(), 2);
-    for (_, recs) in &f {
-        assert_eq!(events(recs, "build").len(), 1);
-        assert_eq!(events(recs, "binary_query").len(), 2);
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[test]
-fn every_exit_path_keeps_every_completed_record() {
-    for (mode, summary) in [
-        ("normal", true),
-        ("thread", true),
-        ("_exit", false),
-        ("signal", false),
-    ] {
-        let dir = scratch("exit");
-        let out = shimmed(&["exit", mode, "2"], &dir, &[], 120);
-        if mode == "signal" {
-            assert_eq!(
-                out.status.signal(),
-                Some(libc_sigterm()),
-                "{mode}: dies of the signal"
-            );
-        } else {
-            ok(&out, mode);
-        }
-        let f = files(&dir);
-        assert_eq!(f.len(), 1, "{mode}");
-        let recs = &f[0].1;
-        assert_eq!(recs.len(), 1 + 2 + 4, "{mode}: header, 2 builds, 4 queries");
-        assert_eq!(
-            stderr(&out).contains("clshim: pid"),
-            summary,
-            "{mode}: summary only on exit paths that run exit handlers:\n{}",
-            stderr(&out)
-        );
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-}
-
-fn libc_sigterm() -> i32 {
-    15
-}
+use std::process::Command;
 
 #[test]
 fn unwritable_trace_directory_warns_once_and_the_run_goes_on() {
-    let out = shimmed(
+    let out = run_probe(
         &["exit", "normal", "2"],
         Path::new("/proc/clshim-no-such-dir/traces"),
         &[],
@@ -285,7 +42,7 @@ fn unwritable_trace_directory_warns_once_and_the_run_goes_on() {
 fn full_trace_file_system_warns_once_and_the_run_goes_on() {
     // A file-size limit stands in for a full disk: the trace file's writes fail (EFBIG)
     // after the first kilobyte. The fake ICD writes no files of its own, unlike pocl.
-    let fake = fake_icd_in("fake-hardening");
+    let fake = fake_icd();
     let dir = scratch("full");
     let script = format!(
         "ulimit -f 2; trap '' XFSZ; exec {} exit normal 40",
@@ -309,7 +66,6 @@ fn full_trace_file_system_warns_once_and_the_run_goes_on() {
         .map(|e| e.unwrap().metadata().unwrap().len())
         .sum::<u64>();
     assert!(size <= 2048, "the limit held: {size} bytes");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -345,20 +101,19 @@ fn trace_directory_removed_mid_run_warns_once() {
     );
     assert!(err.contains("was removed"), "{err}");
     assert!(err.contains("2 builds"), "summary still printed:\n{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn descriptor_closed_and_reused_by_the_application_gets_no_record() {
     // The fake ICD holds no descriptors of its own, so the probe may close them all.
-    let fake = fake_icd_in("fake-hardening");
+    let fake = fake_icd();
     let dir = scratch("reuse-fd");
     let trace = dir.join("t");
     let own = dir.join("own.txt");
-    let out = shimmed(
+    let out = run_probe(
         &["reuse-fd", own.to_str().unwrap()],
         &trace,
-        &[("OCL_ICD_VENDORS", &fake_env(&fake))],
+        &[("OCL_ICD_VENDORS", &fake_env(fake))],
         120,
     );
     ok(&out, "reuse-fd");
@@ -377,7 +132,6 @@ fn descriptor_closed_and_reused_by_the_application_gets_no_record() {
     assert_eq!(f.len(), 1);
     assert_eq!(f[0].1.len(), 1 + 2 + 4, "{:#?}", f[0].1);
     assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Two processes with the same pid on one host, writing into one directory: with pid
@@ -385,7 +139,7 @@ fn descriptor_closed_and_reused_by_the_application_gets_no_record() {
 /// record carries its process's instance, so the report can tell them apart.
 #[test]
 fn same_pid_in_two_pid_namespaces_gets_two_files_and_two_instances() {
-    let fake = fake_icd_in("fake-hardening");
+    let fake = fake_icd();
     let dir = scratch("pidns");
     let probe = probe();
     let ns = |trace: &Path| {
@@ -445,7 +199,6 @@ fn same_pid_in_two_pid_namespaces_gets_two_files_and_two_instances() {
             "both were pid 1: {f:#?}"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Trace directory names are bytes: one with a non-UTF-8 byte and a trailing space is
@@ -455,7 +208,7 @@ fn same_pid_in_two_pid_namespaces_gets_two_files_and_two_instances() {
 fn trace_directory_names_are_kept_byte_for_byte() {
     use std::ffi::OsStr;
     use std::os::unix::ffi::OsStrExt;
-    let fake = fake_icd_in("fake-hardening");
+    let fake = fake_icd();
     let dir = scratch("dir-bytes");
     let name = OsStr::from_bytes(b"traces \xff ");
     let exact = dir.join(name);
@@ -505,7 +258,6 @@ fn trace_directory_names_are_kept_byte_for_byte() {
         );
         std::fs::remove_dir_all(&exact).unwrap();
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn hostname() -> String {
@@ -573,7 +325,7 @@ fn trace_files_follow_no_symlink_and_are_owner_only() {
 
     // CLSHIM_TRACE_MODE widens it on request.
     let wide = dir.join("wide");
-    let out = shimmed(
+    let out = run_probe(
         &["exit", "normal", "1"],
         &wide,
         &[("CLSHIM_TRACE_MODE", "0640")],
@@ -585,57 +337,4 @@ fn trace_files_follow_no_symlink_and_are_owner_only() {
         std::fs::metadata(&f[0].0).unwrap().permissions().mode() & 0o777,
         0o640
     );
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[test]
-fn memcheck_finds_no_invalid_access_in_clshim() {
-    if Command::new("valgrind").arg("--version").output().is_err() {
-        panic!("valgrind is missing: scripts/test installs it");
-    }
-    let fake = fake_icd_in("fake-hardening");
-    let client = build_ctest("fake_client", &["-lpthread"]);
-    let dir = scratch("memcheck");
-    let mut cmd = shim_command("valgrind", &dir);
-    cmd.args([
-        "--tool=memcheck",
-        "--error-exitcode=99",
-        "--leak-check=no",
-        "--track-origins=no",
-    ])
-    .arg(&client)
-    .args([
-        "build",
-        "build-async",
-        "compile",
-        "link",
-        "sizes-only",
-        "sizes",
-        "binaries",
-        "load",
-        "kernels",
-    ]);
-    cmd.env("OCL_ICD_VENDORS", &fake.vendors)
-        .env("FAKE_ICD_DEVICES", "2")
-        .env("FAKE_ICD_ASYNC", "thread")
-        .env("CLSHIM_DEVICES", "all")
-        .env("CLSHIM_BINARIES", "substitute");
-    let out = cmd.output().unwrap();
-    let err = stderr(&out);
-    assert!(
-        !err.contains("Invalid read") && !err.contains("Invalid write"),
-        "memcheck:\n{err}"
-    );
-    assert_ne!(
-        out.status.code(),
-        Some(99),
-        "memcheck reported errors:\n{err}"
-    );
-    assert!(out.status.success(), "{:?}\n{err}", out.status);
-    assert!(
-        stdout(&out).contains("build: CL_SUCCESS"),
-        "{}",
-        stdout(&out)
-    );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,0 +1,216 @@
+//! Hardening of the processes clshim lives in: concurrency (32 threads, real pocl and the
+//! fake driver, every record written once, memory flat), fork without exec, every way
+//! out of a process, and a memcheck run. The C side is tests/c/hardening.c; the fake
+//! driver is tests/fake_icd/fake_icd.c.
+
+mod common;
+
+use common::hardening::*;
+use common::*;
+use serde_json::Value;
+use std::collections::HashSet;
+use std::os::unix::process::ExitStatusExt;
+use std::process::Command;
+
+/// Every build and query issued is recorded exactly once: one `build` per program id,
+/// two `binary_query` records (sizes, binaries) per program.
+fn assert_complete(recs: &[Value], builds: usize) {
+    let b = events(recs, "build");
+    let q = events(recs, "binary_query");
+    assert_eq!(b.len(), builds, "build records");
+    assert_eq!(q.len(), 2 * builds, "binary_query records");
+    let ids: HashSet<u64> = b.iter().map(|r| r["program"].as_u64().unwrap()).collect();
+    assert_eq!(
+        ids.len(),
+        builds,
+        "one build record per program, none duplicated"
+    );
+    let tids: HashSet<u64> = b.iter().map(|r| r["tid"].as_u64().unwrap()).collect();
+    assert!(tids.len() > 1, "builds came from several threads");
+}
+
+#[test]
+fn thirty_two_threads_on_the_fake_icd_thousands_of_builds() {
+    let fake = fake_icd();
+    let dir = scratch("stress-fake");
+    let vendors = fake_env(fake);
+    let out = run_probe(
+        &["stress", "32", "100"],
+        &dir,
+        &[("OCL_ICD_VENDORS", &vendors), ("CLSHIM_SUMMARY", "0")],
+        120,
+    );
+    ok(&out, "stress on the fake ICD");
+    let f = files(&dir);
+    assert_eq!(f.len(), 1);
+    assert_complete(&f[0].1, 32 * 100 * 2);
+    let (first, last) = rss(&out);
+    // 3,200 more builds and 6,400 more records between the two samples.
+    assert!(
+        last - first < 1024,
+        "resident memory grew by {} KiB over 3,200 builds",
+        last - first
+    );
+}
+
+#[test]
+fn thirty_two_threads_on_pocl() {
+    let dir = scratch("stress-pocl");
+    let out = run_probe(
+        &["stress", "32", "2"],
+        &dir,
+        &[("CLSHIM_SUMMARY", "0")],
+        300,
+    );
+    ok(&out, "stress on pocl");
+    let f = files(&dir);
+    assert_eq!(f.len(), 1);
+    assert_complete(&f[0].1, 32 * 2 * 2);
+    let (first, last) = rss(&out);
+    // pocl's own resident memory moves by about 10 MiB between identical phases, with or
+    // without clshim; the fake-ICD test holds the precise bound.
+    assert!(
+        last - first < 32 * 1024,
+        "resident memory grew by {} KiB",
+        last - first
+    );
+}
+
+#[test]
+fn fork_while_another_thread_builds() {
+    let fake = fake_icd();
+    let dir = scratch("fork-busy");
+    let vendors = fake_env(fake);
+    let out = run_probe(
+        &["fork", "20"],
+        &dir,
+        &[("OCL_ICD_VENDORS", &vendors), ("FAKE_ICD_BUILD_MS", "2")],
+        120,
+    );
+    ok(&out, "fork while building");
+    assert!(stdout(&out).contains("parent done, 0 children failed"));
+    let f = files(&dir);
+    assert_eq!(f.len(), 21, "the parent's file and one per child");
+    let parent = f
+        .iter()
+        .find(|(_, r)| r[0]["ppid"] != Value::Null && r.len() > 5)
+        .map(|(_, r)| r[0]["pid"].clone());
+    let parent = parent.expect("parent file");
+    let children: Vec<_> = f.iter().filter(|(_, r)| r[0]["ppid"] == parent).collect();
+    assert_eq!(children.len(), 20, "each child wrote its own file");
+    let instances: HashSet<&Value> = f.iter().map(|(_, r)| &r[0]["instance"]).collect();
+    assert_eq!(
+        instances.len(),
+        21,
+        "a forked child is an instance of its own"
+    );
+    for (p, recs) in children {
+        assert_eq!(recs[0]["event"], "process", "{}", p.display());
+        assert_eq!(events(recs, "build").len(), 1, "{}", p.display());
+        assert!(
+            recs.iter().all(|r| r["pid"] == recs[0]["pid"]),
+            "only the child's own records"
+        );
+    }
+}
+
+#[test]
+fn fork_on_pocl_child_builds_and_traces() {
+    let dir = scratch("fork-pocl");
+    let out = run_probe(&["fork-idle"], &dir, &[], 120);
+    ok(&out, "fork-idle on pocl");
+    assert!(stdout(&out).contains("child 0 built, binary non-empty"));
+    let f = files(&dir);
+    assert_eq!(f.len(), 2);
+    for (_, recs) in &f {
+        assert_eq!(events(recs, "build").len(), 1);
+        assert_eq!(events(recs, "binary_query").len(), 2);
+    }
+}
+
+#[test]
+fn every_exit_path_keeps_every_completed_record() {
+    for (mode, summary) in [
+        ("normal", true),
+        ("thread", true),
+        ("_exit", false),
+        ("signal", false),
+    ] {
+        let dir = scratch("exit");
+        let out = run_probe(&["exit", mode, "2"], &dir, &[], 120);
+        if mode == "signal" {
+            assert_eq!(
+                out.status.signal(),
+                Some(libc_sigterm()),
+                "{mode}: dies of the signal"
+            );
+        } else {
+            ok(&out, mode);
+        }
+        let f = files(&dir);
+        assert_eq!(f.len(), 1, "{mode}");
+        let recs = &f[0].1;
+        assert_eq!(recs.len(), 1 + 2 + 4, "{mode}: header, 2 builds, 4 queries");
+        assert_eq!(
+            stderr(&out).contains("clshim: pid"),
+            summary,
+            "{mode}: summary only on exit paths that run exit handlers:\n{}",
+            stderr(&out)
+        );
+    }
+}
+
+fn libc_sigterm() -> i32 {
+    15
+}
+
+#[test]
+fn memcheck_finds_no_invalid_access_in_clshim() {
+    if Command::new("valgrind").arg("--version").output().is_err() {
+        panic!("valgrind is missing: scripts/test installs it");
+    }
+    let fake = fake_icd();
+    let client = build_c("fake_client", &["-lpthread"]);
+    let dir = scratch("memcheck");
+    let mut cmd = shim_command("valgrind", &dir);
+    cmd.args([
+        "--tool=memcheck",
+        "--error-exitcode=99",
+        "--leak-check=no",
+        "--track-origins=no",
+    ])
+    .arg(&client)
+    .args([
+        "build",
+        "build-async",
+        "compile",
+        "link",
+        "sizes-only",
+        "sizes",
+        "binaries",
+        "load",
+        "kernels",
+    ]);
+    cmd.env("OCL_ICD_VENDORS", &fake.vendors)
+        .env("FAKE_ICD_DEVICES", "2")
+        .env("FAKE_ICD_ASYNC", "thread")
+        .env("CLSHIM_DEVICES", "all")
+        .env("CLSHIM_BINARIES", "substitute");
+    let out = cmd.output().unwrap();
+    let err = stderr(&out);
+    assert!(
+        !err.contains("Invalid read") && !err.contains("Invalid write"),
+        "memcheck:\n{err}"
+    );
+    assert_ne!(
+        out.status.code(),
+        Some(99),
+        "memcheck reported errors:\n{err}"
+    );
+    assert!(out.status.success(), "{:?}\n{err}", out.status);
+    assert!(
+        stdout(&out).contains("build: CL_SUCCESS"),
+        "{}",
+        stdout(&out)
+    );
+}
