@@ -31,20 +31,35 @@ fn run_client(
     env: &[(&str, PathBuf)],
     trace: Option<&Path>,
 ) -> Output {
+    let out = run_policy(program, args, env, trace, "substitute");
+    assert!(
+        out.status.success(),
+        "{} {args:?} (clshim: {}) failed: {:?}\nstdout:\n{}\nstderr:\n{}",
+        program.display(),
+        trace.is_some(),
+        out.status,
+        stdout(&out),
+        stderr(&out)
+    );
+    out
+}
+
+/// `run_client` with `--binaries POLICY`, whatever the program's exit status.
+fn run_policy(
+    program: &Path,
+    args: &[&str],
+    env: &[(&str, PathBuf)],
+    trace: Option<&Path>,
+    policy: &str,
+) -> Output {
     let mut cmd = match trace {
         Some(t) => {
             shim_path(); // a fresh target/<profile>/libclshim.so beside the clshim executable
             let mut c = Command::new(env!("CARGO_BIN_EXE_clshim"));
-            c.args([
-                "run",
-                "--binaries",
-                "substitute",
-                "--no-summary",
-                "--trace-dir",
-            ])
-            .arg(t)
-            .arg("--")
-            .arg(program);
+            c.args(["run", "--binaries", policy, "--no-summary", "--trace-dir"])
+                .arg(t)
+                .arg("--")
+                .arg(program);
             c
         }
         None => Command::new(program),
@@ -56,17 +71,7 @@ fn run_client(
     if std::env::var_os("OCL_ICD_VENDORS").is_none() && Path::new("/etc/OpenCL/vendors").is_dir() {
         cmd.env("OCL_ICD_VENDORS", "/etc/OpenCL/vendors");
     }
-    let out = run(cmd, false); // removes CLSHIM_*, LD_PRELOAD, OPENCL_LAYERS
-    assert!(
-        out.status.success(),
-        "{} {args:?} (clshim: {}) failed: {:?}\nstdout:\n{}\nstderr:\n{}",
-        program.display(),
-        trace.is_some(),
-        out.status,
-        stdout(&out),
-        stderr(&out)
-    );
-    out
+    run(cmd, false) // removes CLSHIM_*, LD_PRELOAD, OPENCL_LAYERS
 }
 
 /// Asserts that a run under clshim printed exactly what the run without clshim printed,
@@ -360,6 +365,48 @@ fn clblast_in_memory_binary_cache() {
     assert_eq!(
         hashes[0], hashes[1],
         "cold and warm runs build the same source"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `suppress` breaks CLBlast, which `substitute` exists to avoid: CLBlast stores the empty
+/// binary that `suppress` answers in its in-memory cache, and in the second context its
+/// `clCreateProgramWithBinary` of that empty binary fails with `CL_INVALID_VALUE` (the
+/// driver's answer: clshim asks it first). CLBlast does not fall back to source: the SGEMM
+/// call fails with that error. The first context's result is still right.
+#[test]
+fn clblast_under_suppress_fails_in_second_context() {
+    let prog = build_c_custom("clblast_sgemm", "clblast_sgemm", &["-lclblast", "-lOpenCL"]);
+    let dir = scratch("clblast-suppress");
+    let env = vec![("POCL_CACHE_DIR", dir.join("pocl"))];
+    let plain = run_client(&prog, &[], &env, None);
+    let trace = dir.join("trace");
+    let out = run_policy(&prog, &[], &env, Some(&trace), "suppress");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the driver exits 1 when CLBlast fails: {out:?}"
+    );
+    let first = stdout(&plain).lines().next().unwrap().to_string();
+    assert_eq!(stdout(&out), format!("{first}\nFAILED CLBlastSgemm -30\n"));
+    assert_eq!(
+        stderr(&out),
+        "CLBlast: OpenCL error: clCreateProgramWithBinary: -30\nCLBlastSgemm failed: -30\n"
+    );
+    let recs = checked_traces(&trace);
+    let expected: Vec<String> = [
+        "build clBuildProgram - - source CL_SUCCESS",
+        "binary_query clGetProgramInfo CL_PROGRAM_BINARY_SIZES suppress - CL_SUCCESS",
+        "binary_query clGetProgramInfo CL_PROGRAM_BINARIES suppress - CL_SUCCESS",
+        "binary_load clCreateProgramWithBinary - forward - CL_INVALID_VALUE",
+    ]
+    .iter()
+    .map(|s| line(s))
+    .collect();
+    assert_eq!(brief(&recs), expected, "{recs:#?}");
+    assert_eq!(
+        events(&recs, "binary_query")[0]["sizes"],
+        serde_json::json!([0])
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
