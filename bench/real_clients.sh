@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Real clients benchmark: OpenCL software not written here (hashcat, CLBlast, clFFT; the
-# same three tests/real_clients.rs checks), each started on cold caches then again on the
+# Real clients benchmark: OpenCL software not written here (hashcat, CLBlast, clFFT,
+# Boost.Compute; the same four tests/real_clients.rs checks), each started on cold caches then again on the
 # same warm caches, without clshim, under `clshim run --binaries pass` and under
 # `--binaries substitute`. Every cold run gets fresh caches (the client's own and pocl's
 # POCL_CACHE_DIR) under bench/out/real-clients/. Prints one row per client and
@@ -25,11 +25,11 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --repeat) repeat="$2"; shift 2 ;;
         --repeat=*) repeat="${1#*=}"; shift ;;
-        hashcat|clblast|clfft) clients+=("$1"); shift ;;
-        *) die "usage: bench/real_clients.sh [--repeat N] [hashcat] [clblast] [clfft]" ;;
+        hashcat|clblast|clfft|boost) clients+=("$1"); shift ;;
+        *) die "usage: bench/real_clients.sh [--repeat N] [hashcat] [clblast] [clfft] [boost]" ;;
     esac
 done
-[ "${#clients[@]}" -gt 0 ] || clients=(hashcat clblast clfft)
+[ "${#clients[@]}" -gt 0 ] || clients=(hashcat clblast clfft boost)
 
 ensure_system_packages
 ensure_cargo
@@ -41,6 +41,8 @@ rm -rf "$out"
 mkdir -p "$out/bin"
 cc -O1 -Wall -DCL_TARGET_OPENCL_VERSION=300 -o "$out/bin/clblast_sgemm" tests/c/clblast_sgemm.c -lclblast -lOpenCL
 cc -O1 -Wall -DCL_TARGET_OPENCL_VERSION=300 -o "$out/bin/clfft_forward" tests/c/clfft_forward.c -lclFFT -lOpenCL
+c++ -O1 -Wall -DBOOST_BIND_GLOBAL_PLACEHOLDERS -DCL_TARGET_OPENCL_VERSION=120 \
+    -o "$out/bin/boost_compute_transform" tests/c/boost_compute_transform.cpp -lOpenCL -lboost_filesystem
 
 # client_cmd CLIENT CONFIG DIR: sets the environment of a run with its caches under DIR
 # and fills the array `cmd`.
@@ -62,6 +64,9 @@ client_cmd() {
                 mkdir -p "$d/clfft"; export CLFFT_CACHE_PATH="$d/clfft"
             fi
             cmd=("$out/bin/clfft_forward") ;;
+        boost)
+            export HOME="$d/home" # the offline cache is $HOME/.boost_compute
+            cmd=("$out/bin/boost_compute_transform") ;;
     esac
 }
 
@@ -99,7 +104,8 @@ print(r["binary_query_share"], r["binary_query_seconds"], r["build_seconds"])')
     done
 }
 
-log "pocl: $(dpkg-query -W -f '${Version}' pocl-opencl-icd), hashcat $(dpkg-query -W -f '${Version}' hashcat), CLBlast $(dpkg-query -W -f '${Version}' libclblast-dev), clFFT $(dpkg-query -W -f '${Version}' libclfft-dev); clshim $(git rev-parse --short HEAD)"
+v() { dpkg-query -W -f '${Version}' "$1"; }
+log "pocl $(v pocl-opencl-icd), hashcat $(v hashcat), CLBlast $(v libclblast-dev), clFFT $(v libclfft-dev), Boost $(v libboost-dev); clshim $(git rev-parse --short HEAD)"
 for rep in $(seq 1 "$repeat"); do
     for client in "${clients[@]}"; do
         for config in none pass substitute; do

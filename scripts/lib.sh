@@ -19,6 +19,8 @@ CLSHIM_APT_PACKAGES=(
     hashcat              # a real client: dlopens the loader, compile + link, on-disk kernel cache
     libclblast-dev       # a real client: CLBlast, in-memory binary cache
     libclfft-dev         # a real client: clFFT, on-disk binary cache (CLFFT_CACHE_PATH)
+    libboost-dev         # a real client: Boost.Compute (header-only), offline binary cache
+    libboost-filesystem-dev  # ... which that cache needs
 )
 
 # Requirement strings of the two Python environments under .venv/.

@@ -1,5 +1,5 @@
 //! OpenCL software not written here, under `clshim run --binaries substitute` on pocl's
-//! CPU device: three clients that cache program binaries, each in its own way.
+//! CPU device: four clients that cache program binaries, each in its own way.
 //!
 //! - hashcat (Debian `hashcat`): `dlopen`s the loader, builds every kernel with
 //!   `clCompileProgram` + `clLinkProgram`, and keeps the linked programs' binaries in an
@@ -9,6 +9,9 @@
 //!   context of the same process loads from.
 //! - clFFT (Debian `libclfft-dev`, driven by tests/c/clfft_forward.c): links the loader,
 //!   builds generated source, and keeps the binary in an on-disk cache (`CLFFT_CACHE_PATH`).
+//! - Boost.Compute (Debian `libboost-dev`, header-only, driven by
+//!   tests/c/boost_compute_transform.cpp): links the loader, builds generated source, and
+//!   with `BOOST_COMPUTE_USE_OFFLINE_CACHE` keeps the binary in `$HOME/.boost_compute`.
 //!
 //! Each runs twice under clshim, on cold caches then on the same (now warm) caches, with
 //! every cache (the client's and pocl's `POCL_CACHE_DIR`) in a scratch folder. Each run's
@@ -479,6 +482,105 @@ fn clfft_disk_binary_cache() {
         "build clBuildProgram - - clshim-binary CL_SUCCESS",
         "binary_query clGetProgramInfo CL_PROGRAM_BINARY_SIZES substitute - CL_SUCCESS",
         "binary_query clGetProgramInfo CL_PROGRAM_BINARIES substitute - CL_SUCCESS",
+    ]
+    .iter()
+    .map(|s| line(s))
+    .collect();
+    assert_eq!(brief(&recs), expected, "warm run: {recs:#?}");
+    let load = events(&recs, "binary_load")[0];
+    assert_eq!(
+        load["source"]["hash"], build["source"]["hash"],
+        "the cold run's source"
+    );
+    let wbuild = events(&recs, "build")[0];
+    assert_eq!(wbuild["program"], load["program"]);
+    assert_eq!(wbuild["kernels"], build["kernels"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Compiles tests/c/boost_compute_transform.cpp (C++, header-only Boost.Compute plus
+/// boost_filesystem for its offline cache) into target/<profile>/ctests/ when it is stale.
+fn build_boost_compute_client() -> PathBuf {
+    let src = repo_root().join("tests/c/boost_compute_transform.cpp");
+    let dir = target_dir().join("ctests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("boost_compute_transform");
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    if mtime(&out).is_none() || mtime(&src) > mtime(&out) {
+        let tmp = dir.join(format!("boost_compute_transform.tmp{}", std::process::id()));
+        let status = Command::new("c++")
+            .args([
+                "-O1",
+                "-Wall",
+                "-DBOOST_BIND_GLOBAL_PLACEHOLDERS",
+                "-DCL_TARGET_OPENCL_VERSION=120",
+                "-o",
+            ])
+            .arg(&tmp)
+            .arg(&src)
+            .args(["-lOpenCL", "-lboost_filesystem"])
+            .status()
+            .expect("run c++");
+        assert!(status.success(), "compiling {} failed", src.display());
+        std::fs::rename(&tmp, &out).unwrap();
+    }
+    out
+}
+
+/// Boost.Compute's `transform` of 1024 integers through tests/c/boost_compute_transform.cpp,
+/// with Boost.Compute's offline cache on. The cold run builds the generated kernel from
+/// source, then Boost.Compute reads the program's binary (SIZES, BINARIES) and writes it to
+/// `$HOME/.boost_compute`: under `substitute` a clshim binary, so pocl never compiles the
+/// generic kernel. The warm run loads it and builds it; clshim rebuilds the program from the
+/// source it carries, which pocl's kernel cache serves.
+#[test]
+fn boost_compute_offline_cache() {
+    let prog = build_boost_compute_client();
+    let dir = scratch("boost-compute");
+    let env_for = |name: &str| {
+        let d = dir.join(name);
+        vec![("HOME", d.join("home")), ("POCL_CACHE_DIR", d.join("pocl"))]
+    };
+    let plain_cold = run_client(&prog, &[], &env_for("plain"), None);
+    let plain_warm = run_client(&prog, &[], &env_for("plain"), None);
+    let (t_cold, t_warm) = (dir.join("trace-cold"), dir.join("trace-warm"));
+    let cold = run_client(&prog, &[], &env_for("shim"), Some(&t_cold));
+    let warm = run_client(&prog, &[], &env_for("shim"), Some(&t_warm));
+    assert_eq!(
+        stdout(&plain_cold),
+        "transform n=1024 y[0]=1 y[96]=289 y[1023]=160 sum=144997\n",
+        "y = 3x + 1 for x = i % 97"
+    );
+    assert_same_output("cold", &cold, &plain_cold);
+    assert_same_output("warm", &warm, &plain_warm);
+    assert_eq!(stdout(&plain_warm), stdout(&plain_cold));
+
+    let recs = records(&t_cold, "preload");
+    let expected: Vec<String> = [
+        "build clBuildProgram - - source CL_SUCCESS",
+        "binary_query clGetProgramInfo CL_PROGRAM_BINARY_SIZES substitute - CL_SUCCESS",
+        "binary_query clGetProgramInfo CL_PROGRAM_BINARIES substitute - CL_SUCCESS",
+    ]
+    .iter()
+    .map(|s| line(s))
+    .collect();
+    assert_eq!(brief(&recs), expected, "cold run: {recs:#?}");
+    let build = events(&recs, "build")[0].clone();
+    assert!(!build["kernels"].as_array().unwrap().is_empty(), "{build}");
+
+    // The offline cache: one `kernel` file (a length, then the binary) per program.
+    let cached = files_under(&dir.join("shim/home/.boost_compute"));
+    assert_eq!(cached.len(), 1, "Boost.Compute's offline cache: {cached:?}");
+    assert!(
+        contains(&std::fs::read(&cached[0]).unwrap(), b"CLSHIMB\0"),
+        "{} holds a clshim binary",
+        cached[0].display()
+    );
+
+    let recs = records(&t_warm, "preload");
+    let expected: Vec<String> = [
+        "binary_load clCreateProgramWithBinary - substitute clshim-binary CL_SUCCESS",
+        "build clBuildProgram - - clshim-binary CL_SUCCESS",
     ]
     .iter()
     .map(|s| line(s))
