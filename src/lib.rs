@@ -10,6 +10,7 @@ pub mod builds;
 pub mod cl;
 pub mod config;
 pub mod container;
+pub mod controls;
 pub mod devices;
 pub mod dispatch;
 pub mod guard;

@@ -25,7 +25,11 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
         Ok(cli::Command::Help) => {
-            print!("{}", cli::USAGE);
+            print!("{}", cli::usage_text());
+            ExitCode::SUCCESS
+        }
+        Ok(cli::Command::ControlsTable) => {
+            print!("{}", clshim::controls::readme_table());
             ExitCode::SUCCESS
         }
         Ok(cli::Command::Version) => {
