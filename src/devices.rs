@@ -142,6 +142,15 @@ impl DeviceCache {
     }
 }
 
+/// The devices of a record, as its `devices` field: each one's facts, or null where the
+/// device could not be queried.
+pub fn devices_json(filter: DeviceFilter, facts: &[Option<Arc<DeviceFacts>>]) -> Vec<Value> {
+    facts
+        .iter()
+        .map(|f| f.as_ref().map(|f| f.to_json(filter)).unwrap_or(Value::Null))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

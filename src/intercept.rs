@@ -3,11 +3,11 @@
 //! entry first, so that whatever goes wrong inside clshim afterwards (no state, a panic, a
 //! nested call) the call is still forwarded unchanged, and exactly once.
 
+use crate::binary_load;
 use crate::builds::{self, Pending};
 use crate::cl::*;
 use crate::dispatch::{slot, Route};
 use crate::guard::{self, catch};
-use crate::hash::Fnv1a;
 use crate::policy;
 use crate::programs::Origin;
 use crate::record::EventKind;
@@ -249,7 +249,7 @@ pub unsafe fn create_program_with_binary(
         return forward();
     };
     match runtime::get(route) {
-        Some(rt) => policy::create_with_binary(
+        Some(rt) => binary_load::create_with_binary(
             rt,
             route,
             real,
@@ -265,15 +265,14 @@ pub unsafe fn create_program_with_binary(
     }
 }
 
-/// The hash and length of the source strings as OpenCL defines them (a length of 0, or no
-/// lengths array, means NUL-terminated).
-unsafe fn source_identity(
+/// The source strings as OpenCL defines them (a length of 0, or no lengths array, means
+/// NUL-terminated).
+unsafe fn source_parts<'a>(
     count: cl_uint,
     strings: *const *const c_char,
     lengths: *const usize,
-) -> (u64, usize) {
-    let mut h = Fnv1a::default();
-    let mut total = 0;
+) -> Vec<&'a [u8]> {
+    let mut parts = Vec::with_capacity(count as usize);
     for i in 0..count as usize {
         let s = *strings.add(i);
         if s.is_null() {
@@ -287,10 +286,9 @@ unsafe fn source_identity(
         if len > isize::MAX as usize {
             continue; // no slice can be that long; the implementation took it all the same
         }
-        h.update(std::slice::from_raw_parts(s as *const u8, len));
-        total += len;
+        parts.push(std::slice::from_raw_parts(s as *const u8, len));
     }
-    (h.finish(), total)
+    parts
 }
 
 /// # Safety
@@ -312,20 +310,20 @@ pub unsafe fn create_program_with_source(
     let program = real(context, count, strings, lengths, errcode_ret);
     if !strings.is_null() {
         register_created(route, program, Origin::Source, || {
-            source_identity(count, strings, lengths)
+            source_parts(count, strings, lengths)
         });
     }
     program
 }
 
 /// Enters a program the implementation just made into the registry, with the hash and
-/// length `identity` computes of what it was made from. Never disturbs the call: nothing
+/// length of the parts `made_from` gives (what it was made from). Never disturbs the call: nothing
 /// happens for a failed creation, a nested call or an internal failure.
-unsafe fn register_created(
+unsafe fn register_created<'a>(
     route: Route,
     program: cl_program,
     origin: Origin,
-    identity: impl FnOnce() -> (u64, usize),
+    made_from: impl FnOnce() -> Vec<&'a [u8]>,
 ) {
     if program.is_null() {
         return;
@@ -333,8 +331,7 @@ unsafe fn register_created(
     if let Some(_inside) = guard::enter() {
         if let Some(rt) = runtime::get(route) {
             catch(|| {
-                let (hash, len) = identity();
-                rt.programs.created(program, origin, Some(hash), Some(len));
+                rt.programs.made_from(program, origin, &made_from());
             });
         }
     }
@@ -357,8 +354,7 @@ pub unsafe fn create_program_with_il(
     let program = real(context, il, length, errcode_ret);
     if !il.is_null() && length <= isize::MAX as usize {
         register_created(route, program, Origin::Il, || {
-            let bytes = std::slice::from_raw_parts(il as *const u8, length);
-            (crate::hash::fnv1a64(bytes), length)
+            vec![std::slice::from_raw_parts(il as *const u8, length)]
         });
     }
     program

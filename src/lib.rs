@@ -2,10 +2,13 @@
 //! and MPI rank, and can answer binary queries on pocl's CPU driver without the second
 //! compile they cost there. The C entry points (`preload`, `layer`) are thin; the logic
 //! lives in `intercept` (one path for both modes), `builds` (timing, callbacks), `policy`
-//! (binary answers), `launches` (first kernel launches), `record` and `trace_file`
-//! (output), `config`, `devices`, `programs` and `dispatch` (where calls go). The `clshim`
-//! command reuses nothing but the schema.
+//! (answering binary queries), `binary_load` (taking clshim binaries back, `container`
+//! their format), `launches` (first kernel launches), `record` and `trace_file` (output),
+//! `controls` and `config` (the user's choices), `devices`, `programs` and `dispatch`
+//! (where calls go). The `clshim` command reuses `controls` (its options are the
+//! library's controls).
 
+pub mod binary_load;
 pub mod builds;
 pub mod cl;
 pub mod config;

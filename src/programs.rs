@@ -100,6 +100,18 @@ impl Registry {
         info
     }
 
+    /// Records a newly created program with the hash and total length of what it was made
+    /// from (source strings, IL, binaries as given, the source a clshim binary carried):
+    /// every creation entry point registers its program through here.
+    pub fn made_from(&self, program: cl_program, origin: Origin, parts: &[&[u8]]) -> ProgramInfo {
+        let mut h = crate::hash::Fnv1a::default();
+        for p in parts {
+            h.update(p);
+        }
+        let len = parts.iter().map(|p| p.len()).sum();
+        self.created(program, origin, Some(h.finish()), Some(len))
+    }
+
     /// The program's entry, making an `Unknown` one on first sight.
     pub fn lookup(&self, program: cl_program) -> ProgramInfo {
         let mut inner = self.inner.lock();
