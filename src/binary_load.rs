@@ -40,31 +40,37 @@ impl LoadArgs {
         lengths: *const usize,
         binaries: *const *const u8,
     ) -> Option<LoadArgs> {
-        if num_devices == 0 || device_list.is_null() || lengths.is_null() || binaries.is_null() {
-            return None;
+        // SAFETY: this function's contract: The application's arguments; the implementation
+        // must have answered the call with success or `CL_INVALID_BINARY` (so `context` is
+        // a valid context).
+        unsafe {
+            if num_devices == 0 || device_list.is_null() || lengths.is_null() || binaries.is_null()
+            {
+                return None;
+            }
+            let context_devices = query::context_devices(route, context)?;
+            let n = num_devices as usize;
+            // More devices than the context has cannot all be distinct devices of it; the
+            // arrays are not read beyond that.
+            if n > context_devices.len() {
+                return None;
+            }
+            let devices = std::slice::from_raw_parts(device_list, n).to_vec();
+            let lengths = std::slice::from_raw_parts(lengths, n).to_vec();
+            let binaries = std::slice::from_raw_parts(binaries, n).to_vec();
+            let valid = devices
+                .iter()
+                .enumerate()
+                .all(|(i, d)| context_devices.contains(d) && !devices[..i].contains(d))
+                && lengths.iter().all(|&l| l > 0)
+                && binaries.iter().all(|b| !b.is_null());
+            valid.then_some(LoadArgs {
+                devices,
+                lengths,
+                binaries,
+                context_devices,
+            })
         }
-        let context_devices = query::context_devices(route, context)?;
-        let n = num_devices as usize;
-        // More devices than the context has cannot all be distinct devices of it; the
-        // arrays are not read beyond that.
-        if n > context_devices.len() {
-            return None;
-        }
-        let devices = std::slice::from_raw_parts(device_list, n).to_vec();
-        let lengths = std::slice::from_raw_parts(lengths, n).to_vec();
-        let binaries = std::slice::from_raw_parts(binaries, n).to_vec();
-        let valid = devices
-            .iter()
-            .enumerate()
-            .all(|(i, d)| context_devices.contains(d) && !devices[..i].contains(d))
-            && lengths.iter().all(|&l| l > 0)
-            && binaries.iter().all(|b| !b.is_null());
-        valid.then_some(LoadArgs {
-            devices,
-            lengths,
-            binaries,
-            context_devices,
-        })
     }
 
     fn any_clshim(&self) -> bool {
@@ -79,12 +85,17 @@ impl LoadArgs {
     /// The binaries as byte slices, for hashing what a program was made from: only after
     /// the implementation accepted them, and only lengths a slice can have.
     unsafe fn slices(&self) -> Vec<&[u8]> {
-        self.binaries
-            .iter()
-            .zip(&self.lengths)
-            .filter(|(_, &l)| l <= isize::MAX as usize)
-            .map(|(&b, &l)| std::slice::from_raw_parts(b, l))
-            .collect()
+        // SAFETY: `check` found every binary non-NULL, of non-zero length, and the
+        // implementation accepted them (the caller's contract), so each is readable for its
+        // length; no slice longer than isize::MAX is made.
+        unsafe {
+            self.binaries
+                .iter()
+                .zip(&self.lengths)
+                .filter(|(_, &l)| l <= isize::MAX as usize)
+                .map(|(&b, &l)| std::slice::from_raw_parts(b, l))
+                .collect()
+        }
     }
 }
 
@@ -105,6 +116,9 @@ fn check_clshim_binaries(
             // SAFETY: a device of the context (LoadArgs::check).
             match unsafe { rt.devices.get(route, device) } {
                 None => Err("the device could not be queried".to_string()),
+                // SAFETY: non-NULL and `len` bytes given to the implementation
+                // (LoadArgs::check);
+                // decode_raw reads the rest only if the header declares that length.
                 Some(f) => match unsafe { container::decode_raw(ptr, len, f.fingerprint()) } {
                     Err(why) => Err(why.to_string()),
                     Ok(src) => match source {
@@ -154,154 +168,158 @@ pub unsafe fn create_with_binary(
     binary_status: *mut cl_int,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
-    let start = Start::now();
-    let mut err = CL_SUCCESS;
-    let driver_program = real(
-        context,
-        num_devices,
-        device_list,
-        lengths,
-        binaries,
-        binary_status,
-        &mut err,
-    );
-    // Only a call whose arguments the implementation accepted can be read; a refusal for
-    // another reason than the binaries is the application's answer as it stands.
-    let args = if driver_program.is_null() && err != CL_INVALID_BINARY {
-        None
-    } else {
-        crate::guard::catch(|| {
-            LoadArgs::check(route, context, num_devices, device_list, lengths, binaries)
-        })
-        .flatten()
-    };
-    let clshim = args.as_ref().map(LoadArgs::any_clshim).unwrap_or(false);
-    let forward = |args: Option<&LoadArgs>| {
+    // SAFETY: this function's contract: The arguments are the application's; `real` is the
+    // implementation's entry point.
+    unsafe {
+        let start = Start::now();
+        let mut err = CL_SUCCESS;
+        let driver_program = real(
+            context,
+            num_devices,
+            device_list,
+            lengths,
+            binaries,
+            binary_status,
+            &mut err,
+        );
+        // Only a call whose arguments the implementation accepted can be read; a refusal for
+        // another reason than the binaries is the application's answer as it stands.
+        let args = if driver_program.is_null() && err != CL_INVALID_BINARY {
+            None
+        } else {
+            crate::guard::catch(|| {
+                LoadArgs::check(route, context, num_devices, device_list, lengths, binaries)
+            })
+            .flatten()
+        };
+        let clshim = args.as_ref().map(LoadArgs::any_clshim).unwrap_or(false);
+        let forward = |args: Option<&LoadArgs>| {
+            set_errcode(errcode_ret, err);
+            let seconds = start.elapsed().as_secs_f64();
+            crate::guard::catch(|| {
+                let (devices, lengths, slices) = match args {
+                    Some(a) if !driver_program.is_null() => {
+                        (&a.devices[..], a.lengths.clone(), a.slices())
+                    }
+                    Some(a) => (&a.devices[..], a.lengths.clone(), Vec::new()),
+                    None => (&[][..], Vec::new(), Vec::new()),
+                };
+                record_load(
+                    rt,
+                    route,
+                    devices,
+                    start,
+                    seconds,
+                    err,
+                    "forward",
+                    None,
+                    lengths,
+                    Some((driver_program, Origin::Binary, &slices)),
+                );
+            });
+            driver_program
+        };
+        let args = match args {
+            Some(a) if clshim => a,
+            other => return forward(other.as_ref()),
+        };
+        let (mut verdicts, mut source) = check_clshim_binaries(rt, route, &args);
+        if source.is_some() && args.devices.len() != args.context_devices.len() {
+            // A program made from source belongs to every device of the context, a program made
+            // from binaries only to the devices they were given for: refuse a subset rather
+            // than hand the application a program with devices it did not ask for.
+            let why = format!(
+                "given for {} of the context's {} devices; clshim can only make a program for \
+             all of them",
+                args.devices.len(),
+                args.context_devices.len()
+            );
+            verdicts.iter_mut().for_each(|v| *v = Err(why.clone()));
+            source = None;
+        }
+        let lengths_json = args.lengths.clone();
+        // The implementation's program, if it took the clshim binaries as its own, gives way
+        // to clshim's answer.
+        if !driver_program.is_null() {
+            if let Some(release) =
+                route.entry::<FnReleaseProgram>(driver_program, slot::RELEASE_PROGRAM)
+            {
+                release(driver_program);
+            }
+        }
+        let Some(source) = source else {
+            let reason = verdicts
+                .iter()
+                .enumerate()
+                .find_map(|(i, v)| v.as_ref().err().map(|e| format!("device {i}: {e}")));
+            // Where the implementation refused the binaries too, binary_status stays as it
+            // wrote it: the application gets exactly the implementation's answer.
+            if !driver_program.is_null() && !binary_status.is_null() {
+                for (i, v) in verdicts.iter().enumerate() {
+                    *binary_status.add(i) = if v.is_ok() {
+                        CL_SUCCESS
+                    } else {
+                        CL_INVALID_BINARY
+                    };
+                }
+            }
+            set_errcode(errcode_ret, CL_INVALID_BINARY);
+            let seconds = start.elapsed().as_secs_f64();
+            crate::guard::catch(|| {
+                if let Some(r) = &reason {
+                    log::warn!(
+                        "rejected a clshim binary ({r}); the application will build from source"
+                    );
+                }
+                record_load(
+                    rt,
+                    route,
+                    &args.devices,
+                    start,
+                    seconds,
+                    CL_INVALID_BINARY,
+                    "reject",
+                    reason,
+                    lengths_json,
+                    None,
+                );
+            });
+            return std::ptr::null_mut();
+        };
+        let mut err = CL_INVALID_OPERATION;
+        let mut program = std::ptr::null_mut();
+        if let Some(create) =
+            route.entry::<FnCreateProgramWithSource>(context, slot::CREATE_PROGRAM_WITH_SOURCE)
+        {
+            // The source is never empty (container::decode), so the length is never 0, which
+            // would mean "NUL-terminated" to the implementation.
+            let text = source.as_ptr() as *const c_char;
+            let len = source.len();
+            program = create(context, 1, &text, &len, &mut err);
+        }
+        if !binary_status.is_null() {
+            for i in 0..args.devices.len() {
+                *binary_status.add(i) = if program.is_null() { err } else { CL_SUCCESS };
+            }
+        }
         set_errcode(errcode_ret, err);
         let seconds = start.elapsed().as_secs_f64();
         crate::guard::catch(|| {
-            let (devices, lengths, slices) = match args {
-                Some(a) if !driver_program.is_null() => {
-                    (&a.devices[..], a.lengths.clone(), a.slices())
-                }
-                Some(a) => (&a.devices[..], a.lengths.clone(), Vec::new()),
-                None => (&[][..], Vec::new(), Vec::new()),
-            };
-            record_load(
-                rt,
-                route,
-                devices,
-                start,
-                seconds,
-                err,
-                "forward",
-                None,
-                lengths,
-                Some((driver_program, Origin::Binary, &slices)),
-            );
-        });
-        driver_program
-    };
-    let args = match args {
-        Some(a) if clshim => a,
-        other => return forward(other.as_ref()),
-    };
-    let (mut verdicts, mut source) = check_clshim_binaries(rt, route, &args);
-    if source.is_some() && args.devices.len() != args.context_devices.len() {
-        // A program made from source belongs to every device of the context, a program made
-        // from binaries only to the devices they were given for: refuse a subset rather
-        // than hand the application a program with devices it did not ask for.
-        let why = format!(
-            "given for {} of the context's {} devices; clshim can only make a program for \
-             all of them",
-            args.devices.len(),
-            args.context_devices.len()
-        );
-        verdicts.iter_mut().for_each(|v| *v = Err(why.clone()));
-        source = None;
-    }
-    let lengths_json = args.lengths.clone();
-    // The implementation's program, if it took the clshim binaries as its own, gives way
-    // to clshim's answer.
-    if !driver_program.is_null() {
-        if let Some(release) =
-            route.entry::<FnReleaseProgram>(driver_program, slot::RELEASE_PROGRAM)
-        {
-            release(driver_program);
-        }
-    }
-    let Some(source) = source else {
-        let reason = verdicts
-            .iter()
-            .enumerate()
-            .find_map(|(i, v)| v.as_ref().err().map(|e| format!("device {i}: {e}")));
-        // Where the implementation refused the binaries too, binary_status stays as it
-        // wrote it: the application gets exactly the implementation's answer.
-        if !driver_program.is_null() && !binary_status.is_null() {
-            for (i, v) in verdicts.iter().enumerate() {
-                *binary_status.add(i) = if v.is_ok() {
-                    CL_SUCCESS
-                } else {
-                    CL_INVALID_BINARY
-                };
-            }
-        }
-        set_errcode(errcode_ret, CL_INVALID_BINARY);
-        let seconds = start.elapsed().as_secs_f64();
-        crate::guard::catch(|| {
-            if let Some(r) = &reason {
-                log::warn!(
-                    "rejected a clshim binary ({r}); the application will build from source"
-                );
-            }
             record_load(
                 rt,
                 route,
                 &args.devices,
                 start,
                 seconds,
-                CL_INVALID_BINARY,
-                "reject",
-                reason,
-                lengths_json,
+                err,
+                "substitute",
                 None,
+                lengths_json,
+                Some((program, Origin::ClshimBinary, &[&source[..]])),
             );
         });
-        return std::ptr::null_mut();
-    };
-    let mut err = CL_INVALID_OPERATION;
-    let mut program = std::ptr::null_mut();
-    if let Some(create) =
-        route.entry::<FnCreateProgramWithSource>(context, slot::CREATE_PROGRAM_WITH_SOURCE)
-    {
-        // The source is never empty (container::decode), so the length is never 0, which
-        // would mean "NUL-terminated" to the implementation.
-        let text = source.as_ptr() as *const c_char;
-        let len = source.len();
-        program = create(context, 1, &text, &len, &mut err);
+        program
     }
-    if !binary_status.is_null() {
-        for i in 0..args.devices.len() {
-            *binary_status.add(i) = if program.is_null() { err } else { CL_SUCCESS };
-        }
-    }
-    set_errcode(errcode_ret, err);
-    let seconds = start.elapsed().as_secs_f64();
-    crate::guard::catch(|| {
-        record_load(
-            rt,
-            route,
-            &args.devices,
-            start,
-            seconds,
-            err,
-            "substitute",
-            None,
-            lengths_json,
-            Some((program, Origin::ClshimBinary, &[&source[..]])),
-        );
-    });
-    program
 }
 
 #[allow(clippy::too_many_arguments)]

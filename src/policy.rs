@@ -69,46 +69,51 @@ impl Plan {
 /// # Safety
 /// `program` must be live and reachable through `route`.
 pub unsafe fn plan(rt: &'static Runtime, route: Route, program: cl_program) -> Option<Plan> {
-    let info = rt.programs.lookup(program);
-    let devices = query::devices(route, program)?;
-    let facts: Vec<_> = devices.iter().map(|&d| rt.devices.get(route, d)).collect();
-    let policy = rt.config.binaries;
-    let mut source: Option<Option<Vec<u8>>> = None; // fetched once, only if needed
-    let mut actions = Vec::with_capacity(devices.len());
-    let mut substitutes = Vec::with_capacity(devices.len());
-    for (i, &device) in devices.iter().enumerate() {
-        let selected = facts[i]
-            .as_ref()
-            .map(|f| f.selected_by(rt.config.devices))
-            .unwrap_or(false);
-        let mut action = Action::Forward;
-        let mut substitute = None;
-        if selected && policy != BinaryPolicy::Pass && query::built_for(route, program, device) {
-            match policy {
-                BinaryPolicy::Suppress => action = Action::Suppress,
-                BinaryPolicy::Substitute
-                    if info.origin.has_source() || info.origin == Origin::Unknown =>
-                {
-                    let src = source.get_or_insert_with(|| {
-                        query::source(route, program).filter(|s| !s.is_empty())
-                    });
-                    if let (Some(src), Some(f)) = (src.as_ref(), facts[i].as_ref()) {
-                        action = Action::Substitute;
-                        substitute = Some(container::encode(src, f.fingerprint()));
+    // SAFETY: this function's contract: `program` must be live and reachable through
+    // `route`.
+    unsafe {
+        let info = rt.programs.lookup(program);
+        let devices = query::devices(route, program)?;
+        let facts: Vec<_> = devices.iter().map(|&d| rt.devices.get(route, d)).collect();
+        let policy = rt.config.binaries;
+        let mut source: Option<Option<Vec<u8>>> = None; // fetched once, only if needed
+        let mut actions = Vec::with_capacity(devices.len());
+        let mut substitutes = Vec::with_capacity(devices.len());
+        for (i, &device) in devices.iter().enumerate() {
+            let selected = facts[i]
+                .as_ref()
+                .map(|f| f.selected_by(rt.config.devices))
+                .unwrap_or(false);
+            let mut action = Action::Forward;
+            let mut substitute = None;
+            if selected && policy != BinaryPolicy::Pass && query::built_for(route, program, device)
+            {
+                match policy {
+                    BinaryPolicy::Suppress => action = Action::Suppress,
+                    BinaryPolicy::Substitute
+                        if info.origin.has_source() || info.origin == Origin::Unknown =>
+                    {
+                        let src = source.get_or_insert_with(|| {
+                            query::source(route, program).filter(|s| !s.is_empty())
+                        });
+                        if let (Some(src), Some(f)) = (src.as_ref(), facts[i].as_ref()) {
+                            action = Action::Substitute;
+                            substitute = Some(container::encode(src, f.fingerprint()));
+                        }
                     }
+                    _ => {}
                 }
-                _ => {}
             }
+            actions.push(action);
+            substitutes.push(substitute);
         }
-        actions.push(action);
-        substitutes.push(substitute);
+        Some(Plan {
+            program: info,
+            facts,
+            actions,
+            substitutes,
+        })
     }
-    Some(Plan {
-        program: info,
-        facts,
-        actions,
-        substitutes,
-    })
 }
 
 /// Answers a binary query (`param_value` non-NULL) on `program` and records it.
@@ -126,39 +131,43 @@ pub unsafe fn binary_query(
     value: *mut c_void,
     size_ret: *mut usize,
 ) -> cl_int {
-    let start = Start::now();
-    let plan = crate::guard::catch(|| plan(rt, route, program)).flatten();
-    let forward_all = plan
-        .as_ref()
-        .map(|p| !p.actions.iter().any(|a| *a != Action::Forward))
-        .unwrap_or(true);
-    let (ret, sizes) = if forward_all {
-        let ret = real(program, param, size, value, size_ret);
-        let n = plan.as_ref().map(Plan::n).unwrap_or(0);
-        let sizes = (ret == CL_SUCCESS
-            && param == CL_PROGRAM_BINARY_SIZES
-            && size >= n * std::mem::size_of::<usize>())
-        .then(|| {
-            // The application's buffer need not be aligned for usize.
-            (0..n)
-                .map(|i| Some((value as *const usize).add(i).read_unaligned()))
-                .collect::<Vec<_>>()
-        });
-        (ret, sizes)
-    } else {
-        answer(
-            plan.as_ref().unwrap(),
-            real,
-            program,
-            param,
-            size,
-            value,
-            size_ret,
-        )
-    };
-    let seconds = start.elapsed().as_secs_f64();
-    crate::guard::catch(|| record_query(rt, plan.as_ref(), param, start, seconds, ret, sizes));
-    ret
+    // SAFETY: this function's contract: The arguments are the application's; `real` is the
+    // implementation's clGetProgramInfo.
+    unsafe {
+        let start = Start::now();
+        let plan = crate::guard::catch(|| plan(rt, route, program)).flatten();
+        let forward_all = plan
+            .as_ref()
+            .map(|p| !p.actions.iter().any(|a| *a != Action::Forward))
+            .unwrap_or(true);
+        let (ret, sizes) = if forward_all {
+            let ret = real(program, param, size, value, size_ret);
+            let n = plan.as_ref().map(Plan::n).unwrap_or(0);
+            let sizes = (ret == CL_SUCCESS
+                && param == CL_PROGRAM_BINARY_SIZES
+                && size >= n * std::mem::size_of::<usize>())
+            .then(|| {
+                // The application's buffer need not be aligned for usize.
+                (0..n)
+                    .map(|i| Some((value as *const usize).add(i).read_unaligned()))
+                    .collect::<Vec<_>>()
+            });
+            (ret, sizes)
+        } else {
+            answer(
+                plan.as_ref().unwrap(),
+                real,
+                program,
+                param,
+                size,
+                value,
+                size_ret,
+            )
+        };
+        let seconds = start.elapsed().as_secs_f64();
+        crate::guard::catch(|| record_query(rt, plan.as_ref(), param, start, seconds, ret, sizes));
+        ret
+    }
 }
 
 /// Writes clshim's answer, asking the implementation only for the devices it answers.
@@ -171,85 +180,89 @@ unsafe fn answer(
     value: *mut c_void,
     size_ret: *mut usize,
 ) -> (cl_int, Option<Vec<Option<usize>>>) {
-    let n = plan.n();
-    let bytes = n * std::mem::size_of::<usize>();
-    if size < bytes {
-        return (CL_INVALID_VALUE, None);
-    }
-    let mut sizes: Vec<Option<usize>> = (0..n).map(|i| plan.own_size(i)).collect();
-    if param == CL_PROGRAM_BINARY_SIZES {
-        let mut all = vec![0usize; n];
-        if plan.any_forward() {
-            let ret = real(
-                program,
-                param,
-                bytes,
-                all.as_mut_ptr() as *mut c_void,
-                std::ptr::null_mut(),
-            );
-            if ret != CL_SUCCESS {
-                return (ret, None);
-            }
+    // SAFETY: the caller's (`binary_query`'s) arguments: `value` is NULL or holds `size`
+    // bytes, `size_ret` NULL or writable, `program` live.
+    unsafe {
+        let n = plan.n();
+        let bytes = n * std::mem::size_of::<usize>();
+        if size < bytes {
+            return (CL_INVALID_VALUE, None);
         }
-        for i in 0..n {
-            match sizes[i] {
-                Some(s) => all[i] = s,
-                None => sizes[i] = Some(all[i]),
+        let mut sizes: Vec<Option<usize>> = (0..n).map(|i| plan.own_size(i)).collect();
+        if param == CL_PROGRAM_BINARY_SIZES {
+            let mut all = vec![0usize; n];
+            if plan.any_forward() {
+                let ret = real(
+                    program,
+                    param,
+                    bytes,
+                    all.as_mut_ptr() as *mut c_void,
+                    std::ptr::null_mut(),
+                );
+                if ret != CL_SUCCESS {
+                    return (ret, None);
+                }
             }
-        }
-        // Byte copies: the application's buffer need not be aligned for usize.
-        std::ptr::copy_nonoverlapping(all.as_ptr() as *const u8, value as *mut u8, bytes);
-    } else {
-        let app: Vec<*mut u8> = (0..n)
-            .map(|i| (value as *const *mut u8).add(i).read_unaligned())
-            .collect();
-        if (0..n).any(|i| plan.actions[i] == Action::Forward && !app[i].is_null()) {
-            // The devices clshim answers get a scratch buffer of the driver's own size, not a
-            // NULL entry: pocl 3.1 does not skip NULL entries of CL_PROGRAM_BINARIES, it
-            // crashes on them. The scratch copies are discarded.
-            let mut driver_sizes = vec![0usize; n];
-            let ret = real(
-                program,
-                CL_PROGRAM_BINARY_SIZES,
-                bytes,
-                driver_sizes.as_mut_ptr() as *mut c_void,
-                std::ptr::null_mut(),
-            );
-            if ret != CL_SUCCESS {
-                return (ret, None);
+            for i in 0..n {
+                match sizes[i] {
+                    Some(s) => all[i] = s,
+                    None => sizes[i] = Some(all[i]),
+                }
             }
-            let mut scratch: Vec<Vec<u8>> = Vec::new();
-            let mut mine: Vec<*mut u8> = (0..n)
-                .map(|i| {
-                    if plan.actions[i] == Action::Forward {
-                        app[i]
-                    } else {
-                        scratch.push(vec![0u8; driver_sizes[i].max(1)]);
-                        scratch.last_mut().unwrap().as_mut_ptr()
-                    }
-                })
+            // Byte copies: the application's buffer need not be aligned for usize.
+            std::ptr::copy_nonoverlapping(all.as_ptr() as *const u8, value as *mut u8, bytes);
+        } else {
+            let app: Vec<*mut u8> = (0..n)
+                .map(|i| (value as *const *mut u8).add(i).read_unaligned())
                 .collect();
-            let ret = real(
-                program,
-                param,
-                bytes,
-                mine.as_mut_ptr() as *mut c_void,
-                std::ptr::null_mut(),
-            );
-            if ret != CL_SUCCESS {
-                return (ret, None);
+            if (0..n).any(|i| plan.actions[i] == Action::Forward && !app[i].is_null()) {
+                // The devices clshim answers get a scratch buffer of the driver's own size, not a
+                // NULL entry: pocl 3.1 does not skip NULL entries of CL_PROGRAM_BINARIES, it
+                // crashes on them. The scratch copies are discarded.
+                let mut driver_sizes = vec![0usize; n];
+                let ret = real(
+                    program,
+                    CL_PROGRAM_BINARY_SIZES,
+                    bytes,
+                    driver_sizes.as_mut_ptr() as *mut c_void,
+                    std::ptr::null_mut(),
+                );
+                if ret != CL_SUCCESS {
+                    return (ret, None);
+                }
+                let mut scratch: Vec<Vec<u8>> = Vec::new();
+                let mut mine: Vec<*mut u8> = (0..n)
+                    .map(|i| {
+                        if plan.actions[i] == Action::Forward {
+                            app[i]
+                        } else {
+                            scratch.push(vec![0u8; driver_sizes[i].max(1)]);
+                            scratch.last_mut().unwrap().as_mut_ptr()
+                        }
+                    })
+                    .collect();
+                let ret = real(
+                    program,
+                    param,
+                    bytes,
+                    mine.as_mut_ptr() as *mut c_void,
+                    std::ptr::null_mut(),
+                );
+                if ret != CL_SUCCESS {
+                    return (ret, None);
+                }
+            }
+            for (bin, &dst) in plan.substitutes.iter().zip(&app) {
+                if let (Some(bin), false) = (bin, dst.is_null()) {
+                    std::ptr::copy_nonoverlapping(bin.as_ptr(), dst, bin.len());
+                }
             }
         }
-        for (bin, &dst) in plan.substitutes.iter().zip(&app) {
-            if let (Some(bin), false) = (bin, dst.is_null()) {
-                std::ptr::copy_nonoverlapping(bin.as_ptr(), dst, bin.len());
-            }
+        if !size_ret.is_null() {
+            *size_ret = bytes;
         }
+        (CL_SUCCESS, Some(sizes))
     }
-    if !size_ret.is_null() {
-        *size_ret = bytes;
-    }
-    (CL_SUCCESS, Some(sizes))
 }
 
 fn record_query(

@@ -147,7 +147,11 @@ impl Registry {
     /// # Safety
     /// Only after `lock_for_fork`, in the forking thread (parent) or the only thread (child).
     pub unsafe fn unlock_after_fork(&self) {
-        self.inner.force_unlock();
+        // SAFETY: this function's contract: Only after `lock_for_fork`, in the forking
+        // thread (parent) or the only thread (child).
+        unsafe {
+            self.inner.force_unlock();
+        }
     }
 }
 

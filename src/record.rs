@@ -221,7 +221,11 @@ impl Recorder {
     /// # Safety
     /// Only after `lock_for_fork`, in the forking thread (parent) or the only thread (child).
     pub unsafe fn unlock_after_fork(&self) {
-        self.state.force_unlock();
+        // SAFETY: this function's contract: Only after `lock_for_fork`, in the forking
+        // thread (parent) or the only thread (child).
+        unsafe {
+            self.state.force_unlock();
+        }
     }
 }
 
