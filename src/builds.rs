@@ -29,7 +29,6 @@ use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 use std::time::Duration;
 
-
 /// The application's arguments as raw pointers: not read until the call is accepted.
 struct RawArgs {
     num_devices: cl_uint,

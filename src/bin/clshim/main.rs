@@ -69,7 +69,7 @@ fn report_main(o: cli::ReportOpts) -> ExitCode {
         agg.no_files(&o.dir);
     }
     {
-        let (listed, more) = agg.problems();
+        let report::Problems { listed, more } = agg.problems();
         let mut err = std::io::stderr().lock();
         for p in listed {
             let _ = writeln!(err, "clshim report: {p}");
