@@ -8,13 +8,13 @@
 
 use crate::cl::*;
 use crate::container;
-use crate::devices::devices_json;
+use crate::devices::describe_all;
 use crate::dispatch::{slot, Route};
 use crate::programs::Origin;
 use crate::query;
-use crate::record::{EventKind, Start};
+use crate::record::Start;
 use crate::runtime::Runtime;
-use serde_json::json;
+use crate::schema::{self};
 use std::ffi::c_char;
 
 /// The arguments of a `clCreateProgramWithBinary` call that the implementation accepted
@@ -345,33 +345,16 @@ fn record_load(
         .iter()
         .map(|&d| unsafe { rt.devices.get(route, d) })
         .collect();
-    let fields = json!({
-        "call": "clCreateProgramWithBinary",
-        "program": info.map(|i| i.id),
-        "result": ret,
-        "result_name": status_name(ret),
-        "action": action,
-        "reason": reason,
-        "lengths": lengths,
-        "source": info.map(|i| i.source_json()),
-        "devices": devices_json(rt.config.devices, &facts),
+    let record = schema::Record::BinaryLoad(schema::BinaryLoad {
+        call: "clCreateProgramWithBinary",
+        program: info.map(|i| i.id),
+        result: ret,
+        result_name: status_name(ret),
+        action,
+        reason,
+        lengths,
+        source: info.map(|i| i.source()),
+        devices: describe_all(rt.config.devices, &facts),
     });
-    let rejected = action == "reject";
-    rt.recorder.emit(
-        EventKind::BinaryLoad,
-        start,
-        seconds,
-        fields,
-        |t| {
-            t.loads += 1;
-            t.rejected += rejected as u64;
-        },
-        || {
-            let id = info.map(|i| i.id.to_string()).unwrap_or_else(|| "-".into());
-            format!(
-                "binary load of program {id} took {seconds:.3} s [{action}] -> {}",
-                status_name(ret)
-            )
-        },
-    );
+    rt.recorder.emit(start, seconds, &record);
 }

@@ -21,10 +21,10 @@ use crate::dispatch::Route;
 use crate::guard::{catch, outside};
 use crate::programs::{Origin, ProgramInfo};
 use crate::query;
-use crate::record::{EventKind, Start};
+use crate::record::Start;
 use crate::runtime::Runtime;
+use crate::schema::{self, Event};
 use parking_lot::Mutex;
-use serde_json::{json, Value};
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,7 +73,7 @@ fn options_read(ret: cl_int) -> bool {
 pub struct Pending {
     rt: &'static Runtime,
     route: Route,
-    kind: EventKind,
+    kind: Event,
     start: Start,
     /// The program built or compiled (NULL for a link until it returns one).
     program: cl_program,
@@ -99,7 +99,7 @@ impl Pending {
     pub fn new(
         rt: &'static Runtime,
         route: Route,
-        kind: EventKind,
+        kind: Event,
         program: cl_program,
         num_devices: cl_uint,
         device_list: *const cl_device_id,
@@ -191,7 +191,7 @@ impl Pending {
             };
             let usable = !program.is_null() && ret != Some(CL_INVALID_PROGRAM);
             let info = usable.then(|| match self.kind {
-                EventKind::Link => rt.programs.created(program, Origin::Link, None, None),
+                Event::Link => rt.programs.created(program, Origin::Link, None, None),
                 _ => rt.programs.lookup(program),
             });
             let named = self
@@ -215,7 +215,7 @@ impl Pending {
                 Some(r) => r == CL_SUCCESS,
                 None => built == Some(true),
             };
-            let kernels = if succeeded && self.kind != EventKind::Compile && usable {
+            let kernels = if succeeded && self.kind != Event::Compile && usable {
                 query::kernel_names(route, program)
             } else {
                 Vec::new()
@@ -233,9 +233,9 @@ impl Pending {
     fn outcome(&self, seen: &Seen) -> cl_int {
         if seen.built == Some(true) {
             CL_SUCCESS
-        } else if self.kind == EventKind::Link {
+        } else if self.kind == Event::Link {
             CL_LINK_PROGRAM_FAILURE
-        } else if self.kind == EventKind::Compile {
+        } else if self.kind == Event::Compile {
             CL_COMPILE_PROGRAM_FAILURE
         } else {
             CL_BUILD_PROGRAM_FAILURE
@@ -258,59 +258,28 @@ impl Pending {
         } else {
             Vec::new()
         };
-        let devices_json: Vec<Value> = facts.iter().map(|f| f.to_json(filter)).collect();
         let call = match self.kind {
-            EventKind::Build => "clBuildProgram",
-            EventKind::Compile => "clCompileProgram",
+            Event::Build => "clBuildProgram",
+            Event::Compile => "clCompileProgram",
             _ => "clLinkProgram",
         };
         let copied = self.copied.unwrap_or_default();
-        let mut fields = json!({
-            "call": call,
-            "program": info.map(|i| i.id),
-            "result": result,
-            "result_name": status_name(result),
-            "options": copied.options,
-            "async": self.is_async,
-            "kernels": kernels,
-            "devices": devices_json,
+        let link = self.kind == Event::Link;
+        let record = schema::Record::Build(schema::Build {
+            event: self.kind,
+            call,
+            program: info.map(|i| i.id),
+            result,
+            result_name: status_name(result),
+            options: copied.options,
+            is_async: self.is_async,
+            kernels,
+            devices: facts.iter().map(|f| f.describe(filter)).collect(),
+            source: (!link).then(|| info.map(|i| i.source())),
+            inputs: link.then_some(copied.inputs),
+            headers: self.headers,
         });
-        if self.kind != EventKind::Link {
-            fields["source"] = info.map(|i| i.source_json()).unwrap_or(Value::Null);
-        } else {
-            fields["inputs"] = json!(copied.inputs);
-        }
-        if let Some(h) = self.headers {
-            fields["headers"] = json!(h);
-        }
-        let kind = self.kind;
-        let device_text = facts
-            .first()
-            .map(|f| format!(" on {} ({})", f.name, f.platform))
-            .unwrap_or_default();
-        rt.recorder.emit(
-            kind,
-            self.start,
-            seconds,
-            fields,
-            |t| {
-                t.builds += 1;
-                t.build_seconds += seconds;
-            },
-            || {
-                let id = info.map(|i| i.id.to_string()).unwrap_or_else(|| "-".into());
-                let names = if kernels.is_empty() {
-                    String::new()
-                } else {
-                    format!(" [{}]", kernels.join(", "))
-                };
-                format!(
-                    "{} of program {id}{names} took {seconds:.3} s{device_text} -> {}",
-                    kind.name(),
-                    status_name(result)
-                )
-            },
-        );
+        rt.recorder.emit(self.start, seconds, &record);
     }
 }
 

@@ -8,12 +8,10 @@ use crate::config::DeviceFilter;
 use crate::dispatch::{slot, Route};
 use crate::hash::Fnv1a;
 use crate::query::info_bytes;
+use crate::schema::{self, POCL_PLATFORM};
 use parking_lot::Mutex;
-use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
-
-pub const POCL_PLATFORM: &str = "Portable Computing Language";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceFacts {
@@ -52,15 +50,16 @@ impl DeviceFacts {
         h.finish()
     }
 
-    pub fn to_json(&self, filter: DeviceFilter) -> Value {
-        json!({
-            "name": self.name,
-            "type": device_type_name(self.device_type),
-            "platform": self.platform,
-            "vendor": self.vendor,
-            "driver": self.driver,
-            "matched": self.selected_by(filter),
-        })
+    /// The device as records describe it.
+    pub fn describe(&self, filter: DeviceFilter) -> schema::Device {
+        schema::Device {
+            name: self.name.clone(),
+            kind: device_type_name(self.device_type),
+            platform: self.platform.clone(),
+            vendor: self.vendor.clone(),
+            driver: self.driver.clone(),
+            matched: self.selected_by(filter),
+        }
     }
 }
 
@@ -153,12 +152,15 @@ impl DeviceCache {
     }
 }
 
-/// The devices of a record, as its `devices` field: each one's facts, or null where the
-/// device could not be queried.
-pub fn devices_json(filter: DeviceFilter, facts: &[Option<Arc<DeviceFacts>>]) -> Vec<Value> {
+/// The devices of a record, as its `devices` field: each one's description, or None
+/// (null) where the device could not be queried.
+pub fn describe_all(
+    filter: DeviceFilter,
+    facts: &[Option<Arc<DeviceFacts>>],
+) -> Vec<Option<schema::Device>> {
     facts
         .iter()
-        .map(|f| f.as_ref().map(|f| f.to_json(filter)).unwrap_or(Value::Null))
+        .map(|f| f.as_ref().map(|f| f.describe(filter)))
         .collect()
 }
 

@@ -10,8 +10,8 @@ use crate::dispatch::{slot, Route};
 use crate::guard::{self, catch};
 use crate::policy;
 use crate::programs::Origin;
-use crate::record::EventKind;
 use crate::runtime;
+use crate::schema::Event;
 use std::ffi::{c_char, c_void};
 
 /// The status a loader gives when the object or its entry is missing.
@@ -53,7 +53,7 @@ pub unsafe fn build_program(
             Pending::new(
                 rt,
                 route,
-                EventKind::Build,
+                Event::Build,
                 program,
                 num_devices,
                 device_list,
@@ -111,7 +111,7 @@ pub unsafe fn compile_program(
             Pending::new(
                 rt,
                 route,
-                EventKind::Compile,
+                Event::Compile,
                 program,
                 num_devices,
                 device_list,
@@ -167,7 +167,7 @@ pub unsafe fn link_program(
             Pending::new(
                 rt,
                 route,
-                EventKind::Link,
+                Event::Link,
                 std::ptr::null_mut(),
                 num_devices,
                 device_list,

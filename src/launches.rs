@@ -22,9 +22,9 @@ use crate::dispatch::{slot, Route};
 use crate::guard::{self, catch};
 use crate::hash::Fnv1a;
 use crate::query::info_bytes;
-use crate::record::{EventKind, Start};
+use crate::record::Start;
 use crate::runtime::{self, Runtime};
-use serde_json::{json, Value};
+use crate::schema::{self};
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
@@ -106,11 +106,12 @@ impl Dims {
         )
     }
 
-    fn sizes_json(&self) -> (Value, Value) {
+    /// The global and (if given) local sizes, `work_dim` of each.
+    fn sizes(&self) -> (Vec<usize>, Option<Vec<usize>>) {
         let n = self.work_dim as usize;
         (
-            json!(self.global[..n]),
-            self.local.map(|l| json!(l[..n])).unwrap_or(Value::Null),
+            self.global[..n].to_vec(),
+            self.local.map(|l| l[..n].to_vec()),
         )
     }
 }
@@ -479,8 +480,8 @@ struct Pending {
     rt: &'static Runtime,
     start: Start,
     enqueue_result: cl_int,
-    fields: Value,
-    label: String,
+    /// The record, but for its result.
+    record: schema::FirstLaunch,
 }
 
 impl Pending {
@@ -491,26 +492,12 @@ impl Pending {
         } else {
             self.enqueue_result
         };
-        let mut fields = self.fields;
-        fields["result"] = json!(result);
-        fields["result_name"] = json!(status_name(result));
-        let label = self.label;
-        self.rt.recorder.emit(
-            EventKind::FirstLaunch,
-            self.start,
-            seconds,
-            fields,
-            |t| {
-                t.first_launches += 1;
-                t.first_launch_seconds += seconds;
-            },
-            || {
-                format!(
-                    "first launch of {label} took {seconds:.3} s -> {}",
-                    status_name(result)
-                )
-            },
-        );
+        let mut record = self.record;
+        record.result = result;
+        record.result_name = status_name(result);
+        self.rt
+            .recorder
+            .emit(self.start, seconds, &schema::Record::FirstLaunch(record));
     }
 }
 
@@ -541,39 +528,25 @@ unsafe fn after(
             return; // another thread records this one
         }
         let facts = rt.devices.get(route, device as cl_device_id);
-        let device_json = facts
-            .as_ref()
-            .map(|f| f.to_json(rt.config.devices))
-            .unwrap_or(Value::Null);
-        let (global, local) = dims.sizes_json();
-        let fields = json!({
-            // The thread that launched, not the one the completion callback runs on (the
-            // event's own fields replace the common ones of the same name).
-            "tid": crate::record::tid(),
-            "call": call.name(),
-            "kernel": k.name,
-            "program": k.program,
-            "device": device_json,
-            "work_dim": dims.work_dim,
-            "global_size": global,
-            "local_size": local,
-        });
-        let label = format!(
-            "kernel {} (program {}) global {global} local {local}{}",
-            k.name.as_deref().unwrap_or("?"),
-            k.program
-                .map(|p| p.to_string())
-                .unwrap_or_else(|| "-".into()),
-            facts
-                .map(|f| format!(" on {} ({})", f.name, f.platform))
-                .unwrap_or_default()
-        );
+        let (global_size, local_size) = dims.sizes();
+        let record = schema::FirstLaunch {
+            // The thread that launched, not the one the completion callback runs on.
+            tid: crate::record::tid(),
+            call: call.name(),
+            kernel: k.name,
+            program: k.program,
+            device: facts.as_ref().map(|f| f.describe(rt.config.devices)),
+            work_dim: dims.work_dim,
+            global_size,
+            local_size,
+            result: ret,
+            result_name: status_name(ret),
+        };
         let pending = Pending {
             rt,
             start,
             enqueue_result: ret,
-            fields,
-            label,
+            record,
         };
         if ret != CL_SUCCESS || ev.is_null() {
             let seconds = start.elapsed().as_secs_f64();

@@ -31,4 +31,5 @@ pub mod programs;
 pub mod query;
 pub mod record;
 pub mod runtime;
+pub mod schema;
 pub mod trace_file;

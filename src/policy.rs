@@ -9,13 +9,13 @@
 use crate::cl::*;
 use crate::config::BinaryPolicy;
 use crate::container;
-use crate::devices::{devices_json, DeviceFacts};
+use crate::devices::{describe_all, DeviceFacts};
 use crate::dispatch::Route;
 use crate::programs::{Origin, ProgramInfo};
 use crate::query;
-use crate::record::{EventKind, Start};
+use crate::record::Start;
 use crate::runtime::Runtime;
-use serde_json::json;
+use crate::schema::{self};
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -280,77 +280,23 @@ fn record_query(
         Some(a) if actions.iter().all(|b| b == a) => a.name(),
         Some(_) => "mixed",
     };
-    let selected: Vec<bool> = plan
-        .map(|p| {
-            p.facts
-                .iter()
-                .map(|f| {
-                    f.as_ref()
-                        .map(|f| f.selected_by(rt.config.devices))
-                        .unwrap_or(false)
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    // Time spent forwarding to devices the policy could have answered: what it would save.
-    let avoidable = actions
-        .iter()
-        .zip(&selected)
-        .any(|(a, s)| *a == Action::Forward && *s);
     let param_name = if param == CL_PROGRAM_BINARY_SIZES {
         "CL_PROGRAM_BINARY_SIZES"
     } else {
         "CL_PROGRAM_BINARIES"
     };
-    let fields = json!({
-        "call": "clGetProgramInfo",
-        "program": plan.map(|p| p.program.id),
-        "param": param_name,
-        "result": ret,
-        "result_name": status_name(ret),
-        "action": action,
-        "actions": actions.iter().map(|a| a.name()).collect::<Vec<_>>(),
-        "sizes": sizes,
-        "devices": plan.map(|p| devices_json(rt.config.devices, &p.facts)).unwrap_or_default(),
+    let record = schema::Record::BinaryQuery(schema::BinaryQuery {
+        call: "clGetProgramInfo",
+        program: plan.map(|p| p.program.id),
+        param: param_name,
+        result: ret,
+        result_name: status_name(ret),
+        action,
+        actions: actions.iter().map(|a| a.name()).collect(),
+        sizes,
+        devices: plan
+            .map(|p| describe_all(rt.config.devices, &p.facts))
+            .unwrap_or_default(),
     });
-    // Only answers the application actually received count as substituted or suppressed.
-    let answered = |which: Action| {
-        if ret == CL_SUCCESS {
-            actions.iter().filter(|a| **a == which).count() as u64
-        } else {
-            0
-        }
-    };
-    let substituted = answered(Action::Substitute);
-    let suppressed = answered(Action::Suppress);
-    let device = plan
-        .and_then(|p| p.facts.first().cloned().flatten())
-        .map(|f| {
-            format!(
-                " on {} ({} {})",
-                f.name,
-                f.platform,
-                crate::cl::device_type_name(f.device_type)
-            )
-        })
-        .unwrap_or_default();
-    let id = plan
-        .map(|p| p.program.id.to_string())
-        .unwrap_or_else(|| "-".into());
-    rt.recorder.emit(
-        EventKind::BinaryQuery,
-        start,
-        seconds,
-        fields,
-        |t| {
-            t.queries += 1;
-            t.query_seconds += seconds;
-            if avoidable {
-                t.avoidable_query_seconds += seconds;
-            }
-            t.substituted += substituted;
-            t.suppressed += suppressed;
-        },
-        || format!("binary query {param_name} of program {id} took {seconds:.3} s{device} [{action}] -> {}", status_name(ret)),
-    );
+    rt.recorder.emit(start, seconds, &record);
 }

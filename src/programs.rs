@@ -6,7 +6,6 @@
 
 use crate::cl::cl_program;
 use parking_lot::Mutex;
-use serde_json::{json, Value};
 use std::collections::HashMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,12 +46,13 @@ pub struct ProgramInfo {
 }
 
 impl ProgramInfo {
-    pub fn source_json(&self) -> Value {
-        json!({
-            "origin": self.origin.name(),
-            "hash": self.hash.map(crate::hash::label),
-            "length": self.length,
-        })
+    /// What records say of where the program came from.
+    pub fn source(&self) -> crate::schema::Source {
+        crate::schema::Source {
+            origin: self.origin.name(),
+            hash: self.hash.map(crate::hash::label),
+            length: self.length,
+        }
     }
 }
 
