@@ -2,7 +2,7 @@
 //! option, the values it accepts, its default and its help text. The library's parser
 //! (`config`), the command's options and `clshim run --help`, and README's control table
 //! all come from [`ALL`], so what the command accepts is exactly what the library takes
-//! without a warning. Checking a value here never fails loudly: it says yes with the
+//! without a warning. The command compiles this file in as its own `controls` module. Checking a value here never fails loudly: it says yes with the
 //! parsed value, or no, and the caller decides between a warning (library) and a usage
 //! error (command).
 

@@ -5,8 +5,8 @@
 //! (answering binary queries), `binary_load` (taking clshim binaries back, `container`
 //! their format), `launches` (first kernel launches), `record` and `trace_file` (output),
 //! `controls` and `config` (the user's choices), `devices`, `programs` and `dispatch`
-//! (where calls go). The `clshim` command reuses `controls` (its options are the
-//! library's controls).
+//! (where calls go). The `clshim` command compiles `controls` and `schema` in as its
+//! own modules, so its options and its reader use the library's definitions.
 
 pub mod binary_load;
 pub mod builds;

@@ -5,7 +5,6 @@
 //! different pid namespaces (containers, where many applications run as pid 1), and a pid
 //! reused over a long job.
 
-
 #[derive(Clone, Debug)]
 pub struct Identity {
     pub pid: u32,

@@ -2,14 +2,14 @@
 //! owns the grammar of `clshim run [options] -- COMMAND [ARGS…]` and
 //! `clshim report [--json] [--by-source] [--chrome FILE] DIR` and the help text. The
 //! values of the options that set `CLSHIM_*` variables are checked by the grammar
-//! `clshim::controls` defines, the one the library reads them with, and their help lines
+//! `controls` defines, the one the library reads them with, and their help lines
 //! come from there too; a refused value is a one-line usage error, exit status 2. It turns the arguments into plain
 //! structures ([`RunOpts`], [`ReportOpts`]) and never touches the environment or files.
 
 use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 
-use clshim::controls::{self, Control, Grammar};
+use crate::controls::{self, Control, Grammar};
 
 /// The help text: [`USAGE_HEAD`], the controls' option lines, [`USAGE_TAIL`].
 pub fn usage_text() -> String {
@@ -63,7 +63,7 @@ pub enum Command {
     Report(ReportOpts),
     Help,
     Version,
-    /// Hidden: README's control table, rendered from `clshim::controls`.
+    /// Hidden: README's control table, rendered from `controls`.
     ControlsTable,
 }
 

@@ -14,6 +14,17 @@ mod report;
 mod run;
 mod traces;
 
+// The controls and the trace schema are the library's own source files, compiled in here
+// too rather than linked from the library crate: linking it would bring the interposer
+// along (its exported entry points keep it alive), whose getrandom call the
+// manylinux_2_17 wheel's glibc does not have. The command uses part of each.
+#[path = "../../controls.rs"]
+#[allow(dead_code)]
+mod controls;
+#[path = "../../schema.rs"]
+#[allow(dead_code)]
+mod schema;
+
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -29,7 +40,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Ok(cli::Command::ControlsTable) => {
-            print!("{}", clshim::controls::readme_table());
+            print!("{}", controls::readme_table());
             ExitCode::SUCCESS
         }
         Ok(cli::Command::Version) => {

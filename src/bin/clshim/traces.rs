@@ -1,5 +1,5 @@
-//! Reading trace directories (README "Trace schema (version 1)", defined in
-//! `clshim::schema`, whose names and version this reader uses). This module owns
+//! Reading trace directories (README "Trace schema (version 1)", defined in `schema`,
+//! whose names and version this reader uses). This module owns
 //! which files count as trace files (`*.jsonl`, and `*.jsonl.N` for renamed
 //! duplicates), how they are opened (regular files only, without blocking on a FIFO or
 //! reading a device: a trace directory may hold anything), how much is read (a file up
@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 /// The schema the library writes, its event names and pocl's platform name: this reader
 /// understands that version and no newer one.
-pub use clshim::schema::{Event, POCL_PLATFORM, VERSION as SCHEMA};
+pub use crate::schema::{Event, POCL_PLATFORM, VERSION as SCHEMA};
 /// Longest line read; a longer one is skipped (a record is a few hundred bytes; a
 /// kernel list of thousands of names stays far below this).
 pub const MAX_LINE: usize = 1 << 20;
