@@ -254,14 +254,18 @@ pub unsafe fn create_with_binary(
                 .find_map(|(i, v)| v.as_ref().err().map(|e| format!("device {i}: {e}")));
             // Where the implementation refused the binaries too, binary_status stays as it
             // wrote it: the application gets exactly the implementation's answer.
-            if !driver_program.is_null() && !binary_status.is_null() {
-                for (i, v) in verdicts.iter().enumerate() {
-                    *binary_status.add(i) = if v.is_ok() {
-                        CL_SUCCESS
-                    } else {
-                        CL_INVALID_BINARY
-                    };
-                }
+            if !driver_program.is_null() {
+                let statuses: Vec<cl_int> = verdicts
+                    .iter()
+                    .map(|v| {
+                        if v.is_ok() {
+                            CL_SUCCESS
+                        } else {
+                            CL_INVALID_BINARY
+                        }
+                    })
+                    .collect();
+                write_statuses(binary_status, &statuses);
             }
             set_errcode(errcode_ret, CL_INVALID_BINARY);
             let seconds = start.elapsed().as_secs_f64();
@@ -297,11 +301,8 @@ pub unsafe fn create_with_binary(
             let len = source.len();
             program = create(context, 1, &text, &len, &mut err);
         }
-        if !binary_status.is_null() {
-            for i in 0..args.devices.len() {
-                *binary_status.add(i) = if program.is_null() { err } else { CL_SUCCESS };
-            }
-        }
+        let status = if program.is_null() { err } else { CL_SUCCESS };
+        write_statuses(binary_status, &vec![status; args.devices.len()]);
         set_errcode(errcode_ret, err);
         let seconds = start.elapsed().as_secs_f64();
         crate::guard::catch(|| {
@@ -319,6 +320,22 @@ pub unsafe fn create_with_binary(
             );
         });
         program
+    }
+}
+
+/// Writes one status per device into the application's `binary_status`, if it gave one.
+///
+/// # Safety
+/// `binary_status` is NULL or the application's array of one status per device it named
+/// (`statuses` has as many: the devices `LoadArgs::check` found).
+unsafe fn write_statuses(binary_status: *mut cl_int, statuses: &[cl_int]) {
+    if binary_status.is_null() {
+        return;
+    }
+    for (i, &s) in statuses.iter().enumerate() {
+        // SAFETY: this function's contract; an element-by-element unaligned write, as the
+        // array is the application's.
+        unsafe { binary_status.add(i).write_unaligned(s) };
     }
 }
 
