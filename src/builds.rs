@@ -21,19 +21,13 @@ use crate::dispatch::Route;
 use crate::guard::{catch, outside};
 use crate::programs::{Origin, ProgramInfo};
 use crate::query;
-use crate::record::{EventKind, Start};
+use crate::record::Start;
 use crate::runtime::Runtime;
+use crate::schema::{self, Event};
 use parking_lot::Mutex;
-use serde_json::{json, Value};
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 use std::time::Duration;
-
-const CL_COMPILE_PROGRAM_FAILURE: cl_int = -15;
-const CL_LINK_PROGRAM_FAILURE: cl_int = -17;
-const CL_INVALID_BUILD_OPTIONS: cl_int = -43;
-const CL_INVALID_COMPILER_OPTIONS: cl_int = -66;
-const CL_INVALID_LINKER_OPTIONS: cl_int = -67;
 
 /// The application's arguments as raw pointers: not read until the call is accepted.
 struct RawArgs {
@@ -79,7 +73,7 @@ fn options_read(ret: cl_int) -> bool {
 pub struct Pending {
     rt: &'static Runtime,
     route: Route,
-    kind: EventKind,
+    kind: Event,
     start: Start,
     /// The program built or compiled (NULL for a link until it returns one).
     program: cl_program,
@@ -105,7 +99,7 @@ impl Pending {
     pub fn new(
         rt: &'static Runtime,
         route: Route,
-        kind: EventKind,
+        kind: Event,
         program: cl_program,
         num_devices: cl_uint,
         device_list: *const cl_device_id,
@@ -150,27 +144,32 @@ impl Pending {
     /// # Safety
     /// The intercepted call must not have returned to the application yet.
     unsafe fn copy_args(&mut self, ret: cl_int) {
-        if self.copied.is_some() {
-            return;
-        }
-        let mut c = Copied::default();
-        let raw = &self.raw;
-        if accepted(ret) {
-            if raw.num_devices > 0 && !raw.device_list.is_null() {
-                c.devices =
-                    std::slice::from_raw_parts(raw.device_list, raw.num_devices as usize).to_vec();
+        // SAFETY: this function's contract: The intercepted call must not have returned to
+        // the application yet.
+        unsafe {
+            if self.copied.is_some() {
+                return;
             }
-            if raw.num_inputs > 0 && !raw.inputs.is_null() {
-                c.inputs = std::slice::from_raw_parts(raw.inputs, raw.num_inputs as usize)
-                    .iter()
-                    .map(|&p| self.rt.programs.lookup(p).id)
-                    .collect();
+            let mut c = Copied::default();
+            let raw = &self.raw;
+            if accepted(ret) {
+                if raw.num_devices > 0 && !raw.device_list.is_null() {
+                    c.devices =
+                        std::slice::from_raw_parts(raw.device_list, raw.num_devices as usize)
+                            .to_vec();
+                }
+                if raw.num_inputs > 0 && !raw.inputs.is_null() {
+                    c.inputs = std::slice::from_raw_parts(raw.inputs, raw.num_inputs as usize)
+                        .iter()
+                        .map(|&p| self.rt.programs.lookup(p).id)
+                        .collect();
+                }
             }
+            if options_read(ret) {
+                c.options = query::c_str(raw.options);
+            }
+            self.copied = Some(c);
         }
-        if options_read(ret) {
-            c.options = query::c_str(raw.options);
-        }
-        self.copied = Some(c);
     }
 
     /// Gathers what the record needs from `program` (the program built, or the one a link
@@ -180,49 +179,53 @@ impl Pending {
     /// # Safety
     /// `program` must be NULL or live, unless `ret` is `CL_INVALID_PROGRAM`.
     unsafe fn observe(&self, program: cl_program, ret: Option<cl_int>) -> Seen {
-        let rt = self.rt;
-        let route = self.route;
-        let program = if program.is_null() {
-            self.program
-        } else {
-            program
-        };
-        let usable = !program.is_null() && ret != Some(CL_INVALID_PROGRAM);
-        let info = usable.then(|| match self.kind {
-            EventKind::Link => rt.programs.created(program, Origin::Link, None, None),
-            _ => rt.programs.lookup(program),
-        });
-        let named = self
-            .copied
-            .as_ref()
-            .map(|c| c.devices.clone())
-            .unwrap_or_default();
-        let devices = if !named.is_empty() || !usable {
-            named
-        } else {
-            query::devices(route, program).unwrap_or_default()
-        };
-        let facts: Vec<_> = devices
-            .iter()
-            .filter_map(|&d| rt.devices.get(route, d))
-            .collect();
-        let built = (ret.is_none() && usable).then(|| {
-            !devices.is_empty() && devices.iter().all(|&d| query::built_for(route, program, d))
-        });
-        let succeeded = match ret {
-            Some(r) => r == CL_SUCCESS,
-            None => built == Some(true),
-        };
-        let kernels = if succeeded && self.kind != EventKind::Compile && usable {
-            query::kernel_names(route, program)
-        } else {
-            Vec::new()
-        };
-        Seen {
-            info,
-            facts,
-            built,
-            kernels,
+        // SAFETY: this function's contract: `program` must be NULL or live, unless `ret` is
+        // `CL_INVALID_PROGRAM`.
+        unsafe {
+            let rt = self.rt;
+            let route = self.route;
+            let program = if program.is_null() {
+                self.program
+            } else {
+                program
+            };
+            let usable = !program.is_null() && ret != Some(CL_INVALID_PROGRAM);
+            let info = usable.then(|| match self.kind {
+                Event::Link => rt.programs.created(program, Origin::Link, None, None),
+                _ => rt.programs.lookup(program),
+            });
+            let named = self
+                .copied
+                .as_ref()
+                .map(|c| c.devices.clone())
+                .unwrap_or_default();
+            let devices = if !named.is_empty() || !usable {
+                named
+            } else {
+                query::devices(route, program).unwrap_or_default()
+            };
+            let facts: Vec<_> = devices
+                .iter()
+                .filter_map(|&d| rt.devices.get(route, d))
+                .collect();
+            let built = (ret.is_none() && usable).then(|| {
+                !devices.is_empty() && devices.iter().all(|&d| query::built_for(route, program, d))
+            });
+            let succeeded = match ret {
+                Some(r) => r == CL_SUCCESS,
+                None => built == Some(true),
+            };
+            let kernels = if succeeded && self.kind != Event::Compile && usable {
+                query::kernel_names(route, program)
+            } else {
+                Vec::new()
+            };
+            Seen {
+                info,
+                facts,
+                built,
+                kernels,
+            }
         }
     }
 
@@ -230,9 +233,9 @@ impl Pending {
     fn outcome(&self, seen: &Seen) -> cl_int {
         if seen.built == Some(true) {
             CL_SUCCESS
-        } else if self.kind == EventKind::Link {
+        } else if self.kind == Event::Link {
             CL_LINK_PROGRAM_FAILURE
-        } else if self.kind == EventKind::Compile {
+        } else if self.kind == Event::Compile {
             CL_COMPILE_PROGRAM_FAILURE
         } else {
             CL_BUILD_PROGRAM_FAILURE
@@ -255,59 +258,28 @@ impl Pending {
         } else {
             Vec::new()
         };
-        let devices_json: Vec<Value> = facts.iter().map(|f| f.to_json(filter)).collect();
         let call = match self.kind {
-            EventKind::Build => "clBuildProgram",
-            EventKind::Compile => "clCompileProgram",
+            Event::Build => "clBuildProgram",
+            Event::Compile => "clCompileProgram",
             _ => "clLinkProgram",
         };
         let copied = self.copied.unwrap_or_default();
-        let mut fields = json!({
-            "call": call,
-            "program": info.map(|i| i.id),
-            "result": result,
-            "result_name": status_name(result),
-            "options": copied.options,
-            "async": self.is_async,
-            "kernels": kernels,
-            "devices": devices_json,
+        let link = self.kind == Event::Link;
+        let record = schema::Record::Build(schema::Build {
+            event: self.kind,
+            call,
+            program: info.map(|i| i.id),
+            result,
+            result_name: status_name(result),
+            options: copied.options,
+            is_async: self.is_async,
+            kernels,
+            devices: facts.iter().map(|f| f.describe(filter)).collect(),
+            source: (!link).then(|| info.map(|i| i.source())),
+            inputs: link.then_some(copied.inputs),
+            headers: self.headers,
         });
-        if self.kind != EventKind::Link {
-            fields["source"] = info.map(|i| i.source_json()).unwrap_or(Value::Null);
-        } else {
-            fields["inputs"] = json!(copied.inputs);
-        }
-        if let Some(h) = self.headers {
-            fields["headers"] = json!(h);
-        }
-        let kind = self.kind;
-        let device_text = facts
-            .first()
-            .map(|f| format!(" on {} ({})", f.name, f.platform))
-            .unwrap_or_default();
-        rt.recorder.emit(
-            kind,
-            self.start,
-            seconds,
-            fields,
-            |t| {
-                t.builds += 1;
-                t.build_seconds += seconds;
-            },
-            || {
-                let id = info.map(|i| i.id.to_string()).unwrap_or_else(|| "-".into());
-                let names = if kernels.is_empty() {
-                    String::new()
-                } else {
-                    format!(" [{}]", kernels.join(", "))
-                };
-                format!(
-                    "{} of program {id}{names} took {seconds:.3} s{device_text} -> {}",
-                    kind.name(),
-                    status_name(result)
-                )
-            },
-        );
+        rt.recorder.emit(self.start, seconds, &record);
     }
 }
 
@@ -343,8 +315,11 @@ pub struct AsyncBuild {
 // argument pointers in Pending are read only under the state lock, while the call is in
 // progress.
 unsafe impl Send for AsyncBuild {}
+// SAFETY: as above; the mutable state is behind `state`'s lock.
 unsafe impl Sync for AsyncBuild {}
+// SAFETY: as above: the argument pointers are read only while the call is in progress.
 unsafe impl Send for Pending {}
+// SAFETY: the handles it holds are opaque values passed back to the implementation.
 unsafe impl Send for Seen {}
 
 /// Builds whose callback fired before their call returned, waiting for that return to
@@ -376,7 +351,11 @@ pub fn lock_for_fork() {
 /// # Safety
 /// Only after `lock_for_fork`, in the forking thread (parent) or the only thread (child).
 pub unsafe fn unlock_after_fork() {
-    FIRED_EARLY.force_unlock();
+    // SAFETY: this function's contract: Only after `lock_for_fork`, in the forking thread
+    // (parent) or the only thread (child).
+    unsafe {
+        FIRED_EARLY.force_unlock();
+    }
 }
 
 extern "C" fn record_fired_at_exit() {
@@ -409,41 +388,45 @@ extern "C" fn record_fired_at_exit() {
 /// writes the record if the call has already returned (else leaves it for the return),
 /// then runs the application's callback.
 unsafe extern "C" fn on_build_done(program: cl_program, data: *mut c_void) {
-    let ctx = Arc::from_raw(data as *const AsyncBuild);
-    catch(|| {
-        let seconds = ctx.start.elapsed().as_secs_f64();
-        let pending = {
-            let mut st = ctx.state.lock();
-            st.called = true;
-            if st.returned.is_none() {
-                // The implementation accepted the call (it is calling back), and the call
-                // has not returned, so the application's arrays are still valid.
-                if let Some(p) = st.pending.as_mut() {
-                    p.copy_args(CL_SUCCESS);
+    // SAFETY: `data` is the `Pending` box clshim handed the implementation with this
+    // callback, which gives it back once; `program` is live while the callback runs.
+    unsafe {
+        let ctx = Arc::from_raw(data as *const AsyncBuild);
+        catch(|| {
+            let seconds = ctx.start.elapsed().as_secs_f64();
+            let pending = {
+                let mut st = ctx.state.lock();
+                st.called = true;
+                if st.returned.is_none() {
+                    // The implementation accepted the call (it is calling back), and the call
+                    // has not returned, so the application's arrays are still valid.
+                    if let Some(p) = st.pending.as_mut() {
+                        p.copy_args(CL_SUCCESS);
+                    }
                 }
+                st.pending.take()
+            };
+            let Some(p) = pending else {
+                return;
+            };
+            let seen = p.observe(program, None);
+            let mut st = ctx.state.lock();
+            if st.returned.is_some() {
+                // The call returned CL_SUCCESS and the build went on: its outcome is the
+                // build status now.
+                drop(st);
+                let result = p.outcome(&seen);
+                p.finish(result, seconds, seen);
+            } else {
+                st.pending = Some(p);
+                st.fired = Some(Fired { seconds, seen });
+                st.listed = true;
+                drop(st);
+                await_return(&ctx);
             }
-            st.pending.take()
-        };
-        let Some(p) = pending else {
-            return;
-        };
-        let seen = p.observe(program, None);
-        let mut st = ctx.state.lock();
-        if st.returned.is_some() {
-            // The call returned CL_SUCCESS and the build went on: its outcome is the
-            // build status now.
-            drop(st);
-            let result = p.outcome(&seen);
-            p.finish(result, seconds, seen);
-        } else {
-            st.pending = Some(p);
-            st.fired = Some(Fired { seconds, seen });
-            st.listed = true;
-            drop(st);
-            await_return(&ctx);
-        }
-    });
-    outside(|| (ctx.user_fn)(program, ctx.user_data));
+        });
+        outside(|| (ctx.user_fn)(program, ctx.user_data));
+    }
 }
 
 /// Runs `call` (the forwarded build, given the callback and data to pass down) and
@@ -457,70 +440,74 @@ pub unsafe fn run(
     user_data: *mut c_void,
     call: impl FnOnce(BuildNotify, *mut c_void) -> (cl_int, cl_program),
 ) -> (cl_int, cl_program) {
-    let Some(mut pending) = pending else {
-        return call(user_fn, user_data);
-    };
-    let Some(user_fn) = user_fn else {
-        let (ret, program) = call(None, user_data);
-        let seconds = pending.start.elapsed().as_secs_f64();
-        catch(|| {
-            pending.copy_args(ret);
-            let seen = pending.observe(program, Some(ret));
-            pending.finish(ret, seconds, seen)
-        });
-        return (ret, program);
-    };
-    let start = pending.start;
-    let ctx = Arc::new(AsyncBuild {
-        user_fn,
-        user_data,
-        start,
-        state: Mutex::new(AsyncState {
-            pending: Some(pending),
-            fired: None,
-            returned: None,
-            listed: false,
-            called: false,
-        }),
-    });
-    let raw = Arc::into_raw(ctx.clone());
-    let (ret, program) = call(Some(on_build_done), raw as *mut c_void);
-    catch(|| {
-        let mut st = ctx.state.lock();
-        st.returned = Some(ret);
-        let never_fires = !st.called && refused_before_start(ret);
-        let listed = std::mem::take(&mut st.listed);
-        let finish = if let Some(f) = st.fired.take() {
-            // The callback saw the program; it may have been released since.
-            st.pending.take().map(|p| (p, f.seconds, f.seen))
-        } else if let Some(p) = st.pending.as_mut() {
-            p.copy_args(ret);
-            if ret != CL_SUCCESS {
-                // The call failed and the callback has not run, so the application has
-                // not released the program: look at it now, under the lock that makes a
-                // late callback wait.
-                let seen = p.observe(program, Some(ret));
-                st.pending
-                    .take()
-                    .map(|p| (p, start.elapsed().as_secs_f64(), seen))
-            } else {
-                None // still building: the callback completes the record
-            }
-        } else {
-            None
+    // SAFETY: this function's contract: `call` must perform the forwarded call with the
+    // arguments it is given.
+    unsafe {
+        let Some(mut pending) = pending else {
+            return call(user_fn, user_data);
         };
-        drop(st);
-        if listed {
-            returned(&ctx);
-        }
-        if never_fires {
-            // The call was refused outright, so the callback's reference is ours to drop.
-            // After other failures it stays with the implementation, which may still call.
-            drop(Arc::from_raw(raw));
-        }
-        if let Some((p, seconds, seen)) = finish {
-            p.finish(ret, seconds, seen);
-        }
-    });
-    (ret, program)
+        let Some(user_fn) = user_fn else {
+            let (ret, program) = call(None, user_data);
+            let seconds = pending.start.elapsed().as_secs_f64();
+            catch(|| {
+                pending.copy_args(ret);
+                let seen = pending.observe(program, Some(ret));
+                pending.finish(ret, seconds, seen)
+            });
+            return (ret, program);
+        };
+        let start = pending.start;
+        let ctx = Arc::new(AsyncBuild {
+            user_fn,
+            user_data,
+            start,
+            state: Mutex::new(AsyncState {
+                pending: Some(pending),
+                fired: None,
+                returned: None,
+                listed: false,
+                called: false,
+            }),
+        });
+        let raw = Arc::into_raw(ctx.clone());
+        let (ret, program) = call(Some(on_build_done), raw as *mut c_void);
+        catch(|| {
+            let mut st = ctx.state.lock();
+            st.returned = Some(ret);
+            let never_fires = !st.called && refused_before_start(ret);
+            let listed = std::mem::take(&mut st.listed);
+            let finish = if let Some(f) = st.fired.take() {
+                // The callback saw the program; it may have been released since.
+                st.pending.take().map(|p| (p, f.seconds, f.seen))
+            } else if let Some(p) = st.pending.as_mut() {
+                p.copy_args(ret);
+                if ret != CL_SUCCESS {
+                    // The call failed and the callback has not run, so the application has
+                    // not released the program: look at it now, under the lock that makes a
+                    // late callback wait.
+                    let seen = p.observe(program, Some(ret));
+                    st.pending
+                        .take()
+                        .map(|p| (p, start.elapsed().as_secs_f64(), seen))
+                } else {
+                    None // still building: the callback completes the record
+                }
+            } else {
+                None
+            };
+            drop(st);
+            if listed {
+                returned(&ctx);
+            }
+            if never_fires {
+                // The call was refused outright, so the callback's reference is ours to drop.
+                // After other failures it stays with the implementation, which may still call.
+                drop(Arc::from_raw(raw));
+            }
+            if let Some((p, seconds, seen)) = finish {
+                p.finish(ret, seconds, seen);
+            }
+        });
+        (ret, program)
+    }
 }

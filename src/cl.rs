@@ -38,14 +38,19 @@ pub type BuildNotify = Option<unsafe extern "C" fn(program: cl_program, user_dat
 pub const CL_SUCCESS: cl_int = 0;
 pub const CL_OUT_OF_HOST_MEMORY: cl_int = -6;
 pub const CL_BUILD_PROGRAM_FAILURE: cl_int = -11;
+pub const CL_COMPILE_PROGRAM_FAILURE: cl_int = -15;
+pub const CL_LINK_PROGRAM_FAILURE: cl_int = -17;
 pub const CL_INVALID_VALUE: cl_int = -30;
 pub const CL_INVALID_DEVICE: cl_int = -33;
 pub const CL_INVALID_CONTEXT: cl_int = -34;
 pub const CL_INVALID_COMMAND_QUEUE: cl_int = -36;
 pub const CL_INVALID_BINARY: cl_int = -42;
+pub const CL_INVALID_BUILD_OPTIONS: cl_int = -43;
 pub const CL_INVALID_PROGRAM: cl_int = -44;
 pub const CL_INVALID_KERNEL: cl_int = -48;
 pub const CL_INVALID_OPERATION: cl_int = -59;
+pub const CL_INVALID_COMPILER_OPTIONS: cl_int = -66;
+pub const CL_INVALID_LINKER_OPTIONS: cl_int = -67;
 
 // clGetContextInfo parameters.
 pub const CL_CONTEXT_DEVICES: cl_uint = 0x1081;
@@ -64,6 +69,7 @@ pub const CL_PROGRAM_KERNEL_NAMES: cl_program_info = 0x1168;
 // clGetProgramBuildInfo parameters and build states.
 pub const CL_PROGRAM_BUILD_STATUS: cl_program_build_info = 0x1181;
 pub const CL_BUILD_SUCCESS: cl_build_status = 0;
+pub const CL_BUILD_NONE: cl_build_status = -1;
 
 // clGetDeviceInfo parameters and device types.
 pub const CL_DEVICE_TYPE: cl_device_info = 0x1000;
@@ -207,8 +213,12 @@ pub type FnReleaseEvent = unsafe extern "C" fn(cl_event) -> cl_int;
 /// # Safety
 /// `errcode_ret` must be NULL or writable, as the OpenCL API requires of applications.
 pub unsafe fn set_errcode(errcode_ret: *mut cl_int, code: cl_int) {
-    if !errcode_ret.is_null() {
-        *errcode_ret = code;
+    // SAFETY: this function's contract: `errcode_ret` must be NULL or writable, as the
+    // OpenCL API requires of applications.
+    unsafe {
+        if !errcode_ret.is_null() {
+            *errcode_ret = code;
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! The user's choices, read once from `CLSHIM_*` environment variables at the first
-//! intercepted call. Parsing never fails: a value it does not understand yields one
+//! intercepted call, by the grammar `controls` defines for each. Parsing never fails: a value it does not understand yields one
 //! warning naming the variable, the value and the accepted values, and the safe default
 //! applies, because a typo must never stop someone's MPI job. Values are echoed into
 //! warnings quoted and escaped (`{:?}`), so a newline or control character in one can
@@ -8,6 +8,8 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+
+use crate::controls::{self, Control, Value};
 
 /// What to do with binary queries (`CL_PROGRAM_BINARY_SIZES` / `CL_PROGRAM_BINARIES` with
 /// a value buffer) on devices that `DeviceFilter` selects.
@@ -22,23 +24,15 @@ pub enum BinaryPolicy {
 }
 
 impl BinaryPolicy {
-    pub const ACCEPTED: &'static str = "pass, suppress, substitute";
+    /// In the order of `controls::BINARIES`' words.
+    const ALL: [BinaryPolicy; 3] = [
+        BinaryPolicy::Pass,
+        BinaryPolicy::Suppress,
+        BinaryPolicy::Substitute,
+    ];
 
     pub fn name(self) -> &'static str {
-        match self {
-            BinaryPolicy::Pass => "pass",
-            BinaryPolicy::Suppress => "suppress",
-            BinaryPolicy::Substitute => "substitute",
-        }
-    }
-
-    fn parse(s: &str) -> Option<Self> {
-        match s {
-            "pass" => Some(BinaryPolicy::Pass),
-            "suppress" => Some(BinaryPolicy::Suppress),
-            "substitute" => Some(BinaryPolicy::Substitute),
-            _ => None,
-        }
+        word(&controls::BINARIES, self as usize)
     }
 }
 
@@ -54,23 +48,19 @@ pub enum DeviceFilter {
 }
 
 impl DeviceFilter {
-    pub const ACCEPTED: &'static str = "pocl-cpu, pocl, all";
+    /// In the order of `controls::DEVICES`' words.
+    const ALL: [DeviceFilter; 3] = [DeviceFilter::PoclCpu, DeviceFilter::Pocl, DeviceFilter::All];
 
     pub fn name(self) -> &'static str {
-        match self {
-            DeviceFilter::PoclCpu => "pocl-cpu",
-            DeviceFilter::Pocl => "pocl",
-            DeviceFilter::All => "all",
-        }
+        word(&controls::DEVICES, self as usize)
     }
+}
 
-    fn parse(s: &str) -> Option<Self> {
-        match s {
-            "pocl-cpu" => Some(DeviceFilter::PoclCpu),
-            "pocl" => Some(DeviceFilter::Pocl),
-            "all" => Some(DeviceFilter::All),
-            _ => None,
-        }
+/// Word `i` of a one-of control.
+fn word(c: &Control, i: usize) -> &'static str {
+    match c.grammar {
+        controls::Grammar::OneOf(words) => words[i],
+        _ => unreachable!("{} is a one-of control", c.var),
     }
 }
 
@@ -97,27 +87,6 @@ impl Default for Config {
     }
 }
 
-const LOG_LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
-
-/// An env_logger filter: comma-separated `level`, `target` or `target=level` directives.
-fn valid_log_filter(s: &str) -> bool {
-    let is_level = |l: &str| LOG_LEVELS.contains(&l.to_ascii_lowercase().as_str());
-    // Only clshim's own modules log here, so a target must name one of them; a bare word
-    // such as "loud" is a mistyped level, not a module filter.
-    let is_target = |t: &str| {
-        t.starts_with("clshim")
-            && t.chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
-    };
-    s.split(',')
-        .map(str::trim)
-        .filter(|d| !d.is_empty())
-        .all(|d| match d.split_once('=') {
-            Some((target, level)) => is_target(target) && is_level(level),
-            None => is_level(d) || is_target(d),
-        })
-}
-
 impl Config {
     /// Reads the configuration from the process environment.
     pub fn from_env() -> (Config, Vec<String>) {
@@ -136,66 +105,38 @@ impl Config {
                 .map(|v| v.to_string_lossy().trim().to_string())
                 .filter(|v| !v.is_empty())
         };
-        let mut reject = |name: &str, v: &str, accepted: &str, default: &str| {
-            warnings.push(format!(
-                "clshim: warning: {name}={v:?} is not one of {accepted}; using {default}"
-            ))
+        // Each control's value checked by its one grammar; a refused one warns and keeps
+        // the default.
+        let mut take = |c: &Control| {
+            let v = value(c.var)?;
+            let parsed = c.check(&v);
+            if parsed.is_none() {
+                warnings.push(format!(
+                    "clshim: warning: {}={v:?} is not one of {}; using {}",
+                    c.var,
+                    c.accepted(),
+                    c.default
+                ));
+            }
+            parsed
         };
-
-        if let Some(v) = value("CLSHIM_BINARIES") {
-            match BinaryPolicy::parse(&v.to_ascii_lowercase()) {
-                Some(p) => cfg.binaries = p,
-                None => reject(
-                    "CLSHIM_BINARIES",
-                    &v,
-                    BinaryPolicy::ACCEPTED,
-                    cfg.binaries.name(),
-                ),
-            }
+        if let Some(Value::Word(i)) = take(&controls::BINARIES) {
+            cfg.binaries = BinaryPolicy::ALL[i];
         }
-        if let Some(v) = value("CLSHIM_DEVICES") {
-            match DeviceFilter::parse(&v.to_ascii_lowercase()) {
-                Some(d) => cfg.devices = d,
-                None => reject(
-                    "CLSHIM_DEVICES",
-                    &v,
-                    DeviceFilter::ACCEPTED,
-                    cfg.devices.name(),
-                ),
-            }
+        if let Some(Value::Word(i)) = take(&controls::DEVICES) {
+            cfg.devices = DeviceFilter::ALL[i];
         }
-        if let Some(v) = get("CLSHIM_TRACE_DIR").filter(|v| !v.is_empty()) {
+        if let Some(Value::Mode(m)) = take(&controls::TRACE_MODE) {
+            cfg.trace_mode = m;
+        }
+        if let Some(Value::Filter(f)) = take(&controls::LOG) {
+            cfg.log_filter = f;
+        }
+        if let Some(Value::Switch(on)) = take(&controls::SUMMARY) {
+            cfg.summary = on;
+        }
+        if let Some(v) = get(controls::TRACE_DIR.var).filter(|v| !v.is_empty()) {
             cfg.trace_dir = Some(PathBuf::from(v));
-        }
-        if let Some(v) = value("CLSHIM_TRACE_MODE") {
-            match u32::from_str_radix(&v, 8) {
-                Ok(m) if m <= 0o777 => cfg.trace_mode = m,
-                _ => reject(
-                    "CLSHIM_TRACE_MODE",
-                    &v,
-                    "octal permission bits from 0 to 0777 (e.g. 0640)",
-                    "0600",
-                ),
-            }
-        }
-        if let Some(v) = value("CLSHIM_LOG") {
-            if valid_log_filter(&v) {
-                cfg.log_filter = v;
-            } else {
-                reject(
-                    "CLSHIM_LOG",
-                    &v,
-                    "an env_logger filter of off, error, warn, info, debug, trace (e.g. info)",
-                    "warn",
-                )
-            }
-        }
-        if let Some(v) = value("CLSHIM_SUMMARY") {
-            match v.to_ascii_lowercase().as_str() {
-                "1" | "true" | "yes" | "on" => cfg.summary = true,
-                "0" | "false" | "no" | "off" => cfg.summary = false,
-                _ => reject("CLSHIM_SUMMARY", &v, "1, 0", "1"),
-            }
         }
         (cfg, warnings)
     }
@@ -298,7 +239,11 @@ mod tests {
             });
             assert!(warnings.len() <= names.len());
             assert!(cfg.trace_mode <= 0o777);
-            assert!(valid_log_filter(&cfg.log_filter), "{:?}", cfg.log_filter);
+            assert!(
+                controls::LOG.check(&cfg.log_filter).is_some(),
+                "{:?}",
+                cfg.log_filter
+            );
         }
     }
 

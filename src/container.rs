@@ -157,7 +157,13 @@ pub fn decode(bytes: &[u8], fingerprint: u64) -> Result<&[u8], Rejection> {
 /// # Safety
 /// `ptr` must be NULL or readable for `min(len, 8)` bytes (what a driver reads too).
 pub unsafe fn raw_is_clshim(ptr: *const u8, len: usize) -> bool {
-    !ptr.is_null() && len >= MAGIC.len() && is_clshim(std::slice::from_raw_parts(ptr, MAGIC.len()))
+    // SAFETY: this function's contract: `ptr` must be NULL or readable for `min(len, 8)`
+    // bytes (what a driver reads too).
+    unsafe {
+        !ptr.is_null()
+            && len >= MAGIC.len()
+            && is_clshim(std::slice::from_raw_parts(ptr, MAGIC.len()))
+    }
 }
 
 /// [`decode`] of the application's binary `(ptr, len)`: reads the header first, and the
@@ -171,11 +177,14 @@ pub unsafe fn decode_raw<'a>(
     len: usize,
     fingerprint: u64,
 ) -> Result<&'a [u8], Rejection> {
-    if ptr.is_null() || len < HEADER + TRAILER {
-        return Err(Rejection::Truncated { length: len });
+    // SAFETY: this function's contract: `ptr` must be NULL or readable for `len` bytes.
+    unsafe {
+        if ptr.is_null() || len < HEADER + TRAILER {
+            return Err(Rejection::Truncated { length: len });
+        }
+        check_header(std::slice::from_raw_parts(ptr, HEADER), len)?;
+        decode(std::slice::from_raw_parts(ptr, len), fingerprint)
     }
-    check_header(std::slice::from_raw_parts(ptr, HEADER), len)?;
-    decode(std::slice::from_raw_parts(ptr, len), fingerprint)
 }
 
 #[cfg(test)]
@@ -252,6 +261,7 @@ mod tests {
     #[test]
     fn raw_binaries_are_read_no_further_than_their_header_allows() {
         let good = encode(SRC, 7);
+        // SAFETY: every pointer below is a live buffer of at least the length given.
         unsafe {
             assert!(raw_is_clshim(good.as_ptr(), good.len()));
             assert!(!raw_is_clshim(good.as_ptr(), 7));

@@ -8,12 +8,10 @@ use crate::config::DeviceFilter;
 use crate::dispatch::{slot, Route};
 use crate::hash::Fnv1a;
 use crate::query::info_bytes;
+use crate::schema::{self, POCL_PLATFORM};
 use parking_lot::Mutex;
-use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
-
-pub const POCL_PLATFORM: &str = "Portable Computing Language";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceFacts {
@@ -52,15 +50,16 @@ impl DeviceFacts {
         h.finish()
     }
 
-    pub fn to_json(&self, filter: DeviceFilter) -> Value {
-        json!({
-            "name": self.name,
-            "type": device_type_name(self.device_type),
-            "platform": self.platform,
-            "vendor": self.vendor,
-            "driver": self.driver,
-            "matched": self.selected_by(filter),
-        })
+    /// The device as records describe it.
+    pub fn describe(&self, filter: DeviceFilter) -> schema::Device {
+        schema::Device {
+            name: self.name.clone(),
+            kind: device_type_name(self.device_type),
+            platform: self.platform.clone(),
+            vendor: self.vendor.clone(),
+            driver: self.driver.clone(),
+            matched: self.selected_by(filter),
+        }
     }
 }
 
@@ -75,34 +74,38 @@ fn text(bytes: Option<Vec<u8>>) -> String {
 /// # Safety
 /// `device` must be a live device of an implementation reachable through `route`.
 pub unsafe fn query(route: Route, device: cl_device_id) -> Option<DeviceFacts> {
-    let dev_info: FnGetDeviceInfo = route.entry(device, slot::GET_DEVICE_INFO)?;
-    let get = |p| info_bytes(dev_info, device, p);
-    let type_bytes = get(CL_DEVICE_TYPE)?;
-    let device_type = cl_device_type::from_ne_bytes(type_bytes.get(..8)?.try_into().ok()?);
-    let platform_bytes = get(CL_DEVICE_PLATFORM)?;
-    let platform = usize::from_ne_bytes(
-        platform_bytes
-            .get(..std::mem::size_of::<usize>())?
-            .try_into()
-            .ok()?,
-    ) as cl_platform_id;
-    let (platform_name, platform_version) =
-        match route.entry::<FnGetPlatformInfo>(platform, slot::GET_PLATFORM_INFO) {
-            Some(pinfo) => (
-                text(info_bytes(pinfo, platform, CL_PLATFORM_NAME)),
-                text(info_bytes(pinfo, platform, CL_PLATFORM_VERSION)),
-            ),
-            None => (String::new(), String::new()),
-        };
-    Some(DeviceFacts {
-        name: text(get(CL_DEVICE_NAME)),
-        device_type,
-        vendor: text(get(CL_DEVICE_VENDOR)),
-        driver: text(get(CL_DRIVER_VERSION)),
-        version: text(get(CL_DEVICE_VERSION)),
-        platform: platform_name,
-        platform_version,
-    })
+    // SAFETY: this function's contract: `device` must be a live device of an implementation
+    // reachable through `route`.
+    unsafe {
+        let dev_info: FnGetDeviceInfo = route.entry(device, slot::GET_DEVICE_INFO)?;
+        let get = |p| info_bytes(dev_info, device, p);
+        let type_bytes = get(CL_DEVICE_TYPE)?;
+        let device_type = cl_device_type::from_ne_bytes(type_bytes.get(..8)?.try_into().ok()?);
+        let platform_bytes = get(CL_DEVICE_PLATFORM)?;
+        let platform = usize::from_ne_bytes(
+            platform_bytes
+                .get(..std::mem::size_of::<usize>())?
+                .try_into()
+                .ok()?,
+        ) as cl_platform_id;
+        let (platform_name, platform_version) =
+            match route.entry::<FnGetPlatformInfo>(platform, slot::GET_PLATFORM_INFO) {
+                Some(pinfo) => (
+                    text(info_bytes(pinfo, platform, CL_PLATFORM_NAME)),
+                    text(info_bytes(pinfo, platform, CL_PLATFORM_VERSION)),
+                ),
+                None => (String::new(), String::new()),
+            };
+        Some(DeviceFacts {
+            name: text(get(CL_DEVICE_NAME)),
+            device_type,
+            vendor: text(get(CL_DEVICE_VENDOR)),
+            driver: text(get(CL_DRIVER_VERSION)),
+            version: text(get(CL_DEVICE_VERSION)),
+            platform: platform_name,
+            platform_version,
+        })
+    }
 }
 
 /// Device facts by device handle, filled on first use.
@@ -118,17 +121,20 @@ impl DeviceCache {
     /// # Safety
     /// As for [`query`].
     pub unsafe fn get(&self, route: Route, device: cl_device_id) -> Option<Arc<DeviceFacts>> {
-        if let Some(f) = self.map.lock().get(&(device as usize)) {
-            return Some(f.clone());
+        // SAFETY: this function's contract: As for [`query`].
+        unsafe {
+            if let Some(f) = self.map.lock().get(&(device as usize)) {
+                return Some(f.clone());
+            }
+            let facts = Arc::new(query(route, device)?);
+            Some(
+                self.map
+                    .lock()
+                    .entry(device as usize)
+                    .or_insert(facts)
+                    .clone(),
+            )
         }
-        let facts = Arc::new(query(route, device)?);
-        Some(
-            self.map
-                .lock()
-                .entry(device as usize)
-                .or_insert(facts)
-                .clone(),
-        )
     }
 
     pub fn lock_for_fork(&self) {
@@ -138,8 +144,24 @@ impl DeviceCache {
     /// # Safety
     /// Only after `lock_for_fork`, in the forking thread (parent) or the only thread (child).
     pub unsafe fn unlock_after_fork(&self) {
-        self.map.force_unlock();
+        // SAFETY: this function's contract: Only after `lock_for_fork`, in the forking
+        // thread (parent) or the only thread (child).
+        unsafe {
+            self.map.force_unlock();
+        }
     }
+}
+
+/// The devices of a record, as its `devices` field: each one's description, or None
+/// (null) where the device could not be queried.
+pub fn describe_all(
+    filter: DeviceFilter,
+    facts: &[Option<Arc<DeviceFacts>>],
+) -> Vec<Option<schema::Device>> {
+    facts
+        .iter()
+        .map(|f| f.as_ref().map(|f| f.describe(filter)))
+        .collect()
 }
 
 #[cfg(test)]

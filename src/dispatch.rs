@@ -60,20 +60,23 @@ pub enum Route {
 /// # Safety
 /// `obj` must be NULL or point to a live ICD object.
 pub unsafe fn object_table(obj: Handle) -> Option<*const *const c_void> {
-    if obj.is_null() {
-        return None;
+    // SAFETY: this function's contract: `obj` must be NULL or point to a live ICD object.
+    unsafe {
+        if obj.is_null() {
+            return None;
+        }
+        let words = obj as *const *const *const c_void;
+        let table = *words;
+        if table.is_null() {
+            return None;
+        }
+        if *table as usize == CL_ICD2_TAG_KHR {
+            // Tagged: the loader-managed table sits at the start of the object's dispatch data.
+            let data = *words.add(1);
+            return (!data.is_null()).then_some(data);
+        }
+        Some(table)
     }
-    let words = obj as *const *const *const c_void;
-    let table = *words;
-    if table.is_null() {
-        return None;
-    }
-    if *table as usize == CL_ICD2_TAG_KHR {
-        // Tagged: the loader-managed table sits at the start of the object's dispatch data.
-        let data = *words.add(1);
-        return (!data.is_null()).then_some(data);
-    }
-    Some(table)
 }
 
 impl Route {
@@ -83,23 +86,27 @@ impl Route {
     /// # Safety
     /// `obj` must be NULL or a live ICD object; `F` must be the slot's function type.
     pub unsafe fn entry<F: Copy>(self, obj: Handle, slot: usize) -> Option<F> {
-        debug_assert_eq!(
-            std::mem::size_of::<F>(),
-            std::mem::size_of::<*const c_void>()
-        );
-        let f = match self {
-            Route::Object => *object_table(obj)?.add(slot),
-            Route::Next { table, len } | Route::Symbols { table, len } => {
-                if slot >= len {
-                    return None;
+        // SAFETY: this function's contract: `obj` must be NULL or a live ICD object; `F`
+        // must be the slot's function type.
+        unsafe {
+            debug_assert_eq!(
+                std::mem::size_of::<F>(),
+                std::mem::size_of::<*const c_void>()
+            );
+            let f = match self {
+                Route::Object => *object_table(obj)?.add(slot),
+                Route::Next { table, len } | Route::Symbols { table, len } => {
+                    if slot >= len {
+                        return None;
+                    }
+                    *table.add(slot)
                 }
-                *table.add(slot)
+            };
+            if f.is_null() {
+                None
+            } else {
+                Some(std::mem::transmute_copy::<*const c_void, F>(&f))
             }
-        };
-        if f.is_null() {
-            None
-        } else {
-            Some(std::mem::transmute_copy::<*const c_void, F>(&f))
         }
     }
 
@@ -139,6 +146,7 @@ mod tests {
             tagged_table.as_ptr() as *const c_void,
             real.as_ptr() as *const c_void,
         ];
+        // SAFETY: both objects point to a first word that is a table of the tested shape.
         unsafe {
             for obj in [plain.as_ptr() as Handle, tagged.as_ptr() as Handle] {
                 assert_eq!(object_table(obj), Some(real.as_ptr()));

@@ -3,15 +3,15 @@
 //! entry first, so that whatever goes wrong inside clshim afterwards (no state, a panic, a
 //! nested call) the call is still forwarded unchanged, and exactly once.
 
+use crate::binary_load;
 use crate::builds::{self, Pending};
 use crate::cl::*;
 use crate::dispatch::{slot, Route};
 use crate::guard::{self, catch};
-use crate::hash::Fnv1a;
 use crate::policy;
 use crate::programs::Origin;
-use crate::record::EventKind;
 use crate::runtime;
+use crate::schema::Event;
 use std::ffi::{c_char, c_void};
 
 /// The status a loader gives when the object or its entry is missing.
@@ -34,38 +34,41 @@ pub unsafe fn build_program(
     pfn_notify: BuildNotify,
     user_data: *mut c_void,
 ) -> cl_int {
-    let Some(real) = route.entry::<FnBuildProgram>(program, slot::BUILD_PROGRAM) else {
-        return missing(program, CL_INVALID_PROGRAM);
-    };
-    let Some(_inside) = guard::enter() else {
-        return real(
-            program,
-            num_devices,
-            device_list,
-            options,
-            pfn_notify,
-            user_data,
-        );
-    };
-    let pending = runtime::get(route).map(|rt| {
-        Pending::new(
-            rt,
-            route,
-            EventKind::Build,
-            program,
-            num_devices,
-            device_list,
-            options,
-            pfn_notify.is_some(),
-        )
-    });
-    builds::run(pending, pfn_notify, user_data, |f, d| {
-        (
-            real(program, num_devices, device_list, options, f, d),
-            program,
-        )
-    })
-    .0
+    // SAFETY: this function's contract: The application's arguments to `clBuildProgram`.
+    unsafe {
+        let Some(real) = route.entry::<FnBuildProgram>(program, slot::BUILD_PROGRAM) else {
+            return missing(program, CL_INVALID_PROGRAM);
+        };
+        let Some(_inside) = guard::enter() else {
+            return real(
+                program,
+                num_devices,
+                device_list,
+                options,
+                pfn_notify,
+                user_data,
+            );
+        };
+        let pending = runtime::get(route).map(|rt| {
+            Pending::new(
+                rt,
+                route,
+                Event::Build,
+                program,
+                num_devices,
+                device_list,
+                options,
+                pfn_notify.is_some(),
+            )
+        });
+        builds::run(pending, pfn_notify, user_data, |f, d| {
+            (
+                real(program, num_devices, device_list, options, f, d),
+                program,
+            )
+        })
+        .0
+    }
 }
 
 /// # Safety
@@ -83,42 +86,45 @@ pub unsafe fn compile_program(
     pfn_notify: BuildNotify,
     user_data: *mut c_void,
 ) -> cl_int {
-    let Some(real) = route.entry::<FnCompileProgram>(program, slot::COMPILE_PROGRAM) else {
-        return missing(program, CL_INVALID_PROGRAM);
-    };
-    let forward = |f: BuildNotify, d: *mut c_void| {
-        real(
-            program,
-            num_devices,
-            device_list,
-            options,
-            num_input_headers,
-            input_headers,
-            header_include_names,
-            f,
-            d,
-        )
-    };
-    let Some(_inside) = guard::enter() else {
-        return forward(pfn_notify, user_data);
-    };
-    let pending = runtime::get(route).map(|rt| {
-        Pending::new(
-            rt,
-            route,
-            EventKind::Compile,
-            program,
-            num_devices,
-            device_list,
-            options,
-            pfn_notify.is_some(),
-        )
-        .with_headers(num_input_headers)
-    });
-    builds::run(pending, pfn_notify, user_data, |f, d| {
-        (forward(f, d), program)
-    })
-    .0
+    // SAFETY: this function's contract: The application's arguments to `clCompileProgram`.
+    unsafe {
+        let Some(real) = route.entry::<FnCompileProgram>(program, slot::COMPILE_PROGRAM) else {
+            return missing(program, CL_INVALID_PROGRAM);
+        };
+        let forward = |f: BuildNotify, d: *mut c_void| {
+            real(
+                program,
+                num_devices,
+                device_list,
+                options,
+                num_input_headers,
+                input_headers,
+                header_include_names,
+                f,
+                d,
+            )
+        };
+        let Some(_inside) = guard::enter() else {
+            return forward(pfn_notify, user_data);
+        };
+        let pending = runtime::get(route).map(|rt| {
+            Pending::new(
+                rt,
+                route,
+                Event::Compile,
+                program,
+                num_devices,
+                device_list,
+                options,
+                pfn_notify.is_some(),
+            )
+            .with_headers(num_input_headers)
+        });
+        builds::run(pending, pfn_notify, user_data, |f, d| {
+            (forward(f, d), program)
+        })
+        .0
+    }
 }
 
 /// # Safety
@@ -136,56 +142,59 @@ pub unsafe fn link_program(
     user_data: *mut c_void,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
-    let Some(real) = route.entry::<FnLinkProgram>(context, slot::LINK_PROGRAM) else {
-        set_errcode(errcode_ret, missing(context, CL_INVALID_CONTEXT));
-        return std::ptr::null_mut();
-    };
-    let Some(_inside) = guard::enter() else {
-        return real(
-            context,
-            num_devices,
-            device_list,
-            options,
-            num_input_programs,
-            input_programs,
-            pfn_notify,
-            user_data,
-            errcode_ret,
-        );
-    };
-    // The input programs are read only once the implementation has accepted the link:
-    // a count beyond the array is its to refuse.
-    let pending = runtime::get(route).map(|rt| {
-        Pending::new(
-            rt,
-            route,
-            EventKind::Link,
-            std::ptr::null_mut(),
-            num_devices,
-            device_list,
-            options,
-            pfn_notify.is_some(),
-        )
-        .with_inputs(num_input_programs, input_programs)
-    });
-    // The status of a link comes back through errcode_ret, which the application may omit.
-    let mut err = CL_SUCCESS;
-    let (_, program) = builds::run(pending, pfn_notify, user_data, |f, d| {
-        let p = real(
-            context,
-            num_devices,
-            device_list,
-            options,
-            num_input_programs,
-            input_programs,
-            f,
-            d,
-            &mut err,
-        );
-        (err, p)
-    });
-    set_errcode(errcode_ret, err);
-    program
+    // SAFETY: this function's contract: The application's arguments to `clLinkProgram`.
+    unsafe {
+        let Some(real) = route.entry::<FnLinkProgram>(context, slot::LINK_PROGRAM) else {
+            set_errcode(errcode_ret, missing(context, CL_INVALID_CONTEXT));
+            return std::ptr::null_mut();
+        };
+        let Some(_inside) = guard::enter() else {
+            return real(
+                context,
+                num_devices,
+                device_list,
+                options,
+                num_input_programs,
+                input_programs,
+                pfn_notify,
+                user_data,
+                errcode_ret,
+            );
+        };
+        // The input programs are read only once the implementation has accepted the link:
+        // a count beyond the array is its to refuse.
+        let pending = runtime::get(route).map(|rt| {
+            Pending::new(
+                rt,
+                route,
+                Event::Link,
+                std::ptr::null_mut(),
+                num_devices,
+                device_list,
+                options,
+                pfn_notify.is_some(),
+            )
+            .with_inputs(num_input_programs, input_programs)
+        });
+        // The status of a link comes back through errcode_ret, which the application may omit.
+        let mut err = CL_SUCCESS;
+        let (_, program) = builds::run(pending, pfn_notify, user_data, |f, d| {
+            let p = real(
+                context,
+                num_devices,
+                device_list,
+                options,
+                num_input_programs,
+                input_programs,
+                f,
+                d,
+                &mut err,
+            );
+            (err, p)
+        });
+        set_errcode(errcode_ret, err);
+        program
+    }
 }
 
 /// # Safety
@@ -198,20 +207,25 @@ pub unsafe fn get_program_info(
     value: *mut c_void,
     size_ret: *mut usize,
 ) -> cl_int {
-    let Some(real) = route.entry::<FnGetProgramInfo>(program, slot::GET_PROGRAM_INFO) else {
-        return missing(program, CL_INVALID_PROGRAM);
-    };
-    // The hot path: every other query, and size-only binary queries (which compile nothing),
-    // go straight through.
-    if (param != CL_PROGRAM_BINARY_SIZES && param != CL_PROGRAM_BINARIES) || value.is_null() {
-        return real(program, param, size, value, size_ret);
-    }
-    let Some(_inside) = guard::enter() else {
-        return real(program, param, size, value, size_ret);
-    };
-    match runtime::get(route) {
-        Some(rt) => policy::binary_query(rt, route, real, program, param, size, value, size_ret),
-        None => real(program, param, size, value, size_ret),
+    // SAFETY: this function's contract: The application's arguments to `clGetProgramInfo`.
+    unsafe {
+        let Some(real) = route.entry::<FnGetProgramInfo>(program, slot::GET_PROGRAM_INFO) else {
+            return missing(program, CL_INVALID_PROGRAM);
+        };
+        // The hot path: every other query, and size-only binary queries (which compile nothing),
+        // go straight through.
+        if (param != CL_PROGRAM_BINARY_SIZES && param != CL_PROGRAM_BINARIES) || value.is_null() {
+            return real(program, param, size, value, size_ret);
+        }
+        let Some(_inside) = guard::enter() else {
+            return real(program, param, size, value, size_ret);
+        };
+        match runtime::get(route) {
+            Some(rt) => {
+                policy::binary_query(rt, route, real, program, param, size, value, size_ret)
+            }
+            None => real(program, param, size, value, size_ret),
+        }
     }
 }
 
@@ -228,69 +242,75 @@ pub unsafe fn create_program_with_binary(
     binary_status: *mut cl_int,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
-    let Some(real) =
-        route.entry::<FnCreateProgramWithBinary>(context, slot::CREATE_PROGRAM_WITH_BINARY)
-    else {
-        set_errcode(errcode_ret, missing(context, CL_INVALID_CONTEXT));
-        return std::ptr::null_mut();
-    };
-    let forward = || {
-        real(
-            context,
-            num_devices,
-            device_list,
-            lengths,
-            binaries,
-            binary_status,
-            errcode_ret,
-        )
-    };
-    let Some(_inside) = guard::enter() else {
-        return forward();
-    };
-    match runtime::get(route) {
-        Some(rt) => policy::create_with_binary(
-            rt,
-            route,
-            real,
-            context,
-            num_devices,
-            device_list,
-            lengths,
-            binaries,
-            binary_status,
-            errcode_ret,
-        ),
-        None => forward(),
+    // SAFETY: this function's contract: The application's arguments to
+    // `clCreateProgramWithBinary`.
+    unsafe {
+        let Some(real) =
+            route.entry::<FnCreateProgramWithBinary>(context, slot::CREATE_PROGRAM_WITH_BINARY)
+        else {
+            set_errcode(errcode_ret, missing(context, CL_INVALID_CONTEXT));
+            return std::ptr::null_mut();
+        };
+        let forward = || {
+            real(
+                context,
+                num_devices,
+                device_list,
+                lengths,
+                binaries,
+                binary_status,
+                errcode_ret,
+            )
+        };
+        let Some(_inside) = guard::enter() else {
+            return forward();
+        };
+        match runtime::get(route) {
+            Some(rt) => binary_load::create_with_binary(
+                rt,
+                route,
+                real,
+                context,
+                num_devices,
+                device_list,
+                lengths,
+                binaries,
+                binary_status,
+                errcode_ret,
+            ),
+            None => forward(),
+        }
     }
 }
 
-/// The hash and length of the source strings as OpenCL defines them (a length of 0, or no
-/// lengths array, means NUL-terminated).
-unsafe fn source_identity(
+/// The source strings as OpenCL defines them (a length of 0, or no lengths array, means
+/// NUL-terminated).
+unsafe fn source_parts<'a>(
     count: cl_uint,
     strings: *const *const c_char,
     lengths: *const usize,
-) -> (u64, usize) {
-    let mut h = Fnv1a::default();
-    let mut total = 0;
-    for i in 0..count as usize {
-        let s = *strings.add(i);
-        if s.is_null() {
-            continue;
+) -> Vec<&'a [u8]> {
+    // SAFETY: called only for a program the implementation made from these strings, so
+    // there are `count` of them, each NUL-terminated or as long as `lengths` says.
+    unsafe {
+        let mut parts = Vec::with_capacity(count as usize);
+        for i in 0..count as usize {
+            let s = *strings.add(i);
+            if s.is_null() {
+                continue;
+            }
+            let len = if lengths.is_null() || *lengths.add(i) == 0 {
+                std::ffi::CStr::from_ptr(s).to_bytes().len()
+            } else {
+                *lengths.add(i)
+            };
+            if len > isize::MAX as usize {
+                continue; // no slice can be that long; the implementation took it all the same
+            }
+            parts.push(std::slice::from_raw_parts(s as *const u8, len));
         }
-        let len = if lengths.is_null() || *lengths.add(i) == 0 {
-            std::ffi::CStr::from_ptr(s).to_bytes().len()
-        } else {
-            *lengths.add(i)
-        };
-        if len > isize::MAX as usize {
-            continue; // no slice can be that long; the implementation took it all the same
-        }
-        h.update(std::slice::from_raw_parts(s as *const u8, len));
-        total += len;
+        parts
     }
-    (h.finish(), total)
 }
 
 /// # Safety
@@ -303,29 +323,33 @@ pub unsafe fn create_program_with_source(
     lengths: *const usize,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
-    let Some(real) =
-        route.entry::<FnCreateProgramWithSource>(context, slot::CREATE_PROGRAM_WITH_SOURCE)
-    else {
-        set_errcode(errcode_ret, missing(context, CL_INVALID_CONTEXT));
-        return std::ptr::null_mut();
-    };
-    let program = real(context, count, strings, lengths, errcode_ret);
-    if !strings.is_null() {
-        register_created(route, program, Origin::Source, || {
-            source_identity(count, strings, lengths)
-        });
+    // SAFETY: this function's contract: The application's arguments to
+    // `clCreateProgramWithSource`.
+    unsafe {
+        let Some(real) =
+            route.entry::<FnCreateProgramWithSource>(context, slot::CREATE_PROGRAM_WITH_SOURCE)
+        else {
+            set_errcode(errcode_ret, missing(context, CL_INVALID_CONTEXT));
+            return std::ptr::null_mut();
+        };
+        let program = real(context, count, strings, lengths, errcode_ret);
+        if !strings.is_null() {
+            register_created(route, program, Origin::Source, || {
+                source_parts(count, strings, lengths)
+            });
+        }
+        program
     }
-    program
 }
 
 /// Enters a program the implementation just made into the registry, with the hash and
-/// length `identity` computes of what it was made from. Never disturbs the call: nothing
+/// length of the parts `made_from` gives (what it was made from). Never disturbs the call: nothing
 /// happens for a failed creation, a nested call or an internal failure.
-unsafe fn register_created(
+unsafe fn register_created<'a>(
     route: Route,
     program: cl_program,
     origin: Origin,
-    identity: impl FnOnce() -> (u64, usize),
+    made_from: impl FnOnce() -> Vec<&'a [u8]>,
 ) {
     if program.is_null() {
         return;
@@ -333,8 +357,7 @@ unsafe fn register_created(
     if let Some(_inside) = guard::enter() {
         if let Some(rt) = runtime::get(route) {
             catch(|| {
-                let (hash, len) = identity();
-                rt.programs.created(program, origin, Some(hash), Some(len));
+                rt.programs.made_from(program, origin, &made_from());
             });
         }
     }
@@ -349,37 +372,45 @@ pub unsafe fn create_program_with_il(
     length: usize,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
-    let Some(real) = route.entry::<FnCreateProgramWithIL>(context, slot::CREATE_PROGRAM_WITH_IL)
-    else {
-        set_errcode(errcode_ret, missing(context, CL_INVALID_CONTEXT));
-        return std::ptr::null_mut();
-    };
-    let program = real(context, il, length, errcode_ret);
-    if !il.is_null() && length <= isize::MAX as usize {
-        register_created(route, program, Origin::Il, || {
-            let bytes = std::slice::from_raw_parts(il as *const u8, length);
-            (crate::hash::fnv1a64(bytes), length)
-        });
+    // SAFETY: this function's contract: The application's arguments to
+    // `clCreateProgramWithIL`.
+    unsafe {
+        let Some(real) =
+            route.entry::<FnCreateProgramWithIL>(context, slot::CREATE_PROGRAM_WITH_IL)
+        else {
+            set_errcode(errcode_ret, missing(context, CL_INVALID_CONTEXT));
+            return std::ptr::null_mut();
+        };
+        let program = real(context, il, length, errcode_ret);
+        if !il.is_null() && length <= isize::MAX as usize {
+            register_created(route, program, Origin::Il, || {
+                vec![std::slice::from_raw_parts(il as *const u8, length)]
+            });
+        }
+        program
     }
-    program
 }
 
 /// # Safety
 /// The application's argument to `clReleaseProgram`.
 pub unsafe fn release_program(route: Route, program: cl_program) -> cl_int {
-    let Some(real) = route.entry::<FnReleaseProgram>(program, slot::RELEASE_PROGRAM) else {
-        return missing(program, CL_INVALID_PROGRAM);
-    };
-    // Only a process that has state has entries to forget.
-    let Some(rt) = runtime::existing() else {
-        return real(program);
-    };
-    let last = catch(|| crate::query::reference_count(route, program) == Some(1)).unwrap_or(false);
-    let ret = real(program);
-    if ret == CL_SUCCESS && last {
-        catch(|| rt.programs.released(program));
+    // SAFETY: this function's contract: The application's argument to `clReleaseProgram`.
+    unsafe {
+        let Some(real) = route.entry::<FnReleaseProgram>(program, slot::RELEASE_PROGRAM) else {
+            return missing(program, CL_INVALID_PROGRAM);
+        };
+        // Only a process that has state has entries to forget.
+        let Some(rt) = runtime::existing() else {
+            return real(program);
+        };
+        let last =
+            catch(|| crate::query::reference_count(route, program) == Some(1)).unwrap_or(false);
+        let ret = real(program);
+        if ret == CL_SUCCESS && last {
+            catch(|| rt.programs.released(program));
+        }
+        ret
     }
-    ret
 }
 
 // ---------------------------------------------------------------------------------------
@@ -401,25 +432,30 @@ pub unsafe fn enqueue_nd_range_kernel(
     wait_list: *const cl_event,
     event: *mut cl_event,
 ) -> cl_int {
-    let Some(real) = route.entry::<FnEnqueueNDRangeKernel>(queue, slot::ENQUEUE_ND_RANGE_KERNEL)
-    else {
-        return missing(queue, CL_INVALID_COMMAND_QUEUE);
-    };
-    crate::launches::launch(
-        route,
-        crate::launches::Call::NdRange,
-        queue,
-        kernel,
-        work_dim,
-        global,
-        local,
-        event,
-        move |ev| {
-            real(
-                queue, kernel, work_dim, offset, global, local, num_events, wait_list, ev,
-            )
-        },
-    )
+    // SAFETY: this function's contract: The application's arguments to
+    // `clEnqueueNDRangeKernel`.
+    unsafe {
+        let Some(real) =
+            route.entry::<FnEnqueueNDRangeKernel>(queue, slot::ENQUEUE_ND_RANGE_KERNEL)
+        else {
+            return missing(queue, CL_INVALID_COMMAND_QUEUE);
+        };
+        crate::launches::launch(
+            route,
+            crate::launches::Call::NdRange,
+            queue,
+            kernel,
+            work_dim,
+            global,
+            local,
+            event,
+            move |ev| {
+                real(
+                    queue, kernel, work_dim, offset, global, local, num_events, wait_list, ev,
+                )
+            },
+        )
+    }
 }
 
 /// # Safety
@@ -433,20 +469,23 @@ pub unsafe fn enqueue_task(
     wait_list: *const cl_event,
     event: *mut cl_event,
 ) -> cl_int {
-    let Some(real) = route.entry::<FnEnqueueTask>(queue, slot::ENQUEUE_TASK) else {
-        return missing(queue, CL_INVALID_COMMAND_QUEUE);
-    };
-    crate::launches::launch(
-        route,
-        crate::launches::Call::Task,
-        queue,
-        kernel,
-        1,
-        crate::launches::TASK_SIZE.as_ptr(),
-        crate::launches::TASK_SIZE.as_ptr(),
-        event,
-        move |ev| real(queue, kernel, num_events, wait_list, ev),
-    )
+    // SAFETY: this function's contract: The application's arguments to `clEnqueueTask`.
+    unsafe {
+        let Some(real) = route.entry::<FnEnqueueTask>(queue, slot::ENQUEUE_TASK) else {
+            return missing(queue, CL_INVALID_COMMAND_QUEUE);
+        };
+        crate::launches::launch(
+            route,
+            crate::launches::Call::Task,
+            queue,
+            kernel,
+            1,
+            crate::launches::TASK_SIZE.as_ptr(),
+            crate::launches::TASK_SIZE.as_ptr(),
+            event,
+            move |ev| real(queue, kernel, num_events, wait_list, ev),
+        )
+    }
 }
 
 /// # Safety
@@ -457,13 +496,16 @@ pub unsafe fn create_kernel(
     name: *const c_char,
     errcode_ret: *mut cl_int,
 ) -> cl_kernel {
-    let Some(real) = route.entry::<FnCreateKernel>(program, slot::CREATE_KERNEL) else {
-        set_errcode(errcode_ret, missing(program, CL_INVALID_PROGRAM));
-        return std::ptr::null_mut();
-    };
-    let kernel = real(program, name, errcode_ret);
-    crate::launches::kernel_created(route, program, name, kernel);
-    kernel
+    // SAFETY: this function's contract: The application's arguments to `clCreateKernel`.
+    unsafe {
+        let Some(real) = route.entry::<FnCreateKernel>(program, slot::CREATE_KERNEL) else {
+            set_errcode(errcode_ret, missing(program, CL_INVALID_PROGRAM));
+            return std::ptr::null_mut();
+        };
+        let kernel = real(program, name, errcode_ret);
+        crate::launches::kernel_created(route, program, name, kernel);
+        kernel
+    }
 }
 
 /// # Safety
@@ -475,29 +517,37 @@ pub unsafe fn create_kernels_in_program(
     kernels: *mut cl_kernel,
     num_kernels_ret: *mut cl_uint,
 ) -> cl_int {
-    let Some(real) =
-        route.entry::<FnCreateKernelsInProgram>(program, slot::CREATE_KERNELS_IN_PROGRAM)
-    else {
-        return missing(program, CL_INVALID_PROGRAM);
-    };
-    let ret = real(program, num_kernels, kernels, num_kernels_ret);
-    if ret == CL_SUCCESS && !kernels.is_null() {
-        catch(|| {
-            let n = crate::launches::kernels_written(route, program, num_kernels_ret, num_kernels);
-            crate::launches::kernels_created(kernels, n);
-        });
+    // SAFETY: this function's contract: The application's arguments to
+    // `clCreateKernelsInProgram`.
+    unsafe {
+        let Some(real) =
+            route.entry::<FnCreateKernelsInProgram>(program, slot::CREATE_KERNELS_IN_PROGRAM)
+        else {
+            return missing(program, CL_INVALID_PROGRAM);
+        };
+        let ret = real(program, num_kernels, kernels, num_kernels_ret);
+        if ret == CL_SUCCESS && !kernels.is_null() {
+            catch(|| {
+                let n =
+                    crate::launches::kernels_written(route, program, num_kernels_ret, num_kernels);
+                crate::launches::kernels_created(kernels, n);
+            });
+        }
+        ret
     }
-    ret
 }
 
 /// # Safety
 /// The application's arguments to `clCloneKernel`.
 pub unsafe fn clone_kernel(route: Route, source: cl_kernel, errcode_ret: *mut cl_int) -> cl_kernel {
-    let Some(real) = route.entry::<FnCloneKernel>(source, slot::CLONE_KERNEL) else {
-        set_errcode(errcode_ret, missing(source, CL_INVALID_KERNEL));
-        return std::ptr::null_mut();
-    };
-    let clone = real(source, errcode_ret);
-    crate::launches::kernel_cloned(source, clone);
-    clone
+    // SAFETY: this function's contract: The application's arguments to `clCloneKernel`.
+    unsafe {
+        let Some(real) = route.entry::<FnCloneKernel>(source, slot::CLONE_KERNEL) else {
+            set_errcode(errcode_ret, missing(source, CL_INVALID_KERNEL));
+            return std::ptr::null_mut();
+        };
+        let clone = real(source, errcode_ret);
+        crate::launches::kernel_cloned(source, clone);
+        clone
+    }
 }

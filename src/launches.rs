@@ -22,9 +22,9 @@ use crate::dispatch::{slot, Route};
 use crate::guard::{self, catch};
 use crate::hash::Fnv1a;
 use crate::query::info_bytes;
-use crate::record::{EventKind, Start};
+use crate::record::Start;
 use crate::runtime::{self, Runtime};
-use serde_json::{json, Value};
+use crate::schema::{self};
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
@@ -68,22 +68,26 @@ impl Dims {
         global: *const usize,
         local: *const usize,
     ) -> Option<Dims> {
-        if !(1..=3).contains(&work_dim) || global.is_null() {
-            return None;
+        // SAFETY: this function's contract: `global` and `local` must be NULL or hold
+        // `work_dim` sizes, as OpenCL requires.
+        unsafe {
+            if !(1..=3).contains(&work_dim) || global.is_null() {
+                return None;
+            }
+            let n = work_dim as usize;
+            let mut g = [0usize; 3];
+            g[..n].copy_from_slice(std::slice::from_raw_parts(global, n));
+            let l = (!local.is_null()).then(|| {
+                let mut l = [0usize; 3];
+                l[..n].copy_from_slice(std::slice::from_raw_parts(local, n));
+                l
+            });
+            Some(Dims {
+                work_dim,
+                global: g,
+                local: l,
+            })
         }
-        let n = work_dim as usize;
-        let mut g = [0usize; 3];
-        g[..n].copy_from_slice(std::slice::from_raw_parts(global, n));
-        let l = (!local.is_null()).then(|| {
-            let mut l = [0usize; 3];
-            l[..n].copy_from_slice(std::slice::from_raw_parts(local, n));
-            l
-        });
-        Some(Dims {
-            work_dim,
-            global: g,
-            local: l,
-        })
     }
 
     /// `clEnqueueTask`: one work-item in one work-group of one dimension, as OpenCL defines it.
@@ -102,11 +106,12 @@ impl Dims {
         )
     }
 
-    fn sizes_json(&self) -> (Value, Value) {
+    /// The global and (if given) local sizes, `work_dim` of each.
+    fn sizes(&self) -> (Vec<usize>, Option<Vec<usize>>) {
         let n = self.work_dim as usize;
         (
-            json!(self.global[..n]),
-            self.local.map(|l| json!(l[..n])).unwrap_or(Value::Null),
+            self.global[..n].to_vec(),
+            self.local.map(|l| l[..n].to_vec()),
         )
     }
 }
@@ -315,16 +320,20 @@ fn claim(key: u64) -> bool {
 /// The device of `queue`, asked of the implementation (a few nanoseconds in pocl).
 #[inline(always)]
 unsafe fn queue_device(route: Route, queue: cl_command_queue) -> Option<usize> {
-    let f: FnGetCommandQueueInfo = route.entry(queue, slot::GET_COMMAND_QUEUE_INFO)?;
-    let mut dev: cl_device_id = std::ptr::null_mut();
-    let ok = f(
-        queue,
-        CL_QUEUE_DEVICE,
-        std::mem::size_of::<cl_device_id>(),
-        &mut dev as *mut cl_device_id as *mut c_void,
-        std::ptr::null_mut(),
-    ) == CL_SUCCESS;
-    (ok && !dev.is_null()).then_some(dev as usize)
+    // SAFETY: `queue` is the application's queue of the call being intercepted, asked of
+    // the implementation through `route` as the application's own call will.
+    unsafe {
+        let f: FnGetCommandQueueInfo = route.entry(queue, slot::GET_COMMAND_QUEUE_INFO)?;
+        let mut dev: cl_device_id = std::ptr::null_mut();
+        let ok = f(
+            queue,
+            CL_QUEUE_DEVICE,
+            std::mem::size_of::<cl_device_id>(),
+            &mut dev as *mut cl_device_id as *mut c_void,
+            std::ptr::null_mut(),
+        ) == CL_SUCCESS;
+        (ok && !dev.is_null()).then_some(dev as usize)
+    }
 }
 
 /// One kernel launch of `work_dim` dimensions with the application's `global` and `local`
@@ -349,24 +358,28 @@ pub unsafe fn launch(
     event: *mut cl_event,
     forward: impl FnOnce(*mut cl_event) -> cl_int,
 ) -> cl_int {
-    if kernel.is_null() || global.is_null() || !(1..=3).contains(&work_dim) {
-        return forward(event);
-    }
-    let Some(device) = queue_device(route, queue) else {
-        return forward(event);
-    };
-    let identity = kernel_identity(kernel as usize);
-    if identity != 0 {
-        let n = work_dim as usize;
-        let g = std::slice::from_raw_parts(global, n);
-        let l = (!local.is_null()).then(|| std::slice::from_raw_parts(local, n));
-        if seen(launch_key(identity, device, g, l)) {
+    // SAFETY: this function's contract: The application's arguments; `global` and `local`
+    // must be NULL or hold `work_dim` sizes; `forward` must make the application's call.
+    unsafe {
+        if kernel.is_null() || global.is_null() || !(1..=3).contains(&work_dim) {
             return forward(event);
         }
-    }
-    match Dims::nd_range(work_dim, global, local) {
-        Some(dims) => first_launch(route, call, kernel, device, identity, dims, event, forward),
-        None => forward(event),
+        let Some(device) = queue_device(route, queue) else {
+            return forward(event);
+        };
+        let identity = kernel_identity(kernel as usize);
+        if identity != 0 {
+            let n = work_dim as usize;
+            let g = std::slice::from_raw_parts(global, n);
+            let l = (!local.is_null()).then(|| std::slice::from_raw_parts(local, n));
+            if seen(launch_key(identity, device, g, l)) {
+                return forward(event);
+            }
+        }
+        match Dims::nd_range(work_dim, global, local) {
+            Some(dims) => first_launch(route, call, kernel, device, identity, dims, event, forward),
+            None => forward(event),
+        }
     }
 }
 
@@ -379,19 +392,23 @@ struct Kernel {
 
 /// The kernel's name and program, asked of the implementation.
 unsafe fn kernel_facts(route: Route, kernel: cl_kernel) -> (Option<String>, Option<cl_program>) {
-    let Some(f) = route.entry::<FnGetKernelInfo>(kernel, slot::GET_KERNEL_INFO) else {
-        return (None, None);
-    };
-    let name = info_bytes(f, kernel, CL_KERNEL_FUNCTION_NAME).map(|b| {
-        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-        String::from_utf8_lossy(&b[..end]).into_owned()
-    });
-    let program = info_bytes(f, kernel, CL_KERNEL_PROGRAM).and_then(|b| {
-        let w = std::mem::size_of::<usize>();
-        let p = usize::from_ne_bytes(b.get(..w)?.try_into().ok()?);
-        (p != 0).then_some(p as cl_program)
-    });
-    (name, program)
+    // SAFETY: `kernel` is the application's kernel of the call being intercepted, asked of
+    // the implementation through `route`.
+    unsafe {
+        let Some(f) = route.entry::<FnGetKernelInfo>(kernel, slot::GET_KERNEL_INFO) else {
+            return (None, None);
+        };
+        let name = info_bytes(f, kernel, CL_KERNEL_FUNCTION_NAME).map(|b| {
+            let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+            String::from_utf8_lossy(&b[..end]).into_owned()
+        });
+        let program = info_bytes(f, kernel, CL_KERNEL_PROGRAM).and_then(|b| {
+            let w = std::mem::size_of::<usize>();
+            let p = usize::from_ne_bytes(b.get(..w)?.try_into().ok()?);
+            (p != 0).then_some(p as cl_program)
+        });
+        (name, program)
+    }
 }
 
 #[cold]
@@ -407,50 +424,54 @@ unsafe fn first_launch(
     event: *mut cl_event,
     forward: impl FnOnce(*mut cl_event) -> cl_int,
 ) -> cl_int {
-    let Some(_inside) = guard::enter() else {
-        return forward(event);
-    };
-    let Some(rt) = runtime::get(route) else {
-        return forward(event);
-    };
-    let prepared = catch(|| {
-        let (name, program) = kernel_facts(route, kernel);
-        let program = program.map(|p| rt.programs.lookup(p).id);
-        let identity = if identity != 0 {
-            identity
-        } else {
-            let id = identity_of(program, name.as_deref(), kernel as usize);
-            set_kernel_identity(kernel as usize, id);
-            id
+    // SAFETY: the application's handles and event pointer of the enqueue being intercepted;
+    // `forward` makes the application's call.
+    unsafe {
+        let Some(_inside) = guard::enter() else {
+            return forward(event);
         };
-        let key = dims.key(identity, device);
-        (!seen(key)).then_some(Kernel { key, name, program })
-    });
-    let Some(Some(k)) = prepared else {
-        return forward(event);
-    };
-    // The application's own event if it asked for one, else one of clshim's, released below.
-    let mut own: cl_event = std::ptr::null_mut();
-    let event_ptr = if event.is_null() {
-        &mut own as *mut cl_event
-    } else {
-        event
-    };
-    let start = Start::now();
-    let ret = forward(event_ptr);
-    let ev = if ret == CL_SUCCESS {
-        *event_ptr
-    } else {
-        std::ptr::null_mut()
-    };
-    catch(|| after(rt, route, call, k, device, dims, start, ret, ev));
-    if !own.is_null() {
-        // The callback holds no reference: OpenCL keeps an event until its command completes.
-        if let Some(release) = route.entry::<FnReleaseEvent>(own, slot::RELEASE_EVENT) {
-            release(own);
+        let Some(rt) = runtime::get(route) else {
+            return forward(event);
+        };
+        let prepared = catch(|| {
+            let (name, program) = kernel_facts(route, kernel);
+            let program = program.map(|p| rt.programs.lookup(p).id);
+            let identity = if identity != 0 {
+                identity
+            } else {
+                let id = identity_of(program, name.as_deref(), kernel as usize);
+                set_kernel_identity(kernel as usize, id);
+                id
+            };
+            let key = dims.key(identity, device);
+            (!seen(key)).then_some(Kernel { key, name, program })
+        });
+        let Some(Some(k)) = prepared else {
+            return forward(event);
+        };
+        // The application's own event if it asked for one, else one of clshim's, released below.
+        let mut own: cl_event = std::ptr::null_mut();
+        let event_ptr = if event.is_null() {
+            &mut own as *mut cl_event
+        } else {
+            event
+        };
+        let start = Start::now();
+        let ret = forward(event_ptr);
+        let ev = if ret == CL_SUCCESS {
+            *event_ptr
+        } else {
+            std::ptr::null_mut()
+        };
+        catch(|| after(rt, route, call, k, device, dims, start, ret, ev));
+        if !own.is_null() {
+            // The callback holds no reference: OpenCL keeps an event until its command completes.
+            if let Some(release) = route.entry::<FnReleaseEvent>(own, slot::RELEASE_EVENT) {
+                release(own);
+            }
         }
+        ret
     }
-    ret
 }
 
 /// A first launch waiting for its command to complete: everything the record needs,
@@ -459,8 +480,8 @@ struct Pending {
     rt: &'static Runtime,
     start: Start,
     enqueue_result: cl_int,
-    fields: Value,
-    label: String,
+    /// The record, but for its result.
+    record: schema::FirstLaunch,
 }
 
 impl Pending {
@@ -471,26 +492,12 @@ impl Pending {
         } else {
             self.enqueue_result
         };
-        let mut fields = self.fields;
-        fields["result"] = json!(result);
-        fields["result_name"] = json!(status_name(result));
-        let label = self.label;
-        self.rt.recorder.emit(
-            EventKind::FirstLaunch,
-            self.start,
-            seconds,
-            fields,
-            |t| {
-                t.first_launches += 1;
-                t.first_launch_seconds += seconds;
-            },
-            || {
-                format!(
-                    "first launch of {label} took {seconds:.3} s -> {}",
-                    status_name(result)
-                )
-            },
-        );
+        let mut record = self.record;
+        record.result = result;
+        record.result_name = status_name(result);
+        self.rt
+            .recorder
+            .emit(self.start, seconds, &schema::Record::FirstLaunch(record));
     }
 }
 
@@ -507,65 +514,56 @@ unsafe fn after(
     ret: cl_int,
     ev: cl_event,
 ) {
-    // A refused launch compiles nothing: it is recorded once per configuration, with the
-    // call's own time, and the configuration stays unclaimed for a launch that succeeds.
-    let key = if ret == CL_SUCCESS {
-        k.key
-    } else {
-        k.key ^ REFUSED_SALT
-    };
-    if !claim(key) {
-        return; // another thread records this one
-    }
-    let facts = rt.devices.get(route, device as cl_device_id);
-    let device_json = facts
-        .as_ref()
-        .map(|f| f.to_json(rt.config.devices))
-        .unwrap_or(Value::Null);
-    let (global, local) = dims.sizes_json();
-    let fields = json!({
-        // The thread that launched, not the one the completion callback runs on (the
-        // event's own fields replace the common ones of the same name).
-        "tid": crate::record::tid(),
-        "call": call.name(),
-        "kernel": k.name,
-        "program": k.program,
-        "device": device_json,
-        "work_dim": dims.work_dim,
-        "global_size": global,
-        "local_size": local,
-    });
-    let label = format!(
-        "kernel {} (program {}) global {global} local {local}{}",
-        k.name.as_deref().unwrap_or("?"),
-        k.program
-            .map(|p| p.to_string())
-            .unwrap_or_else(|| "-".into()),
-        facts
-            .map(|f| format!(" on {} ({})", f.name, f.platform))
-            .unwrap_or_default()
-    );
-    let pending = Pending {
-        rt,
-        start,
-        enqueue_result: ret,
-        fields,
-        label,
-    };
-    if ret != CL_SUCCESS || ev.is_null() {
-        let seconds = start.elapsed().as_secs_f64();
-        pending.finish(seconds, CL_COMPLETE);
-        return;
-    }
-    let Some(set_callback) = route.entry::<FnSetEventCallback>(ev, slot::SET_EVENT_CALLBACK) else {
-        callback_refused(CL_INVALID_OPERATION);
-        return;
-    };
-    let raw = Box::into_raw(Box::new(pending));
-    let r = set_callback(ev, CL_COMPLETE, on_complete, raw as *mut c_void);
-    if r != CL_SUCCESS {
-        drop(Box::from_raw(raw));
-        callback_refused(r);
+    // SAFETY: `ev` is NULL or the event the forwarded enqueue just returned; the other
+    // handles are the application's, of the call that just returned.
+    unsafe {
+        // A refused launch compiles nothing: it is recorded once per configuration, with the
+        // call's own time, and the configuration stays unclaimed for a launch that succeeds.
+        let key = if ret == CL_SUCCESS {
+            k.key
+        } else {
+            k.key ^ REFUSED_SALT
+        };
+        if !claim(key) {
+            return; // another thread records this one
+        }
+        let facts = rt.devices.get(route, device as cl_device_id);
+        let (global_size, local_size) = dims.sizes();
+        let record = schema::FirstLaunch {
+            // The thread that launched, not the one the completion callback runs on.
+            tid: crate::record::tid(),
+            call: call.name(),
+            kernel: k.name,
+            program: k.program,
+            device: facts.as_ref().map(|f| f.describe(rt.config.devices)),
+            work_dim: dims.work_dim,
+            global_size,
+            local_size,
+            result: ret,
+            result_name: status_name(ret),
+        };
+        let pending = Pending {
+            rt,
+            start,
+            enqueue_result: ret,
+            record,
+        };
+        if ret != CL_SUCCESS || ev.is_null() {
+            let seconds = start.elapsed().as_secs_f64();
+            pending.finish(seconds, CL_COMPLETE);
+            return;
+        }
+        let Some(set_callback) = route.entry::<FnSetEventCallback>(ev, slot::SET_EVENT_CALLBACK)
+        else {
+            callback_refused(CL_INVALID_OPERATION);
+            return;
+        };
+        let raw = Box::into_raw(Box::new(pending));
+        let r = set_callback(ev, CL_COMPLETE, on_complete, raw as *mut c_void);
+        if r != CL_SUCCESS {
+            drop(Box::from_raw(raw));
+            callback_refused(r);
+        }
     }
 }
 
@@ -585,12 +583,16 @@ fn callback_refused(code: cl_int) {
 /// began to exit or the kernel and program were released: it reads only its own `Pending`
 /// and the process-wide recorder, which lives until the process ends.
 unsafe extern "C" fn on_complete(_event: cl_event, status: cl_int, data: *mut c_void) {
-    if data.is_null() {
-        return;
+    // SAFETY: `data` is the `Pending` box clshim registered with this callback; the
+    // implementation calls it once, so the box is taken back once.
+    unsafe {
+        if data.is_null() {
+            return;
+        }
+        let pending = Box::from_raw(data as *mut Pending);
+        let seconds = pending.start.elapsed().as_secs_f64();
+        catch(move || pending.finish(seconds, status));
     }
-    let pending = Box::from_raw(data as *mut Pending);
-    let seconds = pending.start.elapsed().as_secs_f64();
-    catch(move || pending.finish(seconds, status));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -606,29 +608,33 @@ pub unsafe fn kernel_created(
     name: *const c_char,
     kernel: cl_kernel,
 ) {
-    if kernel.is_null() {
-        return;
+    // SAFETY: this function's contract: `name` must be NULL or a C string; `program` NULL
+    // or live.
+    unsafe {
+        if kernel.is_null() {
+            return;
+        }
+        // Forget the address's old identity first, so that whatever fails below, the new
+        // kernel is resolved afresh at its first launch rather than taken for the old one.
+        set_kernel_identity(kernel as usize, 0);
+        if program.is_null() || name.is_null() {
+            return;
+        }
+        let Some(_inside) = guard::enter() else {
+            return;
+        };
+        let Some(rt) = runtime::get(route) else {
+            return;
+        };
+        catch(|| {
+            let id = rt.programs.lookup(program).id;
+            let name = std::ffi::CStr::from_ptr(name).to_string_lossy();
+            set_kernel_identity(
+                kernel as usize,
+                identity_of(Some(id), Some(&name), kernel as usize),
+            );
+        });
     }
-    // Forget the address's old identity first, so that whatever fails below, the new
-    // kernel is resolved afresh at its first launch rather than taken for the old one.
-    set_kernel_identity(kernel as usize, 0);
-    if program.is_null() || name.is_null() {
-        return;
-    }
-    let Some(_inside) = guard::enter() else {
-        return;
-    };
-    let Some(rt) = runtime::get(route) else {
-        return;
-    };
-    catch(|| {
-        let id = rt.programs.lookup(program).id;
-        let name = std::ffi::CStr::from_ptr(name).to_string_lossy();
-        set_kernel_identity(
-            kernel as usize,
-            identity_of(Some(id), Some(&name), kernel as usize),
-        );
-    });
 }
 
 /// After `clCreateKernelsInProgram` filled `kernels` (`count` of them): their identities
@@ -637,11 +643,15 @@ pub unsafe fn kernel_created(
 /// # Safety
 /// `kernels` must be NULL or hold `count` kernel handles.
 pub unsafe fn kernels_created(kernels: *const cl_kernel, count: usize) {
-    if kernels.is_null() {
-        return;
-    }
-    for i in 0..count {
-        set_kernel_identity(*kernels.add(i) as usize, 0);
+    // SAFETY: this function's contract: `kernels` must be NULL or hold `count` kernel
+    // handles.
+    unsafe {
+        if kernels.is_null() {
+            return;
+        }
+        for i in 0..count {
+            set_kernel_identity(*kernels.add(i) as usize, 0);
+        }
     }
 }
 
@@ -662,24 +672,27 @@ pub unsafe fn kernels_written(
     said: *const cl_uint,
     room: cl_uint,
 ) -> usize {
-    if !said.is_null() {
-        return (*said).min(room) as usize;
-    }
-    let Some(f) = route.entry::<FnGetProgramInfo>(program, slot::GET_PROGRAM_INFO) else {
-        return 0;
-    };
-    let mut n: usize = 0;
-    let ok = f(
-        program,
-        CL_PROGRAM_NUM_KERNELS,
-        std::mem::size_of::<usize>(),
-        &mut n as *mut usize as *mut c_void,
-        std::ptr::null_mut(),
-    ) == CL_SUCCESS;
-    if ok {
-        n.min(room as usize)
-    } else {
-        0
+    // SAFETY: this function's contract: `program` must be live.
+    unsafe {
+        if !said.is_null() {
+            return (*said).min(room) as usize;
+        }
+        let Some(f) = route.entry::<FnGetProgramInfo>(program, slot::GET_PROGRAM_INFO) else {
+            return 0;
+        };
+        let mut n: usize = 0;
+        let ok = f(
+            program,
+            CL_PROGRAM_NUM_KERNELS,
+            std::mem::size_of::<usize>(),
+            &mut n as *mut usize as *mut c_void,
+            std::ptr::null_mut(),
+        ) == CL_SUCCESS;
+        if ok {
+            n.min(room as usize)
+        } else {
+            0
+        }
     }
 }
 
@@ -694,6 +707,7 @@ mod tests {
     }
 
     fn dims(g: &[usize], l: Option<&[usize]>) -> Dims {
+        // SAFETY: `g` and `l` hold `g.len()` sizes each (the tests pass equal lengths).
         unsafe {
             Dims::nd_range(
                 g.len() as u32,
@@ -721,6 +735,7 @@ mod tests {
         }
         assert_eq!(base, key(7, 0x1000, &[64], Some(&[16])));
         assert_eq!(Dims::task(), dims(&[1], Some(&[1])));
+        // SAFETY: a dimension count of 0 or 4 is refused before any size is read.
         unsafe {
             assert!(Dims::nd_range(0, [1usize].as_ptr(), std::ptr::null()).is_none());
             assert!(Dims::nd_range(4, [1usize; 4].as_ptr(), std::ptr::null()).is_none());

@@ -77,22 +77,26 @@ pub unsafe extern "C" fn clGetLayerInfo(
     param_value: *mut c_void,
     param_value_size_ret: *mut usize,
 ) -> cl_int {
-    const NAME: &[u8] = b"clshim: OpenCL build and binary-query timing\0";
-    let (src, len): (*const u8, usize) = match param_name {
-        CL_LAYER_API_VERSION => (&CL_LAYER_API_VERSION_100 as *const cl_uint as *const u8, 4),
-        CL_LAYER_NAME => (NAME.as_ptr(), NAME.len()),
-        _ => return CL_INVALID_VALUE,
-    };
-    if !param_value.is_null() {
-        if param_value_size < len {
-            return CL_INVALID_VALUE;
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        const NAME: &[u8] = b"clshim: OpenCL build and binary-query timing\0";
+        let (src, len): (*const u8, usize) = match param_name {
+            CL_LAYER_API_VERSION => (&CL_LAYER_API_VERSION_100 as *const cl_uint as *const u8, 4),
+            CL_LAYER_NAME => (NAME.as_ptr(), NAME.len()),
+            _ => return CL_INVALID_VALUE,
+        };
+        if !param_value.is_null() {
+            if param_value_size < len {
+                return CL_INVALID_VALUE;
+            }
+            std::ptr::copy_nonoverlapping(src, param_value as *mut u8, len);
         }
-        std::ptr::copy_nonoverlapping(src, param_value as *mut u8, len);
+        if !param_value_size_ret.is_null() {
+            *param_value_size_ret = len;
+        }
+        CL_SUCCESS
     }
-    if !param_value_size_ret.is_null() {
-        *param_value_size_ret = len;
-    }
-    CL_SUCCESS
 }
 
 #[no_mangle]
@@ -102,16 +106,20 @@ pub unsafe extern "C" fn clInitLayer(
     num_entries_ret: *mut cl_uint,
     layer_dispatch_ret: *mut *const *const c_void,
 ) -> cl_int {
-    crate::guard::catch(|| {
-        init(
-            BY_INIT_LAYER,
-            num_entries,
-            target_dispatch,
-            num_entries_ret,
-            layer_dispatch_ret,
-        )
-    })
-    .unwrap_or(CL_OUT_OF_HOST_MEMORY)
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        crate::guard::catch(|| {
+            init(
+                BY_INIT_LAYER,
+                num_entries,
+                target_dispatch,
+                num_entries_ret,
+                layer_dispatch_ret,
+            )
+        })
+        .unwrap_or(CL_OUT_OF_HOST_MEMORY)
+    }
 }
 
 /// The Khronos loader's newer entry. clshim knows no layer property (the list's only
@@ -126,27 +134,31 @@ pub unsafe extern "C" fn clInitLayerWithProperties(
     layer_dispatch_ret: *mut *const *const c_void,
     properties: *const u64,
 ) -> cl_int {
-    if !properties.is_null() && *properties != 0 {
-        static WARNED: AtomicBool = AtomicBool::new(false);
-        if !WARNED.swap(true, Ordering::Relaxed) {
-            crate::logger::stderr_line(&format!(
-                "clshim: the OpenCL loader initialised the layer with a property clshim does \
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        if !properties.is_null() && *properties != 0 {
+            static WARNED: AtomicBool = AtomicBool::new(false);
+            if !WARNED.swap(true, Ordering::Relaxed) {
+                crate::logger::stderr_line(&format!(
+                    "clshim: the OpenCL loader initialised the layer with a property clshim does \
                  not know ({:#x}); refusing, so this process runs without clshim",
-                *properties
-            ));
+                    *properties
+                ));
+            }
+            return CL_INVALID_VALUE;
         }
-        return CL_INVALID_VALUE;
+        crate::guard::catch(|| {
+            init(
+                BY_INIT_LAYER_WITH_PROPERTIES,
+                num_entries,
+                target_dispatch,
+                num_entries_ret,
+                layer_dispatch_ret,
+            )
+        })
+        .unwrap_or(CL_OUT_OF_HOST_MEMORY)
     }
-    crate::guard::catch(|| {
-        init(
-            BY_INIT_LAYER_WITH_PROPERTIES,
-            num_entries,
-            target_dispatch,
-            num_entries_ret,
-            layer_dispatch_ret,
-        )
-    })
-    .unwrap_or(CL_OUT_OF_HOST_MEMORY)
 }
 
 unsafe fn init(
@@ -156,63 +168,67 @@ unsafe fn init(
     num_entries_ret: *mut cl_uint,
     layer_dispatch_ret: *mut *const *const c_void,
 ) -> cl_int {
-    if target_dispatch.is_null() || num_entries_ret.is_null() || layer_dispatch_ret.is_null() {
-        return CL_INVALID_VALUE;
-    }
-    let n = num_entries as usize;
-    #[cfg(target_os = "macos")]
-    pin_in_memory();
-    // The first loader's table serves every call; a second loader (two in one process)
-    // gets the same functions.
-    if NEXT_TABLE.load(Ordering::Acquire) == 0 {
-        NEXT_LEN.store(n, Ordering::Release);
-        NEXT_TABLE.store(target_dispatch as usize, Ordering::Release);
-        PROTOCOL.store(by, Ordering::Relaxed);
-    }
-    let mut table: Vec<*const c_void> = std::slice::from_raw_parts(target_dispatch, n).to_vec();
-    let ours: [(usize, *const c_void); 8] = [
-        (
-            slot::CREATE_PROGRAM_WITH_SOURCE,
-            layer_clCreateProgramWithSource as *const c_void,
-        ),
-        (
-            slot::CREATE_PROGRAM_WITH_BINARY,
-            layer_clCreateProgramWithBinary as *const c_void,
-        ),
-        (
-            slot::RELEASE_PROGRAM,
-            layer_clReleaseProgram as *const c_void,
-        ),
-        (slot::BUILD_PROGRAM, layer_clBuildProgram as *const c_void),
-        (
-            slot::GET_PROGRAM_INFO,
-            layer_clGetProgramInfo as *const c_void,
-        ),
-        (
-            slot::COMPILE_PROGRAM,
-            layer_clCompileProgram as *const c_void,
-        ),
-        (slot::LINK_PROGRAM, layer_clLinkProgram as *const c_void),
-        (
-            slot::CREATE_PROGRAM_WITH_IL,
-            layer_clCreateProgramWithIL as *const c_void,
-        ),
-    ];
-    for (i, f) in ours {
-        if i < n {
-            table[i] = f;
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        if target_dispatch.is_null() || num_entries_ret.is_null() || layer_dispatch_ret.is_null() {
+            return CL_INVALID_VALUE;
         }
-    }
-    for (i, f) in launch_slots() {
-        if i < n {
-            table[i] = f;
+        let n = num_entries as usize;
+        #[cfg(target_os = "macos")]
+        pin_in_memory();
+        // The first loader's table serves every call; a second loader (two in one process)
+        // gets the same functions.
+        if NEXT_TABLE.load(Ordering::Acquire) == 0 {
+            NEXT_LEN.store(n, Ordering::Release);
+            NEXT_TABLE.store(target_dispatch as usize, Ordering::Release);
+            PROTOCOL.store(by, Ordering::Relaxed);
         }
+        let mut table: Vec<*const c_void> = std::slice::from_raw_parts(target_dispatch, n).to_vec();
+        let ours: [(usize, *const c_void); 8] = [
+            (
+                slot::CREATE_PROGRAM_WITH_SOURCE,
+                layer_clCreateProgramWithSource as *const c_void,
+            ),
+            (
+                slot::CREATE_PROGRAM_WITH_BINARY,
+                layer_clCreateProgramWithBinary as *const c_void,
+            ),
+            (
+                slot::RELEASE_PROGRAM,
+                layer_clReleaseProgram as *const c_void,
+            ),
+            (slot::BUILD_PROGRAM, layer_clBuildProgram as *const c_void),
+            (
+                slot::GET_PROGRAM_INFO,
+                layer_clGetProgramInfo as *const c_void,
+            ),
+            (
+                slot::COMPILE_PROGRAM,
+                layer_clCompileProgram as *const c_void,
+            ),
+            (slot::LINK_PROGRAM, layer_clLinkProgram as *const c_void),
+            (
+                slot::CREATE_PROGRAM_WITH_IL,
+                layer_clCreateProgramWithIL as *const c_void,
+            ),
+        ];
+        for (i, f) in ours {
+            if i < n {
+                table[i] = f;
+            }
+        }
+        for (i, f) in launch_slots() {
+            if i < n {
+                table[i] = f;
+            }
+        }
+        // The loader keeps the table until it unloads the layer; clshim never frees it, so a
+        // late call through a copy of it still lands in code and data that exist.
+        *layer_dispatch_ret = Box::leak(table.into_boxed_slice()).as_ptr();
+        *num_entries_ret = num_entries;
+        CL_SUCCESS
     }
-    // The loader keeps the table until it unloads the layer; clshim never frees it, so a
-    // late call through a copy of it still lands in code and data that exist.
-    *layer_dispatch_ret = Box::leak(table.into_boxed_slice()).as_ptr();
-    *num_entries_ret = num_entries;
-    CL_SUCCESS
 }
 
 /// macOS has no `-z nodelete`: the first initialisation takes a never-released reference
@@ -261,15 +277,19 @@ unsafe extern "C" fn layer_clBuildProgram(
     pfn_notify: BuildNotify,
     user_data: *mut c_void,
 ) -> cl_int {
-    intercept::build_program(
-        route(),
-        program,
-        num_devices,
-        device_list,
-        options,
-        pfn_notify,
-        user_data,
-    )
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        intercept::build_program(
+            route(),
+            program,
+            num_devices,
+            device_list,
+            options,
+            pfn_notify,
+            user_data,
+        )
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -284,18 +304,22 @@ unsafe extern "C" fn layer_clCompileProgram(
     pfn_notify: BuildNotify,
     user_data: *mut c_void,
 ) -> cl_int {
-    intercept::compile_program(
-        route(),
-        program,
-        num_devices,
-        device_list,
-        options,
-        num_input_headers,
-        input_headers,
-        header_include_names,
-        pfn_notify,
-        user_data,
-    )
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        intercept::compile_program(
+            route(),
+            program,
+            num_devices,
+            device_list,
+            options,
+            num_input_headers,
+            input_headers,
+            header_include_names,
+            pfn_notify,
+            user_data,
+        )
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -310,18 +334,22 @@ unsafe extern "C" fn layer_clLinkProgram(
     user_data: *mut c_void,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
-    intercept::link_program(
-        route(),
-        context,
-        num_devices,
-        device_list,
-        options,
-        num_input_programs,
-        input_programs,
-        pfn_notify,
-        user_data,
-        errcode_ret,
-    )
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        intercept::link_program(
+            route(),
+            context,
+            num_devices,
+            device_list,
+            options,
+            num_input_programs,
+            input_programs,
+            pfn_notify,
+            user_data,
+            errcode_ret,
+        )
+    }
 }
 
 unsafe extern "C" fn layer_clGetProgramInfo(
@@ -331,14 +359,18 @@ unsafe extern "C" fn layer_clGetProgramInfo(
     param_value: *mut c_void,
     param_value_size_ret: *mut usize,
 ) -> cl_int {
-    intercept::get_program_info(
-        route(),
-        program,
-        param_name,
-        param_value_size,
-        param_value,
-        param_value_size_ret,
-    )
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        intercept::get_program_info(
+            route(),
+            program,
+            param_name,
+            param_value_size,
+            param_value,
+            param_value_size_ret,
+        )
+    }
 }
 
 unsafe extern "C" fn layer_clCreateProgramWithBinary(
@@ -350,16 +382,20 @@ unsafe extern "C" fn layer_clCreateProgramWithBinary(
     binary_status: *mut cl_int,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
-    intercept::create_program_with_binary(
-        route(),
-        context,
-        num_devices,
-        device_list,
-        lengths,
-        binaries,
-        binary_status,
-        errcode_ret,
-    )
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        intercept::create_program_with_binary(
+            route(),
+            context,
+            num_devices,
+            device_list,
+            lengths,
+            binaries,
+            binary_status,
+            errcode_ret,
+        )
+    }
 }
 
 unsafe extern "C" fn layer_clCreateProgramWithSource(
@@ -369,7 +405,18 @@ unsafe extern "C" fn layer_clCreateProgramWithSource(
     lengths: *const usize,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
-    intercept::create_program_with_source(route(), context, count, strings, lengths, errcode_ret)
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        intercept::create_program_with_source(
+            route(),
+            context,
+            count,
+            strings,
+            lengths,
+            errcode_ret,
+        )
+    }
 }
 
 unsafe extern "C" fn layer_clCreateProgramWithIL(
@@ -378,11 +425,15 @@ unsafe extern "C" fn layer_clCreateProgramWithIL(
     length: usize,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
-    intercept::create_program_with_il(route(), context, il, length, errcode_ret)
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe { intercept::create_program_with_il(route(), context, il, length, errcode_ret) }
 }
 
 unsafe extern "C" fn layer_clReleaseProgram(program: cl_program) -> cl_int {
-    intercept::release_program(route(), program)
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe { intercept::release_program(route(), program) }
 }
 
 /// The kernel-launch and kernel-creation slots (first launches).
@@ -414,18 +465,22 @@ unsafe extern "C" fn layer_clEnqueueNDRangeKernel(
     event_wait_list: *const cl_event,
     event: *mut cl_event,
 ) -> cl_int {
-    intercept::enqueue_nd_range_kernel(
-        route(),
-        queue,
-        kernel,
-        work_dim,
-        global_work_offset,
-        global_work_size,
-        local_work_size,
-        num_events_in_wait_list,
-        event_wait_list,
-        event,
-    )
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        intercept::enqueue_nd_range_kernel(
+            route(),
+            queue,
+            kernel,
+            work_dim,
+            global_work_offset,
+            global_work_size,
+            local_work_size,
+            num_events_in_wait_list,
+            event_wait_list,
+            event,
+        )
+    }
 }
 
 unsafe extern "C" fn layer_clEnqueueTask(
@@ -435,14 +490,18 @@ unsafe extern "C" fn layer_clEnqueueTask(
     event_wait_list: *const cl_event,
     event: *mut cl_event,
 ) -> cl_int {
-    intercept::enqueue_task(
-        route(),
-        queue,
-        kernel,
-        num_events_in_wait_list,
-        event_wait_list,
-        event,
-    )
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        intercept::enqueue_task(
+            route(),
+            queue,
+            kernel,
+            num_events_in_wait_list,
+            event_wait_list,
+            event,
+        )
+    }
 }
 
 unsafe extern "C" fn layer_clCreateKernel(
@@ -450,7 +509,9 @@ unsafe extern "C" fn layer_clCreateKernel(
     kernel_name: *const c_char,
     errcode_ret: *mut cl_int,
 ) -> cl_kernel {
-    intercept::create_kernel(route(), program, kernel_name, errcode_ret)
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe { intercept::create_kernel(route(), program, kernel_name, errcode_ret) }
 }
 
 unsafe extern "C" fn layer_clCreateKernelsInProgram(
@@ -459,12 +520,24 @@ unsafe extern "C" fn layer_clCreateKernelsInProgram(
     kernels: *mut cl_kernel,
     num_kernels_ret: *mut cl_uint,
 ) -> cl_int {
-    intercept::create_kernels_in_program(route(), program, num_kernels, kernels, num_kernels_ret)
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        intercept::create_kernels_in_program(
+            route(),
+            program,
+            num_kernels,
+            kernels,
+            num_kernels_ret,
+        )
+    }
 }
 
 unsafe extern "C" fn layer_clCloneKernel(
     source_kernel: cl_kernel,
     errcode_ret: *mut cl_int,
 ) -> cl_kernel {
-    intercept::clone_kernel(route(), source_kernel, errcode_ret)
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe { intercept::clone_kernel(route(), source_kernel, errcode_ret) }
 }

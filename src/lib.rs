@@ -2,14 +2,18 @@
 //! and MPI rank, and can answer binary queries on pocl's CPU driver without the second
 //! compile they cost there. The C entry points (`preload`, `layer`) are thin; the logic
 //! lives in `intercept` (one path for both modes), `builds` (timing, callbacks), `policy`
-//! (binary answers), `launches` (first kernel launches), `record` and `trace_file`
-//! (output), `config`, `devices`, `programs` and `dispatch` (where calls go). The `clshim`
-//! command reuses nothing but the schema.
+//! (answering binary queries), `binary_load` (taking clshim binaries back, `container`
+//! their format), `launches` (first kernel launches), `record` and `trace_file` (output),
+//! `controls` and `config` (the user's choices), `devices`, `programs` and `dispatch`
+//! (where calls go). The `clshim` command compiles `controls` and `schema` in as its
+//! own modules, so its options and its reader use the library's definitions.
 
+pub mod binary_load;
 pub mod builds;
 pub mod cl;
 pub mod config;
 pub mod container;
+pub mod controls;
 pub mod devices;
 pub mod dispatch;
 pub mod guard;
@@ -27,4 +31,5 @@ pub mod programs;
 pub mod query;
 pub mod record;
 pub mod runtime;
+pub mod schema;
 pub mod trace_file;

@@ -33,15 +33,19 @@ pub unsafe extern "C" fn clBuildProgram(
     pfn_notify: BuildNotify,
     user_data: *mut c_void,
 ) -> cl_int {
-    intercept::build_program(
-        route(),
-        program,
-        num_devices,
-        device_list,
-        options,
-        pfn_notify,
-        user_data,
-    )
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        intercept::build_program(
+            route(),
+            program,
+            num_devices,
+            device_list,
+            options,
+            pfn_notify,
+            user_data,
+        )
+    }
 }
 
 #[cfg_attr(not(target_os = "macos"), no_mangle)]
@@ -56,18 +60,22 @@ pub unsafe extern "C" fn clCompileProgram(
     pfn_notify: BuildNotify,
     user_data: *mut c_void,
 ) -> cl_int {
-    intercept::compile_program(
-        route(),
-        program,
-        num_devices,
-        device_list,
-        options,
-        num_input_headers,
-        input_headers,
-        header_include_names,
-        pfn_notify,
-        user_data,
-    )
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        intercept::compile_program(
+            route(),
+            program,
+            num_devices,
+            device_list,
+            options,
+            num_input_headers,
+            input_headers,
+            header_include_names,
+            pfn_notify,
+            user_data,
+        )
+    }
 }
 
 #[cfg_attr(not(target_os = "macos"), no_mangle)]
@@ -82,18 +90,22 @@ pub unsafe extern "C" fn clLinkProgram(
     user_data: *mut c_void,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
-    intercept::link_program(
-        route(),
-        context,
-        num_devices,
-        device_list,
-        options,
-        num_input_programs,
-        input_programs,
-        pfn_notify,
-        user_data,
-        errcode_ret,
-    )
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        intercept::link_program(
+            route(),
+            context,
+            num_devices,
+            device_list,
+            options,
+            num_input_programs,
+            input_programs,
+            pfn_notify,
+            user_data,
+            errcode_ret,
+        )
+    }
 }
 
 #[cfg_attr(not(target_os = "macos"), no_mangle)]
@@ -104,14 +116,18 @@ pub unsafe extern "C" fn clGetProgramInfo(
     param_value: *mut c_void,
     param_value_size_ret: *mut usize,
 ) -> cl_int {
-    intercept::get_program_info(
-        route(),
-        program,
-        param_name,
-        param_value_size,
-        param_value,
-        param_value_size_ret,
-    )
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        intercept::get_program_info(
+            route(),
+            program,
+            param_name,
+            param_value_size,
+            param_value,
+            param_value_size_ret,
+        )
+    }
 }
 
 #[cfg_attr(not(target_os = "macos"), no_mangle)]
@@ -124,16 +140,20 @@ pub unsafe extern "C" fn clCreateProgramWithBinary(
     binary_status: *mut cl_int,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
-    intercept::create_program_with_binary(
-        route(),
-        context,
-        num_devices,
-        device_list,
-        lengths,
-        binaries,
-        binary_status,
-        errcode_ret,
-    )
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        intercept::create_program_with_binary(
+            route(),
+            context,
+            num_devices,
+            device_list,
+            lengths,
+            binaries,
+            binary_status,
+            errcode_ret,
+        )
+    }
 }
 
 #[cfg_attr(not(target_os = "macos"), no_mangle)]
@@ -144,7 +164,18 @@ pub unsafe extern "C" fn clCreateProgramWithSource(
     lengths: *const usize,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
-    intercept::create_program_with_source(route(), context, count, strings, lengths, errcode_ret)
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        intercept::create_program_with_source(
+            route(),
+            context,
+            count,
+            strings,
+            lengths,
+            errcode_ret,
+        )
+    }
 }
 
 #[cfg_attr(not(target_os = "macos"), no_mangle)]
@@ -154,12 +185,16 @@ pub unsafe extern "C" fn clCreateProgramWithIL(
     length: usize,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
-    intercept::create_program_with_il(route(), context, il, length, errcode_ret)
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe { intercept::create_program_with_il(route(), context, il, length, errcode_ret) }
 }
 
 #[cfg_attr(not(target_os = "macos"), no_mangle)]
 pub unsafe extern "C" fn clReleaseProgram(program: cl_program) -> cl_int {
-    intercept::release_program(route(), program)
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe { intercept::release_program(route(), program) }
 }
 
 #[cfg_attr(not(target_os = "macos"), no_mangle)]
@@ -174,18 +209,22 @@ pub unsafe extern "C" fn clEnqueueNDRangeKernel(
     event_wait_list: *const cl_event,
     event: *mut cl_event,
 ) -> cl_int {
-    intercept::enqueue_nd_range_kernel(
-        route(),
-        queue,
-        kernel,
-        work_dim,
-        global_work_offset,
-        global_work_size,
-        local_work_size,
-        num_events_in_wait_list,
-        event_wait_list,
-        event,
-    )
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        intercept::enqueue_nd_range_kernel(
+            route(),
+            queue,
+            kernel,
+            work_dim,
+            global_work_offset,
+            global_work_size,
+            local_work_size,
+            num_events_in_wait_list,
+            event_wait_list,
+            event,
+        )
+    }
 }
 
 #[cfg_attr(not(target_os = "macos"), no_mangle)]
@@ -196,14 +235,18 @@ pub unsafe extern "C" fn clEnqueueTask(
     event_wait_list: *const cl_event,
     event: *mut cl_event,
 ) -> cl_int {
-    intercept::enqueue_task(
-        route(),
-        queue,
-        kernel,
-        num_events_in_wait_list,
-        event_wait_list,
-        event,
-    )
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        intercept::enqueue_task(
+            route(),
+            queue,
+            kernel,
+            num_events_in_wait_list,
+            event_wait_list,
+            event,
+        )
+    }
 }
 
 #[cfg_attr(not(target_os = "macos"), no_mangle)]
@@ -212,7 +255,9 @@ pub unsafe extern "C" fn clCreateKernel(
     kernel_name: *const c_char,
     errcode_ret: *mut cl_int,
 ) -> cl_kernel {
-    intercept::create_kernel(route(), program, kernel_name, errcode_ret)
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe { intercept::create_kernel(route(), program, kernel_name, errcode_ret) }
 }
 
 #[cfg_attr(not(target_os = "macos"), no_mangle)]
@@ -222,7 +267,17 @@ pub unsafe extern "C" fn clCreateKernelsInProgram(
     kernels: *mut cl_kernel,
     num_kernels_ret: *mut cl_uint,
 ) -> cl_int {
-    intercept::create_kernels_in_program(route(), program, num_kernels, kernels, num_kernels_ret)
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        intercept::create_kernels_in_program(
+            route(),
+            program,
+            num_kernels,
+            kernels,
+            num_kernels_ret,
+        )
+    }
 }
 
 #[cfg_attr(not(target_os = "macos"), no_mangle)]
@@ -230,5 +285,7 @@ pub unsafe extern "C" fn clCloneKernel(
     source_kernel: cl_kernel,
     errcode_ret: *mut cl_int,
 ) -> cl_kernel {
-    intercept::clone_kernel(route(), source_kernel, errcode_ret)
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe { intercept::clone_kernel(route(), source_kernel, errcode_ret) }
 }

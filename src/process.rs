@@ -5,8 +5,6 @@
 //! different pid namespaces (containers, where many applications run as pid 1), and a pid
 //! reused over a long job.
 
-use serde_json::{json, Value};
-
 #[derive(Clone, Debug)]
 pub struct Identity {
     pub pid: u32,
@@ -119,18 +117,6 @@ impl Identity {
             rank_source,
             instance: new_instance(),
         }
-    }
-
-    /// The fields of the `process` record that describe the process itself.
-    pub fn to_json(&self) -> Value {
-        json!({
-            "host": self.host,
-            "exe": self.exe,
-            "argv": self.argv,
-            "ppid": self.ppid,
-            "size": self.size,
-            "rank_source": self.rank_source,
-        })
     }
 
     /// `clshim-<host>-r<rank>-p<pid>`: unique per host, rank and pid; safe as a file name.

@@ -6,7 +6,6 @@
 
 use crate::cl::cl_program;
 use parking_lot::Mutex;
-use serde_json::{json, Value};
 use std::collections::HashMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,12 +46,13 @@ pub struct ProgramInfo {
 }
 
 impl ProgramInfo {
-    pub fn source_json(&self) -> Value {
-        json!({
-            "origin": self.origin.name(),
-            "hash": self.hash.map(crate::hash::label),
-            "length": self.length,
-        })
+    /// What records say of where the program came from.
+    pub fn source(&self) -> crate::schema::Source {
+        crate::schema::Source {
+            origin: self.origin.name(),
+            hash: self.hash.map(crate::hash::label),
+            length: self.length,
+        }
     }
 }
 
@@ -100,6 +100,18 @@ impl Registry {
         info
     }
 
+    /// Records a newly created program with the hash and total length of what it was made
+    /// from (source strings, IL, binaries as given, the source a clshim binary carried):
+    /// every creation entry point registers its program through here.
+    pub fn made_from(&self, program: cl_program, origin: Origin, parts: &[&[u8]]) -> ProgramInfo {
+        let mut h = crate::hash::Fnv1a::default();
+        for p in parts {
+            h.update(p);
+        }
+        let len = parts.iter().map(|p| p.len()).sum();
+        self.created(program, origin, Some(h.finish()), Some(len))
+    }
+
     /// The program's entry, making an `Unknown` one on first sight.
     pub fn lookup(&self, program: cl_program) -> ProgramInfo {
         let mut inner = self.inner.lock();
@@ -135,7 +147,11 @@ impl Registry {
     /// # Safety
     /// Only after `lock_for_fork`, in the forking thread (parent) or the only thread (child).
     pub unsafe fn unlock_after_fork(&self) {
-        self.inner.force_unlock();
+        // SAFETY: this function's contract: Only after `lock_for_fork`, in the forking
+        // thread (parent) or the only thread (child).
+        unsafe {
+            self.inner.force_unlock();
+        }
     }
 }
 

@@ -1,38 +1,14 @@
-//! Recording: turns each completed event into a trace record (JSON Lines, schema version 1
-//! in the README), a log line, and the per-process tallies behind the exit summary. One
-//! lock guards the trace file and the tallies together, held only to append a line.
+//! Recording: turns each completed event, a typed [`Record`] of `schema`, into a trace
+//! line (JSON Lines, one write per record), its log line, and its share of the
+//! per-process tallies behind the exit summary. One lock guards the trace file and the
+//! tallies together, held only to append a line.
 
 use crate::config::Config;
 use crate::process::Identity;
+use crate::schema::{self, Common, Event, Line, Record};
 use crate::trace_file::TraceFile;
 use parking_lot::Mutex;
-use serde_json::{json, Map, Value};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-pub const SCHEMA: u64 = 1;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventKind {
-    Build,
-    Compile,
-    Link,
-    BinaryQuery,
-    BinaryLoad,
-    FirstLaunch,
-}
-
-impl EventKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            EventKind::Build => "build",
-            EventKind::Compile => "compile",
-            EventKind::Link => "link",
-            EventKind::BinaryQuery => "binary_query",
-            EventKind::BinaryLoad => "binary_load",
-            EventKind::FirstLaunch => "first_launch",
-        }
-    }
-}
 
 /// When an event started, on both clocks: the wall clock for records, the monotonic one
 /// for its duration.
@@ -83,6 +59,43 @@ pub struct Tally {
 }
 
 impl Tally {
+    /// Counts one record.
+    pub fn add(&mut self, record: &Record, seconds: f64) {
+        match record {
+            Record::Build(_) => {
+                self.builds += 1;
+                self.build_seconds += seconds;
+            }
+            Record::BinaryQuery(q) => {
+                self.queries += 1;
+                self.query_seconds += seconds;
+                // Forwarded to a device the filter selects: what the policy would save.
+                let avoidable = q
+                    .actions
+                    .iter()
+                    .zip(&q.devices)
+                    .any(|(a, d)| *a == "forward" && d.as_ref().is_some_and(|d| d.matched));
+                if avoidable {
+                    self.avoidable_query_seconds += seconds;
+                }
+                // Only answers the application actually received count.
+                if q.result == crate::cl::CL_SUCCESS {
+                    let answered = |which: &str| q.actions.iter().filter(|a| **a == which).count();
+                    self.substituted += answered("substitute") as u64;
+                    self.suppressed += answered("suppress") as u64;
+                }
+            }
+            Record::BinaryLoad(l) => {
+                self.loads += 1;
+                self.rejected += u64::from(l.action == "reject");
+            }
+            Record::FirstLaunch(_) => {
+                self.first_launches += 1;
+                self.first_launch_seconds += seconds;
+            }
+        }
+    }
+
     pub fn recorded_anything(&self) -> bool {
         self.builds + self.queries + self.loads + self.first_launches > 0
     }
@@ -137,17 +150,9 @@ impl Recorder {
         self.state.lock().identity.rank
     }
 
-    /// Records one completed event. `fields` is a JSON object of the event's own fields;
-    /// `tally` updates the summary counts; `line` is the human-readable log text.
-    pub fn emit(
-        &self,
-        kind: EventKind,
-        start: Start,
-        seconds: f64,
-        fields: Value,
-        tally: impl FnOnce(&mut Tally),
-        line: impl FnOnce() -> String,
-    ) {
+    /// Records one completed event: its trace line, its tally and its log line, all
+    /// derived from the record.
+    pub fn emit(&self, start: Start, seconds: f64, record: &Record) {
         let mut state = self.state.lock();
         if state.identity.pid != std::process::id() {
             // First record in a forked child: it is a process of its own.
@@ -155,53 +160,61 @@ impl Recorder {
             state.began = Start::now();
             state.tally = Tally::default();
         }
-        let mut rec = Map::new();
-        rec.insert("schema".into(), json!(SCHEMA));
-        rec.insert("event".into(), json!(kind.name()));
-        rec.insert("pid".into(), json!(state.identity.pid));
-        rec.insert("instance".into(), json!(state.identity.instance));
-        rec.insert("rank".into(), json!(state.identity.rank));
-        rec.insert("tid".into(), json!(tid()));
-        rec.insert("ts".into(), json!(start.unix()));
-        rec.insert("seconds".into(), json!(seconds));
-        if let Value::Object(extra) = fields {
-            rec.extend(extra);
-        }
-        let text = Value::Object(rec).to_string();
         let State {
             identity,
             began,
             file,
             tally: counts,
         } = &mut *state;
+        let line = Line {
+            common: Common {
+                schema: schema::VERSION,
+                event: record.event(),
+                pid: identity.pid,
+                instance: &identity.instance,
+                rank: identity.rank,
+                tid: record.tid().unwrap_or_else(tid),
+                ts: start.unix(),
+                seconds,
+            },
+            body: record,
+        };
+        let text = serde_json::to_string(&line).unwrap_or_default();
         let (policy, filter, mode) = (self.policy, self.devices_filter, self.mode);
         file.append(
             || (identity.file_stem(), identity.instance.clone()),
             || {
-                let mut header = json!({
-                    "schema": SCHEMA,
-                    "event": "process",
-                    "pid": identity.pid,
-                    "instance": identity.instance,
-                    "rank": identity.rank,
-                    "tid": tid(),
-                    "ts": began.unix(),
-                    "seconds": 0.0,
-                    "clshim_version": env!("CARGO_PKG_VERSION"),
-                    "mode": mode,
-                    "policy": policy,
-                    "devices_filter": filter,
-                });
-                if let (Value::Object(h), Value::Object(id)) = (&mut header, identity.to_json()) {
-                    h.extend(id);
-                }
-                header.to_string()
+                let header = Line {
+                    common: Common {
+                        schema: schema::VERSION,
+                        event: Event::Process,
+                        pid: identity.pid,
+                        instance: &identity.instance,
+                        rank: identity.rank,
+                        tid: tid(),
+                        ts: began.unix(),
+                        seconds: 0.0,
+                    },
+                    body: &schema::Process {
+                        clshim_version: env!("CARGO_PKG_VERSION"),
+                        mode,
+                        policy,
+                        devices_filter: filter,
+                        host: &identity.host,
+                        exe: &identity.exe,
+                        argv: &identity.argv,
+                        ppid: identity.ppid,
+                        size: identity.size,
+                        rank_source: identity.rank_source,
+                    },
+                };
+                serde_json::to_string(&header).unwrap_or_default()
             },
             &text,
         );
-        tally(counts);
+        counts.add(record, seconds);
         drop(state);
-        log::info!("{}", line());
+        log::info!("{}", log_line(record, seconds));
     }
 
     /// The exit summary line, or None if nothing was recorded (or the lock is stuck in a
@@ -221,7 +234,73 @@ impl Recorder {
     /// # Safety
     /// Only after `lock_for_fork`, in the forking thread (parent) or the only thread (child).
     pub unsafe fn unlock_after_fork(&self) {
-        self.state.force_unlock();
+        // SAFETY: this function's contract: Only after `lock_for_fork`, in the forking
+        // thread (parent) or the only thread (child).
+        unsafe {
+            self.state.force_unlock();
+        }
+    }
+}
+
+/// The record's log line (`CLSHIM_LOG=info`).
+pub fn log_line(record: &Record, seconds: f64) -> String {
+    let id = |p: Option<u64>| p.map(|i| i.to_string()).unwrap_or_else(|| "-".into());
+    match record {
+        Record::Build(b) => {
+            let names = if b.kernels.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", b.kernels.join(", "))
+            };
+            let device = b
+                .devices
+                .first()
+                .map(|d| format!(" on {} ({})", d.name, d.platform))
+                .unwrap_or_default();
+            format!(
+                "{} of program {}{names} took {seconds:.3} s{device} -> {}",
+                b.event.name(),
+                id(b.program),
+                b.result_name
+            )
+        }
+        Record::BinaryQuery(q) => {
+            let device = q
+                .devices
+                .first()
+                .cloned()
+                .flatten()
+                .map(|d| format!(" on {} ({} {})", d.name, d.platform, d.kind))
+                .unwrap_or_default();
+            format!(
+                "binary query {} of program {} took {seconds:.3} s{device} [{}] -> {}",
+                q.param,
+                id(q.program),
+                q.action,
+                q.result_name
+            )
+        }
+        Record::BinaryLoad(l) => format!(
+            "binary load of program {} took {seconds:.3} s [{}] -> {}",
+            id(l.program),
+            l.action,
+            l.result_name
+        ),
+        Record::FirstLaunch(f) => {
+            let sizes = |s: Option<&Vec<usize>>| serde_json::to_string(&s).unwrap_or_default();
+            format!(
+                "first launch of kernel {} (program {}) global {} local {}{} took {seconds:.3} s -> {}",
+                f.kernel.as_deref().unwrap_or("?"),
+                id(f.program),
+                sizes(Some(&f.global_size)),
+                sizes(f.local_size.as_ref()),
+                f.device
+                    .as_ref()
+                    .map(|d| format!(" on {} ({})", d.name, d.platform))
+                    .unwrap_or_default(),
+                f.result_name
+            )
+        }
     }
 }
 

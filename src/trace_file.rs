@@ -42,6 +42,7 @@ enum Held {
 fn file_id(fd: i32) -> Option<((u64, u64), u64)> {
     // SAFETY: st is plain data filled by fstat.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat only writes into `st`; a closed or foreign fd makes it fail, not crash.
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
         return None;
     }

@@ -1,14 +1,22 @@
 //! Command-line parsing for the `clshim` command, by hand (no parser crate). This module
 //! owns the grammar of `clshim run [options] -- COMMAND [ARGS…]` and
-//! `clshim report [--json] [--by-source] [--chrome FILE] DIR`, the validation of every option value
-//! (an unknown policy, device set, log filter or permission mode is a one-line usage
-//! error, exit status 2), and the help text. It turns the arguments into plain
+//! `clshim report [--json] [--by-source] [--chrome FILE] DIR` and the help text. The
+//! values of the options that set `CLSHIM_*` variables are checked by the grammar
+//! `controls` defines, the one the library reads them with, and their help lines
+//! come from there too; a refused value is a one-line usage error, exit status 2. It turns the arguments into plain
 //! structures ([`RunOpts`], [`ReportOpts`]) and never touches the environment or files.
 
 use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 
-pub const USAGE: &str = "\
+use crate::controls::{self, Control, Grammar};
+
+/// The help text: [`USAGE_HEAD`], the controls' option lines, [`USAGE_TAIL`].
+pub fn usage_text() -> String {
+    format!("{USAGE_HEAD}{}{USAGE_TAIL}", controls::help_lines())
+}
+
+const USAGE_HEAD: &str = "\
 usage: clshim run [options] [--] COMMAND [ARGS...]
        clshim report [--json] [--by-source] [--chrome FILE] DIR
        clshim --help | --version
@@ -17,14 +25,10 @@ clshim run: run COMMAND with libclshim.so interposed (preloaded with LD_PRELOAD 
 named in OPENCL_LAYERS, unless --mode says otherwise), then replace clshim by COMMAND.
 Each option sets the CLSHIM_* variable named beside it; a variable you already set is
 kept unless you give the option.
-  --binaries POLICY   CLSHIM_BINARIES: pass | suppress | substitute
-  --devices SET       CLSHIM_DEVICES: pocl-cpu | pocl | all
-  --trace-dir DIR     CLSHIM_TRACE_DIR (made absolute and created before COMMAND starts)
-  --trace-mode MODE   CLSHIM_TRACE_MODE: octal permission bits, e.g. 0640
-  --log FILTER        CLSHIM_LOG: off | error | warn | info | debug | trace [, module=level]
-  --summary           CLSHIM_SUMMARY=1 (a summary line per process on stderr at exit)
-  --no-summary        CLSHIM_SUMMARY=0
-  --lib PATH          the library to interpose (default: $CLSHIM_LIB, else libclshim.so
+";
+
+const USAGE_TAIL: &str =
+    "  --lib PATH          the library to interpose (default: $CLSHIM_LIB, else libclshim.so
                       beside the clshim executable, else in ../lib/ from it)
   --mode MODE         how the library gets in front of OpenCL: both (default: preload
                       and loader layer; each call is recorded once) | preload
@@ -59,6 +63,8 @@ pub enum Command {
     Report(ReportOpts),
     Help,
     Version,
+    /// Hidden: README's control table, rendered from `controls`.
+    ControlsTable,
 }
 
 /// `clshim run`: every `Option` is `None` when the option was not given, so the
@@ -104,10 +110,7 @@ pub struct ReportOpts {
     pub dir: PathBuf,
 }
 
-pub const BINARIES: &[&str] = &["pass", "suppress", "substitute"];
-pub const DEVICES: &[&str] = &["pocl-cpu", "pocl", "all"];
 pub const MODES: &[&str] = &["both", "preload", "layer"];
-const LEVELS: &[&str] = &["off", "error", "warn", "info", "debug", "trace"];
 
 /// Parses the arguments after the program name.
 pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
@@ -120,6 +123,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
         Some("report") => parse_report(it.collect()),
         Some("-h" | "--help" | "help") => Ok(Command::Help),
         Some("-V" | "--version") => Ok(Command::Version),
+        Some("--controls-table") => Ok(Command::ControlsTable),
         _ => usage(format!(
             "unknown subcommand '{}' (expected 'run' or 'report')",
             sub.to_string_lossy()
@@ -170,44 +174,21 @@ fn one_of(name: &str, v: String, allowed: &[&str]) -> Result<String, UsageError>
     }
 }
 
-/// Accepts what the README documents for CLSHIM_LOG: a level, or comma-separated
-/// directives `level` / `module=level` (module paths of letters, digits, `_` and `::`).
-fn log_filter(v: String) -> Result<String, UsageError> {
-    let bad = |why: &str| usage(format!("--log: invalid filter '{v}': {why}"));
-    if v.is_empty() {
-        return bad("empty");
+/// A control's value, checked by the grammar the library reads it with: what passes
+/// here the library takes without a warning. A blank value, which the library reads as
+/// unset, is refused: given as an option it can only be a slip.
+fn control(name: &str, c: &Control, v: String) -> Result<String, UsageError> {
+    if !v.trim().is_empty() && c.check(&v).is_some() {
+        return Ok(v);
     }
-    for d in v.split(',') {
-        let (module, level) = match d.split_once('=') {
-            Some((m, l)) => (Some(m), l),
-            None => (None, d),
-        };
-        if let Some(m) = module {
-            if m.is_empty()
-                || !m
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
-            {
-                return bad(&format!("'{m}' is not a module path"));
-            }
-        }
-        if !LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
-            return bad(&format!(
-                "'{level}' is not a level (expected one of: {})",
-                LEVELS.join(", ")
-            ));
-        }
-    }
-    Ok(v)
-}
-
-/// Octal permission bits such as `0640` or `640`, at most 0o7777.
-fn trace_mode(v: String) -> Result<String, UsageError> {
-    let digits = v.strip_prefix("0o").unwrap_or(&v);
-    match u32::from_str_radix(digits, 8) {
-        Ok(m) if !digits.is_empty() && m <= 0o7777 => Ok(v),
+    match c.grammar {
+        Grammar::OneOf(_) => usage(format!(
+            "{name}: unknown value '{v}' (expected one of: {})",
+            c.accepted()
+        )),
         _ => usage(format!(
-            "--trace-mode: invalid mode '{v}' (expected octal permission bits, e.g. 0640)"
+            "{name}: invalid value '{v}' (expected {})",
+            c.accepted()
         )),
     }
 }
@@ -244,11 +225,11 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
         match name {
             "--binaries" => {
                 let v = utf8(name, value(name, inline, &mut it)?)?;
-                o.binaries = Some(one_of(name, v, BINARIES)?);
+                o.binaries = Some(control(name, &controls::BINARIES, v)?);
             }
             "--devices" => {
                 let v = utf8(name, value(name, inline, &mut it)?)?;
-                o.devices = Some(one_of(name, v, DEVICES)?);
+                o.devices = Some(control(name, &controls::DEVICES, v)?);
             }
             "--trace-dir" => {
                 let v = value(name, inline, &mut it)?;
@@ -258,9 +239,13 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
                 o.trace_dir = Some(v.into());
             }
             "--trace-mode" => {
-                o.trace_mode = Some(trace_mode(utf8(name, value(name, inline, &mut it)?)?)?)
+                let v = utf8(name, value(name, inline, &mut it)?)?;
+                o.trace_mode = Some(control(name, &controls::TRACE_MODE, v)?);
             }
-            "--log" => o.log = Some(log_filter(utf8(name, value(name, inline, &mut it)?)?)?),
+            "--log" => {
+                let v = utf8(name, value(name, inline, &mut it)?)?;
+                o.log = Some(control(name, &controls::LOG, v)?);
+            }
             "--lib" => {
                 let v = value(name, inline, &mut it)?;
                 if v.is_empty() {
@@ -424,5 +409,132 @@ mod tests {
         assert!(o.json);
         assert_eq!(o.chrome, Some(PathBuf::from("t.json")));
         assert_eq!(o.dir, PathBuf::from("d"));
+    }
+
+    /// Every value `clshim run` accepts for a control the library takes without a warning,
+    /// and every value the library takes the command accepts, over a generated sample of
+    /// valid and invalid values per control. A blank value is the one exception: the
+    /// library reads it as unset, the command refuses it as a slip.
+    #[test]
+    fn command_and_library_accept_the_same_values() {
+        use clshim::config::Config;
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let pieces = [
+            "pass",
+            "Suppress",
+            "SUBSTITUTE",
+            "keep",
+            "pocl-cpu",
+            "pocl",
+            "All",
+            "gpu",
+            "0",
+            "1",
+            "on",
+            "Off",
+            "yes",
+            "maybe",
+            "0640",
+            "640",
+            "0o640",
+            "4755",
+            "7777",
+            "1777",
+            "0777",
+            "0000644",
+            "+640",
+            "08",
+            "info",
+            "WARN",
+            "trace",
+            "loud",
+            "clshim",
+            "clshim=debug",
+            "clshim::policy=info",
+            "mymod=debug",
+            "clshimx",
+            "a b=info",
+            "clshim=",
+            "=info",
+            "off,",
+            ",",
+            " ",
+            "\t",
+            "\u{e9}",
+        ];
+        let mut samples: Vec<String> = pieces.iter().map(|p| p.to_string()).collect();
+        for _ in 0..3000 {
+            let n = 1 + (next() % 3) as usize;
+            let sep = [",", "", " ", "="][(next() % 4) as usize];
+            let parts: Vec<&str> = (0..n)
+                .map(|_| pieces[(next() % pieces.len() as u64) as usize])
+                .collect();
+            samples.push(parts.join(sep));
+        }
+        for m in (0..=0o7777).step_by(7) {
+            samples.push(format!("{m:o}"));
+            samples.push(format!("0{m:o}"));
+        }
+        let mut accepted = 0;
+        // Paths are taken as they are; a switch is set by its two flags, checked below.
+        for c in controls::ALL.iter().filter(|c| {
+            c.reader == controls::Reader::Library
+                && !matches!(c.grammar, Grammar::Path | Grammar::Switch)
+        }) {
+            for v in samples.iter().filter(|v| !v.trim().is_empty()) {
+                let command =
+                    parse(vec!["run".into(), c.option.into(), v.into(), "x".into()]).is_ok();
+                let (_, warnings) =
+                    Config::from_lookup(|n| (n == c.var).then(|| OsString::from(v)));
+                assert_eq!(
+                    command,
+                    warnings.is_empty(),
+                    "{} {v:?}: command {command}, library warnings {warnings:?}",
+                    c.option
+                );
+                accepted += usize::from(command);
+            }
+            // A blank value: unset for the library, a usage error for the command.
+            let (_, warnings) = Config::from_lookup(|n| (n == c.var).then(|| " ".into()));
+            assert!(warnings.is_empty());
+            assert!(parse(args(&["run", c.option, " ", "x"])).is_err());
+        }
+        assert!(
+            accepted > 500,
+            "the sample holds valid values too: {accepted}"
+        );
+        // The switch's flags give the values the library reads as on and off.
+        for (flag, on) in [("--summary", true), ("--no-summary", false)] {
+            let Command::Run(o) = parse(args(&["run", flag, "x"])).unwrap() else {
+                panic!()
+            };
+            assert_eq!(o.summary, Some(on));
+            let (cfg, w) = Config::from_lookup(|n| {
+                (n == "CLSHIM_SUMMARY").then(|| if on { "1" } else { "0" }.into())
+            });
+            assert!(w.is_empty());
+            assert_eq!(cfg.summary, on);
+        }
+    }
+
+    #[test]
+    fn values_the_command_once_disagreed_on() {
+        for (a, ok) in [
+            (&["run", "--trace-mode", "0o640", "x"][..], false),
+            (&["run", "--trace-mode", "4755", "x"], false),
+            (&["run", "--trace-mode", "7777", "x"], false),
+            (&["run", "--trace-mode", "1777", "x"], false),
+            (&["run", "--log", "mymod=debug", "x"], false),
+            (&["run", "--log", "clshim", "x"], true),
+            (&["run", "--binaries", "Substitute", "x"], true),
+        ] {
+            assert_eq!(parse(args(a)).is_ok(), ok, "{a:?}");
+        }
     }
 }

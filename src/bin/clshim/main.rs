@@ -14,6 +14,17 @@ mod report;
 mod run;
 mod traces;
 
+// The controls and the trace schema are the library's own source files, compiled in here
+// too rather than linked from the library crate: linking it would bring the interposer
+// along (its exported entry points keep it alive), whose getrandom call the
+// manylinux_2_17 wheel's glibc does not have. The command uses part of each.
+#[path = "../../controls.rs"]
+#[allow(dead_code)]
+mod controls;
+#[path = "../../schema.rs"]
+#[allow(dead_code)]
+mod schema;
+
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -25,7 +36,11 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
         Ok(cli::Command::Help) => {
-            print!("{}", cli::USAGE);
+            print!("{}", cli::usage_text());
+            ExitCode::SUCCESS
+        }
+        Ok(cli::Command::ControlsTable) => {
+            print!("{}", controls::readme_table());
             ExitCode::SUCCESS
         }
         Ok(cli::Command::Version) => {
@@ -65,7 +80,7 @@ fn report_main(o: cli::ReportOpts) -> ExitCode {
         agg.no_files(&o.dir);
     }
     {
-        let (listed, more) = agg.problems();
+        let report::Problems { listed, more } = agg.problems();
         let mut err = std::io::stderr().lock();
         for p in listed {
             let _ = writeln!(err, "clshim report: {p}");

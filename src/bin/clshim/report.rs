@@ -324,8 +324,9 @@ struct FileAcc {
     counts: Vec<Counts>,
     ranks: Vec<RankAcc>,
     threads: BTreeSet<(usize, u64)>,
-    /// (writer, kernel, device name) of every first launch on a pocl CPU device.
-    launched: BTreeSet<(usize, String, String)>,
+    /// Every first launch on a pocl CPU device: a second one of the same kernel on the
+    /// same device by the same writer was launched with other sizes.
+    launched: BTreeSet<Launched>,
     totals: Totals,
     /// pocl-CPU binary-query seconds, all and those forwarded: which count depends on
     /// the file's policy.
@@ -487,15 +488,16 @@ impl FileAcc {
                 counts.launches += 1;
                 if r.any_pocl_cpu() {
                     t.pocl_cpu_launch_seconds += r.seconds;
-                    let key = (
-                        li,
-                        r.kernel.as_deref().unwrap_or("").to_string(),
-                        r.device
+                    let key = Launched {
+                        writer: li,
+                        kernel: r.kernel.as_deref().unwrap_or("").to_string(),
+                        device: r
+                            .device
                             .as_ref()
                             .and_then(|d| d.name.as_deref())
                             .unwrap_or("")
                             .to_string(),
-                    );
+                    };
                     if !self.launched.insert(key) {
                         t.pocl_cpu_relaunches += 1;
                         t.pocl_cpu_relaunch_seconds += r.seconds;
@@ -545,7 +547,30 @@ pub struct Aggregate {
     /// (rank, OS thread id) -> OS pid, for the timeline's thread rows.
     pub threads: BTreeMap<(RankKey, u64), u64>,
     pub skipped: usize,
-    problems: Vec<(usize, Problem)>,
+    problems: Vec<FileProblem>,
+}
+
+/// A first launch on a pocl CPU device, as told apart by the report.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Launched {
+    /// The writer (process instance) that launched.
+    writer: usize,
+    kernel: String,
+    /// The device's name.
+    device: String,
+}
+
+/// A problem with the index of its file in the directory's sorted list.
+#[derive(Debug)]
+struct FileProblem {
+    file: usize,
+    problem: Problem,
+}
+
+/// The problems to list and how many more were skipped without being listed.
+pub struct Problems<'a> {
+    pub listed: Vec<&'a Problem>,
+    pub more: usize,
 }
 
 impl Aggregate {
@@ -558,7 +583,7 @@ impl Aggregate {
 
     fn problem(&mut self, file: usize, p: Problem) {
         self.skipped += 1;
-        self.problems.push((file, p));
+        self.problems.push(FileProblem { file, problem: p });
     }
 
     /// Folds one file in. `file` is its index in the directory's sorted list.
@@ -673,15 +698,15 @@ impl Aggregate {
 
     /// The problems to list (in file and line order, at most [`PROBLEMS_LISTED`]) and
     /// how many more were skipped without being listed.
-    pub fn problems(&self) -> (Vec<&Problem>, usize) {
+    pub fn problems(&self) -> Problems<'_> {
         let listed: Vec<&Problem> = self
             .problems
             .iter()
-            .map(|(_, p)| p)
+            .map(|p| &p.problem)
             .take(PROBLEMS_LISTED)
             .collect();
         let more = self.skipped - listed.len();
-        (listed, more)
+        Problems { listed, more }
     }
 
     /// The timeline's rows: every rank key with a record, in rank order, with the
@@ -736,7 +761,11 @@ fn read_file(agg: &mut Aggregate, index: usize, path: &Path, by_source: bool) {
         ));
     }
     agg.skipped += skipped;
-    agg.problems.extend(probs.into_iter().map(|p| (index, p)));
+    agg.problems
+        .extend(probs.into_iter().map(|problem| FileProblem {
+            file: index,
+            problem,
+        }));
     agg.add_file(index, path, acc, identity);
 }
 
@@ -774,7 +803,7 @@ pub fn read(paths: &[PathBuf], by_source: bool) -> Aggregate {
     }
     agg.listed = paths.len();
     agg.files.sort_by(|a, b| a.path.cmp(&b.path));
-    agg.problems.sort_by_key(|(i, p)| (*i, p.line));
+    agg.problems.sort_by_key(|p| (p.file, p.problem.line));
     agg
 }
 
@@ -999,7 +1028,7 @@ impl Aggregate {
                 relaunch_seconds: t.pocl_cpu_relaunch_seconds,
                 total_seconds: all,
             });
-        let (listed, more) = self.problems();
+        let Problems { listed, more } = self.problems();
         let mut problems: Vec<String> = listed.iter().map(|p| p.to_string()).collect();
         if more > 0 {
             problems.push(format!("... {more} more skipped, not listed"));

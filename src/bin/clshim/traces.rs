@@ -1,4 +1,5 @@
-//! Reading trace directories (README "Trace schema (version 1)"). This module owns
+//! Reading trace directories (README "Trace schema (version 1)", defined in `schema`,
+//! whose names and version this reader uses). This module owns
 //! which files count as trace files (`*.jsonl`, and `*.jsonl.N` for renamed
 //! duplicates), how they are opened (regular files only, without blocking on a FIFO or
 //! reading a device: a trace directory may hold anything), how much is read (a file up
@@ -15,10 +16,9 @@ use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-/// The schema version this reader understands.
-pub const SCHEMA: u64 = 1;
-/// The `platform` name of pocl's devices.
-pub const POCL_PLATFORM: &str = "Portable Computing Language";
+/// The schema the library writes, its event names and pocl's platform name: this reader
+/// understands that version and no newer one.
+pub use crate::schema::{Event, POCL_PLATFORM, VERSION as SCHEMA};
 /// Longest line read; a longer one is skipped (a record is a few hundred bytes; a
 /// kernel list of thousands of names stays far below this).
 pub const MAX_LINE: usize = 1 << 20;
@@ -47,49 +47,6 @@ impl std::fmt::Display for Problem {
         } else {
             write!(f, "{}:{}: {}", self.file.display(), self.line, self.reason)
         }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Event {
-    Process,
-    Build,
-    Compile,
-    Link,
-    BinaryQuery,
-    BinaryLoad,
-    FirstLaunch,
-}
-
-impl Event {
-    fn parse(s: &str) -> Option<Event> {
-        Some(match s {
-            "process" => Event::Process,
-            "build" => Event::Build,
-            "compile" => Event::Compile,
-            "link" => Event::Link,
-            "binary_query" => Event::BinaryQuery,
-            "binary_load" => Event::BinaryLoad,
-            "first_launch" => Event::FirstLaunch,
-            _ => return None,
-        })
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Event::Process => "process",
-            Event::Build => "build",
-            Event::Compile => "compile",
-            Event::Link => "link",
-            Event::BinaryQuery => "binary_query",
-            Event::BinaryLoad => "binary_load",
-            Event::FirstLaunch => "first_launch",
-        }
-    }
-
-    /// build, compile and link: the events whose time is "build time".
-    pub fn is_build(self) -> bool {
-        matches!(self, Event::Build | Event::Compile | Event::Link)
     }
 }
 

@@ -1,0 +1,331 @@
+//! The one definition of every control: its environment variable, its `clshim run`
+//! option, the values it accepts, its default and its help text. The library's parser
+//! (`config`), the command's options and `clshim run --help`, and README's control table
+//! all come from [`ALL`], so what the command accepts is exactly what the library takes
+//! without a warning. The command compiles this file in as its own `controls` module. Checking a value here never fails loudly: it says yes with the
+//! parsed value, or no, and the caller decides between a warning (library) and a usage
+//! error (command).
+
+/// The shape of the values a control accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grammar {
+    /// One word of the list, in any letter case.
+    OneOf(&'static [&'static str]),
+    /// On or off: `1`/`true`/`yes`/`on`, `0`/`false`/`no`/`off`, in any letter case.
+    Switch,
+    /// Octal permission bits, digits 0-7 only, from 0 to 0777.
+    Mode,
+    /// Comma-separated `level`, `target` or `target=level` directives, where a level is
+    /// one of [`LOG_LEVELS`] (any case) and a target `clshim` or `clshim::MODULE`.
+    LogFilter,
+    /// A path, kept byte for byte.
+    Path,
+}
+
+/// Who reads a control.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reader {
+    /// The library, at the first intercepted call (and `clshim run` sets it).
+    Library,
+    /// `clshim run` only.
+    Command,
+}
+
+/// One control. Text fields are written for where they appear: `values`, `default` and
+/// `doc` are README's Markdown columns, `help` the plain words of `clshim run --help`.
+#[derive(Debug)]
+pub struct Control {
+    pub var: &'static str,
+    /// The `clshim run` option that sets the variable (a switch also has `--no-…`).
+    pub option: &'static str,
+    /// The option's value placeholder in the help; empty for a switch.
+    pub metavar: &'static str,
+    pub grammar: Grammar,
+    pub reader: Reader,
+    /// The default, as the library's warnings name it.
+    pub default: &'static str,
+    pub values: &'static str,
+    pub default_doc: &'static str,
+    pub doc: &'static str,
+    pub help: &'static str,
+}
+
+pub const LOG_LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+pub const BINARIES: Control = Control {
+    var: "CLSHIM_BINARIES",
+    option: "--binaries",
+    metavar: "POLICY",
+    grammar: Grammar::OneOf(&["pass", "suppress", "substitute"]),
+    reader: Reader::Library,
+    default: "pass",
+    values: "`pass`, `suppress`, `substitute`",
+    default_doc: "`pass`",
+    doc: "What clshim answers to `CL_PROGRAM_BINARY_SIZES` / `CL_PROGRAM_BINARIES` queries on devices `CLSHIM_DEVICES` selects (see below).",
+    help: "pass | suppress | substitute",
+};
+
+pub const DEVICES: Control = Control {
+    var: "CLSHIM_DEVICES",
+    option: "--devices",
+    metavar: "SET",
+    grammar: Grammar::OneOf(&["pocl-cpu", "pocl", "all"]),
+    reader: Reader::Library,
+    default: "pocl-cpu",
+    values: "`pocl-cpu`, `pocl`, `all`",
+    default_doc: "`pocl-cpu`",
+    doc: "Devices the binary policy applies to: CPU devices of the platform \"Portable Computing Language\", every pocl device, or every device. All others are always passed through.",
+    help: "pocl-cpu | pocl | all",
+};
+
+pub const TRACE_DIR: Control = Control {
+    var: "CLSHIM_TRACE_DIR",
+    option: "--trace-dir",
+    metavar: "DIR",
+    grammar: Grammar::Path,
+    reader: Reader::Library,
+    default: "unset",
+    values: "a directory",
+    default_doc: "unset: no trace files",
+    doc: "One JSON Lines trace file per process in this directory (created if missing).",
+    help: "a directory (made absolute, created first)",
+};
+
+pub const TRACE_MODE: Control = Control {
+    var: "CLSHIM_TRACE_MODE",
+    option: "--trace-mode",
+    metavar: "MODE",
+    grammar: Grammar::Mode,
+    reader: Reader::Library,
+    default: "0600",
+    values: "octal permission bits from `0` to `0777`, e.g. `0640`",
+    default_doc: "`0600`",
+    doc: "Permissions of new trace files.",
+    help: "octal bits from 0 to 0777, e.g. 0640",
+};
+
+pub const LOG: Control = Control {
+    var: "CLSHIM_LOG",
+    option: "--log",
+    metavar: "FILTER",
+    grammar: Grammar::LogFilter,
+    reader: Reader::Library,
+    default: "warn",
+    values: "an env_logger filter: `off`, `error`, `warn`, `info`, `debug`, `trace`, or `clshim::MODULE=LEVEL` directives",
+    default_doc: "`warn`",
+    doc: "Log lines on stderr; `info` prints one line per build, binary query, binary load and first launch with its time.",
+    help: "off | error | warn | info | debug | trace [,clshim::MOD=level]",
+};
+
+pub const SUMMARY: Control = Control {
+    var: "CLSHIM_SUMMARY",
+    option: "--summary",
+    metavar: "",
+    grammar: Grammar::Switch,
+    reader: Reader::Library,
+    default: "1",
+    values: "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`)",
+    default_doc: "`1`",
+    doc:
+        "One summary line per process on stderr at exit, only in processes that recorded something.",
+    help: "a summary line per process on stderr at exit",
+};
+
+pub const LIB: Control = Control {
+    var: "CLSHIM_LIB",
+    option: "--lib",
+    metavar: "PATH",
+    grammar: Grammar::Path,
+    reader: Reader::Command,
+    default: "unset",
+    values: "a path",
+    default_doc: "unset",
+    doc: "Read by `clshim run` only: the library to interpose when `--lib` is not given.",
+    help: "",
+};
+
+/// Every control, in README's order.
+pub const ALL: [&Control; 7] = [
+    &BINARIES,
+    &DEVICES,
+    &TRACE_DIR,
+    &TRACE_MODE,
+    &LOG,
+    &SUMMARY,
+    &LIB,
+];
+
+/// A value a control accepted, parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Value {
+    /// The index of the word in [`Grammar::OneOf`]'s list.
+    Word(usize),
+    Switch(bool),
+    Mode(u32),
+    /// The filter as given (trimmed).
+    Filter(String),
+    Path,
+}
+
+impl Control {
+    /// Checks a textual value. Surrounding blanks are ignored; a blank value is unset and
+    /// is the caller's to handle before. `None` when the control does not accept it.
+    pub fn check(&self, v: &str) -> Option<Value> {
+        let v = v.trim();
+        match self.grammar {
+            Grammar::OneOf(words) => words
+                .iter()
+                .position(|w| w.eq_ignore_ascii_case(v))
+                .map(Value::Word),
+            Grammar::Switch => match v.to_ascii_lowercase().as_str() {
+                "1" | "true" | "yes" | "on" => Some(Value::Switch(true)),
+                "0" | "false" | "no" | "off" => Some(Value::Switch(false)),
+                _ => None,
+            },
+            Grammar::Mode => {
+                if v.is_empty() || !v.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+                    return None;
+                }
+                // Leading zeros are allowed (`0000640`); the value itself is at most 0777.
+                let digits = v.trim_start_matches('0');
+                if digits.len() > 3 {
+                    return None;
+                }
+                let m = u32::from_str_radix(digits, 8).unwrap_or(0);
+                Some(Value::Mode(m))
+            }
+            Grammar::LogFilter => valid_log_filter(v).then(|| Value::Filter(v.to_string())),
+            Grammar::Path => Some(Value::Path),
+        }
+    }
+
+    /// The accepted values in plain words, for warnings and usage errors.
+    pub fn accepted(&self) -> String {
+        match self.grammar {
+            Grammar::OneOf(words) => words.join(", "),
+            Grammar::Switch => "1, 0 (or true/false, yes/no, on/off)".to_string(),
+            Grammar::Mode => "octal permission bits from 0 to 0777, e.g. 0640".to_string(),
+            Grammar::LogFilter => format!(
+                "an env_logger filter of {} and clshim::MODULE=level directives, e.g. info",
+                LOG_LEVELS.join(", ")
+            ),
+            Grammar::Path => "a path".to_string(),
+        }
+    }
+
+    /// The option as the help shows it: `--binaries POLICY`.
+    fn synopsis(&self) -> String {
+        if self.metavar.is_empty() {
+            self.option.to_string()
+        } else {
+            format!("{} {}", self.option, self.metavar)
+        }
+    }
+}
+
+/// An env_logger filter that only names clshim's own modules: a target must be `clshim`
+/// or `clshim::…`, because nothing else logs through this logger, and a bare word such as
+/// `loud` is a mistyped level rather than a module filter. Empty directives are skipped.
+fn valid_log_filter(s: &str) -> bool {
+    let is_level = |l: &str| LOG_LEVELS.iter().any(|x| x.eq_ignore_ascii_case(l));
+    let is_target = |t: &str| {
+        (t == "clshim" || t.starts_with("clshim::"))
+            && t.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    };
+    let mut directives = s.split(',').map(str::trim).filter(|d| !d.is_empty());
+    directives.clone().next().is_some()
+        && directives.all(|d| match d.split_once('=') {
+            Some((target, level)) => is_target(target.trim()) && is_level(level.trim()),
+            None => is_level(d) || is_target(d),
+        })
+}
+
+/// The `clshim run` option lines of every control the library reads, for `--help`:
+/// `  --binaries POLICY   CLSHIM_BINARIES: pass | suppress | substitute`.
+pub fn help_lines() -> String {
+    let mut out = String::new();
+    for c in ALL.iter().filter(|c| c.reader == Reader::Library) {
+        let line = |option: &str, text: &str| format!("  {option:<18}  {}{text}\n", c.var);
+        if c.grammar == Grammar::Switch {
+            out.push_str(&line(c.option, &format!("=1 ({})", c.help)));
+            out.push_str(&line(&c.option.replacen("--", "--no-", 1), "=0"));
+        } else {
+            out.push_str(&line(&c.synopsis(), &format!(": {}", c.help)));
+        }
+    }
+    out
+}
+
+/// README's control table, rendered from [`ALL`].
+pub fn readme_table() -> String {
+    let mut out =
+        String::from("| variable | values | default | what it does |\n|---|---|---|---|\n");
+    for c in ALL {
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            c.var, c.values, c.default_doc, c.doc
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_switches_and_modes() {
+        assert_eq!(BINARIES.check(" Substitute "), Some(Value::Word(2)));
+        assert_eq!(BINARIES.check("keep"), None);
+        assert_eq!(SUMMARY.check("OFF"), Some(Value::Switch(false)));
+        assert_eq!(TRACE_MODE.check("0640"), Some(Value::Mode(0o640)));
+        assert_eq!(TRACE_MODE.check("0000777"), Some(Value::Mode(0o777)));
+        assert_eq!(TRACE_MODE.check("0"), Some(Value::Mode(0)));
+        for bad in ["0o640", "4755", "7777", "1777", "+640", "0999", "rw", "-1"] {
+            assert_eq!(TRACE_MODE.check(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn log_filters_name_only_clshim() {
+        for good in [
+            "info",
+            "clshim",
+            "clshim=debug",
+            "warn,clshim::policy=DEBUG",
+            "off,",
+        ] {
+            assert!(LOG.check(good).is_some(), "{good}");
+        }
+        for bad in [
+            "mymod=debug",
+            "loud",
+            "clshimx",
+            "a b=info",
+            ",",
+            "clshim=loud",
+        ] {
+            assert_eq!(LOG.check(bad), None, "{bad}");
+        }
+    }
+
+    /// README's table is the one rendered here, between its markers.
+    #[test]
+    fn readme_table_is_rendered_from_the_definition() {
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        let begin = "<!-- controls table: rendered from src/controls.rs -->\n";
+        let end = "<!-- end of controls table -->";
+        let start = readme.find(begin).expect("README has the begin marker") + begin.len();
+        let stop = start
+            + readme[start..]
+                .find(end)
+                .expect("README has the end marker");
+        assert_eq!(
+            readme[start..stop],
+            readme_table(),
+            "README's control table differs from src/controls.rs: paste `clshim --controls-table`"
+        );
+    }
+}

@@ -1,0 +1,229 @@
+//! The trace schema (README "Trace schema (version 1)"), defined once: the schema version,
+//! the event names, the name of pocl's platform, and a typed structure for every record
+//! the library writes. The library serialises these (`record`); the `clshim` command reads
+//! the same names and constants back (`traces`), through a borrowed, tolerant view of its
+//! own because it reads files anyone may have written, where the writer only ever writes
+//! what these structures hold.
+
+use serde::{Deserialize, Serialize};
+
+/// The schema version every record carries.
+pub const VERSION: u64 = 1;
+
+/// The `platform` name of pocl's devices.
+pub const POCL_PLATFORM: &str = "Portable Computing Language";
+
+/// A record's `event`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Event {
+    /// The first line of every trace file: who wrote it.
+    Process,
+    Build,
+    Compile,
+    Link,
+    BinaryQuery,
+    BinaryLoad,
+    FirstLaunch,
+}
+
+impl Event {
+    const ALL: [Event; 7] = [
+        Event::Process,
+        Event::Build,
+        Event::Compile,
+        Event::Link,
+        Event::BinaryQuery,
+        Event::BinaryLoad,
+        Event::FirstLaunch,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Event::Process => "process",
+            Event::Build => "build",
+            Event::Compile => "compile",
+            Event::Link => "link",
+            Event::BinaryQuery => "binary_query",
+            Event::BinaryLoad => "binary_load",
+            Event::FirstLaunch => "first_launch",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Event> {
+        Event::ALL.into_iter().find(|e| e.name() == s)
+    }
+
+    /// build, compile and link: the events whose time is "build time".
+    pub fn is_build(self) -> bool {
+        matches!(self, Event::Build | Event::Compile | Event::Link)
+    }
+}
+
+/// The fields every record starts with.
+#[derive(Debug, Serialize)]
+pub struct Common<'a> {
+    pub schema: u64,
+    pub event: Event,
+    pub pid: u32,
+    pub instance: &'a str,
+    pub rank: Option<u64>,
+    /// The OS thread id of the thread the event happened on.
+    pub tid: i64,
+    /// Wall-clock start, Unix seconds.
+    pub ts: f64,
+    pub seconds: f64,
+}
+
+/// One line of a trace file: the common fields, then the event's own.
+#[derive(Debug, Serialize)]
+pub struct Line<'a, B: Serialize> {
+    #[serde(flatten)]
+    pub common: Common<'a>,
+    #[serde(flatten)]
+    pub body: &'a B,
+}
+
+/// The `process` record's own fields.
+#[derive(Debug, Serialize)]
+pub struct Process<'a> {
+    pub clshim_version: &'static str,
+    /// `preload` or `layer`: the door the process's first call came through.
+    pub mode: &'static str,
+    pub policy: &'static str,
+    pub devices_filter: &'static str,
+    pub host: &'a str,
+    pub exe: &'a str,
+    pub argv: &'a [String],
+    pub ppid: u32,
+    pub size: Option<u64>,
+    pub rank_source: Option<&'static str>,
+}
+
+/// A device as records describe it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Device {
+    pub name: String,
+    /// `CPU`, `GPU`, `ACCELERATOR`, `CUSTOM` or `DEFAULT`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub platform: String,
+    pub vendor: String,
+    pub driver: String,
+    /// Whether `CLSHIM_DEVICES` selects the device.
+    pub matched: bool,
+}
+
+/// Where a program came from and what it was made from.
+#[derive(Clone, Debug, Serialize)]
+pub struct Source {
+    pub origin: &'static str,
+    /// `fnv1a64:<16 hex digits>`.
+    pub hash: Option<String>,
+    pub length: Option<usize>,
+}
+
+/// A build, compile or link.
+#[derive(Debug, Serialize)]
+pub struct Build {
+    /// build, compile or link.
+    #[serde(skip)]
+    pub event: Event,
+    pub call: &'static str,
+    pub program: Option<u64>,
+    pub result: i32,
+    pub result_name: &'static str,
+    pub options: Option<String>,
+    #[serde(rename = "async")]
+    pub is_async: bool,
+    pub kernels: Vec<String>,
+    pub devices: Vec<Device>,
+    /// Build and compile only (null when the program is unknown).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<Option<Source>>,
+    /// Link only: the input programs' ids.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<Vec<u64>>,
+    /// Compile only: how many headers were given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub headers: Option<u32>,
+}
+
+/// A `CL_PROGRAM_BINARY_SIZES` or `CL_PROGRAM_BINARIES` query with a value buffer.
+#[derive(Debug, Serialize)]
+pub struct BinaryQuery {
+    pub call: &'static str,
+    pub program: Option<u64>,
+    pub param: &'static str,
+    pub result: i32,
+    pub result_name: &'static str,
+    /// `forward`, `suppress`, `substitute`, or `mixed` when the devices differ.
+    pub action: &'static str,
+    /// Per device, in the program's device order.
+    pub actions: Vec<&'static str>,
+    pub sizes: Option<Vec<Option<usize>>>,
+    /// Per device; null where the device could not be queried.
+    pub devices: Vec<Option<Device>>,
+}
+
+/// A `clCreateProgramWithBinary` call.
+#[derive(Debug, Serialize)]
+pub struct BinaryLoad {
+    pub call: &'static str,
+    pub program: Option<u64>,
+    pub result: i32,
+    pub result_name: &'static str,
+    /// `forward`, `substitute` or `reject`.
+    pub action: &'static str,
+    pub reason: Option<String>,
+    pub lengths: Vec<usize>,
+    pub source: Option<Source>,
+    pub devices: Vec<Option<Device>>,
+}
+
+/// The first launch of a kernel on a device with one work-group configuration.
+#[derive(Debug, Serialize)]
+pub struct FirstLaunch {
+    /// The thread that launched, not the one the completion callback runs on: the
+    /// record's `tid`.
+    #[serde(skip)]
+    pub tid: i64,
+    pub call: &'static str,
+    pub kernel: Option<String>,
+    pub program: Option<u64>,
+    pub device: Option<Device>,
+    pub work_dim: u32,
+    pub global_size: Vec<usize>,
+    pub local_size: Option<Vec<usize>>,
+    pub result: i32,
+    pub result_name: &'static str,
+}
+
+/// A record the library writes after an intercepted call.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Record {
+    Build(Build),
+    BinaryQuery(BinaryQuery),
+    BinaryLoad(BinaryLoad),
+    FirstLaunch(FirstLaunch),
+}
+
+impl Record {
+    pub fn event(&self) -> Event {
+        match self {
+            Record::Build(b) => b.event,
+            Record::BinaryQuery(_) => Event::BinaryQuery,
+            Record::BinaryLoad(_) => Event::BinaryLoad,
+            Record::FirstLaunch(_) => Event::FirstLaunch,
+        }
+    }
+
+    /// The thread the event happened on, where it is not the one that writes the record.
+    pub fn tid(&self) -> Option<i64> {
+        match self {
+            Record::FirstLaunch(l) => Some(l.tid),
+            _ => None,
+        }
+    }
+}
