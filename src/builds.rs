@@ -19,12 +19,12 @@ use crate::cl::*;
 use crate::devices::DeviceFacts;
 use crate::dispatch::Route;
 use crate::guard::{catch, outside};
+use crate::lock::Lock;
 use crate::programs::{Origin, ProgramInfo};
 use crate::query;
 use crate::record::Start;
 use crate::runtime::Runtime;
 use crate::schema::{self, Event};
-use parking_lot::Mutex;
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 use std::time::Duration;
@@ -307,7 +307,7 @@ pub struct AsyncBuild {
     user_fn: unsafe extern "C" fn(cl_program, *mut c_void),
     user_data: *mut c_void,
     start: Start,
-    state: Mutex<AsyncState>,
+    state: Lock<AsyncState>,
 }
 
 // SAFETY: user_data is opaque to clshim and handed back to the application unchanged, on
@@ -325,7 +325,7 @@ unsafe impl Send for Seen {}
 /// Builds whose callback fired before their call returned, waiting for that return to
 /// write their record. If the application's callback ends the process with `exit()`, the
 /// exit handler writes them with the status the callback saw.
-static FIRED_EARLY: Mutex<Vec<(u32, Arc<AsyncBuild>)>> = Mutex::new(Vec::new());
+static FIRED_EARLY: Lock<Vec<(u32, Arc<AsyncBuild>)>> = Lock::new(Vec::new());
 
 fn await_return(ctx: &Arc<AsyncBuild>) {
     static HANDLER: std::sync::Once = std::sync::Once::new();
@@ -345,17 +345,7 @@ fn returned(ctx: &Arc<AsyncBuild>) {
 
 /// Fork handlers (see runtime.rs): the child must not inherit the list's lock held.
 pub fn lock_for_fork() {
-    std::mem::forget(FIRED_EARLY.lock());
-}
-
-/// # Safety
-/// Only after `lock_for_fork`, in the forking thread (parent) or the only thread (child).
-pub unsafe fn unlock_after_fork() {
-    // SAFETY: this function's contract: Only after `lock_for_fork`, in the forking thread
-    // (parent) or the only thread (child).
-    unsafe {
-        FIRED_EARLY.force_unlock();
-    }
+    FIRED_EARLY.hold_for_fork();
 }
 
 extern "C" fn record_fired_at_exit() {
@@ -461,7 +451,7 @@ pub unsafe fn run(
             user_fn,
             user_data,
             start,
-            state: Mutex::new(AsyncState {
+            state: Lock::new(AsyncState {
                 pending: Some(pending),
                 fired: None,
                 returned: None,

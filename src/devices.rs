@@ -7,9 +7,9 @@ use crate::cl::*;
 use crate::config::DeviceFilter;
 use crate::dispatch::{slot, Route};
 use crate::hash::Fnv1a;
+use crate::lock::Lock;
 use crate::query::info_bytes;
 use crate::schema::{self, POCL_PLATFORM};
-use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -111,7 +111,7 @@ pub unsafe fn query(route: Route, device: cl_device_id) -> Option<DeviceFacts> {
 /// Device facts by device handle, filled on first use.
 #[derive(Default)]
 pub struct DeviceCache {
-    map: Mutex<HashMap<usize, Arc<DeviceFacts>>>,
+    map: Lock<HashMap<usize, Arc<DeviceFacts>>>,
 }
 
 impl DeviceCache {
@@ -137,18 +137,10 @@ impl DeviceCache {
         }
     }
 
-    pub fn lock_for_fork(&self) {
-        std::mem::forget(self.map.lock());
-    }
-
-    /// # Safety
-    /// Only after `lock_for_fork`, in the forking thread (parent) or the only thread (child).
-    pub unsafe fn unlock_after_fork(&self) {
-        // SAFETY: this function's contract: Only after `lock_for_fork`, in the forking
-        // thread (parent) or the only thread (child).
-        unsafe {
-            self.map.force_unlock();
-        }
+    /// Held across `fork()` by the fork handlers (runtime.rs), released by
+    /// `lock::release_after_fork`.
+    pub fn lock_for_fork(&'static self) {
+        self.map.hold_for_fork();
     }
 }
 

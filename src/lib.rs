@@ -21,6 +21,7 @@ pub mod hash;
 pub mod intercept;
 pub mod launches;
 pub mod layer;
+pub mod lock;
 pub mod logger;
 #[cfg(target_os = "macos")]
 pub mod macos;

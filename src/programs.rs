@@ -5,7 +5,7 @@
 //! holds live programs, not history.
 
 use crate::cl::cl_program;
-use parking_lot::Mutex;
+use crate::lock::Lock;
 use std::collections::HashMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,7 +58,7 @@ impl ProgramInfo {
 
 #[derive(Default)]
 pub struct Registry {
-    inner: Mutex<Inner>,
+    inner: Lock<Inner>,
 }
 
 #[derive(Default)]
@@ -140,18 +140,10 @@ impl Registry {
         self.len() == 0
     }
 
-    pub fn lock_for_fork(&self) {
-        std::mem::forget(self.inner.lock());
-    }
-
-    /// # Safety
-    /// Only after `lock_for_fork`, in the forking thread (parent) or the only thread (child).
-    pub unsafe fn unlock_after_fork(&self) {
-        // SAFETY: this function's contract: Only after `lock_for_fork`, in the forking
-        // thread (parent) or the only thread (child).
-        unsafe {
-            self.inner.force_unlock();
-        }
+    /// Held across `fork()` by the fork handlers (runtime.rs), released by
+    /// `lock::release_after_fork`.
+    pub fn lock_for_fork(&'static self) {
+        self.inner.hold_for_fork();
     }
 }
 

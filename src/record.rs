@@ -4,10 +4,10 @@
 //! tallies together, held only to append a line.
 
 use crate::config::Config;
+use crate::lock::Lock;
 use crate::process::Identity;
 use crate::schema::{self, Common, Event, Line, Record};
 use crate::trace_file::TraceFile;
-use parking_lot::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// When an event started, on both clocks: the wall clock for records, the monotonic one
@@ -110,7 +110,7 @@ struct State {
 }
 
 pub struct Recorder {
-    state: Mutex<State>,
+    state: Lock<State>,
     policy: &'static str,
     devices_filter: &'static str,
     mode: &'static str,
@@ -134,7 +134,7 @@ pub fn tid() -> i64 {
 impl Recorder {
     pub fn new(config: &Config, mode: &'static str) -> Recorder {
         Recorder {
-            state: Mutex::new(State {
+            state: Lock::new(State {
                 identity: Identity::current(),
                 began: Start::now(),
                 file: TraceFile::new(config.trace_dir.clone(), config.trace_mode),
@@ -227,18 +227,10 @@ impl Recorder {
         Some(summary_line(&state.identity, &state.tally, self.policy))
     }
 
-    pub fn lock_for_fork(&self) {
-        std::mem::forget(self.state.lock());
-    }
-
-    /// # Safety
-    /// Only after `lock_for_fork`, in the forking thread (parent) or the only thread (child).
-    pub unsafe fn unlock_after_fork(&self) {
-        // SAFETY: this function's contract: Only after `lock_for_fork`, in the forking
-        // thread (parent) or the only thread (child).
-        unsafe {
-            self.state.force_unlock();
-        }
+    /// Held across `fork()` by the fork handlers (runtime.rs), released by
+    /// `lock::release_after_fork`.
+    pub fn lock_for_fork(&'static self) {
+        self.state.hold_for_fork();
     }
 }
 

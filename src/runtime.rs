@@ -78,7 +78,8 @@ extern "C" fn at_exit() {
 }
 
 // Fork handlers: hold every clshim lock across fork() so the child never inherits one
-// that another thread held at the instant of the fork. clshim never forks, nor holds a
+// that another thread held at the instant of the fork (lock.rs says why those locks are
+// std mutexes). clshim never forks, nor holds a
 // lock while calling into the implementation, so the forking thread never holds one.
 extern "C" fn before_fork() {
     if let Some(rt) = RUNTIME.get() {
@@ -90,15 +91,7 @@ extern "C" fn before_fork() {
 }
 
 extern "C" fn after_fork_parent() {
-    if let Some(rt) = RUNTIME.get() {
-        // SAFETY: before_fork locked these in this thread.
-        unsafe {
-            crate::builds::unlock_after_fork();
-            rt.devices.unlock_after_fork();
-            rt.programs.unlock_after_fork();
-            rt.recorder.unlock_after_fork();
-        }
-    }
+    crate::lock::release_after_fork();
 }
 
 extern "C" fn after_fork_child() {
