@@ -97,13 +97,15 @@ fn assert_same_output(label: &str, with: &Output, without: &Output) {
     );
 }
 
-/// One line per record (the process record aside), in file order: event, call, query
-/// parameter, policy action, source origin, result. A single-threaded client's records
-/// come in the order its calls completed, so a whole run compares as one list.
+/// One line per record (the process record and first launches aside), in file order:
+/// event, call, query parameter, policy action, source origin, result. A single-threaded
+/// client's records come in the order its calls completed, so a whole run compares as one
+/// list; a first launch is written when its command completes, so its place in the file
+/// depends on the driver's timing (`records` checks each of them).
 fn brief(recs: &[Value]) -> Vec<String> {
     let s = |v: &Value| v.as_str().unwrap_or("-").to_string();
     recs.iter()
-        .filter(|r| r["event"] != "process")
+        .filter(|r| r["event"] != "process" && r["event"] != "first_launch")
         .map(|r| {
             format!(
                 "{} {} {} {} {} {}",
@@ -130,7 +132,17 @@ fn records(trace: &Path, door: &str) -> Vec<Value> {
         procs[0]["mode"], door,
         "the door the first call came through"
     );
-    for r in recs.iter().filter(|r| r["event"] != "process") {
+    for r in events(&recs, "first_launch") {
+        let d = &r["device"];
+        assert!(
+            d["matched"] == true && d["type"] == "CPU" && r["result_name"] == "CL_SUCCESS",
+            "a kernel's first launch on the selected pocl CPU device: {r}"
+        );
+    }
+    for r in recs
+        .iter()
+        .filter(|r| r["event"] != "process" && r["event"] != "first_launch")
+    {
         let devs = r["devices"].as_array().unwrap();
         assert!(
             !devs.is_empty()

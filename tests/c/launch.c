@@ -231,7 +231,7 @@ static int mode_threads(int n) {
 static int mode_recreate(void) {
     cl_mem out = out_buf();
     cl_command_queue q = new_queue();
-    for (int round = 0; round < 20; round++) {
+    for (int round = 0; round < 60; round++) {
         cl_program a = tiny_program("same", 100 + 2 * round);
         cl_kernel ka = kernel_on(a, "same", out);
         timed_launch(q, ka, 64, 16);
