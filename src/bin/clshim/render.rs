@@ -2,7 +2,8 @@
 //! the `--json` document. Nothing here aggregates; `report` computes every number.
 
 use crate::report::{
-    share, LaunchHint, QueryHint, RankKey, Report, Stats, SLOW_FACTOR, SLOW_MARGIN_S,
+    share, LaunchHint, ProgramKey, ProgramRow, QueryHint, RankKey, Report, Stats, SLOW_FACTOR,
+    SLOW_MARGIN_S,
 };
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -151,16 +152,38 @@ fn table(out: &mut String, cols: &[Column], rows: &[Vec<String>]) {
     }
 }
 
+/// The source column: a linked program says what it was linked from (with the number
+/// of distinct sources where ranks linked different ones); a built one its source hash.
+fn source_cell(p: &ProgramRow) -> String {
+    let hash = match (&p.key.hash, p.sources.len()) {
+        (Some(h), _) => short_hash(Some(h)),
+        (None, 1) => short_hash(p.sources.iter().next().map(String::as_str)),
+        (None, 0) => short_hash(None),
+        (None, n) => format!("{n} sources"),
+    };
+    if p.origins.is_empty() {
+        return hash;
+    }
+    let what = p.origins.iter().cloned().collect::<Vec<_>>().join("; ");
+    match (&p.key.hash, p.sources.len()) {
+        (Some(_), _) => format!("{what} {hash}"),
+        (None, n) if n > 1 => format!("{what}, {hash}"),
+        _ => what,
+    }
+}
+
 impl Report {
-    fn program_name(&self, kernels: &[String], hash: Option<&str>) -> String {
-        if kernels.is_empty() {
-            if hash.is_none() {
+    fn program_name(&self, key: &ProgramKey) -> String {
+        if let Some(name) = key.unnamed {
+            name.into()
+        } else if key.kernels.is_empty() {
+            if key.hash.is_none() {
                 "(unknown program)".into()
             } else {
                 "(no kernels)".into()
             }
         } else {
-            kernels.join(",")
+            key.kernels.join(",")
         }
     }
 
@@ -205,18 +228,9 @@ impl Report {
                 .programs
                 .iter()
                 .map(|p| {
-                    let source = match (&p.key.hash, p.sources.len()) {
-                        (Some(h), _) => short_hash(Some(h)),
-                        (None, 1) => short_hash(p.sources.iter().next().map(String::as_str)),
-                        (None, 0) => short_hash(None),
-                        (None, n) => format!("{n} sources"),
-                    };
                     let mut row = vec![
-                        clip(
-                            &self.program_name(&p.key.kernels, p.key.hash.as_deref()),
-                            40,
-                        ),
-                        source,
+                        clip(&self.program_name(&p.key), 40),
+                        clip(&source_cell(p), 48),
                         p.ranks.to_string(),
                         (p.builds + p.compiles + p.links).to_string(),
                         mmm(&p.build),
@@ -346,6 +360,8 @@ impl Report {
             .map(|p| {
                 json!({
                     "kernels": p.key.kernels,
+                    "name": self.program_name(&p.key),
+                    "linked_from": p.origins,
                     "source_hash": p.key.hash.clone().or_else(|| (p.sources.len() == 1).then(|| p.sources.iter().next().unwrap().clone())),
                     "sources": p.sources,
                     "ranks": p.ranks,

@@ -52,13 +52,23 @@ pub enum ProcessId {
 pub struct ProgramKey {
     pub hash: Option<String>,
     pub kernels: Vec<String>,
+    /// The row's name where there are no kernel names to show: compiled objects or a
+    /// library no recorded link took, a link that made no kernels. None for every
+    /// program with kernels, and for programs clshim knows nothing of.
+    pub unnamed: Option<&'static str>,
 }
+
+/// Names of kernel-less rows ([`ProgramKey::unnamed`]).
+pub const NEVER_LINKED: &str = "(compiled, no link recorded)";
+pub const LIBRARY_NEVER_LINKED: &str = "(library, no link recorded)";
+pub const LINKED_NO_KERNELS: &str = "(linked, no kernels)";
 
 impl ProgramKey {
     fn unknown() -> ProgramKey {
         ProgramKey {
             hash: None,
             kernels: Vec::new(),
+            unnamed: None,
         }
     }
 }
@@ -122,6 +132,46 @@ impl Slot {
     }
 }
 
+/// A compiled object or a library whose build time waits for the link that names it as
+/// an input: a compile comes before its link, and only the link knows the kernel names.
+#[derive(Debug, Default)]
+struct Pending {
+    /// The writer (file-local index) that compiled it.
+    writer: usize,
+    seconds: f64,
+    compiles: usize,
+    links: usize,
+    failed: usize,
+    options: BTreeSet<String>,
+}
+
+impl Pending {
+    fn add(&mut self, o: Pending) {
+        self.seconds += o.seconds;
+        self.compiles += o.compiles;
+        self.links += o.links;
+        self.failed += o.failed;
+        self.options.extend(o.options);
+    }
+}
+
+/// What a program id was made by, as a link's input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Made {
+    Compiled,
+    Library,
+    Binary,
+}
+
+/// A program id that may be a link's input: how it was made, its source hash (a
+/// library's is the link of its inputs'), and its build time not yet claimed.
+#[derive(Debug)]
+struct Object {
+    made: Made,
+    hash: Option<String>,
+    pending: Option<Pending>,
+}
+
 /// Call counts and the sets shown in a program row.
 #[derive(Debug, Default)]
 struct Counts {
@@ -135,6 +185,8 @@ struct Counts {
     actions: BTreeSet<String>,
     options: BTreeSet<String>,
     sources: BTreeSet<String>,
+    /// What linked programs were made from (`link of 2 compiled`).
+    origins: BTreeSet<String>,
 }
 
 impl Counts {
@@ -149,6 +201,7 @@ impl Counts {
         self.actions.extend(o.actions);
         self.options.extend(o.options);
         self.sources.extend(o.sources);
+        self.origins.extend(o.origins);
     }
 }
 
@@ -320,6 +373,10 @@ struct FileAcc {
     /// Kernel name -> the key of the latest build that has it: first launches whose
     /// program clshim did not see.
     by_kernel: HashMap<String, usize>,
+    /// Compiled objects, libraries and programs from binaries, by id: what a link's
+    /// inputs were. One entry per such program (like `by_id`), never per record; an
+    /// entry's pending sums go to the first link that names it.
+    objects: HashMap<Id, Object>,
     slots: HashMap<(usize, usize), Slot>,
     counts: Vec<Counts>,
     ranks: Vec<RankAcc>,
@@ -332,6 +389,15 @@ struct FileAcc {
     /// the file's policy.
     pocl_query_all: f64,
     pocl_query_forward: f64,
+}
+
+/// Adds a build's options (trimmed; empty ones are not shown).
+fn add_options(set: &mut BTreeSet<String>, o: Option<&str>) {
+    if let Some(o) = o.map(str::trim).filter(|o| !o.is_empty()) {
+        if !set.contains(o) {
+            set.insert(o.to_string());
+        }
+    }
 }
 
 fn sorted_kernels(k: &[traces::Text]) -> Vec<String> {
@@ -377,34 +443,64 @@ impl FileAcc {
         }
         self.threads.insert((li, r.tid()));
         let mut source = None;
+        let mut origin = None;
+        let mut claimed = None;
         let ki = match r.event {
+            Event::Compile if r.program.is_some() => {
+                // Its kernels are known once a link takes it: wait for that link.
+                self.add_build_time(li, &r);
+                let obj = self.object(r.program.clone().unwrap(), Made::Compiled);
+                obj.hash = r.hash().map(str::to_string);
+                let p = obj.pending.get_or_insert_with(|| Pending {
+                    writer: li,
+                    ..Pending::default()
+                });
+                p.seconds += r.seconds;
+                p.compiles += 1;
+                p.failed += usize::from(r.failed());
+                add_options(&mut p.options, r.options.as_deref());
+                return;
+            }
             Event::Build | Event::Compile => {
                 source = r.hash().map(str::to_string);
                 let hash = if self.by_source { source.clone() } else { None };
                 self.intern(ProgramKey {
                     hash,
                     kernels: sorted_kernels(r.kernels()),
+                    unnamed: None,
                 })
             }
             Event::Link => {
-                let inputs: Option<Vec<&str>> = r
-                    .inputs
-                    .iter()
-                    .flatten()
-                    .map(|i| {
-                        i.as_ref()
-                            .and_then(|i| self.by_id.get(i))
-                            .and_then(|&k| self.keys[k].hash.as_deref())
-                    })
-                    .collect();
-                let hash = inputs
-                    .filter(|v| !v.is_empty())
-                    .map(|v| format!("link({})", v.join("+")));
+                let (hash, what, pending) = self.claim_inputs(&r, li);
+                let library = r
+                    .options
+                    .as_deref()
+                    .is_some_and(|o| o.split_whitespace().any(|w| w == "-create-library"));
+                if let (true, false, Some(id)) = (library, r.failed(), r.program.clone()) {
+                    // A library waits, with its inputs' time, for the link that takes it.
+                    self.add_build_time(li, &r);
+                    let mut p = pending;
+                    p.seconds += r.seconds;
+                    p.links += 1;
+                    add_options(&mut p.options, r.options.as_deref());
+                    let obj = self.object(id, Made::Library);
+                    obj.hash = hash;
+                    match &mut obj.pending {
+                        Some(q) => q.add(p),
+                        None => obj.pending = Some(p),
+                    }
+                    return;
+                }
                 source = hash.clone();
+                origin = Some(what);
+                claimed = Some(pending);
+                let kernels = sorted_kernels(r.kernels());
+                let unnamed = kernels.is_empty().then_some(LINKED_NO_KERNELS);
                 let hash = if self.by_source { hash } else { None };
                 self.intern(ProgramKey {
                     hash,
-                    kernels: sorted_kernels(r.kernels()),
+                    kernels,
+                    unnamed,
                 })
             }
             Event::BinaryQuery => match r.program.as_ref().and_then(|p| self.by_id.get(p)) {
@@ -416,7 +512,8 @@ impl FileAcc {
                 // A program made from a binary: its queries join to "unknown program".
                 if let Some(p) = r.program.clone() {
                     let k = self.intern(ProgramKey::unknown());
-                    self.by_id.insert(p, k);
+                    self.by_id.insert(p.clone(), k);
+                    self.object(p, Made::Binary).hash = r.hash().map(str::to_string);
                 }
                 return;
             }
@@ -435,6 +532,19 @@ impl FileAcc {
         if let Some(h) = source {
             counts.sources.insert(h);
         }
+        if let Some(o) = origin {
+            counts.origins.insert(o);
+        }
+        if let Some(p) = claimed.filter(|p| p.compiles + p.links > 0) {
+            counts.compiles += p.compiles;
+            counts.links += p.links;
+            counts.failed += p.failed;
+            counts.options.extend(p.options);
+            let slot = self.slots.entry((ki, p.writer)).or_default();
+            slot.build += p.seconds;
+            slot.built = true;
+        }
+        let counts = &mut self.counts[ki];
         if r.failed() {
             counts.failed += 1;
         }
@@ -454,11 +564,7 @@ impl FileAcc {
                     Event::Compile => counts.compiles += 1,
                     _ => counts.links += 1,
                 }
-                if let Some(o) = r.options.as_deref() {
-                    if !o.trim().is_empty() && !counts.options.contains(o.trim()) {
-                        counts.options.insert(o.trim().to_string());
-                    }
-                }
+                add_options(&mut counts.options, r.options.as_deref());
             }
             Event::BinaryQuery => {
                 slot.query += r.seconds;
@@ -507,6 +613,124 @@ impl FileAcc {
         }
     }
 
+    /// Build time in the writer's rank row and the totals, whichever row it ends in.
+    fn add_build_time(&mut self, li: usize, r: &Record) {
+        let row = &mut self.ranks[li];
+        row.builds += 1;
+        row.build_seconds += r.seconds;
+        self.totals.builds += 1;
+        self.totals.build_seconds += r.seconds;
+    }
+
+    fn object(&mut self, id: Id, made: Made) -> &mut Object {
+        let o = self.objects.entry(id).or_insert(Object {
+            made,
+            hash: None,
+            pending: None,
+        });
+        o.made = made;
+        o
+    }
+
+    /// A link's inputs: the link of their hashes (None unless every input has one),
+    /// what they were (`link of 2 compiled`), and the build time they were waiting
+    /// with. An input shared by several links is claimed by the first of them: its
+    /// compile is counted once, in the first program it was linked into.
+    fn claim_inputs(&mut self, r: &Record, li: usize) -> (Option<String>, String, Pending) {
+        let mut hashes = Vec::new();
+        let mut all_hashed = true;
+        let (mut compiled, mut libraries, mut binaries, mut unrecorded) = (0, 0, 0, 0);
+        let mut pending = Pending {
+            writer: li,
+            ..Pending::default()
+        };
+        for id in r.inputs.iter().flatten() {
+            let obj = id.as_ref().and_then(|i| self.objects.get_mut(i));
+            let hash = match obj {
+                Some(o) => {
+                    match o.made {
+                        Made::Compiled => compiled += 1,
+                        Made::Library => libraries += 1,
+                        Made::Binary => binaries += 1,
+                    }
+                    if let Some(p) = o.pending.take() {
+                        pending.add(p);
+                    }
+                    o.hash.clone()
+                }
+                None => {
+                    unrecorded += 1;
+                    // A program built from source, as a link input (drivers refuse it).
+                    id.as_ref()
+                        .and_then(|i| self.by_id.get(i))
+                        .and_then(|&k| self.keys[k].hash.clone())
+                }
+            };
+            match hash {
+                Some(h) => hashes.push(h),
+                None => all_hashed = false,
+            }
+        }
+        let hash =
+            (all_hashed && !hashes.is_empty()).then(|| format!("link({})", hashes.join("+")));
+        let parts: Vec<String> = [
+            (compiled, "compiled"),
+            (libraries, "library"),
+            (binaries, "from binary"),
+            (unrecorded, "unrecorded"),
+        ]
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, w)| {
+            if w == "library" && n > 1 {
+                format!("{n} libraries")
+            } else {
+                format!("{n} {w}")
+            }
+        })
+        .collect();
+        let what = if parts.is_empty() {
+            "link of no recorded input".to_string()
+        } else {
+            format!("link of {}", parts.join(" + "))
+        };
+        (hash, what, pending)
+    }
+
+    /// At the end of a file: compiled objects and libraries no recorded link took get
+    /// rows of their own, so their time is shown and named.
+    fn finish(&mut self) {
+        let mut left: Vec<(Option<String>, Made, Pending)> = self
+            .objects
+            .values_mut()
+            .filter_map(|o| o.pending.take().map(|p| (o.hash.clone(), o.made, p)))
+            .collect();
+        left.sort_by(|a, b| a.0.cmp(&b.0));
+        for (hash, made, p) in left {
+            let unnamed = if made == Made::Library {
+                LIBRARY_NEVER_LINKED
+            } else {
+                NEVER_LINKED
+            };
+            let ki = self.intern(ProgramKey {
+                hash: if self.by_source { hash.clone() } else { None },
+                kernels: Vec::new(),
+                unnamed: Some(unnamed),
+            });
+            let c = &mut self.counts[ki];
+            c.compiles += p.compiles;
+            c.links += p.links;
+            c.failed += p.failed;
+            c.options.extend(p.options);
+            if let Some(h) = hash {
+                c.sources.insert(h);
+            }
+            let slot = self.slots.entry((ki, p.writer)).or_default();
+            slot.build += p.seconds;
+            slot.built = true;
+        }
+    }
+
     /// A first launch belongs to its program's latest build; when clshim did not see
     /// that build (no `program`, or a program made from a binary), to the latest build
     /// with a kernel of that name; else to a row named by the kernel alone.
@@ -523,6 +747,7 @@ impl FileAcc {
                 None => self.intern(ProgramKey {
                     hash: None,
                     kernels: vec![name.to_string()],
+                    unnamed: None,
                 }),
             },
             None => self.intern(unknown),
@@ -587,7 +812,8 @@ impl Aggregate {
     }
 
     /// Folds one file in. `file` is its index in the directory's sorted list.
-    fn add_file(&mut self, file: usize, path: &Path, acc: FileAcc, identity: Identity) {
+    fn add_file(&mut self, file: usize, path: &Path, mut acc: FileAcc, identity: Identity) {
+        acc.finish();
         let host = acc
             .header_host
             .clone()
@@ -829,6 +1055,8 @@ pub struct ProgramRow {
     pub policies: BTreeSet<String>,
     pub actions: BTreeSet<String>,
     pub options: BTreeSet<String>,
+    /// What the row's linked programs were made from (`link of 2 compiled`).
+    pub origins: BTreeSet<String>,
     /// Source hashes seen for the row (more than one when rows group by kernel names and
     /// ranks built different sources, as pyopencl < 2024.2.3 does: it makes every cold
     /// build's source unique).
@@ -975,6 +1203,7 @@ impl Aggregate {
                     policies: c.policies.clone(),
                     actions: c.actions.clone(),
                     options: c.options.clone(),
+                    origins: c.origins.clone(),
                     sources: c.sources.clone(),
                 }
             })
