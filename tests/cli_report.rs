@@ -232,6 +232,8 @@ fn report_table_shows_where_the_time_went_per_program_and_rank() {
         "{out}"
     );
     assert!(out.contains("CLSHIM_BINARIES=substitute"));
+    // Every rank built the same sources: nothing to say about variants.
+    assert!(!out.contains("note:"), "{out}");
 }
 
 #[test]
@@ -556,10 +558,28 @@ fn report_groups_per_rank_unique_sources_by_kernel_names() {
         rows[0]
     );
     assert!(rows[0].contains("1.000 / 2.000 / 3.000"), "{}", rows[0]);
+    // Said in words: each rank compiles its own variant, and why.
+    assert!(
+        out.contains("note: rhs (3 sources on 3 ranks): the same kernel names were built from different sources on different ranks,"),
+        "{out}"
+    );
+    assert!(
+        out.contains("so each rank compiles its own variant"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Constants or shapes baked into the kernel text"),
+        "{out}"
+    );
     let json: Value = serde_json::from_str(&common::stdout(&report(&["--json", s(&d)]))).unwrap();
     let prog = &json["programs"][0];
     assert_eq!(prog["ranks"], 3);
     assert_eq!(prog["sources"].as_array().unwrap().len(), 3);
+    assert_eq!(prog["sources_differ_across_ranks"], true);
+    assert!(json["variants_note"]
+        .as_str()
+        .unwrap()
+        .starts_with("note: rhs"));
     let split = common::stdout(&report(&["--by-source", s(&d)]));
     let rows = split
         .lines()

@@ -173,6 +173,35 @@ fn source_cell(p: &ProgramRow) -> String {
 }
 
 impl Report {
+    /// Programs whose ranks built the same kernel names from different sources.
+    fn variant_rows(&self) -> impl Iterator<Item = &ProgramRow> {
+        self.programs.iter().filter(|p| p.rank_variants > 1)
+    }
+
+    /// Said when ranks built the same kernels from different sources: nothing can be
+    /// shared between them, and the usual cause is in the application's kernel text.
+    pub fn variants_note(&self) -> Option<String> {
+        let rows: Vec<&ProgramRow> = self.variant_rows().collect();
+        let first = rows.first()?;
+        let more = match rows.len() {
+            1 => String::new(),
+            n => format!(" and {}", plural(n - 1, "more program", "more programs")),
+        };
+        Some(format!(
+            "note: {} ({} sources on {} ranks){more}: the same kernel names were built from \
+             different sources on different ranks,\n      so each rank compiles its own variant \
+             and none reuses another's build (pocl's kernel cache and binary caches match the \
+             exact text).\n      Constants or shapes baked into the kernel text make the \
+             sources differ: pass them as kernel arguments, or make them\n      equal on every \
+             rank, to compile once. (pyopencl before 2024.2.3 makes every cold build's source \
+             unique: upgrade it,\n      or set PYOPENCL_NO_CACHE=1.) --by-source shows one row \
+             per source.",
+            clip(&self.program_name(&first.key), 40),
+            first.sources.len().max(first.rank_variants),
+            first.ranks,
+        ))
+    }
+
     fn program_name(&self, key: &ProgramKey) -> String {
         if let Some(name) = key.unnamed {
             name.into()
@@ -325,6 +354,11 @@ impl Report {
             cols.push(col("", false));
             table(&mut o, &cols, &rows);
         }
+        if let Some(n) = self.variants_note() {
+            o.push('\n');
+            o.push_str(&n);
+            o.push('\n');
+        }
         if launches {
             let _ = writeln!(
                 o,
@@ -362,6 +396,7 @@ impl Report {
                     "kernels": p.key.kernels,
                     "name": self.program_name(&p.key),
                     "linked_from": p.origins,
+                    "sources_differ_across_ranks": p.rank_variants > 1,
                     "source_hash": p.key.hash.clone().or_else(|| (p.sources.len() == 1).then(|| p.sources.iter().next().unwrap().clone())),
                     "sources": p.sources,
                     "ranks": p.ranks,
@@ -429,6 +464,7 @@ impl Report {
             "median_rank_seconds": self.median_rank_seconds,
             "programs": programs,
             "ranks": ranks,
+            "variants_note": self.variants_note(),
             "hint": self.hint.as_ref().map(|h| json!({
                 "binary_query_share": h.share(),
                 "setting": "CLSHIM_BINARIES=substitute",

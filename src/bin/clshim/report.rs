@@ -121,6 +121,9 @@ struct Slot {
     launch: f64,
     /// The rank built, compiled or linked the program (not only queried or launched it).
     built: bool,
+    /// A digest of the first source the rank built it from: ranks whose first sources
+    /// differ each compiled their own variant (a fixed size, not a set per rank).
+    first_source: Option<u64>,
 }
 
 impl Slot {
@@ -129,6 +132,16 @@ impl Slot {
         self.query += o.query;
         self.launch += o.launch;
         self.built |= o.built;
+        self.first_source = self.first_source.or(o.first_source);
+    }
+
+    fn saw_source(&mut self, hash: &str) {
+        if self.first_source.is_none() {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            hash.hash(&mut h);
+            self.first_source = Some(h.finish());
+        }
     }
 }
 
@@ -530,6 +543,7 @@ impl FileAcc {
         }
         let counts = &mut self.counts[ki];
         if let Some(h) = source {
+            self.slots.entry((ki, li)).or_default().saw_source(&h);
             counts.sources.insert(h);
         }
         if let Some(o) = origin {
@@ -722,12 +736,13 @@ impl FileAcc {
             c.links += p.links;
             c.failed += p.failed;
             c.options.extend(p.options);
-            if let Some(h) = hash {
-                c.sources.insert(h);
-            }
             let slot = self.slots.entry((ki, p.writer)).or_default();
             slot.build += p.seconds;
             slot.built = true;
+            if let Some(h) = hash {
+                slot.saw_source(&h);
+                c.sources.insert(h);
+            }
         }
     }
 
@@ -1061,6 +1076,9 @@ pub struct ProgramRow {
     /// ranks built different sources, as pyopencl < 2024.2.3 does: it makes every cold
     /// build's source unique).
     pub sources: BTreeSet<String>,
+    /// Distinct sources the ranks that built the row first built it from: above 1, the
+    /// ranks compiled different variants of the same kernels and shared no build.
+    pub rank_variants: usize,
 }
 
 impl ProgramRow {
@@ -1188,7 +1206,9 @@ impl Aggregate {
                 let slots: Vec<&Slot> = a.per_rank.values().collect();
                 let stat = |f: fn(&Slot) -> f64| Stats::of(slots.iter().map(|s| f(s)).collect());
                 let c = &a.counts;
+                let firsts: BTreeSet<u64> = slots.iter().filter_map(|s| s.first_source).collect();
                 ProgramRow {
+                    rank_variants: firsts.len(),
                     key: key.clone(),
                     ranks: slots.iter().filter(|s| s.built).count(),
                     builds: c.builds,
