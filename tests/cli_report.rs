@@ -119,6 +119,11 @@ impl Proc {
             (p, true) => p,
         }
         .to_string();
+        self.query_as(program, param, seconds, device, &action);
+    }
+
+    /// A binary query answered by `action` whatever the policy.
+    fn query_as(&mut self, program: u64, param: &str, seconds: f64, device: &Value, action: &str) {
         let mut v = self.common("binary_query", "clGetProgramInfo", seconds, device);
         let o = v.as_object_mut().unwrap();
         o.insert("program".into(), json!(program));
@@ -607,8 +612,9 @@ fn compile_link_job(dir: &Path, policy: &str, query_s: f64) {
         let b = p.compile(H2, 0.5, &dev);
         let lib = p.link(&[b], &[], "-create-library", 0.1, &dev);
         let x = p.link(&[a, lib], &["linked"], "", 0.2, &dev);
-        p.query(x, "CL_PROGRAM_BINARY_SIZES", query_s, &dev);
-        p.query(x, "CL_PROGRAM_BINARIES", 0.001, &dev);
+        // Forwarded under every policy, as clshim does for programs it cannot rebuild.
+        p.query_as(x, "CL_PROGRAM_BINARY_SIZES", query_s, &dev, "forward");
+        p.query_as(x, "CL_PROGRAM_BINARIES", 0.001, &dev, "forward");
         p.link(&[a], &["other"], "", 0.3, &dev);
         p.compile(H3, 0.4, &dev);
         p.write(dir);
@@ -687,4 +693,75 @@ fn report_names_linked_programs_and_counts_their_compiles_once() {
         "{split}"
     );
     assert!(!split.contains("(unknown program)"), "{split}");
+}
+
+/// Under `substitute`, binary queries still forwarded to the pocl CPU device the policy
+/// selects (here: of a linked program) are named, with the kind of program and why.
+#[test]
+fn report_hint_names_queries_forwarded_under_substitute() {
+    let d = common::scratch("forwarded");
+    compile_link_job(&d, "substitute", 2.0);
+    let out = common::stdout(&report(&[s(&d)]));
+    println!("{out}");
+    assert!(
+        !out.contains("hint: binary queries on pocl CPU devices took"),
+        "{out}"
+    );
+    assert!(
+        out.contains("hint: under substitute, 4 binary queries on pocl CPU devices that CLSHIM_DEVICES selects were still forwarded: 44% of build time (4.002 s of 9.002 s),"),
+        "{out}"
+    );
+    assert!(
+        out.contains("linked (4.002 s): linked with clLinkProgram: clshim substitutes a binary only for a program it can rebuild"),
+        "{out}"
+    );
+    assert!(
+        out.contains("or build such programs from one source with clBuildProgram"),
+        "{out}"
+    );
+    let v: Value = serde_json::from_str(&common::stdout(&report(&["--json", s(&d)]))).unwrap();
+    let h = &v["forwarded_hint"];
+    assert_eq!(h["binary_queries"], 4, "{h}");
+    assert_eq!(h["kinds"][0]["kind"], "linked");
+    assert_eq!(h["kinds"][0]["programs"], json!(["linked"]));
+    assert!(v["hint"].is_null());
+
+    // Under pass forwarding is what was asked for: the pass hint, not this one.
+    let d = common::scratch("forwarded-pass");
+    compile_link_job(&d, "pass", 2.0);
+    let out = common::stdout(&report(&[s(&d)]));
+    assert!(
+        out.contains("hint: binary queries on pocl CPU devices took"),
+        "{out}"
+    );
+    assert!(!out.contains("hint: under"), "{out}");
+    // A few forwarded milliseconds are not worth a hint.
+    let d = common::scratch("forwarded-small");
+    compile_link_job(&d, "substitute", 0.01);
+    let out = common::stdout(&report(&[s(&d)]));
+    assert!(!out.contains("hint:"), "{out}");
+}
+
+/// A binary query whose device could not be queried (null in `devices`) is read, not
+/// skipped.
+#[test]
+fn report_reads_binary_queries_with_an_unknown_device() {
+    let d = common::scratch("null-device");
+    let mut p = Proc::new("node07", Some(0), 42, 1_750_000_000.0, "pass");
+    let id = p.build(&["k"], H1, 0.5, &pocl_cpu());
+    p.query(id, "CL_PROGRAM_BINARY_SIZES", 1.0, &pocl_cpu());
+    let last = p.lines.pop().unwrap();
+    let mut v: Value = serde_json::from_str(&last).unwrap();
+    v["devices"] = json!([pocl_cpu(), null]);
+    v["actions"] = json!(["forward", "forward"]);
+    p.lines.push(v.to_string());
+    p.write(&d);
+    let o = report(&[s(&d)]);
+    assert_eq!(common::stderr(&o), "");
+    let out = common::stdout(&o);
+    assert!(out.contains("3 records, 0 skipped"), "{out}");
+    assert!(
+        out.contains("hint: binary queries on pocl CPU devices took 67%"),
+        "{out}"
+    );
 }

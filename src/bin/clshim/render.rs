@@ -2,8 +2,8 @@
 //! the `--json` document. Nothing here aggregates; `report` computes every number.
 
 use crate::report::{
-    share, LaunchHint, ProgramKey, ProgramRow, QueryHint, RankKey, Report, Stats, SLOW_FACTOR,
-    SLOW_MARGIN_S,
+    share, ForwardedHint, LaunchHint, ProgramKey, ProgramKind, ProgramRow, QueryHint, RankKey,
+    Report, Stats, SLOW_FACTOR, SLOW_MARGIN_S,
 };
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -25,6 +25,62 @@ impl QueryHint {
             self.pocl_cpu_query_seconds,
             self.total_seconds
         )
+    }
+}
+
+impl ProgramKind {
+    /// What the programs are, and why clshim forwarded their binary queries.
+    fn why(self) -> &'static str {
+        match self {
+            ProgramKind::Linked => {
+                "linked with clLinkProgram: clshim substitutes a binary only for a program it \
+                 can rebuild, and forwarded these"
+            }
+            ProgramKind::Unseen => {
+                "made from a binary, or built where clshim did not see it: clshim keeps the \
+                 implementation's answer for those"
+            }
+            ProgramKind::Built => {
+                "built from source, but clshim could not read that source back to carry it"
+            }
+        }
+    }
+}
+
+impl ForwardedHint {
+    /// `names` gives a program row's name by its index.
+    pub fn text(&self, names: impl Fn(usize) -> String) -> String {
+        let policies = self.policies.iter().cloned().collect::<Vec<_>>().join("/");
+        let mut o = format!(
+            "hint: under {policies}, {} on pocl CPU devices that CLSHIM_DEVICES selects were still \
+             forwarded: {:.0}% of build time ({:.3} s of {:.3} s),\n      and pocl compiles every \
+             kernel a second time to answer them.",
+            plural(self.queries, "binary query", "binary queries"),
+            100.0 * self.share(),
+            self.seconds,
+            self.total_seconds
+        );
+        for (kind, secs, rows, more) in &self.kinds {
+            let mut list = rows
+                .iter()
+                .map(|&i| names(i))
+                .collect::<Vec<_>>()
+                .join("; ");
+            if *more > 0 {
+                let _ = write!(list, " and {more} more");
+            }
+            let _ = write!(o, "\n      {list} ({:.3} s): {}.", secs, kind.why());
+        }
+        let linked = self.kinds.iter().any(|k| k.0 == ProgramKind::Linked);
+        o.push_str(
+            "\n      To avoid them: turn off the application's own binary cache where it has a \
+             switch (it then makes no binary queries)",
+        );
+        if linked {
+            o.push_str(", or build such programs from one source with clBuildProgram");
+        }
+        o.push('.');
+        o
     }
 }
 
@@ -365,8 +421,10 @@ impl Report {
                 "\nlaunches: the first launch of each kernel per device and work-group sizes;\n          {LAUNCH_INTERVAL}."
             );
         }
+        let name = |i: usize| clip(&self.program_name(&self.programs[i].key), 40);
         for h in [
             self.hint.as_ref().map(QueryHint::text),
+            self.forwarded_hint.as_ref().map(|h| h.text(name)),
             self.launch_hint.as_ref().map(LaunchHint::text),
         ]
         .into_iter()
@@ -469,6 +527,18 @@ impl Report {
                 "binary_query_share": h.share(),
                 "setting": "CLSHIM_BINARIES=substitute",
                 "text": h.text(),
+            })),
+            "forwarded_hint": self.forwarded_hint.as_ref().map(|h| json!({
+                "binary_query_share": h.share(),
+                "binary_queries": h.queries,
+                "binary_query_seconds": h.seconds,
+                "kinds": h.kinds.iter().map(|(k, secs, rows, more)| json!({
+                    "kind": format!("{k:?}").to_lowercase(),
+                    "seconds": secs,
+                    "programs": rows.iter().map(|&i| self.program_name(&self.programs[i].key)).collect::<Vec<_>>(),
+                    "more_programs": more,
+                })).collect::<Vec<_>>(),
+                "text": h.text(|i| self.program_name(&self.programs[i].key)),
             })),
             "first_launch_hint": self.launch_hint.as_ref().map(|h| json!({
                 "first_launch_share": h.share(),

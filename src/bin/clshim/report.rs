@@ -21,6 +21,12 @@ pub const SLOW_MARGIN_S: f64 = 0.5;
 /// The binary-query hint is printed when pocl-CPU binary queries under `pass` exceed
 /// this share of build time.
 pub const HINT_SHARE: f64 = 0.2;
+/// The forwarded-query hint is printed when binary queries forwarded to pocl CPU devices
+/// the filter selects, in processes under another policy than `pass`, exceed this share
+/// of build time.
+pub const FORWARDED_HINT_SHARE: f64 = 0.1;
+/// Programs the forwarded-query hint names, per kind.
+pub const FORWARDED_HINT_PROGRAMS: usize = 3;
 /// The first-launch hint is printed when first launches on pocl CPU devices exceed this
 /// share of build, binary-query and first-launch time together.
 pub const LAUNCH_HINT_SHARE: f64 = 0.5;
@@ -200,6 +206,10 @@ struct Counts {
     sources: BTreeSet<String>,
     /// What linked programs were made from (`link of 2 compiled`).
     origins: BTreeSet<String>,
+    /// Binary-query seconds forwarded to a selected pocl CPU device under a policy
+    /// other than `pass` (kept only for files under such a policy).
+    forwarded_seconds: f64,
+    forwarded_queries: usize,
 }
 
 impl Counts {
@@ -215,6 +225,8 @@ impl Counts {
         self.options.extend(o.options);
         self.sources.extend(o.sources);
         self.origins.extend(o.origins);
+        self.forwarded_seconds += o.forwarded_seconds;
+        self.forwarded_queries += o.forwarded_queries;
     }
 }
 
@@ -263,6 +275,11 @@ pub struct Totals {
     pub launch_seconds: f64,
     /// Binary queries on pocl CPU devices in processes under `pass`.
     pub pocl_cpu_pass_query_seconds: f64,
+    /// Binary queries forwarded to pocl CPU devices the filter selects, in processes
+    /// under another policy (`substitute`, `suppress`): pocl compiled a second time
+    /// although the policy was meant to answer.
+    pub pocl_cpu_forwarded_query_seconds: f64,
+    pub pocl_cpu_forwarded_queries: usize,
     /// First launches on pocl CPU devices.
     pub pocl_cpu_launch_seconds: f64,
     /// Of those, the launches of a kernel already launched (in the same process, on
@@ -280,6 +297,8 @@ impl Totals {
         self.launches += o.launches;
         self.launch_seconds += o.launch_seconds;
         self.pocl_cpu_pass_query_seconds += o.pocl_cpu_pass_query_seconds;
+        self.pocl_cpu_forwarded_query_seconds += o.pocl_cpu_forwarded_query_seconds;
+        self.pocl_cpu_forwarded_queries += o.pocl_cpu_forwarded_queries;
         self.pocl_cpu_launch_seconds += o.pocl_cpu_launch_seconds;
         self.pocl_cpu_relaunches += o.pocl_cpu_relaunches;
         self.pocl_cpu_relaunch_seconds += o.pocl_cpu_relaunch_seconds;
@@ -598,6 +617,12 @@ impl FileAcc {
                         self.pocl_query_forward += r.seconds;
                     }
                 }
+                if r.forwarded_on_selected_pocl_cpu() {
+                    counts.forwarded_seconds += r.seconds;
+                    counts.forwarded_queries += 1;
+                    t.pocl_cpu_forwarded_query_seconds += r.seconds;
+                    t.pocl_cpu_forwarded_queries += 1;
+                }
             }
             _ => {
                 slot.launch += r.seconds;
@@ -848,6 +873,12 @@ impl Aggregate {
             Some(_) => 0.0,
             None => acc.pocl_query_forward,
         };
+        // Under `pass` (or an unknown policy) forwarding is what was asked for.
+        let acting = !matches!(acc.policy.as_deref(), Some("pass") | None);
+        if !acting {
+            totals.pocl_cpu_forwarded_query_seconds = 0.0;
+            totals.pocl_cpu_forwarded_queries = 0;
+        }
         self.totals.add(totals);
         let keys: Vec<RankKey> = (0..acc.locals.list.len())
             .map(|i| acc.locals.rank_key(i, &host))
@@ -887,6 +918,10 @@ impl Aggregate {
                 continue; // interned for a binary load only
             }
             let mut c = std::mem::take(&mut counts[ki]);
+            if !acting {
+                c.forwarded_seconds = 0.0;
+                c.forwarded_queries = 0;
+            }
             if let Some(p) = &acc.policy {
                 c.policies.insert(p.clone());
             }
@@ -1079,6 +1114,34 @@ pub struct ProgramRow {
     /// Distinct sources the ranks that built the row first built it from: above 1, the
     /// ranks compiled different variants of the same kernels and shared no build.
     pub rank_variants: usize,
+    /// Binary queries (and their seconds) forwarded to a selected pocl CPU device under a
+    /// policy other than `pass`.
+    pub forwarded_queries: usize,
+    pub forwarded_seconds: f64,
+}
+
+impl ProgramRow {
+    /// What kind of program the row is, for the forwarded-query hint.
+    pub fn kind(&self) -> ProgramKind {
+        if !self.origins.is_empty() || self.links > 0 {
+            ProgramKind::Linked
+        } else if self.builds + self.compiles == 0 {
+            ProgramKind::Unseen
+        } else {
+            ProgramKind::Built
+        }
+    }
+}
+
+/// Kinds of programs whose binary queries clshim may forward under `substitute`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ProgramKind {
+    /// Linked from compiled objects or libraries.
+    Linked,
+    /// Made from a binary, or built where clshim did not see it.
+    Unseen,
+    /// Built from source that clshim saw.
+    Built,
 }
 
 impl ProgramRow {
@@ -1133,6 +1196,31 @@ impl QueryHint {
     }
 }
 
+/// The forwarded-query hint: under a policy meant to answer binary queries, some on
+/// selected pocl CPU devices were still forwarded (pocl compiled a second time).
+#[derive(Debug)]
+pub struct ForwardedHint {
+    /// The policies of the processes concerned.
+    pub policies: BTreeSet<String>,
+    pub queries: usize,
+    pub seconds: f64,
+    /// Build plus binary-query seconds.
+    pub total_seconds: f64,
+    /// Per kind: its seconds and the names of its slowest programs (at most
+    /// [`FORWARDED_HINT_PROGRAMS`]) with how many more there are.
+    pub kinds: Vec<(ProgramKind, f64, Vec<usize>, usize)>,
+}
+
+impl ForwardedHint {
+    pub fn share(&self) -> f64 {
+        if self.total_seconds > 0.0 {
+            self.seconds / self.total_seconds
+        } else {
+            0.0
+        }
+    }
+}
+
 /// The first-launch hint: pocl compiles a size-specialised kernel at first launch.
 #[derive(Debug)]
 pub struct LaunchHint {
@@ -1168,6 +1256,7 @@ pub struct Report {
     pub median_rank_seconds: f64,
     pub totals: Totals,
     pub hint: Option<QueryHint>,
+    pub forwarded_hint: Option<ForwardedHint>,
     pub launch_hint: Option<LaunchHint>,
 }
 
@@ -1209,6 +1298,8 @@ impl Aggregate {
                 let firsts: BTreeSet<u64> = slots.iter().filter_map(|s| s.first_source).collect();
                 ProgramRow {
                     rank_variants: firsts.len(),
+                    forwarded_queries: c.forwarded_queries,
+                    forwarded_seconds: c.forwarded_seconds,
                     key: key.clone(),
                     ranks: slots.iter().filter(|s| s.built).count(),
                     builds: c.builds,
@@ -1269,6 +1360,9 @@ impl Aggregate {
                 pocl_cpu_query_seconds: t.pocl_cpu_pass_query_seconds,
                 total_seconds: build_query,
             });
+        let forwarded_hint = (build_query > 0.0
+            && t.pocl_cpu_forwarded_query_seconds / build_query > FORWARDED_HINT_SHARE)
+            .then(|| forwarded_hint(&programs, &t, build_query));
         let all = build_query + t.launch_seconds;
         let launch_hint = (all > 0.0 && t.pocl_cpu_launch_seconds / all > LAUNCH_HINT_SHARE)
             .then_some(LaunchHint {
@@ -1295,8 +1389,45 @@ impl Aggregate {
             median_rank_seconds: med,
             totals: t,
             hint,
+            forwarded_hint,
             launch_hint,
         }
+    }
+}
+
+/// The forwarded queries by kind of program, slowest kind first; programs are named by
+/// their index in `programs`.
+fn forwarded_hint(programs: &[ProgramRow], t: &Totals, total_seconds: f64) -> ForwardedHint {
+    let mut by_kind: BTreeMap<ProgramKind, (f64, Vec<usize>)> = BTreeMap::new();
+    let mut policies = BTreeSet::new();
+    for (i, p) in programs.iter().enumerate() {
+        if p.forwarded_queries > 0 {
+            let e = by_kind.entry(p.kind()).or_default();
+            e.0 += p.forwarded_seconds;
+            e.1.push(i);
+            policies.extend(p.policies.iter().filter(|p| *p != "pass").cloned());
+        }
+    }
+    let mut kinds: Vec<(ProgramKind, f64, Vec<usize>, usize)> = by_kind
+        .into_iter()
+        .map(|(k, (secs, mut rows))| {
+            rows.sort_by(|&a, &b| {
+                programs[b]
+                    .forwarded_seconds
+                    .total_cmp(&programs[a].forwarded_seconds)
+            });
+            let more = rows.len().saturating_sub(FORWARDED_HINT_PROGRAMS);
+            rows.truncate(FORWARDED_HINT_PROGRAMS);
+            (k, secs, rows, more)
+        })
+        .collect();
+    kinds.sort_by(|a, b| b.1.total_cmp(&a.1));
+    ForwardedHint {
+        policies,
+        queries: t.pocl_cpu_forwarded_queries,
+        seconds: t.pocl_cpu_forwarded_query_seconds,
+        total_seconds,
+        kinds,
     }
 }
 
