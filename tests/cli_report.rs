@@ -712,7 +712,7 @@ fn report_hint_names_queries_forwarded_under_substitute() {
         "{out}"
     );
     assert!(
-        out.contains("linked (4.002 s): linked with clLinkProgram: clshim substitutes a binary only for a program it can rebuild"),
+        out.contains("1 linked program ('linked'), 4.002 s: clshim substitutes a binary only for a program it can rebuild, and forwarded these."),
         "{out}"
     );
     assert!(

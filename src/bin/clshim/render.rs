@@ -29,20 +29,26 @@ impl QueryHint {
 }
 
 impl ProgramKind {
-    /// What the programs are, and why clshim forwarded their binary queries.
+    /// What the programs are (singular, plural).
+    fn noun(self) -> (&'static str, &'static str) {
+        match self {
+            ProgramKind::Linked => ("linked program", "linked programs"),
+            ProgramKind::Unseen => (
+                "program made from a binary or built where clshim did not see it",
+                "programs made from a binary or built where clshim did not see them",
+            ),
+            ProgramKind::Built => ("program built from source", "programs built from source"),
+        }
+    }
+
+    /// Why clshim forwarded their binary queries.
     fn why(self) -> &'static str {
         match self {
             ProgramKind::Linked => {
-                "linked with clLinkProgram: clshim substitutes a binary only for a program it \
-                 can rebuild, and forwarded these"
+                "clshim substitutes a binary only for a program it can rebuild, and forwarded these"
             }
-            ProgramKind::Unseen => {
-                "made from a binary, or built where clshim did not see it: clshim keeps the \
-                 implementation's answer for those"
-            }
-            ProgramKind::Built => {
-                "built from source, but clshim could not read that source back to carry it"
-            }
+            ProgramKind::Unseen => "clshim keeps the implementation's answer for those",
+            ProgramKind::Built => "clshim could not read their source back to carry it",
         }
     }
 }
@@ -63,13 +69,20 @@ impl ForwardedHint {
         for (kind, secs, rows, more) in &self.kinds {
             let mut list = rows
                 .iter()
-                .map(|&i| names(i))
+                .map(|&i| format!("'{}'", clip(&names(i), 24)))
                 .collect::<Vec<_>>()
-                .join("; ");
+                .join(", ");
             if *more > 0 {
                 let _ = write!(list, " and {more} more");
             }
-            let _ = write!(o, "\n      {list} ({:.3} s): {}.", secs, kind.why());
+            let (one, many) = kind.noun();
+            let _ = write!(
+                o,
+                "\n      {} ({list}), {:.3} s: {}.",
+                plural(rows.len() + more, one, many),
+                secs,
+                kind.why()
+            );
         }
         let linked = self.kinds.iter().any(|k| k.0 == ProgramKind::Linked);
         o.push_str(

@@ -24,7 +24,7 @@ pub const HINT_SHARE: f64 = 0.2;
 /// The forwarded-query hint is printed when binary queries forwarded to pocl CPU devices
 /// the filter selects, in processes under another policy than `pass`, exceed this share
 /// of build time.
-pub const FORWARDED_HINT_SHARE: f64 = 0.1;
+pub const FORWARDED_HINT_SHARE: f64 = 0.05;
 /// Programs the forwarded-query hint names, per kind.
 pub const FORWARDED_HINT_PROGRAMS: usize = 3;
 /// The first-launch hint is printed when first launches on pocl CPU devices exceed this
