@@ -97,13 +97,15 @@ fn assert_same_output(label: &str, with: &Output, without: &Output) {
     );
 }
 
-/// One line per record (the process record aside), in file order: event, call, query
-/// parameter, policy action, source origin, result. A single-threaded client's records
-/// come in the order its calls completed, so a whole run compares as one list.
+/// One line per program record (process and first-launch records aside: first launches
+/// depend on the client's kernels and sizes, and tests/launches.rs covers them), in file
+/// order: event, call, query parameter, policy action, source origin, result. A
+/// single-threaded client's records come in the order its calls completed, so a whole
+/// run compares as one list.
 fn brief(recs: &[Value]) -> Vec<String> {
     let s = |v: &Value| v.as_str().unwrap_or("-").to_string();
     recs.iter()
-        .filter(|r| r["event"] != "process")
+        .filter(|r| r["event"] != "process" && r["event"] != "first_launch")
         .map(|r| {
             format!(
                 "{} {} {} {} {} {}",
@@ -131,7 +133,11 @@ fn records(trace: &Path, door: &str) -> Vec<Value> {
         "the door the first call came through"
     );
     for r in recs.iter().filter(|r| r["event"] != "process") {
-        let devs = r["devices"].as_array().unwrap();
+        // A first launch names its one device in `device`.
+        let devs = match r["device"].is_object() {
+            true => vec![r["device"].clone()],
+            false => r["devices"].as_array().unwrap().clone(),
+        };
         assert!(
             !devs.is_empty()
                 && devs
@@ -249,6 +255,25 @@ fn hashcat_compile_link_dlopen_disk_cache() {
     ];
     let expected: Vec<String> = round.iter().cycle().take(12).map(|s| line(s)).collect();
     assert_eq!(brief(&recs), expected, "cold run: {recs:#?}");
+    // The report names the three linked programs by their kernels, their compiles in
+    // their rows; nothing is an unknown program.
+    let o = report(&["--json", s(&t_cold)]);
+    let v: Value = serde_json::from_slice(&o.stdout).expect("report JSON");
+    let progs = v["programs"].as_array().unwrap();
+    assert_eq!(progs.len(), 3, "{progs:#?}");
+    for p in progs {
+        assert!(!p["kernels"].as_array().unwrap().is_empty(), "{p}");
+        assert_eq!(
+            (p["compiles"].as_u64(), p["links"].as_u64()),
+            (Some(1), Some(1)),
+            "{p}"
+        );
+        assert_eq!(
+            p["linked_from"],
+            serde_json::json!(["link of 1 compiled"]),
+            "{p}"
+        );
+    }
     let compiles = events(&recs, "compile");
     let links = events(&recs, "link");
     let queries = events(&recs, "binary_query");
