@@ -2,7 +2,8 @@
 //! answer to "where does kernel-build time go across my ranks?". This module owns the
 //! grouping rules (programs by kernel names, or source hash plus kernel names, across
 //! processes; binary queries and first launches joined to the build of the same
-//! program in the same process; ranks by the records' `rank`, else by process: host
+//! program in the same process; compiles and libraries joined to the first link that
+//! takes them; ranks by the records' `rank`, else by process: host
 //! plus `instance`, or host plus pid), the statistics (min / median / max across
 //! ranks, shares, ranks far slower than the median) and the hints. Files are read in
 //! parallel, each streamed record by record into small per-program and per-rank
