@@ -41,7 +41,11 @@ impl Start {
 /// Per-process tallies for the exit summary.
 #[derive(Default, Debug, Clone)]
 pub struct Tally {
+    /// Builds, compiles and links together (`build_seconds` is their time).
     pub builds: u64,
+    /// Of `builds`, the compiles and the links: the summary names them apart.
+    pub compiles: u64,
+    pub links: u64,
     pub build_seconds: f64,
     pub queries: u64,
     pub query_seconds: f64,
@@ -62,8 +66,10 @@ impl Tally {
     /// Counts one record.
     pub fn add(&mut self, record: &Record, seconds: f64) {
         match record {
-            Record::Build(_) => {
+            Record::Build(b) => {
                 self.builds += 1;
+                self.compiles += u64::from(b.event == Event::Compile);
+                self.links += u64::from(b.event == Event::Link);
                 self.build_seconds += seconds;
             }
             Record::BinaryQuery(q) => {
@@ -296,6 +302,22 @@ pub fn log_line(record: &Record, seconds: f64) -> String {
     }
 }
 
+/// `4 builds`, or with compiles and links each kind named: `3 compiles + 3 links`,
+/// `1 build + 2 compiles + 1 link` (a compile and a link are two calls for one program).
+fn build_counts(t: &Tally) -> String {
+    let plain = t.builds - t.compiles - t.links;
+    if t.compiles + t.links == 0 {
+        return format!("{plain} builds");
+    }
+    let one = |n: u64, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+    [(plain, "build"), (t.compiles, "compile"), (t.links, "link")]
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, w)| one(n, w))
+        .collect::<Vec<_>>()
+        .join(" + ")
+}
+
 pub fn summary_line(id: &Identity, t: &Tally, policy: &str) -> String {
     let who = match id.rank {
         Some(r) => format!("rank {r} pid {}", id.pid),
@@ -308,8 +330,11 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str) -> String {
         0.0
     };
     let mut s = format!(
-        "clshim: {who}: {} builds {:.2} s, {} binary queries {:.2} s ({share:.0}% of {total:.2} s)",
-        t.builds, t.build_seconds, t.queries, t.query_seconds
+        "clshim: {who}: {} {:.2} s, {} binary queries {:.2} s ({share:.0}% of {total:.2} s)",
+        build_counts(t),
+        t.build_seconds,
+        t.queries,
+        t.query_seconds
     );
     // First launches are where pocl compiles the kernel that runs: beside the build time,
     // not part of its share.
@@ -386,6 +411,30 @@ mod tests {
         assert!(
             s.contains("(75% of 4.00 s), 3 first launches 2.50 s; policy pass"),
             "{s}"
+        );
+        let linked = Tally {
+            builds: 6,
+            compiles: 3,
+            links: 3,
+            build_seconds: 1.0,
+            queries: 4,
+            ..Tally::default()
+        };
+        assert!(
+            summary_line(&id, &linked, "substitute")
+                .starts_with("clshim: rank 2 pid 9: 3 compiles + 3 links 1.00 s, 4 binary"),
+            "{}",
+            summary_line(&id, &linked, "substitute")
+        );
+        let mixed = Tally {
+            builds: 4,
+            compiles: 2,
+            links: 1,
+            build_seconds: 1.0,
+            ..Tally::default()
+        };
+        assert!(
+            summary_line(&id, &mixed, "pass").contains(": 1 build + 2 compiles + 1 link 1.00 s,")
         );
         let only_launches = Tally {
             first_launches: 1,

@@ -71,12 +71,59 @@ impl Proc {
         id
     }
 
+    /// A successful clCompileProgram (no kernel names: a compiled object has none yet);
+    /// returns the program id.
+    fn compile(&mut self, hash: &str, seconds: f64, device: &Value) -> u64 {
+        let id = self.next_program;
+        self.next_program += 1;
+        let mut v = self.common("compile", "clCompileProgram", seconds, device);
+        let o = v.as_object_mut().unwrap();
+        o.insert("program".into(), json!(id));
+        o.insert("options".into(), json!("-cl-std=CL1.2"));
+        o.insert("async".into(), json!(false));
+        o.insert(
+            "source".into(),
+            json!({"origin": "source", "hash": hash, "length": 200}),
+        );
+        o.insert("kernels".into(), json!([]));
+        o.insert("headers".into(), json!(0));
+        self.lines.push(v.to_string());
+        id
+    }
+
+    /// A successful clLinkProgram of `inputs`; returns the new program's id.
+    fn link(
+        &mut self,
+        inputs: &[u64],
+        kernels: &[&str],
+        options: &str,
+        seconds: f64,
+        device: &Value,
+    ) -> u64 {
+        let id = self.next_program;
+        self.next_program += 1;
+        let mut v = self.common("link", "clLinkProgram", seconds, device);
+        let o = v.as_object_mut().unwrap();
+        o.insert("program".into(), json!(id));
+        o.insert("options".into(), json!(options));
+        o.insert("async".into(), json!(false));
+        o.insert("kernels".into(), json!(kernels));
+        o.insert("inputs".into(), json!(inputs));
+        self.lines.push(v.to_string());
+        id
+    }
+
     fn query(&mut self, program: u64, param: &str, seconds: f64, device: &Value) {
         let action = match (self.policy.as_str(), device["matched"].as_bool().unwrap()) {
             ("pass", _) | (_, false) => "forward",
             (p, true) => p,
         }
         .to_string();
+        self.query_as(program, param, seconds, device, &action);
+    }
+
+    /// A binary query answered by `action` whatever the policy.
+    fn query_as(&mut self, program: u64, param: &str, seconds: f64, device: &Value, action: &str) {
         let mut v = self.common("binary_query", "clGetProgramInfo", seconds, device);
         let o = v.as_object_mut().unwrap();
         o.insert("program".into(), json!(program));
@@ -190,6 +237,8 @@ fn report_table_shows_where_the_time_went_per_program_and_rank() {
         "{out}"
     );
     assert!(out.contains("CLSHIM_BINARIES=substitute"));
+    // Every rank built the same sources: nothing to say about variants.
+    assert!(!out.contains("note:"), "{out}");
 }
 
 #[test]
@@ -514,14 +563,205 @@ fn report_groups_per_rank_unique_sources_by_kernel_names() {
         rows[0]
     );
     assert!(rows[0].contains("1.000 / 2.000 / 3.000"), "{}", rows[0]);
+    // Said in words: each rank compiles its own variant, and why.
+    assert!(
+        out.contains("note: rhs (3 sources on 3 ranks): the same kernel names were built from different sources on different ranks,"),
+        "{out}"
+    );
+    assert!(
+        out.contains("so each rank compiles its own variant"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Constants or shapes baked into the kernel text"),
+        "{out}"
+    );
     let json: Value = serde_json::from_str(&common::stdout(&report(&["--json", s(&d)]))).unwrap();
     let prog = &json["programs"][0];
     assert_eq!(prog["ranks"], 3);
     assert_eq!(prog["sources"].as_array().unwrap().len(), 3);
+    assert_eq!(prog["sources_differ_across_ranks"], true);
+    assert!(json["variants_note"]
+        .as_str()
+        .unwrap()
+        .starts_with("note: rhs"));
     let split = common::stdout(&report(&["--by-source", s(&d)]));
     let rows = split
         .lines()
         .filter(|l| l.trim_start().starts_with("rhs "))
         .count();
     assert_eq!(rows, 3, "{split}");
+}
+
+const H3: &str = "fnv1a64:aaaabbbbccccdddd";
+
+/// Two ranks that build with clCompileProgram + clLinkProgram: `a` and `b` compiled,
+/// `b` made a library, `linked` from `a` and the library, `other` from `a` again (a
+/// shared input), and one compile that no link takes.
+fn compile_link_job(dir: &Path, policy: &str, query_s: f64) {
+    for rank in 0..2i64 {
+        let mut p = Proc::new(
+            "node07",
+            Some(rank),
+            6100 + rank as u64,
+            1_750_000_000.0,
+            policy,
+        );
+        let dev = pocl_cpu();
+        let a = p.compile(H1, 1.0, &dev);
+        let b = p.compile(H2, 0.5, &dev);
+        let lib = p.link(&[b], &[], "-create-library", 0.1, &dev);
+        let x = p.link(&[a, lib], &["linked"], "", 0.2, &dev);
+        // Forwarded under every policy, as clshim does for programs it cannot rebuild.
+        p.query_as(x, "CL_PROGRAM_BINARY_SIZES", query_s, &dev, "forward");
+        p.query_as(x, "CL_PROGRAM_BINARIES", 0.001, &dev, "forward");
+        p.link(&[a], &["other"], "", 0.3, &dev);
+        p.compile(H3, 0.4, &dev);
+        p.write(dir);
+    }
+}
+
+/// Compile time goes to the program the compiled object was linked into (through a
+/// library too); an input shared by two links counts once, in the first; a compile no
+/// link took has a row of its own, named; nothing is "(unknown program)".
+#[test]
+fn report_names_linked_programs_and_counts_their_compiles_once() {
+    let d = common::scratch("linked");
+    compile_link_job(&d, "pass", 2.0);
+    let o = report(&[s(&d)]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let out = common::stdout(&o);
+    println!("{out}");
+    assert!(!out.contains("(unknown program)"), "{out}");
+    let row = |name: &str| -> String {
+        out.lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no row {name}:\n{out}"))
+            .to_string()
+    };
+    let linked = row("linked ");
+    assert!(
+        linked.contains("link of 1 compiled + 1 library"),
+        "{linked}"
+    );
+    // Per rank 2 compiles + 2 links (the library's and its own), 1.0 + 0.5 + 0.1 + 0.2 s.
+    let cols: Vec<&str> = linked
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert_eq!(cols[2..4], ["2", "8"], "ranks, builds of both: {linked}");
+    assert!(linked.contains("1.800 / 1.800 / 1.800"), "{linked}");
+    let other = row("other ");
+    assert!(other.contains("link of 1 compiled"), "{other}");
+    assert!(
+        other.contains("0.300 / 0.300 / 0.300"),
+        "shared input counted once: {other}"
+    );
+    let never = row("(compiled, no link recorded)");
+    assert!(never.contains("0.400 / 0.400 / 0.400"), "{never}");
+    // Every second is in exactly one row: 2 ranks x 2.5 s of build time.
+    assert!(out.contains("builds 5.000 s"), "{out}");
+
+    let v: Value = serde_json::from_str(&common::stdout(&report(&["--json", s(&d)]))).unwrap();
+    let progs = v["programs"].as_array().unwrap();
+    let p = progs
+        .iter()
+        .find(|p| p["kernels"] == json!(["linked"]))
+        .unwrap();
+    assert_eq!(p["compiles"], 4, "{p}");
+    assert_eq!(p["links"], 4, "{p}");
+    assert_eq!(p["linked_from"], json!(["link of 1 compiled + 1 library"]));
+    assert_eq!(p["binary_queries"], 4);
+    assert_eq!(p["options"], json!(["-cl-std=CL1.2", "-create-library"]));
+    let never = progs
+        .iter()
+        .find(|p| p["name"] == "(compiled, no link recorded)")
+        .unwrap();
+    assert_eq!(never["compiles"], 2);
+    assert_eq!(never["links"], 0);
+    let sum: f64 = progs
+        .iter()
+        .map(|p| p["build_seconds"]["total"].as_f64().unwrap())
+        .sum();
+    assert!((sum - 5.0).abs() < 1e-9, "{sum}");
+    // With --by-source the linked row still names what it was linked from.
+    let split = common::stdout(&report(&["--by-source", s(&d)]));
+    assert!(
+        split.lines().any(|l| l.trim_start().starts_with("linked ")
+            && l.contains("link of 1 compiled + 1 library")),
+        "{split}"
+    );
+    assert!(!split.contains("(unknown program)"), "{split}");
+}
+
+/// Under `substitute`, binary queries still forwarded to the pocl CPU device the policy
+/// selects (here: of a linked program) are named, with the kind of program and why.
+#[test]
+fn report_hint_names_queries_forwarded_under_substitute() {
+    let d = common::scratch("forwarded");
+    compile_link_job(&d, "substitute", 2.0);
+    let out = common::stdout(&report(&[s(&d)]));
+    println!("{out}");
+    assert!(
+        !out.contains("hint: binary queries on pocl CPU devices took"),
+        "{out}"
+    );
+    assert!(
+        out.contains("hint: under substitute, 4 binary queries on pocl CPU devices that CLSHIM_DEVICES selects were still forwarded: 44% of build time (4.002 s of 9.002 s),"),
+        "{out}"
+    );
+    assert!(
+        out.contains("1 linked program ('linked'), 4.002 s: clshim substitutes a binary only for a program it can rebuild, and forwarded these."),
+        "{out}"
+    );
+    assert!(
+        out.contains("or build such programs from one source with clBuildProgram"),
+        "{out}"
+    );
+    let v: Value = serde_json::from_str(&common::stdout(&report(&["--json", s(&d)]))).unwrap();
+    let h = &v["forwarded_hint"];
+    assert_eq!(h["binary_queries"], 4, "{h}");
+    assert_eq!(h["kinds"][0]["kind"], "linked");
+    assert_eq!(h["kinds"][0]["programs"], json!(["linked"]));
+    assert!(v["hint"].is_null());
+
+    // Under pass forwarding is what was asked for: the pass hint, not this one.
+    let d = common::scratch("forwarded-pass");
+    compile_link_job(&d, "pass", 2.0);
+    let out = common::stdout(&report(&[s(&d)]));
+    assert!(
+        out.contains("hint: binary queries on pocl CPU devices took"),
+        "{out}"
+    );
+    assert!(!out.contains("hint: under"), "{out}");
+    // A few forwarded milliseconds are not worth a hint.
+    let d = common::scratch("forwarded-small");
+    compile_link_job(&d, "substitute", 0.01);
+    let out = common::stdout(&report(&[s(&d)]));
+    assert!(!out.contains("hint:"), "{out}");
+}
+
+/// A binary query whose device could not be queried (null in `devices`) is read, not
+/// skipped.
+#[test]
+fn report_reads_binary_queries_with_an_unknown_device() {
+    let d = common::scratch("null-device");
+    let mut p = Proc::new("node07", Some(0), 42, 1_750_000_000.0, "pass");
+    let id = p.build(&["k"], H1, 0.5, &pocl_cpu());
+    p.query(id, "CL_PROGRAM_BINARY_SIZES", 1.0, &pocl_cpu());
+    let last = p.lines.pop().unwrap();
+    let mut v: Value = serde_json::from_str(&last).unwrap();
+    v["devices"] = json!([pocl_cpu(), null]);
+    v["actions"] = json!(["forward", "forward"]);
+    p.lines.push(v.to_string());
+    p.write(&d);
+    let o = report(&[s(&d)]);
+    assert_eq!(common::stderr(&o), "");
+    let out = common::stdout(&o);
+    assert!(out.contains("3 records, 0 skipped"), "{out}");
+    assert!(
+        out.contains("hint: binary queries on pocl CPU devices took 67%"),
+        "{out}"
+    );
 }

@@ -261,6 +261,25 @@ fn hashcat_compile_link_dlopen_disk_cache() {
     ];
     let expected: Vec<String> = round.iter().cycle().take(12).map(|s| line(s)).collect();
     assert_eq!(brief(&recs), expected, "cold run: {recs:#?}");
+    // The report names the three linked programs by their kernels, their compiles in
+    // their rows; nothing is an unknown program.
+    let o = report(&["--json", s(&t_cold)]);
+    let v: Value = serde_json::from_slice(&o.stdout).expect("report JSON");
+    let progs = v["programs"].as_array().unwrap();
+    assert_eq!(progs.len(), 3, "{progs:#?}");
+    for p in progs {
+        assert!(!p["kernels"].as_array().unwrap().is_empty(), "{p}");
+        assert_eq!(
+            (p["compiles"].as_u64(), p["links"].as_u64()),
+            (Some(1), Some(1)),
+            "{p}"
+        );
+        assert_eq!(
+            p["linked_from"],
+            serde_json::json!(["link of 1 compiled"]),
+            "{p}"
+        );
+    }
     let compiles = events(&recs, "compile");
     let links = events(&recs, "link");
     let queries = events(&recs, "binary_query");

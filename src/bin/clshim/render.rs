@@ -2,7 +2,8 @@
 //! the `--json` document. Nothing here aggregates; `report` computes every number.
 
 use crate::report::{
-    share, LaunchHint, QueryHint, RankKey, Report, Stats, SLOW_FACTOR, SLOW_MARGIN_S,
+    share, ForwardedHint, LaunchHint, ProgramKey, ProgramKind, ProgramRow, QueryHint, RankKey,
+    Report, Stats, SLOW_FACTOR, SLOW_MARGIN_S,
 };
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -24,6 +25,75 @@ impl QueryHint {
             self.pocl_cpu_query_seconds,
             self.total_seconds
         )
+    }
+}
+
+impl ProgramKind {
+    /// What the programs are (singular, plural).
+    fn noun(self) -> (&'static str, &'static str) {
+        match self {
+            ProgramKind::Linked => ("linked program", "linked programs"),
+            ProgramKind::Unseen => (
+                "program made from a binary or built where clshim did not see it",
+                "programs made from a binary or built where clshim did not see them",
+            ),
+            ProgramKind::Built => ("program built from source", "programs built from source"),
+        }
+    }
+
+    /// Why clshim forwarded their binary queries.
+    fn why(self) -> &'static str {
+        match self {
+            ProgramKind::Linked => {
+                "clshim substitutes a binary only for a program it can rebuild, and forwarded these"
+            }
+            ProgramKind::Unseen => "clshim keeps the implementation's answer for those",
+            ProgramKind::Built => "clshim could not read their source back to carry it",
+        }
+    }
+}
+
+impl ForwardedHint {
+    /// `names` gives a program row's name by its index.
+    pub fn text(&self, names: impl Fn(usize) -> String) -> String {
+        let policies = self.policies.iter().cloned().collect::<Vec<_>>().join("/");
+        let mut o = format!(
+            "hint: under {policies}, {} on pocl CPU devices that CLSHIM_DEVICES selects were still \
+             forwarded: {:.0}% of build time ({:.3} s of {:.3} s),\n      and pocl compiles every \
+             kernel a second time to answer them.",
+            plural(self.queries, "binary query", "binary queries"),
+            100.0 * self.share(),
+            self.seconds,
+            self.total_seconds
+        );
+        for (kind, secs, rows, more) in &self.kinds {
+            let mut list = rows
+                .iter()
+                .map(|&i| format!("'{}'", clip(&names(i), 24)))
+                .collect::<Vec<_>>()
+                .join(", ");
+            if *more > 0 {
+                let _ = write!(list, " and {more} more");
+            }
+            let (one, many) = kind.noun();
+            let _ = write!(
+                o,
+                "\n      {} ({list}), {:.3} s: {}.",
+                plural(rows.len() + more, one, many),
+                secs,
+                kind.why()
+            );
+        }
+        let linked = self.kinds.iter().any(|k| k.0 == ProgramKind::Linked);
+        o.push_str(
+            "\n      To avoid them: turn off the application's own binary cache where it has a \
+             switch (it then makes no binary queries)",
+        );
+        if linked {
+            o.push_str(", or build such programs from one source with clBuildProgram");
+        }
+        o.push('.');
+        o
     }
 }
 
@@ -151,16 +221,67 @@ fn table(out: &mut String, cols: &[Column], rows: &[Vec<String>]) {
     }
 }
 
+/// The source column: a linked program says what it was linked from (with the number
+/// of distinct sources where ranks linked different ones); a built one its source hash.
+fn source_cell(p: &ProgramRow) -> String {
+    let hash = match (&p.key.hash, p.sources.len()) {
+        (Some(h), _) => short_hash(Some(h)),
+        (None, 1) => short_hash(p.sources.iter().next().map(String::as_str)),
+        (None, 0) => short_hash(None),
+        (None, n) => format!("{n} sources"),
+    };
+    if p.origins.is_empty() {
+        return hash;
+    }
+    let what = p.origins.iter().cloned().collect::<Vec<_>>().join("; ");
+    match (&p.key.hash, p.sources.len()) {
+        (Some(_), _) => format!("{what} {hash}"),
+        (None, n) if n > 1 => format!("{what}, {hash}"),
+        _ => what,
+    }
+}
+
 impl Report {
-    fn program_name(&self, kernels: &[String], hash: Option<&str>) -> String {
-        if kernels.is_empty() {
-            if hash.is_none() {
+    /// Programs whose ranks built the same kernel names from different sources.
+    fn variant_rows(&self) -> impl Iterator<Item = &ProgramRow> {
+        self.programs.iter().filter(|p| p.rank_variants > 1)
+    }
+
+    /// Said when ranks built the same kernels from different sources: nothing can be
+    /// shared between them, and the usual cause is in the application's kernel text.
+    pub fn variants_note(&self) -> Option<String> {
+        let rows: Vec<&ProgramRow> = self.variant_rows().collect();
+        let first = rows.first()?;
+        let more = match rows.len() {
+            1 => String::new(),
+            n => format!(" and {}", plural(n - 1, "more program", "more programs")),
+        };
+        Some(format!(
+            "note: {} ({} sources on {} ranks){more}: the same kernel names were built from \
+             different sources on different ranks,\n      so each rank compiles its own variant \
+             and none reuses another's build (pocl's kernel cache and binary caches match the \
+             exact text).\n      Constants or shapes baked into the kernel text make the \
+             sources differ: pass them as kernel arguments, or make them\n      equal on every \
+             rank, to compile once. (pyopencl before 2024.2.3 makes every cold build's source \
+             unique: upgrade it,\n      or set PYOPENCL_NO_CACHE=1.) --by-source shows one row \
+             per source.",
+            clip(&self.program_name(&first.key), 40),
+            first.sources.len().max(first.rank_variants),
+            first.ranks,
+        ))
+    }
+
+    fn program_name(&self, key: &ProgramKey) -> String {
+        if let Some(name) = key.unnamed {
+            name.into()
+        } else if key.kernels.is_empty() {
+            if key.hash.is_none() {
                 "(unknown program)".into()
             } else {
                 "(no kernels)".into()
             }
         } else {
-            kernels.join(",")
+            key.kernels.join(",")
         }
     }
 
@@ -205,18 +326,9 @@ impl Report {
                 .programs
                 .iter()
                 .map(|p| {
-                    let source = match (&p.key.hash, p.sources.len()) {
-                        (Some(h), _) => short_hash(Some(h)),
-                        (None, 1) => short_hash(p.sources.iter().next().map(String::as_str)),
-                        (None, 0) => short_hash(None),
-                        (None, n) => format!("{n} sources"),
-                    };
                     let mut row = vec![
-                        clip(
-                            &self.program_name(&p.key.kernels, p.key.hash.as_deref()),
-                            40,
-                        ),
-                        source,
+                        clip(&self.program_name(&p.key), 40),
+                        clip(&source_cell(p), 48),
                         p.ranks.to_string(),
                         (p.builds + p.compiles + p.links).to_string(),
                         mmm(&p.build),
@@ -311,14 +423,21 @@ impl Report {
             cols.push(col("", false));
             table(&mut o, &cols, &rows);
         }
+        if let Some(n) = self.variants_note() {
+            o.push('\n');
+            o.push_str(&n);
+            o.push('\n');
+        }
         if launches {
             let _ = writeln!(
                 o,
                 "\nlaunches: the first launch of each kernel per device and work-group sizes;\n          {LAUNCH_INTERVAL}."
             );
         }
+        let name = |i: usize| clip(&self.program_name(&self.programs[i].key), 40);
         for h in [
             self.hint.as_ref().map(QueryHint::text),
+            self.forwarded_hint.as_ref().map(|h| h.text(name)),
             self.launch_hint.as_ref().map(LaunchHint::text),
         ]
         .into_iter()
@@ -346,6 +465,9 @@ impl Report {
             .map(|p| {
                 json!({
                     "kernels": p.key.kernels,
+                    "name": self.program_name(&p.key),
+                    "linked_from": p.origins,
+                    "sources_differ_across_ranks": p.rank_variants > 1,
                     "source_hash": p.key.hash.clone().or_else(|| (p.sources.len() == 1).then(|| p.sources.iter().next().unwrap().clone())),
                     "sources": p.sources,
                     "ranks": p.ranks,
@@ -413,10 +535,23 @@ impl Report {
             "median_rank_seconds": self.median_rank_seconds,
             "programs": programs,
             "ranks": ranks,
+            "variants_note": self.variants_note(),
             "hint": self.hint.as_ref().map(|h| json!({
                 "binary_query_share": h.share(),
                 "setting": "CLSHIM_BINARIES=substitute",
                 "text": h.text(),
+            })),
+            "forwarded_hint": self.forwarded_hint.as_ref().map(|h| json!({
+                "binary_query_share": h.share(),
+                "binary_queries": h.queries,
+                "binary_query_seconds": h.seconds,
+                "kinds": h.kinds.iter().map(|(k, secs, rows, more)| json!({
+                    "kind": format!("{k:?}").to_lowercase(),
+                    "seconds": secs,
+                    "programs": rows.iter().map(|&i| self.program_name(&self.programs[i].key)).collect::<Vec<_>>(),
+                    "more_programs": more,
+                })).collect::<Vec<_>>(),
+                "text": h.text(|i| self.program_name(&self.programs[i].key)),
             })),
             "first_launch_hint": self.launch_hint.as_ref().map(|h| json!({
                 "first_launch_share": h.share(),

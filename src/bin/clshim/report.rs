@@ -2,7 +2,8 @@
 //! answer to "where does kernel-build time go across my ranks?". This module owns the
 //! grouping rules (programs by kernel names, or source hash plus kernel names, across
 //! processes; binary queries and first launches joined to the build of the same
-//! program in the same process; ranks by the records' `rank`, else by process: host
+//! program in the same process; compiles and libraries joined to the first link that
+//! takes them; ranks by the records' `rank`, else by process: host
 //! plus `instance`, or host plus pid), the statistics (min / median / max across
 //! ranks, shares, ranks far slower than the median) and the hints. Files are read in
 //! parallel, each streamed record by record into small per-program and per-rank
@@ -21,6 +22,12 @@ pub const SLOW_MARGIN_S: f64 = 0.5;
 /// The binary-query hint is printed when pocl-CPU binary queries under `pass` exceed
 /// this share of build time.
 pub const HINT_SHARE: f64 = 0.2;
+/// The forwarded-query hint is printed when binary queries forwarded to pocl CPU devices
+/// the filter selects, in processes under another policy than `pass`, exceed this share
+/// of build time.
+pub const FORWARDED_HINT_SHARE: f64 = 0.05;
+/// Programs the forwarded-query hint names, per kind.
+pub const FORWARDED_HINT_PROGRAMS: usize = 3;
 /// The first-launch hint is printed when first launches on pocl CPU devices exceed this
 /// share of build, binary-query and first-launch time together.
 pub const LAUNCH_HINT_SHARE: f64 = 0.5;
@@ -52,13 +59,23 @@ pub enum ProcessId {
 pub struct ProgramKey {
     pub hash: Option<String>,
     pub kernels: Vec<String>,
+    /// The row's name where there are no kernel names to show: compiled objects or a
+    /// library no recorded link took, a link that made no kernels. None for every
+    /// program with kernels, and for programs clshim knows nothing of.
+    pub unnamed: Option<&'static str>,
 }
+
+/// Names of kernel-less rows ([`ProgramKey::unnamed`]).
+pub const NEVER_LINKED: &str = "(compiled, no link recorded)";
+pub const LIBRARY_NEVER_LINKED: &str = "(library, no link recorded)";
+pub const LINKED_NO_KERNELS: &str = "(linked, no kernels)";
 
 impl ProgramKey {
     fn unknown() -> ProgramKey {
         ProgramKey {
             hash: None,
             kernels: Vec::new(),
+            unnamed: None,
         }
     }
 }
@@ -111,6 +128,9 @@ struct Slot {
     launch: f64,
     /// The rank built, compiled or linked the program (not only queried or launched it).
     built: bool,
+    /// A digest of the first source the rank built it from: ranks whose first sources
+    /// differ each compiled their own variant (a fixed size, not a set per rank).
+    first_source: Option<u64>,
 }
 
 impl Slot {
@@ -119,7 +139,57 @@ impl Slot {
         self.query += o.query;
         self.launch += o.launch;
         self.built |= o.built;
+        self.first_source = self.first_source.or(o.first_source);
     }
+
+    fn saw_source(&mut self, hash: &str) {
+        if self.first_source.is_none() {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            hash.hash(&mut h);
+            self.first_source = Some(h.finish());
+        }
+    }
+}
+
+/// A compiled object or a library whose build time waits for the link that names it as
+/// an input: a compile comes before its link, and only the link knows the kernel names.
+#[derive(Debug, Default)]
+struct Pending {
+    /// The writer (file-local index) that compiled it.
+    writer: usize,
+    seconds: f64,
+    compiles: usize,
+    links: usize,
+    failed: usize,
+    options: BTreeSet<String>,
+}
+
+impl Pending {
+    fn add(&mut self, o: Pending) {
+        self.seconds += o.seconds;
+        self.compiles += o.compiles;
+        self.links += o.links;
+        self.failed += o.failed;
+        self.options.extend(o.options);
+    }
+}
+
+/// What a program id was made by, as a link's input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Made {
+    Compiled,
+    Library,
+    Binary,
+}
+
+/// A program id that may be a link's input: how it was made, its source hash (a
+/// library's is the link of its inputs'), and its build time not yet claimed.
+#[derive(Debug)]
+struct Object {
+    made: Made,
+    hash: Option<String>,
+    pending: Option<Pending>,
 }
 
 /// Call counts and the sets shown in a program row.
@@ -135,6 +205,12 @@ struct Counts {
     actions: BTreeSet<String>,
     options: BTreeSet<String>,
     sources: BTreeSet<String>,
+    /// What linked programs were made from (`link of 2 compiled`).
+    origins: BTreeSet<String>,
+    /// Binary-query seconds forwarded to a selected pocl CPU device under a policy
+    /// other than `pass` (kept only for files under such a policy).
+    forwarded_seconds: f64,
+    forwarded_queries: usize,
 }
 
 impl Counts {
@@ -149,6 +225,9 @@ impl Counts {
         self.actions.extend(o.actions);
         self.options.extend(o.options);
         self.sources.extend(o.sources);
+        self.origins.extend(o.origins);
+        self.forwarded_seconds += o.forwarded_seconds;
+        self.forwarded_queries += o.forwarded_queries;
     }
 }
 
@@ -197,6 +276,11 @@ pub struct Totals {
     pub launch_seconds: f64,
     /// Binary queries on pocl CPU devices in processes under `pass`.
     pub pocl_cpu_pass_query_seconds: f64,
+    /// Binary queries forwarded to pocl CPU devices the filter selects, in processes
+    /// under another policy (`substitute`, `suppress`): pocl compiled a second time
+    /// although the policy was meant to answer.
+    pub pocl_cpu_forwarded_query_seconds: f64,
+    pub pocl_cpu_forwarded_queries: usize,
     /// First launches on pocl CPU devices.
     pub pocl_cpu_launch_seconds: f64,
     /// Of those, the launches of a kernel already launched (in the same process, on
@@ -214,6 +298,8 @@ impl Totals {
         self.launches += o.launches;
         self.launch_seconds += o.launch_seconds;
         self.pocl_cpu_pass_query_seconds += o.pocl_cpu_pass_query_seconds;
+        self.pocl_cpu_forwarded_query_seconds += o.pocl_cpu_forwarded_query_seconds;
+        self.pocl_cpu_forwarded_queries += o.pocl_cpu_forwarded_queries;
         self.pocl_cpu_launch_seconds += o.pocl_cpu_launch_seconds;
         self.pocl_cpu_relaunches += o.pocl_cpu_relaunches;
         self.pocl_cpu_relaunch_seconds += o.pocl_cpu_relaunch_seconds;
@@ -320,6 +406,10 @@ struct FileAcc {
     /// Kernel name -> the key of the latest build that has it: first launches whose
     /// program clshim did not see.
     by_kernel: HashMap<String, usize>,
+    /// Compiled objects, libraries and programs from binaries, by id: what a link's
+    /// inputs were. One entry per such program (like `by_id`), never per record; an
+    /// entry's pending sums go to the first link that names it.
+    objects: HashMap<Id, Object>,
     slots: HashMap<(usize, usize), Slot>,
     counts: Vec<Counts>,
     ranks: Vec<RankAcc>,
@@ -332,6 +422,15 @@ struct FileAcc {
     /// the file's policy.
     pocl_query_all: f64,
     pocl_query_forward: f64,
+}
+
+/// Adds a build's options (trimmed; empty ones are not shown).
+fn add_options(set: &mut BTreeSet<String>, o: Option<&str>) {
+    if let Some(o) = o.map(str::trim).filter(|o| !o.is_empty()) {
+        if !set.contains(o) {
+            set.insert(o.to_string());
+        }
+    }
 }
 
 fn sorted_kernels(k: &[traces::Text]) -> Vec<String> {
@@ -377,34 +476,64 @@ impl FileAcc {
         }
         self.threads.insert((li, r.tid()));
         let mut source = None;
+        let mut origin = None;
+        let mut claimed = None;
         let ki = match r.event {
+            Event::Compile if r.program.is_some() => {
+                // Its kernels are known once a link takes it: wait for that link.
+                self.add_build_time(li, &r);
+                let obj = self.object(r.program.clone().unwrap(), Made::Compiled);
+                obj.hash = r.hash().map(str::to_string);
+                let p = obj.pending.get_or_insert_with(|| Pending {
+                    writer: li,
+                    ..Pending::default()
+                });
+                p.seconds += r.seconds;
+                p.compiles += 1;
+                p.failed += usize::from(r.failed());
+                add_options(&mut p.options, r.options.as_deref());
+                return;
+            }
             Event::Build | Event::Compile => {
                 source = r.hash().map(str::to_string);
                 let hash = if self.by_source { source.clone() } else { None };
                 self.intern(ProgramKey {
                     hash,
                     kernels: sorted_kernels(r.kernels()),
+                    unnamed: None,
                 })
             }
             Event::Link => {
-                let inputs: Option<Vec<&str>> = r
-                    .inputs
-                    .iter()
-                    .flatten()
-                    .map(|i| {
-                        i.as_ref()
-                            .and_then(|i| self.by_id.get(i))
-                            .and_then(|&k| self.keys[k].hash.as_deref())
-                    })
-                    .collect();
-                let hash = inputs
-                    .filter(|v| !v.is_empty())
-                    .map(|v| format!("link({})", v.join("+")));
+                let (hash, what, pending) = self.claim_inputs(&r, li);
+                let library = r
+                    .options
+                    .as_deref()
+                    .is_some_and(|o| o.split_whitespace().any(|w| w == "-create-library"));
+                if let (true, false, Some(id)) = (library, r.failed(), r.program.clone()) {
+                    // A library waits, with its inputs' time, for the link that takes it.
+                    self.add_build_time(li, &r);
+                    let mut p = pending;
+                    p.seconds += r.seconds;
+                    p.links += 1;
+                    add_options(&mut p.options, r.options.as_deref());
+                    let obj = self.object(id, Made::Library);
+                    obj.hash = hash;
+                    match &mut obj.pending {
+                        Some(q) => q.add(p),
+                        None => obj.pending = Some(p),
+                    }
+                    return;
+                }
                 source = hash.clone();
+                origin = Some(what);
+                claimed = Some(pending);
+                let kernels = sorted_kernels(r.kernels());
+                let unnamed = kernels.is_empty().then_some(LINKED_NO_KERNELS);
                 let hash = if self.by_source { hash } else { None };
                 self.intern(ProgramKey {
                     hash,
-                    kernels: sorted_kernels(r.kernels()),
+                    kernels,
+                    unnamed,
                 })
             }
             Event::BinaryQuery => match r.program.as_ref().and_then(|p| self.by_id.get(p)) {
@@ -416,7 +545,8 @@ impl FileAcc {
                 // A program made from a binary: its queries join to "unknown program".
                 if let Some(p) = r.program.clone() {
                     let k = self.intern(ProgramKey::unknown());
-                    self.by_id.insert(p, k);
+                    self.by_id.insert(p.clone(), k);
+                    self.object(p, Made::Binary).hash = r.hash().map(str::to_string);
                 }
                 return;
             }
@@ -433,8 +563,22 @@ impl FileAcc {
         }
         let counts = &mut self.counts[ki];
         if let Some(h) = source {
+            self.slots.entry((ki, li)).or_default().saw_source(&h);
             counts.sources.insert(h);
         }
+        if let Some(o) = origin {
+            counts.origins.insert(o);
+        }
+        if let Some(p) = claimed.filter(|p| p.compiles + p.links > 0) {
+            counts.compiles += p.compiles;
+            counts.links += p.links;
+            counts.failed += p.failed;
+            counts.options.extend(p.options);
+            let slot = self.slots.entry((ki, p.writer)).or_default();
+            slot.build += p.seconds;
+            slot.built = true;
+        }
+        let counts = &mut self.counts[ki];
         if r.failed() {
             counts.failed += 1;
         }
@@ -454,11 +598,7 @@ impl FileAcc {
                     Event::Compile => counts.compiles += 1,
                     _ => counts.links += 1,
                 }
-                if let Some(o) = r.options.as_deref() {
-                    if !o.trim().is_empty() && !counts.options.contains(o.trim()) {
-                        counts.options.insert(o.trim().to_string());
-                    }
-                }
+                add_options(&mut counts.options, r.options.as_deref());
             }
             Event::BinaryQuery => {
                 slot.query += r.seconds;
@@ -477,6 +617,12 @@ impl FileAcc {
                     if r.action.as_deref() == Some("forward") {
                         self.pocl_query_forward += r.seconds;
                     }
+                }
+                if r.forwarded_on_selected_pocl_cpu() {
+                    counts.forwarded_seconds += r.seconds;
+                    counts.forwarded_queries += 1;
+                    t.pocl_cpu_forwarded_query_seconds += r.seconds;
+                    t.pocl_cpu_forwarded_queries += 1;
                 }
             }
             _ => {
@@ -507,6 +653,125 @@ impl FileAcc {
         }
     }
 
+    /// Build time in the writer's rank row and the totals, whichever row it ends in.
+    fn add_build_time(&mut self, li: usize, r: &Record) {
+        let row = &mut self.ranks[li];
+        row.builds += 1;
+        row.build_seconds += r.seconds;
+        self.totals.builds += 1;
+        self.totals.build_seconds += r.seconds;
+    }
+
+    fn object(&mut self, id: Id, made: Made) -> &mut Object {
+        let o = self.objects.entry(id).or_insert(Object {
+            made,
+            hash: None,
+            pending: None,
+        });
+        o.made = made;
+        o
+    }
+
+    /// A link's inputs: the link of their hashes (None unless every input has one),
+    /// what they were (`link of 2 compiled`), and the build time they were waiting
+    /// with. An input shared by several links is claimed by the first of them: its
+    /// compile is counted once, in the first program it was linked into.
+    fn claim_inputs(&mut self, r: &Record, li: usize) -> (Option<String>, String, Pending) {
+        let mut hashes = Vec::new();
+        let mut all_hashed = true;
+        let (mut compiled, mut libraries, mut binaries, mut unrecorded) = (0, 0, 0, 0);
+        let mut pending = Pending {
+            writer: li,
+            ..Pending::default()
+        };
+        for id in r.inputs.iter().flatten() {
+            let obj = id.as_ref().and_then(|i| self.objects.get_mut(i));
+            let hash = match obj {
+                Some(o) => {
+                    match o.made {
+                        Made::Compiled => compiled += 1,
+                        Made::Library => libraries += 1,
+                        Made::Binary => binaries += 1,
+                    }
+                    if let Some(p) = o.pending.take() {
+                        pending.add(p);
+                    }
+                    o.hash.clone()
+                }
+                None => {
+                    unrecorded += 1;
+                    // A program built from source, as a link input (drivers refuse it).
+                    id.as_ref()
+                        .and_then(|i| self.by_id.get(i))
+                        .and_then(|&k| self.keys[k].hash.clone())
+                }
+            };
+            match hash {
+                Some(h) => hashes.push(h),
+                None => all_hashed = false,
+            }
+        }
+        let hash =
+            (all_hashed && !hashes.is_empty()).then(|| format!("link({})", hashes.join("+")));
+        let parts: Vec<String> = [
+            (compiled, "compiled"),
+            (libraries, "library"),
+            (binaries, "from binary"),
+            (unrecorded, "unrecorded"),
+        ]
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, w)| {
+            if w == "library" && n > 1 {
+                format!("{n} libraries")
+            } else {
+                format!("{n} {w}")
+            }
+        })
+        .collect();
+        let what = if parts.is_empty() {
+            "link of no recorded input".to_string()
+        } else {
+            format!("link of {}", parts.join(" + "))
+        };
+        (hash, what, pending)
+    }
+
+    /// At the end of a file: compiled objects and libraries no recorded link took get
+    /// rows of their own, so their time is shown and named.
+    fn finish(&mut self) {
+        let mut left: Vec<(Option<String>, Made, Pending)> = self
+            .objects
+            .values_mut()
+            .filter_map(|o| o.pending.take().map(|p| (o.hash.clone(), o.made, p)))
+            .collect();
+        left.sort_by(|a, b| a.0.cmp(&b.0));
+        for (hash, made, p) in left {
+            let unnamed = if made == Made::Library {
+                LIBRARY_NEVER_LINKED
+            } else {
+                NEVER_LINKED
+            };
+            let ki = self.intern(ProgramKey {
+                hash: if self.by_source { hash.clone() } else { None },
+                kernels: Vec::new(),
+                unnamed: Some(unnamed),
+            });
+            let c = &mut self.counts[ki];
+            c.compiles += p.compiles;
+            c.links += p.links;
+            c.failed += p.failed;
+            c.options.extend(p.options);
+            let slot = self.slots.entry((ki, p.writer)).or_default();
+            slot.build += p.seconds;
+            slot.built = true;
+            if let Some(h) = hash {
+                slot.saw_source(&h);
+                c.sources.insert(h);
+            }
+        }
+    }
+
     /// A first launch belongs to its program's latest build; when clshim did not see
     /// that build (no `program`, or a program made from a binary), to the latest build
     /// with a kernel of that name; else to a row named by the kernel alone.
@@ -523,6 +788,7 @@ impl FileAcc {
                 None => self.intern(ProgramKey {
                     hash: None,
                     kernels: vec![name.to_string()],
+                    unnamed: None,
                 }),
             },
             None => self.intern(unknown),
@@ -587,7 +853,8 @@ impl Aggregate {
     }
 
     /// Folds one file in. `file` is its index in the directory's sorted list.
-    fn add_file(&mut self, file: usize, path: &Path, acc: FileAcc, identity: Identity) {
+    fn add_file(&mut self, file: usize, path: &Path, mut acc: FileAcc, identity: Identity) {
+        acc.finish();
         let host = acc
             .header_host
             .clone()
@@ -607,6 +874,12 @@ impl Aggregate {
             Some(_) => 0.0,
             None => acc.pocl_query_forward,
         };
+        // Under `pass` (or an unknown policy) forwarding is what was asked for.
+        let acting = !matches!(acc.policy.as_deref(), Some("pass") | None);
+        if !acting {
+            totals.pocl_cpu_forwarded_query_seconds = 0.0;
+            totals.pocl_cpu_forwarded_queries = 0;
+        }
         self.totals.add(totals);
         let keys: Vec<RankKey> = (0..acc.locals.list.len())
             .map(|i| acc.locals.rank_key(i, &host))
@@ -646,6 +919,10 @@ impl Aggregate {
                 continue; // interned for a binary load only
             }
             let mut c = std::mem::take(&mut counts[ki]);
+            if !acting {
+                c.forwarded_seconds = 0.0;
+                c.forwarded_queries = 0;
+            }
             if let Some(p) = &acc.policy {
                 c.policies.insert(p.clone());
             }
@@ -829,10 +1106,43 @@ pub struct ProgramRow {
     pub policies: BTreeSet<String>,
     pub actions: BTreeSet<String>,
     pub options: BTreeSet<String>,
+    /// What the row's linked programs were made from (`link of 2 compiled`).
+    pub origins: BTreeSet<String>,
     /// Source hashes seen for the row (more than one when rows group by kernel names and
     /// ranks built different sources, as pyopencl < 2024.2.3 does: it makes every cold
     /// build's source unique).
     pub sources: BTreeSet<String>,
+    /// Distinct sources the ranks that built the row first built it from: above 1, the
+    /// ranks compiled different variants of the same kernels and shared no build.
+    pub rank_variants: usize,
+    /// Binary queries (and their seconds) forwarded to a selected pocl CPU device under a
+    /// policy other than `pass`.
+    pub forwarded_queries: usize,
+    pub forwarded_seconds: f64,
+}
+
+impl ProgramRow {
+    /// What kind of program the row is, for the forwarded-query hint.
+    pub fn kind(&self) -> ProgramKind {
+        if !self.origins.is_empty() || self.links > 0 {
+            ProgramKind::Linked
+        } else if self.builds + self.compiles == 0 {
+            ProgramKind::Unseen
+        } else {
+            ProgramKind::Built
+        }
+    }
+}
+
+/// Kinds of programs whose binary queries clshim may forward under `substitute`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ProgramKind {
+    /// Linked from compiled objects or libraries.
+    Linked,
+    /// Made from a binary, or built where clshim did not see it.
+    Unseen,
+    /// Built from source that clshim saw.
+    Built,
 }
 
 impl ProgramRow {
@@ -887,6 +1197,31 @@ impl QueryHint {
     }
 }
 
+/// The forwarded-query hint: under a policy meant to answer binary queries, some on
+/// selected pocl CPU devices were still forwarded (pocl compiled a second time).
+#[derive(Debug)]
+pub struct ForwardedHint {
+    /// The policies of the processes concerned.
+    pub policies: BTreeSet<String>,
+    pub queries: usize,
+    pub seconds: f64,
+    /// Build plus binary-query seconds.
+    pub total_seconds: f64,
+    /// Per kind: its seconds and the names of its slowest programs (at most
+    /// [`FORWARDED_HINT_PROGRAMS`]) with how many more there are.
+    pub kinds: Vec<(ProgramKind, f64, Vec<usize>, usize)>,
+}
+
+impl ForwardedHint {
+    pub fn share(&self) -> f64 {
+        if self.total_seconds > 0.0 {
+            self.seconds / self.total_seconds
+        } else {
+            0.0
+        }
+    }
+}
+
 /// The first-launch hint: pocl compiles a size-specialised kernel at first launch.
 #[derive(Debug)]
 pub struct LaunchHint {
@@ -922,6 +1257,7 @@ pub struct Report {
     pub median_rank_seconds: f64,
     pub totals: Totals,
     pub hint: Option<QueryHint>,
+    pub forwarded_hint: Option<ForwardedHint>,
     pub launch_hint: Option<LaunchHint>,
 }
 
@@ -960,7 +1296,11 @@ impl Aggregate {
                 let slots: Vec<&Slot> = a.per_rank.values().collect();
                 let stat = |f: fn(&Slot) -> f64| Stats::of(slots.iter().map(|s| f(s)).collect());
                 let c = &a.counts;
+                let firsts: BTreeSet<u64> = slots.iter().filter_map(|s| s.first_source).collect();
                 ProgramRow {
+                    rank_variants: firsts.len(),
+                    forwarded_queries: c.forwarded_queries,
+                    forwarded_seconds: c.forwarded_seconds,
                     key: key.clone(),
                     ranks: slots.iter().filter(|s| s.built).count(),
                     builds: c.builds,
@@ -975,6 +1315,7 @@ impl Aggregate {
                     policies: c.policies.clone(),
                     actions: c.actions.clone(),
                     options: c.options.clone(),
+                    origins: c.origins.clone(),
                     sources: c.sources.clone(),
                 }
             })
@@ -1020,6 +1361,9 @@ impl Aggregate {
                 pocl_cpu_query_seconds: t.pocl_cpu_pass_query_seconds,
                 total_seconds: build_query,
             });
+        let forwarded_hint = (build_query > 0.0
+            && t.pocl_cpu_forwarded_query_seconds / build_query > FORWARDED_HINT_SHARE)
+            .then(|| forwarded_hint(&programs, &t, build_query));
         let all = build_query + t.launch_seconds;
         let launch_hint = (all > 0.0 && t.pocl_cpu_launch_seconds / all > LAUNCH_HINT_SHARE)
             .then_some(LaunchHint {
@@ -1046,8 +1390,45 @@ impl Aggregate {
             median_rank_seconds: med,
             totals: t,
             hint,
+            forwarded_hint,
             launch_hint,
         }
+    }
+}
+
+/// The forwarded queries by kind of program, slowest kind first; programs are named by
+/// their index in `programs`.
+fn forwarded_hint(programs: &[ProgramRow], t: &Totals, total_seconds: f64) -> ForwardedHint {
+    let mut by_kind: BTreeMap<ProgramKind, (f64, Vec<usize>)> = BTreeMap::new();
+    let mut policies = BTreeSet::new();
+    for (i, p) in programs.iter().enumerate() {
+        if p.forwarded_queries > 0 {
+            let e = by_kind.entry(p.kind()).or_default();
+            e.0 += p.forwarded_seconds;
+            e.1.push(i);
+            policies.extend(p.policies.iter().filter(|p| *p != "pass").cloned());
+        }
+    }
+    let mut kinds: Vec<(ProgramKind, f64, Vec<usize>, usize)> = by_kind
+        .into_iter()
+        .map(|(k, (secs, mut rows))| {
+            rows.sort_by(|&a, &b| {
+                programs[b]
+                    .forwarded_seconds
+                    .total_cmp(&programs[a].forwarded_seconds)
+            });
+            let more = rows.len().saturating_sub(FORWARDED_HINT_PROGRAMS);
+            rows.truncate(FORWARDED_HINT_PROGRAMS);
+            (k, secs, rows, more)
+        })
+        .collect();
+    kinds.sort_by(|a, b| b.1.total_cmp(&a.1));
+    ForwardedHint {
+        policies,
+        queries: t.pocl_cpu_forwarded_queries,
+        seconds: t.pocl_cpu_forwarded_query_seconds,
+        total_seconds,
+        kinds,
     }
 }
 

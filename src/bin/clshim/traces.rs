@@ -58,6 +58,9 @@ pub struct Device<'a> {
     pub kind: Option<Text<'a>>,
     #[serde(default, borrow)]
     pub platform: Option<Text<'a>>,
+    /// Whether `CLSHIM_DEVICES` selected the device (the binary policy acts on it).
+    #[serde(default)]
+    pub matched: Option<bool>,
 }
 
 impl Device<'_> {
@@ -180,8 +183,9 @@ pub struct Record<'a> {
     pub call: Option<Text<'a>>,
     #[serde(default, borrow)]
     pub result_name: Option<Text<'a>>,
+    /// A binary query's entry is null for a device that could not be queried.
     #[serde(default, borrow)]
-    pub devices: Option<Vec<Device<'a>>>,
+    pub devices: Option<Vec<Option<Device<'a>>>>,
     #[serde(default, borrow)]
     pub options: Option<Text<'a>>,
     #[serde(default, borrow)]
@@ -194,6 +198,9 @@ pub struct Record<'a> {
     pub param: Option<Text<'a>>,
     #[serde(default, borrow)]
     pub action: Option<Text<'a>>,
+    /// A binary query's action per device, in `devices` order.
+    #[serde(default, borrow)]
+    pub actions: Option<Vec<Text<'a>>>,
     // first_launch
     #[serde(default, borrow)]
     pub kernel: Option<Text<'a>>,
@@ -232,13 +239,27 @@ impl Record<'_> {
         self.kernels.as_deref().unwrap_or(&[])
     }
 
-    pub fn devices(&self) -> &[Device<'_>] {
-        self.devices.as_deref().unwrap_or(&[])
+    /// The devices that could be queried.
+    pub fn devices(&self) -> impl Iterator<Item = &Device<'_>> {
+        self.devices.iter().flatten().flatten()
+    }
+
+    /// A binary query forwarded to a pocl CPU device that `CLSHIM_DEVICES` selects: pocl
+    /// compiled a second time although the policy could have answered.
+    pub fn forwarded_on_selected_pocl_cpu(&self) -> bool {
+        let devices = self.devices.as_deref().unwrap_or(&[]);
+        let actions = self.actions.as_deref().unwrap_or(&[]);
+        devices.iter().enumerate().any(|(i, d)| {
+            let action = actions.get(i).map(|a| &**a).or(self.action.as_deref());
+            d.as_ref()
+                .is_some_and(|d| d.is_pocl_cpu() && d.matched == Some(true))
+                && action == Some("forward")
+        })
     }
 
     /// Every device the record concerns (`devices`, or a first launch's `device`).
     pub fn any_pocl_cpu(&self) -> bool {
-        self.devices().iter().any(Device::is_pocl_cpu)
+        self.devices().any(Device::is_pocl_cpu)
             || self.device.as_ref().is_some_and(Device::is_pocl_cpu)
     }
 

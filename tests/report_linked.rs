@@ -1,0 +1,70 @@
+//! `clshim report` on a real compile+link client: tests/c/compile_link.c (two
+//! `clCompileProgram`s, one with an embedded header, then `clLinkProgram` and a kernel
+//! run) under `clshim run` on pocl, its trace then reported. The report must name the
+//! linked program by its kernel, put both compiles in its row, say what it was linked
+//! from, and show nothing as "(unknown program)"; the exit summary names compiles and
+//! links apart.
+
+mod common;
+
+use common::{report, s};
+use serde_json::{json, Value};
+use std::process::Command;
+
+#[test]
+fn real_compile_link_client_is_reported_under_its_kernel_name() {
+    let prog = common::build_c("compile_link", &[]);
+    let d = common::scratch("real-link");
+    let traces = d.join("traces");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_clshim"));
+    c.args(["run", "--trace-dir"])
+        .arg(&traces)
+        .arg("--")
+        .arg(&prog);
+    let o = common::run(c, false);
+    let err = common::stderr(&o);
+    assert!(o.status.success(), "{}\n{err}", common::stdout(&o));
+    assert!(
+        common::stdout(&o).contains("linked: 5 15 25 35 45 55 65 75 sum=320"),
+        "{}",
+        common::stdout(&o)
+    );
+    let summary = err
+        .lines()
+        .find(|l| l.starts_with("clshim: pid "))
+        .unwrap_or_else(|| panic!("no summary line: {err}"));
+    assert!(summary.contains(": 2 compiles + 1 link "), "{summary}");
+
+    let o = report(&[s(&traces)]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let out = common::stdout(&o);
+    println!("{out}");
+    assert!(!out.contains("(unknown program)"), "{out}");
+    let row = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("linked "))
+        .unwrap_or_else(|| panic!("no row for kernel 'linked':\n{out}"));
+    assert!(row.contains("link of 2 compiled"), "{row}");
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    // kernels, source (4 words), ranks, builds: 2 compiles + 1 link in one row.
+    assert_eq!(cols[5..7], ["1", "3"], "{row}");
+
+    let v: Value =
+        serde_json::from_str(&common::stdout(&report(&["--json", s(&traces)]))).expect("JSON");
+    let progs = v["programs"].as_array().unwrap();
+    assert_eq!(progs.len(), 1, "every record in one row: {progs:#?}");
+    let p = &progs[0];
+    assert_eq!(p["kernels"], json!(["linked"]));
+    assert_eq!(
+        (p["compiles"].as_u64(), p["links"].as_u64()),
+        (Some(2), Some(1))
+    );
+    assert_eq!(p["linked_from"], json!(["link of 2 compiled"]));
+    assert_eq!(p["options"], json!(["-cl-std=CL1.2"]));
+    let build = p["build_seconds"]["total"].as_f64().unwrap();
+    let all = v["build_seconds"].as_f64().unwrap();
+    assert!(
+        (build - all).abs() < 1e-9,
+        "the row holds all build time: {build} of {all}"
+    );
+}
