@@ -29,6 +29,7 @@ pub mod preload;
 pub mod process;
 pub mod programs;
 pub mod query;
+pub mod recipe;
 pub mod record;
 pub mod runtime;
 pub mod schema;
