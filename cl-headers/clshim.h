@@ -142,12 +142,14 @@ static inline size_t clshim_recipe_node(const unsigned char *p, size_t n, int de
     uint32_t ni = clshim_le32(p + at);
     at += 4;
     if (link != (ni > 0)) return 0;
-    /* -create-library among the link options, as a whole word, exactly for libraries */
+    /* -create-library among the link options, as a whole word (separated by space, tab,
+     * newline, form feed or carriage return), exactly for libraries */
+#define CLSHIM_SPACE(c) ((c) == ' ' || (c) == '\t' || (c) == '\n' || (c) == '\f' || (c) == '\r')
     int library = 0;
     for (size_t i = 0; i < olen;) {
-        while (i < olen && (opts[i] == ' ' || (opts[i] >= 9 && opts[i] <= 13))) i++;
+        while (i < olen && CLSHIM_SPACE(opts[i])) i++;
         size_t w = i;
-        while (i < olen && !(opts[i] == ' ' || (opts[i] >= 9 && opts[i] <= 13))) i++;
+        while (i < olen && !CLSHIM_SPACE(opts[i])) i++;
         if (i - w == 15 && memcmp(opts + w, "-create-library", 15) == 0) library = 1;
     }
     if (link && library != (kind == CLSHIM_RECIPE_LIBRARY)) return 0;
@@ -160,6 +162,7 @@ static inline size_t clshim_recipe_node(const unsigned char *p, size_t n, int de
         at += used;
     }
 #undef CLSHIM_NEED
+#undef CLSHIM_SPACE
     if (out) {
         out->kind = kind;
         out->text_kind = text_kind;

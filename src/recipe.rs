@@ -92,8 +92,9 @@ pub struct Recipe {
     pub inputs: Vec<Arc<Recipe>>,
 }
 
-/// The deepest nesting of linked inputs a recipe may have, and the most nodes and
-/// headers: far beyond real programs, small enough that no input makes decoding costly.
+/// The deepest nesting of linked inputs a recipe may have, and the most parts (nodes and
+/// headers together): far beyond real programs, small enough that no input makes
+/// decoding costly.
 pub const MAX_DEPTH: usize = 8;
 pub const MAX_NODES: usize = 4096;
 pub const MAX_HEADERS: usize = 4096;
@@ -317,6 +318,11 @@ impl Reader<'_> {
         }
         let mut headers = Vec::new();
         for _ in 0..nh {
+            // Headers count as parts too, as cl-headers/clshim.h counts them.
+            self.nodes += 1;
+            if self.nodes > MAX_NODES {
+                return Err(Broken::TooMany);
+            }
             let n = self.u32()? as u64;
             let name = self.take(n)?.to_vec();
             let s = self.u64()?;

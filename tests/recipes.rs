@@ -235,7 +235,7 @@ fn damaged_recipes_refused_whole() {
         ),
         (
             "an executable as a link input",
-            sealed(&node(4, None, "", &[], &[exe.clone()]), fp),
+            sealed(&node(4, None, "", &[], std::slice::from_ref(&exe)), fp),
             "not linkable",
         ),
         (
