@@ -1,6 +1,9 @@
 //! Taking clshim binaries back: `clCreateProgramWithBinary` given the binaries that
-//! `substitute` handed out turns them into a program built from the source they carry,
-//! for every device of the context or not at all; any other binary is the
+//! `substitute` handed out makes the program again from the recipe they carry (a source
+//! or IL program for a build recipe, built at the application's `clBuildProgram` with the
+//! recorded options; a compiled object, library or linked executable compiled and linked
+//! again at once, so that a part that fails is the load's refusal), for every device of
+//! the context or not at all, and never a partial program; any other binary is the
 //! implementation's. The implementation is always asked first with the application's own
 //! arguments, so its argument checks come first and clshim reads no more of the
 //! application's arrays than it did. What a clshim binary carries, and how it is checked,

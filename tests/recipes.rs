@@ -119,6 +119,31 @@ fn linked_executable_round_trip() {
     assert_eq!(builds[0]["kernels"], json!(["linked"]));
 }
 
+/// The chain of the CTS's program_binary_type: an object reloaded, made a library, that
+/// library reloaded and linked, the executable reloaded and built: every binary type and
+/// the results as without clshim, and every binary a recipe (one load per reload).
+#[test]
+fn conformance_chain_round_trip() {
+    let bin = client();
+    let base = plain(Driver::Pocl, &bin, &["chain"], &[]);
+    base.ok()
+        .has_line("reloaded object type=COMPILED_OBJECT")
+        .has_line("reloaded library type=LIBRARY")
+        .has_line("reloaded executable type=EXECUTABLE")
+        .has_line("linked: 5 15 25 35 sum=80");
+    let r = shimmed(Driver::Pocl, &bin, &["chain"], &[policy("substitute")]);
+    r.ok();
+    assert_eq!(r.stdout(), base.stdout());
+    let loads = r.events("binary_load");
+    assert_eq!(loads.len(), 3, "{:#?}", r.records);
+    for l in loads {
+        assert_eq!(l["action"], "substitute", "{l}");
+    }
+    for q in r.events("binary_query") {
+        assert_eq!(q["action"], "substitute", "{q}");
+    }
+}
+
 /// pocl 3.1 as packaged here reports no IL support: the IL path is skipped quietly, the
 /// same with and without clshim (the IL recipe itself is tested on the fake driver, in
 /// policy_load.rs).

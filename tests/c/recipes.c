@@ -6,6 +6,9 @@
  *   recipes object    compile (with an embedded header), reload, link, run
  *   recipes library   compile, link -create-library, reload, link with a kernel, run
  *   recipes linked    compile + link an executable, reload, build, run
+ *   recipes chain     the CTS program_binary_type chain: compile, reload, make a library
+ *                     of the reloaded object, reload it, link it with another object,
+ *                     reload the executable, build it, run both kernels
  *   recipes il        an IL program (skipped, printing "il: unsupported", without IL)
  *   recipes load FILE try to load FILE as a binary; prints the error and binary_status
  * --save=FILE (object, options) writes the first binary taken to FILE. */
@@ -161,6 +164,31 @@ int main(int argc, char **argv) {
         CHECK(clReleaseProgram(r));
         CHECK(clReleaseProgram(exe));
         free(bin);
+    } else if (!strcmp(mode, "chain")) {
+        cl_program b = compile_helper(ctx, dev);
+        print_type(b, dev, "compiled");
+        unsigned char *bin = take_binary(b, &len, NULL);
+        cl_program rb = reload(ctx, dev, bin, len);
+        print_type(rb, dev, "reloaded object");
+        free(bin);
+        cl_program lib = link2(ctx, dev, rb, NULL, "-create-library");
+        print_type(lib, dev, "library of the reloaded object");
+        bin = take_binary(lib, &len, NULL);
+        cl_program rlib = reload(ctx, dev, bin, len);
+        print_type(rlib, dev, "reloaded library");
+        free(bin);
+        cl_program a = compile_kernel(ctx, dev);
+        cl_program exe = link2(ctx, dev, a, rlib, "");
+        print_type(exe, dev, "linked");
+        bin = take_binary(exe, &len, NULL);
+        cl_program rexe = reload(ctx, dev, bin, len);
+        print_type(rexe, dev, "reloaded executable");
+        free(bin);
+        build_or_die(rexe, dev, NULL);
+        print_type(rexe, dev, "built");
+        run_int_kernel(ctx, dev, rexe, "linked", 4, "linked");
+        cl_program all[] = {rexe, exe, a, rlib, lib, rb, b};
+        for (int i = 0; i < 7; i++) CHECK(clReleaseProgram(all[i]));
     } else if (!strcmp(mode, "il")) {
         char il[256] = "";
         size_t n = 0;
