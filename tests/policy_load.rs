@@ -193,6 +193,44 @@ fn fake_il_program_substituted_with_its_il() {
         assert_eq!(rec["actions"], json!(["substitute", "substitute"]), "{rec}");
         assert_eq!(matched(rec), [true, true]);
     }
+    // The binaries carry the IL, and load back (next process) as a program made from
+    // that IL again, built with the recorded options.
+    let d = scratch("policy-il");
+    let save = format!("save:{}", d.arg("il"));
+    shimmed(
+        Driver::Fake,
+        &bin,
+        &["il", "build", "sizes", "binaries", &save],
+        &[TWO, ALL, policy("substitute")],
+    )
+    .ok();
+    let b0 = read(&d.path("il.0"));
+    assert!(
+        contains(&b0, b"FAKE-IL-BYTES"),
+        "the IL travels in the binary"
+    );
+    let read_arg = format!("read:{}", d.arg("il"));
+    let r = shimmed(
+        Driver::Fake,
+        &bin,
+        &[&read_arg, "load", "build"],
+        &[TWO, ALL, policy("substitute")],
+    );
+    r.ok()
+        .has_line("load: CL_SUCCESS status=[CL_SUCCESS, CL_SUCCESS]")
+        .has_line("build: CL_SUCCESS");
+    assert_eq!(r.one("binary_load")["action"], "substitute");
+    assert!(
+        r.driver_calls
+            .iter()
+            .any(|c| c.starts_with("clCreateProgramWithIL")),
+        "{:?}",
+        r.driver_calls
+    );
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 /// Under substitute, a program made from a driver binary (pocl's own, saved by a run
