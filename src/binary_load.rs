@@ -1,6 +1,9 @@
 //! Taking clshim binaries back: `clCreateProgramWithBinary` given the binaries that
-//! `substitute` handed out turns them into a program built from the source they carry,
-//! for every device of the context or not at all; any other binary is the
+//! `substitute` handed out makes the program again from the recipe they carry (a source
+//! or IL program for a build recipe, built at the application's `clBuildProgram` with the
+//! recorded options; a compiled object, library or linked executable compiled and linked
+//! again at once, so that a part that fails is the load's refusal), for every device of
+//! the context or not at all, and never a partial program; any other binary is the
 //! implementation's. The implementation is always asked first with the application's own
 //! arguments, so its argument checks come first and clshim reads no more of the
 //! application's arrays than it did. What a clshim binary carries, and how it is checked,
@@ -10,12 +13,14 @@ use crate::cl::*;
 use crate::container;
 use crate::devices::describe_all;
 use crate::dispatch::{slot, Route};
-use crate::programs::Origin;
+use crate::programs::{Loaded, Origin};
 use crate::query;
+use crate::recipe::{Kind, Recipe, Text};
 use crate::record::Start;
 use crate::runtime::Runtime;
 use crate::schema::{self};
-use std::ffi::c_char;
+use std::ffi::{c_char, c_void, CString};
+use std::sync::Arc;
 
 /// The arguments of a `clCreateProgramWithBinary` call that the implementation accepted
 /// or refused for its binaries alone, copied once clshim has checked them as the OpenCL
@@ -99,13 +104,14 @@ impl LoadArgs {
     }
 }
 
-/// Why a set of binaries holding clshim binaries cannot become a source program.
+/// Why a set of binaries holding clshim binaries cannot be made into a program: each must
+/// be a clshim binary for its device, all carrying the same recipe.
 fn check_clshim_binaries(
     rt: &'static Runtime,
     route: Route,
     args: &LoadArgs,
-) -> (Vec<Result<(), String>>, Option<Vec<u8>>) {
-    let mut source: Option<&[u8]> = None;
+) -> (Vec<Result<(), String>>, Option<Recipe>) {
+    let mut recipe: Option<Recipe> = None;
     let mut verdicts = Vec::with_capacity(args.devices.len());
     for (i, &device) in args.devices.iter().enumerate() {
         let (ptr, len) = (args.binaries[i], args.lengths[i]);
@@ -121,12 +127,12 @@ fn check_clshim_binaries(
                 // decode_raw reads the rest only if the header declares that length.
                 Some(f) => match unsafe { container::decode_raw(ptr, len, f.fingerprint()) } {
                     Err(why) => Err(why.to_string()),
-                    Ok(src) => match source {
-                        Some(s) if s != src => {
-                            Err("a different source than for the other devices".to_string())
+                    Ok(r) => match &recipe {
+                        Some(s) if *s != r => {
+                            Err("a different recipe than for the other devices".to_string())
                         }
                         _ => {
-                            source = Some(src);
+                            recipe = Some(r);
                             Ok(())
                         }
                     },
@@ -136,14 +142,159 @@ fn check_clshim_binaries(
         verdicts.push(verdict);
     }
     let all_ok = verdicts.iter().all(Result::is_ok);
-    (
-        verdicts,
-        if all_ok {
-            source.map(<[u8]>::to_vec)
-        } else {
-            None
-        },
-    )
+    (verdicts, if all_ok { recipe } else { None })
+}
+
+/// Releases programs clshim made while recreating one (never the application's).
+unsafe fn release_all(route: Route, programs: &[cl_program]) {
+    for &p in programs {
+        // SAFETY: each is a live program clshim made and holds the only reference to.
+        unsafe {
+            if let Some(release) = route.entry::<FnReleaseProgram>(p, slot::RELEASE_PROGRAM) {
+                release(p);
+            }
+        }
+    }
+}
+
+/// A NUL-terminated copy of options (the recipe's rules exclude NUL bytes).
+fn c_options(options: &Option<Vec<u8>>) -> CString {
+    CString::new(options.clone().unwrap_or_default()).unwrap_or_default()
+}
+
+/// Makes a program from a recipe's text (source or IL), not yet built.
+unsafe fn from_text(route: Route, context: cl_context, text: &Text) -> Result<cl_program, String> {
+    // SAFETY: `context` is the application's valid context (the implementation accepted
+    // it); the text is clshim's own buffer, never empty (Recipe::check).
+    unsafe {
+        let mut err = CL_INVALID_OPERATION;
+        let program = match text {
+            Text::Source(src) => {
+                let create: FnCreateProgramWithSource = route
+                    .entry(context, slot::CREATE_PROGRAM_WITH_SOURCE)
+                    .ok_or("no clCreateProgramWithSource")?;
+                let ptr = src.as_ptr() as *const c_char;
+                let len = src.len();
+                create(context, 1, &ptr, &len, &mut err)
+            }
+            Text::Il(il) => {
+                let create: FnCreateProgramWithIL = route
+                    .entry(context, slot::CREATE_PROGRAM_WITH_IL)
+                    .ok_or("the implementation has no clCreateProgramWithIL")?;
+                create(context, il.as_ptr() as *const c_void, il.len(), &mut err)
+            }
+            Text::None => return Err("no text".into()),
+        };
+        if program.is_null() {
+            return Err(format!("making the program failed ({})", status_name(err)));
+        }
+        Ok(program)
+    }
+}
+
+/// Makes the program a recipe describes again, for `devices` of `context`: a build
+/// recipe becomes a program from its text (built later, by the application's
+/// `clBuildProgram`, with the recorded options); a compiled object is compiled again with
+/// its headers and options; a link compiles and links its inputs again. Every program
+/// made on the way that is not the result is released; on failure nothing is left.
+unsafe fn recreate(
+    route: Route,
+    context: cl_context,
+    devices: &[cl_device_id],
+    recipe: &Recipe,
+) -> Result<cl_program, String> {
+    // SAFETY: `context` and `devices` are the application's, accepted by the
+    // implementation; every program passed below is one clshim just made.
+    unsafe {
+        let n = devices.len() as cl_uint;
+        let options = c_options(&recipe.options);
+        match recipe.kind {
+            Kind::Built => from_text(route, context, &recipe.text),
+            Kind::Compiled => {
+                let program = from_text(route, context, &recipe.text)?;
+                let mut headers = Vec::new();
+                for h in &recipe.headers {
+                    match from_text(route, context, &Text::Source(h.source.clone())) {
+                        Ok(p) => headers.push(p),
+                        Err(e) => {
+                            release_all(route, &headers);
+                            release_all(route, &[program]);
+                            return Err(format!("header: {e}"));
+                        }
+                    }
+                }
+                let names: Vec<CString> = recipe
+                    .headers
+                    .iter()
+                    .map(|h| CString::new(h.name.clone()).unwrap_or_default())
+                    .collect();
+                let name_ptrs: Vec<*const c_char> = names.iter().map(|c| c.as_ptr()).collect();
+                let ret = match route.entry::<FnCompileProgram>(program, slot::COMPILE_PROGRAM) {
+                    Some(compile) => compile(
+                        program,
+                        n,
+                        devices.as_ptr(),
+                        options.as_ptr(),
+                        headers.len() as cl_uint,
+                        if headers.is_empty() {
+                            std::ptr::null()
+                        } else {
+                            headers.as_ptr()
+                        },
+                        if headers.is_empty() {
+                            std::ptr::null()
+                        } else {
+                            name_ptrs.as_ptr()
+                        },
+                        None,
+                        std::ptr::null_mut(),
+                    ),
+                    None => CL_INVALID_OPERATION,
+                };
+                release_all(route, &headers);
+                if ret != CL_SUCCESS {
+                    release_all(route, &[program]);
+                    return Err(format!("compiling it again failed ({})", status_name(ret)));
+                }
+                Ok(program)
+            }
+            Kind::Library | Kind::Linked => {
+                let mut inputs = Vec::new();
+                for i in &recipe.inputs {
+                    match recreate(route, context, devices, i) {
+                        Ok(p) => inputs.push(p),
+                        Err(e) => {
+                            release_all(route, &inputs);
+                            return Err(e);
+                        }
+                    }
+                }
+                let mut err = CL_INVALID_OPERATION;
+                let program = match route.entry::<FnLinkProgram>(context, slot::LINK_PROGRAM) {
+                    Some(link) => link(
+                        context,
+                        n,
+                        devices.as_ptr(),
+                        options.as_ptr(),
+                        inputs.len() as cl_uint,
+                        inputs.as_ptr(),
+                        None,
+                        std::ptr::null_mut(),
+                        &mut err,
+                    ),
+                    None => std::ptr::null_mut(),
+                };
+                release_all(route, &inputs);
+                if program.is_null() || err != CL_SUCCESS {
+                    if !program.is_null() {
+                        release_all(route, &[program]);
+                    }
+                    return Err(format!("linking it again failed ({})", status_name(err)));
+                }
+                Ok(program)
+            }
+        }
+    }
 }
 
 /// `clCreateProgramWithBinary`: clshim binaries become a program built from their source;
@@ -223,8 +374,8 @@ pub unsafe fn create_with_binary(
             Some(a) if clshim => a,
             other => return forward(other.as_ref()),
         };
-        let (mut verdicts, mut source) = check_clshim_binaries(rt, route, &args);
-        if source.is_some() && args.devices.len() != args.context_devices.len() {
+        let (mut verdicts, mut recipe) = check_clshim_binaries(rt, route, &args);
+        if recipe.is_some() && args.devices.len() != args.context_devices.len() {
             // A program made from source belongs to every device of the context, a program made
             // from binaries only to the devices they were given for: refuse a subset rather
             // than hand the application a program with devices it did not ask for.
@@ -235,7 +386,7 @@ pub unsafe fn create_with_binary(
                 args.context_devices.len()
             );
             verdicts.iter_mut().for_each(|v| *v = Err(why.clone()));
-            source = None;
+            recipe = None;
         }
         let lengths_json = args.lengths.clone();
         // The implementation's program, if it took the clshim binaries as its own, gives way
@@ -247,7 +398,23 @@ pub unsafe fn create_with_binary(
                 release(driver_program);
             }
         }
-        let Some(source) = source else {
+        // The recipe is made again now, so that a refusal (a part the implementation no
+        // longer compiles) is the load's CL_INVALID_BINARY, never a partial program.
+        let made = recipe.map(|r| {
+            let made = recreate(route, context, &args.devices, &r);
+            (r, made)
+        });
+        let made = match made {
+            Some((r, Err(why))) => {
+                verdicts
+                    .iter_mut()
+                    .for_each(|v| *v = Err(format!("{} recipe: {why}", r.kind.name())));
+                None
+            }
+            Some((r, Ok(p))) => Some((r, p)),
+            None => None,
+        };
+        let Some((recipe, program)) = made else {
             let reason = verdicts
                 .iter()
                 .enumerate()
@@ -290,20 +457,8 @@ pub unsafe fn create_with_binary(
             });
             return std::ptr::null_mut();
         };
-        let mut err = CL_INVALID_OPERATION;
-        let mut program = std::ptr::null_mut();
-        if let Some(create) =
-            route.entry::<FnCreateProgramWithSource>(context, slot::CREATE_PROGRAM_WITH_SOURCE)
-        {
-            // The source is never empty (container::decode), so the length is never 0, which
-            // would mean "NUL-terminated" to the implementation.
-            let text = source.as_ptr() as *const c_char;
-            let len = source.len();
-            program = create(context, 1, &text, &len, &mut err);
-        }
-        let status = if program.is_null() { err } else { CL_SUCCESS };
-        write_statuses(binary_status, &vec![status; args.devices.len()]);
-        set_errcode(errcode_ret, err);
+        write_statuses(binary_status, &vec![CL_SUCCESS; args.devices.len()]);
+        set_errcode(errcode_ret, CL_SUCCESS);
         let seconds = start.elapsed().as_secs_f64();
         crate::guard::catch(|| {
             record_load(
@@ -312,14 +467,51 @@ pub unsafe fn create_with_binary(
                 &args.devices,
                 start,
                 seconds,
-                err,
+                CL_SUCCESS,
                 "substitute",
                 None,
                 lengths_json,
-                Some((program, Origin::ClshimBinary, &[&source[..]])),
+                Some((program, Origin::ClshimBinary, &[&made_from(&recipe)])),
             );
+            remember(rt, program, recipe);
         });
         program
+    }
+}
+
+/// What a recreated program is recorded as made from: the text of a build or compile
+/// recipe (so that its hash matches the program the binary was taken from), the whole
+/// recipe's encoding for a link.
+fn made_from(recipe: &Recipe) -> Vec<u8> {
+    match recipe.kind {
+        Kind::Built | Kind::Compiled => recipe.text.bytes().to_vec(),
+        Kind::Library | Kind::Linked => {
+            let mut b = Vec::new();
+            recipe.encode_into(&mut b);
+            b
+        }
+    }
+}
+
+/// What the registry keeps of a recreated program: its recipe (so that its own binary
+/// query can carry it again) and, for a build recipe, the options its build must use and
+/// that it stands for an executable.
+fn remember(rt: &'static Runtime, program: cl_program, recipe: Recipe) {
+    if matches!(recipe.kind, Kind::Built | Kind::Linked) {
+        rt.programs.set_loaded(
+            program,
+            Loaded {
+                options: recipe
+                    .options
+                    .clone()
+                    .filter(|_| recipe.kind == Kind::Built),
+                executable: recipe.kind == Kind::Built,
+                linked: recipe.kind == Kind::Linked,
+            },
+        );
+    }
+    if recipe.options.is_some() {
+        rt.programs.set_recipe(program, Arc::new(recipe));
     }
 }
 

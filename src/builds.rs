@@ -16,12 +16,14 @@
 //! callback saw).
 
 use crate::cl::*;
+use crate::config::BinaryPolicy;
 use crate::devices::DeviceFacts;
 use crate::dispatch::Route;
 use crate::guard::{catch, outside};
 use crate::lock::Lock;
 use crate::programs::{Origin, ProgramInfo};
 use crate::query;
+use crate::recipe::{Header, Kind, Recipe, Text};
 use crate::record::Start;
 use crate::runtime::Runtime;
 use crate::schema::{self, Event};
@@ -36,6 +38,12 @@ struct RawArgs {
     options: *const c_char,
     num_inputs: cl_uint,
     inputs: *const cl_program,
+    /// Compile: the headers and their include names.
+    headers: *const cl_program,
+    header_names: *const *const c_char,
+    /// Build of a recreated program: the application's own options, replaced by
+    /// `options` (the recorded ones).
+    given_options: Option<*const c_char>,
 }
 
 /// What clshim copied of the application's arguments, once it could.
@@ -46,6 +54,12 @@ struct Copied {
     options: Option<String>,
     /// Link: the input programs' ids.
     inputs: Vec<u64>,
+    /// Under `substitute`: what the program's recipe needs from the call's arguments
+    /// (compile: the headers; link: the inputs' recipes); None where a part is missing.
+    headers: Option<Vec<Header>>,
+    input_recipes: Option<Vec<Arc<Recipe>>>,
+    /// The application's options when they were replaced (the outer Option: replaced).
+    given: Option<Option<String>>,
 }
 
 /// Whether a call that returned `ret` was accepted by the implementation, so that every
@@ -118,6 +132,9 @@ impl Pending {
                 options,
                 num_inputs: 0,
                 inputs: std::ptr::null(),
+                headers: std::ptr::null(),
+                header_names: std::ptr::null(),
+                given_options: None,
             },
             copied: None,
             is_async,
@@ -132,10 +149,140 @@ impl Pending {
         self
     }
 
-    /// A compile's number of input headers.
-    pub fn with_headers(mut self, headers: cl_uint) -> Pending {
-        self.headers = Some(headers);
+    /// A compile's input headers and their include names (read only once the compile is
+    /// accepted, and only under `substitute`, for the program's recipe).
+    pub fn with_headers(
+        mut self,
+        count: cl_uint,
+        headers: *const cl_program,
+        names: *const *const c_char,
+    ) -> Pending {
+        self.headers = Some(count);
+        self.raw.headers = headers;
+        self.raw.header_names = names;
         self
+    }
+
+    /// A build whose options clshim replaced: `given` is the application's string.
+    pub fn with_replaced_options(mut self, given: *const c_char) -> Pending {
+        self.raw.given_options = Some(given);
+        self
+    }
+
+    /// The parts of a recipe that only the call's arguments show: a compile's headers
+    /// (their include names and, asked of each header program, their source), a link's
+    /// input recipes. None when any part cannot be had.
+    ///
+    /// # Safety
+    /// The call was accepted and has not returned (its arrays are valid for their counts).
+    unsafe fn recipe_parts(&self, c: &mut Copied) {
+        // SAFETY: this function's contract.
+        unsafe {
+            let raw = &self.raw;
+            match self.kind {
+                Event::Compile => {
+                    let n = self.headers.unwrap_or(0) as usize;
+                    let mut out = Vec::with_capacity(n);
+                    if n > 0 && (raw.headers.is_null() || raw.header_names.is_null()) {
+                        return;
+                    }
+                    for i in 0..n {
+                        let h = *raw.headers.add(i);
+                        let name = query::c_str(*raw.header_names.add(i));
+                        let source = query::source(self.route, h).filter(|s| !s.is_empty());
+                        match (name, source) {
+                            (Some(name), Some(source)) if !name.is_empty() => out.push(Header {
+                                name: name.into_bytes(),
+                                source,
+                            }),
+                            _ => return,
+                        }
+                    }
+                    c.headers = Some(out);
+                }
+                Event::Link => {
+                    if raw.num_inputs == 0 || raw.inputs.is_null() {
+                        return;
+                    }
+                    let mut out = Vec::new();
+                    for &p in std::slice::from_raw_parts(raw.inputs, raw.num_inputs as usize) {
+                        match self.rt.programs.recipe(p) {
+                            Some(r) if matches!(r.kind, Kind::Compiled | Kind::Library) => {
+                                out.push(r)
+                            }
+                            _ => return,
+                        }
+                    }
+                    c.input_recipes = Some(out);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Keeps the recipe of `program`, which this call just made successfully (under
+    /// `substitute` only: no other policy writes clshim binaries).
+    ///
+    /// # Safety
+    /// `program` is live.
+    unsafe fn keep_recipe(&self, program: cl_program, origin: Option<Origin>) {
+        // SAFETY: this function's contract.
+        unsafe {
+            let Some(c) = self.copied.as_ref() else {
+                return;
+            };
+            let options = c.options.clone().unwrap_or_default().into_bytes();
+            // Source first; a program made from IL (or recreated from one) has none.
+            let il = || {
+                query::il(self.route, program)
+                    .filter(|t| !t.is_empty())
+                    .map(Text::Il)
+            };
+            let text = || {
+                if origin == Some(Origin::Il) {
+                    return il();
+                }
+                query::source(self.route, program)
+                    .filter(|t| !t.is_empty())
+                    .map(Text::Source)
+                    .or_else(il)
+            };
+            let recipe = match self.kind {
+                Event::Build => text().map(|t| Recipe::built(t, options)),
+                Event::Compile => match (text(), &c.headers) {
+                    (Some(t), Some(h)) => Some(Recipe {
+                        kind: Kind::Compiled,
+                        options: Some(options),
+                        text: t,
+                        headers: h.clone(),
+                        inputs: Vec::new(),
+                    }),
+                    _ => None,
+                },
+                _ => c.input_recipes.as_ref().map(|inputs| Recipe {
+                    kind: if Recipe::is_library_link(&options) {
+                        Kind::Library
+                    } else {
+                        Kind::Linked
+                    },
+                    options: Some(options),
+                    text: Text::None,
+                    headers: Vec::new(),
+                    inputs: inputs.clone(),
+                }),
+            };
+            match recipe.filter(|r| r.check().is_ok()) {
+                Some(r) => {
+                    self.rt.programs.set_recipe(program, Arc::new(r));
+                }
+                None => {
+                    // A recompiled program keeps no stale recipe from before.
+                    if self.kind != Event::Link {
+                        self.rt.programs.drop_recipe(program);
+                    }
+                }
+            }
+        }
     }
 
     /// Copies the application's arguments, as far as a call that ended with `ret` shows
@@ -167,6 +314,12 @@ impl Pending {
             }
             if options_read(ret) {
                 c.options = query::c_str(raw.options);
+                if let Some(given) = raw.given_options {
+                    c.given = Some(query::c_str(given));
+                }
+            }
+            if accepted(ret) && self.rt.config.binaries == BinaryPolicy::Substitute {
+                self.recipe_parts(&mut c);
             }
             self.copied = Some(c);
         }
@@ -215,6 +368,9 @@ impl Pending {
                 Some(r) => r == CL_SUCCESS,
                 None => built == Some(true),
             };
+            if succeeded && usable && rt.config.binaries == BinaryPolicy::Substitute {
+                self.keep_recipe(program, info.map(|i| i.origin));
+            }
             let kernels = if succeeded && self.kind != Event::Compile && usable {
                 query::kernel_names(route, program)
             } else {
@@ -265,6 +421,14 @@ impl Pending {
         };
         let copied = self.copied.unwrap_or_default();
         let link = self.kind == Event::Link;
+        let options_replaced = copied
+            .given
+            .clone()
+            .filter(|g| *g != copied.options)
+            .map(|given| schema::OptionsReplaced {
+                given,
+                used: copied.options.clone().unwrap_or_default(),
+            });
         let record = schema::Record::Build(schema::Build {
             event: self.kind,
             call,
@@ -278,6 +442,7 @@ impl Pending {
             source: (!link).then(|| info.map(|i| i.source())),
             inputs: link.then_some(copied.inputs),
             headers: self.headers,
+            options_replaced,
         });
         rt.recorder.emit(self.start, seconds, &record);
     }

@@ -70,6 +70,11 @@ pub const CL_PROGRAM_KERNEL_NAMES: cl_program_info = 0x1168;
 pub const CL_PROGRAM_BUILD_STATUS: cl_program_build_info = 0x1181;
 pub const CL_BUILD_SUCCESS: cl_build_status = 0;
 pub const CL_BUILD_NONE: cl_build_status = -1;
+pub const CL_PROGRAM_BUILD_OPTIONS: cl_program_build_info = 0x1182;
+pub const CL_PROGRAM_BINARY_TYPE: cl_program_build_info = 0x1184;
+pub const CL_PROGRAM_BINARY_TYPE_NONE: cl_uint = 0;
+pub const CL_PROGRAM_BINARY_TYPE_EXECUTABLE: cl_uint = 4;
+pub const CL_PROGRAM_IL: cl_program_info = 0x1169;
 
 // clGetDeviceInfo parameters and device types.
 pub const CL_DEVICE_TYPE: cl_device_info = 0x1000;

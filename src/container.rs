@@ -1,10 +1,15 @@
 //! The clshim binary: what `substitute` hands an application in place of pocl's binary,
-//! and what `clCreateProgramWithBinary` turns back into a source build. It only ever holds
-//! source text, never code to run, so loading one can lead to nothing but a source build.
+//! and what `clCreateProgramWithBinary` turns back into a program. It only ever holds
+//! program text (source or IL) and how it was built, never code to run, so loading one can
+//! lead to nothing but a build from that text.
 //!
 //! Layout, all integers little-endian:
 //! `magic "CLSHIMB\0"` · `version u32` · `flags u32 (0)` · `device fingerprint u64` ·
-//! `source length u64` · `source bytes` · `FNV-1a 64 checksum u64` of everything before it.
+//! `body length u64` · `body` · `FNV-1a 64 checksum u64` of everything before it.
+//! Version 1's body is a program's source alone (rebuilt with whatever options the
+//! application passes); version 2's is a [`Recipe`] (the `recipe` module's encoding),
+//! which carries the options and, for compiled objects and linked programs, every part
+//! needed to make the program again. One checksum and one fingerprint cover every part.
 //! The layout is deterministic, so the size a `CL_PROGRAM_BINARY_SIZES` query reports always
 //! equals what the following `CL_PROGRAM_BINARIES` query writes.
 //!
@@ -17,10 +22,15 @@
 //! when the length it claims is the one the header declares.
 
 use crate::hash::fnv1a64;
+use crate::recipe::{Broken, Kind, Recipe, Text};
 use std::fmt;
 
 pub const MAGIC: &[u8; 8] = b"CLSHIMB\0";
-pub const VERSION: u32 = 1;
+/// The version clshim writes for programs whose recipe it recorded.
+pub const VERSION: u32 = 2;
+/// The source-only version, still read, and written for programs whose options clshim
+/// did not see.
+pub const VERSION_SOURCE: u32 = 1;
 const HEADER: usize = 8 + 4 + 4 + 8 + 8;
 const TRAILER: usize = 8;
 /// The largest source a clshim binary may carry: far beyond any real kernel source, and
@@ -39,6 +49,7 @@ pub enum Rejection {
     OtherDevice,
     EmptySource,
     NulInSource { at: usize },
+    Recipe(Broken),
 }
 
 impl fmt::Display for Rejection {
@@ -48,7 +59,8 @@ impl fmt::Display for Rejection {
             Rejection::OtherVersion { version } => {
                 write!(
                     f,
-                    "clshim binary format version {version}, this clshim reads {VERSION}"
+                    "clshim binary format version {version}, this clshim reads {VERSION_SOURCE} \
+                     and {VERSION}"
                 )
             }
             Rejection::BadFlags { flags } => write!(f, "unknown flags {flags:#x}"),
@@ -70,6 +82,7 @@ impl fmt::Display for Rejection {
             Rejection::NulInSource { at } => {
                 write!(f, "carries a NUL byte in its source (offset {at})")
             }
+            Rejection::Recipe(b) => write!(f, "{b}"),
         }
     }
 }
@@ -84,14 +97,26 @@ pub fn encoded_len(source_len: usize) -> usize {
     HEADER + source_len + TRAILER
 }
 
+/// A version-1 binary: the source alone.
 pub fn encode(source: &[u8], fingerprint: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(encoded_len(source.len()));
+    envelope(VERSION_SOURCE, source, fingerprint)
+}
+
+/// A version-2 binary carrying `recipe`.
+pub fn encode_recipe(recipe: &Recipe, fingerprint: u64) -> Vec<u8> {
+    let mut body = Vec::with_capacity(recipe.weight());
+    recipe.encode_into(&mut body);
+    envelope(VERSION, &body, fingerprint)
+}
+
+fn envelope(version: u32, body: &[u8], fingerprint: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(encoded_len(body.len()));
     out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&version.to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
     out.extend_from_slice(&fingerprint.to_le_bytes());
-    out.extend_from_slice(&(source.len() as u64).to_le_bytes());
-    out.extend_from_slice(source);
+    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    out.extend_from_slice(body);
     let sum = fnv1a64(&out);
     out.extend_from_slice(&sum.to_le_bytes());
     out
@@ -112,7 +137,7 @@ fn check_header(head: &[u8], total: usize) -> Result<usize, Rejection> {
         return Err(Rejection::Truncated { length: total });
     }
     let version = u32_at(head, 8);
-    if version != VERSION {
+    if version != VERSION && version != VERSION_SOURCE {
         return Err(Rejection::OtherVersion { version });
     }
     let flags = u32_at(head, 12);
@@ -130,9 +155,10 @@ fn check_header(head: &[u8], total: usize) -> Result<usize, Rejection> {
     Ok(declared as usize)
 }
 
-/// The source inside a clshim binary made for the device with `fingerprint`. Every length
-/// is checked against the buffer before it is used.
-pub fn decode(bytes: &[u8], fingerprint: u64) -> Result<&[u8], Rejection> {
+/// The recipe inside a clshim binary made for the device with `fingerprint` (a version-1
+/// binary gives a build recipe with no options). Every length is checked against the
+/// buffer before it is used.
+pub fn decode(bytes: &[u8], fingerprint: u64) -> Result<Recipe, Rejection> {
     check_header(bytes, bytes.len())?;
     let body = &bytes[..bytes.len() - TRAILER];
     if fnv1a64(body) != u64_at(bytes, bytes.len() - TRAILER) {
@@ -141,14 +167,23 @@ pub fn decode(bytes: &[u8], fingerprint: u64) -> Result<&[u8], Rejection> {
     if u64_at(bytes, 16) != fingerprint {
         return Err(Rejection::OtherDevice);
     }
-    let source = &body[HEADER..];
-    if source.is_empty() {
+    let inner = &body[HEADER..];
+    if u32_at(bytes, 8) == VERSION {
+        return Recipe::decode(inner).map_err(Rejection::Recipe);
+    }
+    if inner.is_empty() {
         return Err(Rejection::EmptySource);
     }
-    if let Some(at) = source.iter().position(|&b| b == 0) {
+    if let Some(at) = inner.iter().position(|&b| b == 0) {
         return Err(Rejection::NulInSource { at });
     }
-    Ok(source)
+    Ok(Recipe {
+        kind: Kind::Built,
+        options: None,
+        text: Text::Source(inner.to_vec()),
+        headers: Vec::new(),
+        inputs: Vec::new(),
+    })
 }
 
 /// Whether the application's binary `(ptr, len)` claims to be a clshim binary: reads at
@@ -172,11 +207,11 @@ pub unsafe fn raw_is_clshim(ptr: *const u8, len: usize) -> bool {
 ///
 /// # Safety
 /// `ptr` must be NULL or readable for `len` bytes.
-pub unsafe fn decode_raw<'a>(
+pub unsafe fn decode_raw(
     ptr: *const u8,
     len: usize,
     fingerprint: u64,
-) -> Result<&'a [u8], Rejection> {
+) -> Result<Recipe, Rejection> {
     // SAFETY: this function's contract: `ptr` must be NULL or readable for `len` bytes.
     unsafe {
         if ptr.is_null() || len < HEADER + TRAILER {
@@ -193,24 +228,47 @@ mod tests {
 
     const SRC: &[u8] = b"__kernel void k(__global int *a) { a[0] = 1; }";
 
+    fn src_of(r: Result<Recipe, Rejection>) -> Result<Vec<u8>, Rejection> {
+        r.map(|r| {
+            assert_eq!((r.kind, r.options), (Kind::Built, None));
+            r.text.bytes().to_vec()
+        })
+    }
+
     #[test]
     fn round_trip() {
         let b = encode(SRC, 7);
         assert_eq!(b.len(), encoded_len(SRC.len()));
         assert!(is_clshim(&b));
-        assert_eq!(decode(&b, 7), Ok(SRC));
+        assert_eq!(src_of(decode(&b, 7)), Ok(SRC.to_vec()));
         assert_eq!(encode(SRC, 7), b, "encoding must be deterministic");
-        assert_eq!(decode(&encode(b"", 1), 1), Err(Rejection::EmptySource));
         assert_eq!(
-            decode(&encode(b"a\0b", 1), 1),
-            Err(Rejection::NulInSource { at: 1 })
+            decode(&encode(b"", 1), 1).err(),
+            Some(Rejection::EmptySource)
         );
+        assert_eq!(
+            decode(&encode(b"a\0b", 1), 1).err(),
+            Some(Rejection::NulInSource { at: 1 })
+        );
+        let r = Recipe::built(Text::Source(SRC.to_vec()), b"-DVAL=7".to_vec());
+        let b2 = encode_recipe(&r, 7);
+        assert_eq!(u32_at(&b2, 8), VERSION);
+        assert_eq!(decode(&b2, 7), Ok(r.clone()));
+        assert_eq!(decode(&b2, 8), Err(Rejection::OtherDevice));
+        for i in HEADER..b2.len() {
+            let mut flip = b2.clone();
+            flip[i] ^= 0x10;
+            assert!(
+                decode(&flip, 7).is_err(),
+                "flipped byte {i} of a recipe accepted"
+            );
+        }
     }
 
     #[test]
     fn every_bad_input_is_rejected_with_its_reason() {
         let good = encode(SRC, 7);
-        assert_eq!(decode(&good, 8), Err(Rejection::OtherDevice));
+        assert_eq!(decode(&good, 8).err(), Some(Rejection::OtherDevice));
         for cut in [0, 5, 8, 20, HEADER + TRAILER - 1] {
             assert!(
                 matches!(decode(&good[..cut], 7), Err(Rejection::Truncated { .. })),
@@ -221,12 +279,18 @@ mod tests {
             decode(&good[..good.len() - 1], 7),
             Err(Rejection::LengthMismatch { .. })
         ));
-        let mut v2 = good.clone();
-        v2[8] = 2;
-        assert_eq!(decode(&v2, 7), Err(Rejection::OtherVersion { version: 2 }));
+        let mut v3 = good.clone();
+        v3[8] = 3;
+        assert_eq!(
+            decode(&v3, 7).err(),
+            Some(Rejection::OtherVersion { version: 3 })
+        );
         let mut flags = good.clone();
         flags[12] = 1;
-        assert_eq!(decode(&flags, 7), Err(Rejection::BadFlags { flags: 1 }));
+        assert_eq!(
+            decode(&flags, 7).err(),
+            Some(Rejection::BadFlags { flags: 1 })
+        );
         let mut huge = good.clone();
         huge[24..32].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(matches!(decode(&huge, 7), Err(Rejection::TooLarge { .. })));
@@ -266,7 +330,10 @@ mod tests {
             assert!(raw_is_clshim(good.as_ptr(), good.len()));
             assert!(!raw_is_clshim(good.as_ptr(), 7));
             assert!(!raw_is_clshim(std::ptr::null(), 100));
-            assert_eq!(decode_raw(good.as_ptr(), good.len(), 7), Ok(SRC));
+            assert_eq!(
+                src_of(decode_raw(good.as_ptr(), good.len(), 7)),
+                Ok(SRC.to_vec())
+            );
             // A length far beyond the buffer: only the header is read, and it declares
             // another length.
             for claim in [usize::MAX, isize::MAX as usize + 1, good.len() + 1] {

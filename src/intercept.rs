@@ -49,23 +49,42 @@ pub unsafe fn build_program(
                 user_data,
             );
         };
-        let pending = runtime::get(route).map(|rt| {
-            Pending::new(
+        let rt = runtime::get(route);
+        // A program recreated from a clshim binary builds with the options it recorded, as
+        // a loaded binary keeps what it was built with.
+        let loaded = rt.and_then(|rt| catch(|| rt.programs.loaded(program)).flatten());
+        let linked = loaded.as_ref().is_some_and(|l| l.linked);
+        let recorded = loaded
+            .and_then(|l| l.options)
+            .and_then(|o| std::ffi::CString::new(o).ok());
+        let used = recorded.as_ref().map_or(options, |c| c.as_ptr());
+        let pending = rt.map(|rt| {
+            let p = Pending::new(
                 rt,
                 route,
                 Event::Build,
                 program,
                 num_devices,
                 device_list,
-                options,
+                used,
                 pfn_notify.is_some(),
-            )
+            );
+            if recorded.is_some() {
+                p.with_replaced_options(options)
+            } else {
+                p
+            }
         });
         builds::run(pending, pfn_notify, user_data, |f, d| {
-            (
-                real(program, num_devices, device_list, options, f, d),
-                program,
-            )
+            if linked {
+                // Already an executable (linked again at load): done, as the build of a
+                // loaded binary is; the callback runs once, now.
+                if let Some(f) = f {
+                    f(program, d);
+                }
+                return (CL_SUCCESS, program);
+            }
+            (real(program, num_devices, device_list, used, f, d), program)
         })
         .0
     }
@@ -118,7 +137,7 @@ pub unsafe fn compile_program(
                 options,
                 pfn_notify.is_some(),
             )
-            .with_headers(num_input_headers)
+            .with_headers(num_input_headers, input_headers, header_include_names)
         });
         builds::run(pending, pfn_notify, user_data, |f, d| {
             (forward(f, d), program)
@@ -226,6 +245,56 @@ pub unsafe fn get_program_info(
             }
             None => real(program, param, size, value, size_ret),
         }
+    }
+}
+
+/// `clGetProgramBuildInfo`: forwarded, and for `CL_PROGRAM_BINARY_TYPE` on a program clshim
+/// recreated from a clshim binary of an executable (a source program until the
+/// application builds it) answered as the implementation answers for a loaded executable.
+/// Everything else, and every call before any program was recreated, goes straight through.
+///
+/// # Safety
+/// The application's arguments to `clGetProgramBuildInfo`.
+pub unsafe fn get_program_build_info(
+    route: Route,
+    program: cl_program,
+    device: cl_device_id,
+    param: cl_program_build_info,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> cl_int {
+    // SAFETY: this function's contract: The application's arguments to
+    // `clGetProgramBuildInfo`.
+    unsafe {
+        let Some(real) =
+            route.entry::<FnGetProgramBuildInfo>(program, slot::GET_PROGRAM_BUILD_INFO)
+        else {
+            return missing(program, CL_INVALID_PROGRAM);
+        };
+        let ret = real(program, device, param, size, value, size_ret);
+        if param != CL_PROGRAM_BINARY_TYPE
+            || ret != CL_SUCCESS
+            || value.is_null()
+            || size < std::mem::size_of::<cl_uint>()
+            || !crate::programs::any_loaded()
+        {
+            return ret;
+        }
+        let Some(_inside) = guard::enter() else {
+            return ret;
+        };
+        let Some(rt) = runtime::existing() else {
+            return ret;
+        };
+        catch(|| {
+            let executable = rt.programs.loaded(program).is_some_and(|l| l.executable);
+            let v = value as *mut cl_uint;
+            if executable && v.read_unaligned() == CL_PROGRAM_BINARY_TYPE_NONE {
+                v.write_unaligned(CL_PROGRAM_BINARY_TYPE_EXECUTABLE);
+            }
+        });
+        ret
     }
 }
 

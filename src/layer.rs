@@ -185,7 +185,7 @@ unsafe fn init(
             PROTOCOL.store(by, Ordering::Relaxed);
         }
         let mut table: Vec<*const c_void> = std::slice::from_raw_parts(target_dispatch, n).to_vec();
-        let ours: [(usize, *const c_void); 8] = [
+        let ours: [(usize, *const c_void); 9] = [
             (
                 slot::CREATE_PROGRAM_WITH_SOURCE,
                 layer_clCreateProgramWithSource as *const c_void,
@@ -202,6 +202,10 @@ unsafe fn init(
             (
                 slot::GET_PROGRAM_INFO,
                 layer_clGetProgramInfo as *const c_void,
+            ),
+            (
+                slot::GET_PROGRAM_BUILD_INFO,
+                layer_clGetProgramBuildInfo as *const c_void,
             ),
             (
                 slot::COMPILE_PROGRAM,
@@ -365,6 +369,29 @@ unsafe extern "C" fn layer_clGetProgramInfo(
         intercept::get_program_info(
             route(),
             program,
+            param_name,
+            param_value_size,
+            param_value,
+            param_value_size_ret,
+        )
+    }
+}
+
+unsafe extern "C" fn layer_clGetProgramBuildInfo(
+    program: cl_program,
+    device: cl_device_id,
+    param_name: cl_program_build_info,
+    param_value_size: usize,
+    param_value: *mut c_void,
+    param_value_size_ret: *mut usize,
+) -> cl_int {
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        intercept::get_program_build_info(
+            route(),
+            program,
+            device,
             param_name,
             param_value_size,
             param_value,

@@ -3,9 +3,9 @@
 //! compile they cost there. The C entry points (`preload`, `layer`) are thin; the logic
 //! lives in `intercept` (one path for both modes), `builds` (timing, callbacks), `policy`
 //! (answering binary queries), `binary_load` (taking clshim binaries back, `container`
-//! their format), `launches` (first kernel launches), `record` and `trace_file` (output),
-//! `controls` and `config` (the user's choices), `devices`, `programs` and `dispatch`
-//! (where calls go). The `clshim` command compiles `controls` and `schema` in as its
+//! their format, `recipe` what they carry), `launches` (first kernel launches), `record`
+//! and `trace_file` (output), `controls` and `config` (the user's choices), `devices`,
+//! `programs` and `dispatch` (where calls go). The `clshim` command compiles `controls` and `schema` in as its
 //! own modules, so its options and its reader use the library's definitions.
 
 pub mod binary_load;
@@ -30,6 +30,7 @@ pub mod preload;
 pub mod process;
 pub mod programs;
 pub mod query;
+pub mod recipe;
 pub mod record;
 pub mod runtime;
 pub mod schema;

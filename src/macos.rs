@@ -118,11 +118,12 @@ macro_rules! interpose {
 
 #[used]
 #[link_section = "__DATA,__interpose"]
-static INTERPOSE: [Interpose; 7] = interpose![
+static INTERPOSE: [Interpose; 8] = interpose![
     preload::clBuildProgram => real_build_program,
     preload::clCompileProgram => real_compile_program,
     preload::clLinkProgram => real_link_program,
     preload::clGetProgramInfo => real_get_program_info,
+    preload::clGetProgramBuildInfo => real_get_program_build_info,
     preload::clCreateProgramWithBinary => real_create_program_with_binary,
     preload::clCreateProgramWithSource => real_create_program_with_source,
     preload::clReleaseProgram => real_release_program,

@@ -1,7 +1,8 @@
 //! The binary policy (`CLSHIM_BINARIES`): how clshim answers `CL_PROGRAM_BINARY_SIZES` and
 //! `CL_PROGRAM_BINARIES` queries (taking its binaries back is `binary_load`'s). Decided device by device: only devices the `DeviceFilter`
 //! selects, built successfully, are answered by clshim (`suppress`: no binary; `substitute`:
-//! a clshim binary carrying the source, for programs that have source); every other device
+//! a clshim binary carrying the program's recipe where one was recorded (built, compiled
+//! or linked under `substitute`), else its source alone); every other device
 //! gets the implementation's own answer. When no device needs the implementation, it is
 //! not asked at all, and that is what spares pocl its second compile. Whatever is answered,
 //! the sizes and the binaries the application receives agree.
@@ -77,6 +78,11 @@ pub unsafe fn plan(rt: &'static Runtime, route: Route, program: cl_program) -> O
         let facts: Vec<_> = devices.iter().map(|&d| rt.devices.get(route, d)).collect();
         let policy = rt.config.binaries;
         let mut source: Option<Option<Vec<u8>>> = None; // fetched once, only if needed
+        let recipe = if policy == BinaryPolicy::Substitute {
+            rt.programs.recipe(program)
+        } else {
+            None
+        };
         let mut actions = Vec::with_capacity(devices.len());
         let mut substitutes = Vec::with_capacity(devices.len());
         for (i, &device) in devices.iter().enumerate() {
@@ -90,6 +96,12 @@ pub unsafe fn plan(rt: &'static Runtime, route: Route, program: cl_program) -> O
             {
                 match policy {
                     BinaryPolicy::Suppress => action = Action::Suppress,
+                    BinaryPolicy::Substitute if recipe.is_some() => {
+                        if let (Some(r), Some(f)) = (recipe.as_ref(), facts[i].as_ref()) {
+                            action = Action::Substitute;
+                            substitute = Some(container::encode_recipe(r, f.fingerprint()));
+                        }
+                    }
                     BinaryPolicy::Substitute
                         if info.origin.has_source() || info.origin == Origin::Unknown =>
                     {

@@ -131,6 +131,30 @@ pub unsafe extern "C" fn clGetProgramInfo(
 }
 
 #[cfg_attr(not(target_os = "macos"), no_mangle)]
+pub unsafe extern "C" fn clGetProgramBuildInfo(
+    program: cl_program,
+    device: cl_device_id,
+    param_name: cl_program_build_info,
+    param_value_size: usize,
+    param_value: *mut c_void,
+    param_value_size_ret: *mut usize,
+) -> cl_int {
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe {
+        intercept::get_program_build_info(
+            route(),
+            program,
+            device,
+            param_name,
+            param_value_size,
+            param_value,
+            param_value_size_ret,
+        )
+    }
+}
+
+#[cfg_attr(not(target_os = "macos"), no_mangle)]
 pub unsafe extern "C" fn clCreateProgramWithBinary(
     context: cl_context,
     num_devices: cl_uint,

@@ -2,11 +2,45 @@
 //! the program came from (source, IL, a binary, a clshim binary, a link), with the hash and
 //! length of what it was made from. Entries are replaced when a handle is reused by a new
 //! program and removed when the application releases its last reference, so the registry
-//! holds live programs, not history.
+//! holds live programs, not history. Under `substitute` it also keeps each program's
+//! recipe (what it was made from, to write into its clshim binary) and, for programs
+//! clshim recreated from a clshim binary, how it must answer for them (`Loaded`); both go
+//! with the entry, and recipes are bounded in total size.
 
 use crate::cl::cl_program;
 use crate::lock::Lock;
+use crate::recipe::Recipe;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// The most bytes of recipes kept at once; past it, new programs get no recipe (and their
+/// binary queries the implementation's answer or a source-only binary).
+pub const MAX_RECIPE_BYTES: usize = 256 << 20;
+
+/// What clshim owes the application for a program it recreated from a clshim binary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Loaded {
+    /// Build options recorded in the binary: the application's `clBuildProgram` on the
+    /// program builds with these, whatever it passes (None: version 1, its own).
+    pub options: Option<Vec<u8>>,
+    /// The program stands for a loaded executable but is a source program until built:
+    /// `CL_PROGRAM_BINARY_TYPE` answers EXECUTABLE where the implementation says NONE.
+    pub executable: bool,
+    /// The program is an executable clshim linked again: the application's
+    /// `clBuildProgram` (which a loaded binary needs) has nothing left to do, and is
+    /// answered by clshim (pocl 3.1 crashes at the first launch after building a linked
+    /// program).
+    pub linked: bool,
+}
+
+/// Whether any program was ever recreated as `Loaded`: until then, binary-type queries
+/// are forwarded without a lookup.
+static ANY_LOADED: AtomicBool = AtomicBool::new(false);
+
+pub fn any_loaded() -> bool {
+    ANY_LOADED.load(Ordering::Relaxed)
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Origin {
@@ -65,12 +99,22 @@ pub struct Registry {
 struct Inner {
     next_id: u64,
     map: HashMap<usize, ProgramInfo>,
+    recipes: HashMap<usize, Arc<Recipe>>,
+    recipe_bytes: usize,
+    loaded: HashMap<usize, Loaded>,
 }
 
 impl Inner {
     fn new_id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
+    }
+
+    fn forget_extras(&mut self, key: usize) {
+        if let Some(r) = self.recipes.remove(&key) {
+            self.recipe_bytes = self.recipe_bytes.saturating_sub(r.weight());
+        }
+        self.loaded.remove(&key);
     }
 }
 
@@ -90,6 +134,7 @@ impl Registry {
             Some(old) if old.origin == Origin::Unknown => old.id,
             _ => inner.new_id(),
         };
+        inner.forget_extras(program as usize);
         let info = ProgramInfo {
             id,
             origin,
@@ -129,7 +174,44 @@ impl Registry {
     }
 
     pub fn released(&self, program: cl_program) {
-        self.inner.lock().map.remove(&(program as usize));
+        let mut inner = self.inner.lock();
+        inner.map.remove(&(program as usize));
+        inner.forget_extras(program as usize);
+    }
+
+    /// Keeps `recipe` as the program's (replacing any earlier one), within the bound.
+    pub fn set_recipe(&self, program: cl_program, recipe: Arc<Recipe>) -> bool {
+        let w = recipe.weight();
+        let mut inner = self.inner.lock();
+        if let Some(old) = inner.recipes.remove(&(program as usize)) {
+            inner.recipe_bytes = inner.recipe_bytes.saturating_sub(old.weight());
+        }
+        if inner.recipe_bytes + w > MAX_RECIPE_BYTES {
+            return false;
+        }
+        inner.recipe_bytes += w;
+        inner.recipes.insert(program as usize, recipe);
+        true
+    }
+
+    pub fn drop_recipe(&self, program: cl_program) {
+        let mut inner = self.inner.lock();
+        if let Some(old) = inner.recipes.remove(&(program as usize)) {
+            inner.recipe_bytes = inner.recipe_bytes.saturating_sub(old.weight());
+        }
+    }
+
+    pub fn recipe(&self, program: cl_program) -> Option<Arc<Recipe>> {
+        self.inner.lock().recipes.get(&(program as usize)).cloned()
+    }
+
+    pub fn set_loaded(&self, program: cl_program, loaded: Loaded) {
+        ANY_LOADED.store(true, Ordering::Relaxed);
+        self.inner.lock().loaded.insert(program as usize, loaded);
+    }
+
+    pub fn loaded(&self, program: cl_program) -> Option<Loaded> {
+        self.inner.lock().loaded.get(&(program as usize)).cloned()
     }
 
     pub fn len(&self) -> usize {
@@ -150,6 +232,38 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recipes_go_with_their_program() {
+        use crate::recipe::Text;
+        let r = Registry::default();
+        let p = 0x1000 as cl_program;
+        r.created(p, Origin::Source, None, None);
+        let recipe = Arc::new(Recipe::built(Text::Source(b"k".to_vec()), Vec::new()));
+        assert!(r.set_recipe(p, recipe.clone()));
+        r.set_loaded(
+            p,
+            Loaded {
+                options: None,
+                executable: true,
+                linked: false,
+            },
+        );
+        assert_eq!(r.recipe(p), Some(recipe));
+        assert!(r.loaded(p).is_some() && any_loaded());
+        r.created(p, Origin::Source, None, None);
+        assert!(
+            r.recipe(p).is_none() && r.loaded(p).is_none(),
+            "a reused handle"
+        );
+        let huge = Arc::new(Recipe::built(
+            Text::Source(vec![b'a'; MAX_RECIPE_BYTES]),
+            Vec::new(),
+        ));
+        assert!(!r.set_recipe(p, huge), "beyond the bound");
+        r.released(p);
+        assert_eq!(r.inner.lock().recipe_bytes, 0);
+    }
 
     #[test]
     fn ids_are_stable_and_reuse_gets_a_new_id() {

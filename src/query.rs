@@ -97,6 +97,15 @@ pub unsafe fn source(route: Route, program: cl_program) -> Option<Vec<u8>> {
     }
 }
 
+/// The IL a program was made from (None or empty when it was not made from IL).
+///
+/// # Safety
+/// As for [`devices`].
+pub unsafe fn il(route: Route, program: cl_program) -> Option<Vec<u8>> {
+    // SAFETY: this function's contract: As for [`devices`].
+    unsafe { info(route, program, CL_PROGRAM_IL) }
+}
+
 /// The kernel names of a built program.
 ///
 /// # Safety

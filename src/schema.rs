@@ -147,6 +147,17 @@ pub struct Build {
     /// Compile only: how many headers were given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub headers: Option<u32>,
+    /// Build of a program recreated from a clshim binary, when the application's options
+    /// differ from those the binary recorded (which were used).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub options_replaced: Option<OptionsReplaced>,
+}
+
+/// The options an application gave a build, and those clshim built with instead.
+#[derive(Debug, Serialize)]
+pub struct OptionsReplaced {
+    pub given: Option<String>,
+    pub used: String,
 }
 
 /// A `CL_PROGRAM_BINARY_SIZES` or `CL_PROGRAM_BINARIES` query with a value buffer.

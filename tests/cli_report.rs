@@ -712,7 +712,7 @@ fn report_hint_names_queries_forwarded_under_substitute() {
         "{out}"
     );
     assert!(
-        out.contains("1 linked program ('linked'), 4.002 s: clshim substitutes a binary only for a program it can rebuild, and forwarded these."),
+        out.contains("1 linked program ('linked'), 4.002 s: clshim had no recipe to rebuild these (an input it did not see made, headers not made from source, or its recipe memory full), so it forwarded them."),
         "{out}"
     );
     assert!(

@@ -1,7 +1,8 @@
 //! The mutation fuzzer of clshim binaries (tests/c/fuzz_binaries.c) as a timed test: a few
 //! thousand mutated binaries through clCreateProgramWithBinary under clshim, on the fake
-//! ICD, each answered as the format in cl-headers/clshim.h says (a program from its source,
-//! or CL_INVALID_BINARY). `bench/fuzz_binaries.sh` runs the same fuzzer for long.
+//! ICD, each answered as the format in cl-headers/clshim.h says (a program made again from
+//! its recipe, or CL_INVALID_BINARY), starting from version-1 binaries and from version-2
+//! recipes of every kind. `bench/fuzz_binaries.sh` runs the same fuzzer for long.
 
 mod common;
 
@@ -61,6 +62,20 @@ fn mutated_clshim_binaries_are_answered_as_the_format_says() {
             .and_then(|a| a.parse().ok())
             .unwrap();
         assert!(accepted > 30 && accepted < 4900, "{last}");
+        // Every kind of base binary (version 1 and the version-2 recipes) is reached
+        // accepted, not only refused.
+        let by_base = text
+            .lines()
+            .find(|l| l.starts_with("accepted by base: "))
+            .unwrap_or_default();
+        let counts: Vec<u64> = by_base
+            .split(", ")
+            .filter_map(|p| p.rsplit(' ').next()?.parse().ok())
+            .collect();
+        assert!(
+            counts.len() == 4 && counts.iter().all(|&c| c > 0),
+            "{by_base}"
+        );
     }
     eprintln!("10,000 cases in {:.1} s", started.elapsed().as_secs_f64());
 }

@@ -24,12 +24,18 @@ fn the_c_header_parses_what_the_shim_writes() {
 
     let parsed = Command::new(&check).arg(&saved).output().unwrap();
     let text = stdout(&parsed);
-    assert!(text.starts_with("clshim binary v1, fingerprint "), "{text}");
+    assert!(text.starts_with("clshim binary v2, fingerprint "), "{text}");
+    assert!(
+        text.contains(", kind 1, options \"\", headers 0, inputs 0,"),
+        "{text}"
+    );
     assert!(text.contains("4242"), "the source is the program's: {text}");
     assert!(
         text.contains(&format!("source {} bytes", bytes.len() - CLSHIM_OVERHEAD)),
         "{text}"
     );
+    // What tests/recipes.rs saves of each kind of program is parsed with its kind, and
+    // every damaged copy refused: see recipes.rs for the recipe kinds.
 
     let mut damaged = bytes.clone();
     let mid = damaged.len() / 2;

@@ -54,7 +54,10 @@ fn fake_two_devices_both_substituted() {
     let (c0, c1) = (parse_clshim_binary(&b0), parse_clshim_binary(&b1));
     for c in [&c0, &c1] {
         assert_eq!(c.source, src.as_bytes());
-        assert!(c.checksum_ok && c.version == 1, "{c:?}");
+        assert!(
+            c.checksum_ok && c.version == 2 && c.options.as_deref() == Some(""),
+            "{c:?}"
+        );
     }
     assert_ne!(
         c0.fingerprint, c1.fingerprint,

@@ -61,9 +61,31 @@ fn pocl_bad_clshim_binaries_rejected() {
         ("flipped source byte", flipped, "checksum mismatch"),
         ("flipped checksum byte", flipped_sum, "checksum mismatch"),
         (
-            "version 2",
-            reseal_clshim_binary(patched(8, &2u32.to_le_bytes())),
-            "version 2",
+            "version 3",
+            reseal_clshim_binary(patched(8, &3u32.to_le_bytes())),
+            "version 3",
+        ),
+        // Parts that do not match the header or each other, resealed so that the checksum
+        // holds and the recipe's own checks must catch them.
+        (
+            "options length beyond the body",
+            reseal_clshim_binary(patched(40, &0xffffu32.to_le_bytes())),
+            "cut short",
+        ),
+        (
+            "text length one short",
+            reseal_clshim_binary(patched(44, &((len - 68 - 1) as u64).to_le_bytes())),
+            "",
+        ),
+        (
+            "unknown recipe kind",
+            reseal_clshim_binary(patched(32, &9u32.to_le_bytes())),
+            "unknown recipe kind 9",
+        ),
+        (
+            "a link kind over a source text",
+            reseal_clshim_binary(patched(32, &4u32.to_le_bytes())),
+            "breaks a rule",
         ),
         (
             "flags 1",
@@ -120,14 +142,38 @@ fn pocl_bad_clshim_binaries_rejected() {
     .ok()
     .has_line("load: CL_SUCCESS status=[CL_SUCCESS]")
     .has_line("kernels: CL_SUCCESS fake_a;fake_b");
+    // A version-1 binary (source only, as earlier clshim versions wrote) still loads and
+    // builds with the application's options.
+    let c = parse_clshim_binary(&good);
+    let mut v1 = CLSHIM_MAGIC.to_vec();
+    v1.extend_from_slice(&1u32.to_le_bytes());
+    v1.extend_from_slice(&0u32.to_le_bytes());
+    v1.extend_from_slice(&c.fingerprint.to_le_bytes());
+    v1.extend_from_slice(&(c.source.len() as u64).to_le_bytes());
+    v1.extend_from_slice(&c.source);
+    v1.extend_from_slice(&[0; 8]);
+    std::fs::write(d.path("v1.0"), reseal_clshim_binary(v1)).unwrap();
+    let read_arg = format!("read:{}", d.arg("v1"));
+    let r = shimmed(
+        Driver::Pocl,
+        &bin,
+        &[&read_arg, "load", "build", "kernels"],
+        &[policy("substitute")],
+    );
+    r.ok()
+        .has_line("load: CL_SUCCESS status=[CL_SUCCESS]")
+        .has_line("kernels: CL_SUCCESS fake_a;fake_b");
+    assert_eq!(r.one("binary_load")["action"], "substitute");
+    assert!(r.one("build").get("options_replaced").is_none());
 }
 
 // ---- programs from IL or from a driver binary
 
-/// Under substitute, a program made from IL has no source to carry: its queries go to the
-/// driver (fake ICD, both devices selected), exactly as without the shim.
+/// Under substitute, a program made from IL and built gets a clshim binary carrying its IL
+/// and build options (fake ICD, both devices selected); the program itself runs as
+/// without the shim.
 #[test]
-fn fake_il_program_forwarded_under_substitute() {
+fn fake_il_program_substituted_with_its_il() {
     let bin = fake_client();
     let steps = ["il", "build", "sizes", "binaries"];
     let base = plain(Driver::Fake, &bin, &steps, &[TWO]);
@@ -139,16 +185,52 @@ fn fake_il_program_forwarded_under_substitute() {
         &[TWO, ALL, policy("substitute")],
     );
     r.ok();
-    assert_eq!(r.stdout(), base.stdout());
-    assert_eq!(r.driver_calls, base.driver_calls);
     assert_eq!(r.one("build")["source"]["origin"], "il");
     let q = r.events("binary_query");
     assert_eq!(q.len(), 2, "{:#?}", r.records);
     for rec in q {
-        assert_eq!(rec["action"], "forward", "{rec}");
-        assert_eq!(rec["actions"], json!(["forward", "forward"]), "{rec}");
+        assert_eq!(rec["action"], "substitute", "{rec}");
+        assert_eq!(rec["actions"], json!(["substitute", "substitute"]), "{rec}");
         assert_eq!(matched(rec), [true, true]);
     }
+    // The binaries carry the IL, and load back (next process) as a program made from
+    // that IL again, built with the recorded options.
+    let d = scratch("policy-il");
+    let save = format!("save:{}", d.arg("il"));
+    shimmed(
+        Driver::Fake,
+        &bin,
+        &["il", "build", "sizes", "binaries", &save],
+        &[TWO, ALL, policy("substitute")],
+    )
+    .ok();
+    let b0 = read(&d.path("il.0"));
+    assert!(
+        contains(&b0, b"FAKE-IL-BYTES"),
+        "the IL travels in the binary"
+    );
+    let read_arg = format!("read:{}", d.arg("il"));
+    let r = shimmed(
+        Driver::Fake,
+        &bin,
+        &[&read_arg, "load", "build"],
+        &[TWO, ALL, policy("substitute")],
+    );
+    r.ok()
+        .has_line("load: CL_SUCCESS status=[CL_SUCCESS, CL_SUCCESS]")
+        .has_line("build: CL_SUCCESS");
+    assert_eq!(r.one("binary_load")["action"], "substitute");
+    assert!(
+        r.driver_calls
+            .iter()
+            .any(|c| c.starts_with("clCreateProgramWithIL")),
+        "{:?}",
+        r.driver_calls
+    );
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 /// Under substitute, a program made from a driver binary (pocl's own, saved by a run

@@ -22,7 +22,8 @@ fn pocl_basic_under_every_policy() {
     let square = base.line("square:");
     assert_eq!(square, "square: 7 8 11 16 23 32 43 56 sum=196");
     let src = basic_source("7");
-    let container = src.len() + CLSHIM_OVERHEAD;
+    // The build's options ("-cl-std=CL1.2") travel in the recipe.
+    let container = src.len() + CLSHIM_OVERHEAD + "-cl-std=CL1.2".len();
     for p in ["pass", "suppress", "substitute"] {
         let r = shimmed(Driver::Pocl, &bin, &[], &[policy(p)]);
         r.ok()
@@ -159,7 +160,7 @@ fn pocl_substitute_round_trip_across_processes() {
     let bytes = read(&file);
     assert!(bytes.starts_with(CLSHIM_MAGIC), "{:?}", &bytes[..16]);
     let c = parse_clshim_binary(&bytes);
-    assert_eq!((c.version, c.flags, c.checksum_ok), (1, 0, true), "{c:?}");
+    assert_eq!((c.version, c.flags, c.checksum_ok), (2, 0, true), "{c:?}");
     assert_eq!(
         c.source,
         src.as_bytes(),

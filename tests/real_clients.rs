@@ -186,11 +186,11 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 /// kernels, the MD5 kernels, the mask generator) and writes each linked program's binary
 /// to its kernel cache, which the warm run loads with `clCreateProgramWithBinary`.
 ///
-/// Linked programs are forwarded until recipes exist: `substitute` carries only source
-/// programs today, so hashcat's six binary queries are answered by pocl (which compiles
-/// each kernel a second time), its cache holds pocl's own binaries, and the warm run's
-/// loads are forwarded. When linked programs get recipes, the cold run's queries become
-/// `substitute` and the warm run's loads `substitute` followed by a compile and a link.
+/// Under `substitute` each linked program's binary queries are answered with its recipe
+/// (its compiled input's source and options, the link options), so pocl never compiles a
+/// kernel a second time; hashcat's cache holds those clshim binaries, and the warm run's
+/// loads make each program again (compile and link, served by pocl's kernel cache), after
+/// which hashcat's `clBuildProgram` on it is answered by clshim.
 ///
 /// The slowest test here: pocl compiles hashcat's kernels for about 20 s on a cold cache.
 #[test]
@@ -251,13 +251,13 @@ fn hashcat_compile_link_dlopen_disk_cache() {
     assert_same_output("cold", &cold, &plain_cold);
     assert_same_output("warm", &warm, &plain_warm);
 
-    // Cold: three compile + link + SIZES + BINARIES rounds, every query forwarded.
+    // Cold: three compile + link + SIZES + BINARIES rounds, every query substituted.
     let recs = records(&t_cold, "layer");
     let round = [
         "compile clCompileProgram - - source CL_SUCCESS",
         "link clLinkProgram - - - CL_SUCCESS",
-        "binary_query clGetProgramInfo CL_PROGRAM_BINARY_SIZES forward - CL_SUCCESS",
-        "binary_query clGetProgramInfo CL_PROGRAM_BINARIES forward - CL_SUCCESS",
+        "binary_query clGetProgramInfo CL_PROGRAM_BINARY_SIZES substitute - CL_SUCCESS",
+        "binary_query clGetProgramInfo CL_PROGRAM_BINARIES substitute - CL_SUCCESS",
     ];
     let expected: Vec<String> = round.iter().cycle().take(12).map(|s| line(s)).collect();
     assert_eq!(brief(&recs), expected, "cold run: {recs:#?}");
@@ -302,19 +302,25 @@ fn hashcat_compile_link_dlopen_disk_cache() {
         let size = &queries[2 * i]["sizes"][0];
         assert!(
             size.as_u64().unwrap_or(0) > 0,
-            "pocl's own binary size: {}",
+            "a clshim binary's size: {}",
             queries[2 * i]
         );
     }
-    // hashcat's cache holds pocl's binaries, one file per linked program.
+    // hashcat's cache holds clshim binaries (recipes of linked programs), one file per
+    // linked program.
     let cached = files_under(&dir.join("home-shim/cache/hashcat/kernels"));
     assert_eq!(cached.len(), 3, "hashcat's kernel cache: {cached:?}");
+    for f in &cached {
+        let b = std::fs::read(f).unwrap();
+        let c = parse_clshim_binary(&b);
+        assert_eq!((c.version, c.kind), (2, 4), "a linked recipe: {f:?}");
+    }
 
-    // Warm: each program loaded from hashcat's cache (pocl's binary, forwarded) and built.
+    // Warm: each program made again from its recipe and "built" (answered by clshim).
     let recs = records(&t_warm, "layer");
     let round = [
-        "binary_load clCreateProgramWithBinary - forward binary CL_SUCCESS",
-        "build clBuildProgram - - binary CL_SUCCESS",
+        "binary_load clCreateProgramWithBinary - substitute clshim-binary CL_SUCCESS",
+        "build clBuildProgram - - clshim-binary CL_SUCCESS",
     ];
     let expected: Vec<String> = round.iter().cycle().take(6).map(|s| line(s)).collect();
     assert_eq!(brief(&recs), expected, "warm run: {recs:#?}");

@@ -2,14 +2,17 @@
  *
  *   fuzz_binaries N SEED    N mutated clshim binaries for the first device, each loaded
  *
- * Each case starts from a valid clshim binary for the device and applies one to four
+ * Each case starts from a valid clshim binary for the device (version 1, or a version-2
+ * recipe: an executable built with options, a compiled object with a header, a linked
+ * executable of an object and a library) and applies one to four
  * mutations (bit flips, byte writes, truncation, extension, edited length, version, flags
  * or fingerprint fields, an empty source, a NUL in the source, a claimed length other
  * than the buffer's), then, half the time, recomputes the checksum so that the fields
  * behind it are reached. The oracle is the format as cl-headers/clshim.h documents it:
  * the bytes the claimed length covers, if its parser accepts them with the device's
  * fingerprint, must become a program (CL_SUCCESS, binary_status CL_SUCCESS) whose source
- * is the binary's; anything else must be refused with CL_INVALID_BINARY and no program.
+ * is the binary's (for a program made from source text); anything else must be refused
+ * with CL_INVALID_BINARY and no program.
  * Prints each case answered otherwise, then "fuzz N cases: A accepted, R rejected,
  * W wrong". Run it on the fake ICD (any binary that is not its own is refused there, and
  * a source program costs nothing). */
@@ -30,6 +33,52 @@ static uint64_t next(void) {
 
 static const char *SRC = "__kernel void fz(__global int *a) { a[get_global_id(0)] = 5; }";
 
+/* Appends one recipe node (cl-headers/clshim.h's layout) to b at *at. */
+static void node(unsigned char *b, size_t *at, uint32_t kind, const char *text, const char *opts,
+                 const char *hname, const char *hsrc, int ninputs, const unsigned char *inputs,
+                 size_t inputs_len) {
+    size_t o = strlen(opts), t = text ? strlen(text) : 0;
+    clshim_le(b + *at, kind, 4);
+    clshim_le(b + *at + 4, text ? 1 : 0, 4);
+    clshim_le(b + *at + 8, o, 4);
+    *at += 12;
+    memcpy(b + *at, opts, o);
+    *at += o;
+    clshim_le(b + *at, t, 8);
+    *at += 8;
+    memcpy(b + *at, text ? text : "", t);
+    *at += t;
+    clshim_le(b + *at, hname ? 1 : 0, 4);
+    *at += 4;
+    if (hname) {
+        size_t n = strlen(hname), s = strlen(hsrc);
+        clshim_le(b + *at, n, 4);
+        memcpy(b + *at + 4, hname, n);
+        *at += 4 + n;
+        clshim_le(b + *at, s, 8);
+        memcpy(b + *at + 8, hsrc, s);
+        *at += 8 + s;
+    }
+    clshim_le(b + *at, (uint64_t)ninputs, 4);
+    *at += 4;
+    memcpy(b + *at, inputs, inputs_len);
+    *at += inputs_len;
+}
+
+/* A sealed version-2 clshim binary for the device with fingerprint fp. */
+static unsigned char *recipe_binary(uint64_t fp, const unsigned char *body, size_t n, size_t *len) {
+    *len = 32 + n + 8;
+    unsigned char *b = calloc(1, *len);
+    memcpy(b, "CLSHIMB", 8);
+    clshim_le(b + 8, 2, 4);
+    clshim_le(b + 12, 0, 4);
+    clshim_le(b + 16, fp, 8);
+    clshim_le(b + 24, n, 8);
+    memcpy(b + 32, body, n);
+    clshim_le(b + 32 + n, fnv1a64(b, 32 + n), 8);
+    return b;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
     long n = atol(argv[1]);
@@ -39,12 +88,33 @@ int main(int argc, char **argv) {
     pick_device(&plat, &dev);
     cl_context ctx = make_context(dev);
     uint64_t fp = clshim_fingerprint(dev);
-    size_t base_len;
-    unsigned char *base = clshim_make_binary(dev, SRC, strlen(SRC), 0, &base_len);
-    size_t cap = base_len + 4096 + PAD;
+    unsigned char *bases[4];
+    size_t lens[4];
+    bases[0] = clshim_make_binary(dev, SRC, strlen(SRC), 0, &lens[0]);
+    static unsigned char body[4096], obj[1024], lib[1024], ins[2048];
+    size_t at = 0, no = 0, nl = 0, ni = 0;
+    node(body, &at, 1, SRC, "-DVAL=7", NULL, NULL, 0, NULL, 0);
+    bases[1] = recipe_binary(fp, body, at, &lens[1]);
+    node(obj, &no, 2, "#include \"h.h\"\n__kernel void fz(__global int *a) { a[0] = X; }",
+         "-cl-std=CL1.2", "h.h", "#define X 3\n", 0, NULL, 0);
+    bases[2] = recipe_binary(fp, obj, no, &lens[2]);
+    size_t nh = 0;
+    static unsigned char helper[512];
+    node(helper, &nh, 2, "int helper(int x) { return x; }", "", NULL, NULL, 0, NULL, 0);
+    node(lib, &nl, 3, NULL, "-create-library", NULL, NULL, 1, helper, nh);
+    memcpy(ins, obj, no);
+    memcpy(ins + no, lib, nl);
+    ni = no + nl;
+    at = 0;
+    node(body, &at, 4, NULL, "", NULL, NULL, 2, ins, ni);
+    bases[3] = recipe_binary(fp, body, at, &lens[3]);
+    size_t cap = lens[3] + 4096 + PAD;
     unsigned char *buf = malloc(cap);
-    long accepted = 0, rejected = 0, wrong = 0;
+    long accepted = 0, rejected = 0, wrong = 0, by_base[4] = {0, 0, 0, 0};
     for (long c = 0; c < n; c++) {
+        int which = (int)(next() % 4);
+        const unsigned char *base = bases[which];
+        size_t base_len = lens[which];
         memcpy(buf, base, base_len);
         memset(buf + base_len, 0, cap - base_len);
         size_t len = base_len;
@@ -109,24 +179,28 @@ int main(int argc, char **argv) {
         cl_program p = clCreateProgramWithBinary(ctx, 1, &dev, &claim, bins, &status, &err);
         int ok;
         if (expect) {
-            char got[512] = "";
-            ok = p && err == CL_SUCCESS && status == CL_SUCCESS &&
-                 clGetProgramInfo(p, CL_PROGRAM_SOURCE, sizeof got, got, NULL) == CL_SUCCESS &&
-                 strlen(got) == parsed.source_length &&
-                 memcmp(got, parsed.source, parsed.source_length) == 0;
+            char got[4096] = "";
+            ok = p && err == CL_SUCCESS && status == CL_SUCCESS;
+            if (ok && parsed.source && parsed.text_kind == 1)
+                ok = clGetProgramInfo(p, CL_PROGRAM_SOURCE, sizeof got, got, NULL) == CL_SUCCESS &&
+                     strlen(got) == parsed.source_length &&
+                     memcmp(got, parsed.source, parsed.source_length) == 0;
             accepted += ok;
+            by_base[which] += ok;
         } else {
             ok = !p && err == CL_INVALID_BINARY;
             rejected += ok;
         }
         if (!ok) {
             wrong++;
-            printf("wrong: case %ld len %zu claim %zu expected %s, got %s status %s program %s\n", c,
+            printf("wrong: base %d case %ld len %zu claim %zu expected %s, got %s status %s program %s\n", which, c,
                    len, claim, expect ? "a program" : "CL_INVALID_BINARY", cl_err_name(err),
                    cl_err_name(status), p ? "made" : "none");
         }
         if (p) clReleaseProgram(p);
     }
+    printf("accepted by base: v1 %ld, executable %ld, object %ld, linked %ld\n", by_base[0],
+           by_base[1], by_base[2], by_base[3]);
     printf("fuzz %ld cases: %ld accepted, %ld rejected, %ld wrong\n", n, accepted, rejected, wrong);
     return wrong != 0;
 }

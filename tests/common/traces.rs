@@ -124,13 +124,22 @@ pub struct ClshimBinary {
     pub version: u32,
     pub flags: u32,
     pub fingerprint: u64,
+    /// The program text (version 2: the top recipe node's, empty for links).
     pub source: Vec<u8>,
+    /// Version 2: the top recipe node's kind (1 executable, 2 compiled object, 3 library,
+    /// 4 linked executable) and options; version 1: 1 and None.
+    pub kind: u32,
+    pub options: Option<String>,
     pub checksum_ok: bool,
 }
 
 pub const CLSHIM_MAGIC: &[u8; 8] = b"CLSHIMB\0";
-/// Bytes of a clshim binary around its source: 32 of header, 8 of checksum.
-pub const CLSHIM_OVERHEAD: usize = 40;
+/// Bytes of a version-1 clshim binary around its source: 32 of header, 8 of checksum.
+pub const CLSHIM_V1_OVERHEAD: usize = 40;
+/// Bytes of a version-2 clshim binary of a program built from source with no options
+/// around its source: the envelope, and the recipe node's kind, text kind, options
+/// length, text length, header count and input count.
+pub const CLSHIM_OVERHEAD: usize = CLSHIM_V1_OVERHEAD + 4 + 4 + 4 + 8 + 4 + 4;
 
 pub fn fnv1a64_u64(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf29ce484222325;
@@ -144,20 +153,32 @@ pub fn fnv1a64_u64(bytes: &[u8]) -> u64 {
 /// Parses a well-formed clshim binary; panics (failing the test) on anything else.
 pub fn parse_clshim_binary(b: &[u8]) -> ClshimBinary {
     assert!(
-        b.len() >= CLSHIM_OVERHEAD,
+        b.len() >= CLSHIM_V1_OVERHEAD,
         "too short for a clshim binary: {b:?}"
     );
     assert_eq!(&b[..8], CLSHIM_MAGIC, "magic");
     let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
     let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
     let len = u64_at(24) as usize;
-    assert_eq!(len + CLSHIM_OVERHEAD, b.len(), "declared source length");
+    assert_eq!(len + CLSHIM_V1_OVERHEAD, b.len(), "declared body length");
     let body = b.len() - 8;
+    let version = u32_at(8);
+    let (kind, options, source) = if version == 2 {
+        let olen = u32_at(40) as usize;
+        let options = String::from_utf8(b[44..44 + olen].to_vec()).unwrap();
+        let tlen = u64_at(44 + olen) as usize;
+        let at = 52 + olen;
+        (u32_at(32), Some(options), b[at..at + tlen].to_vec())
+    } else {
+        (1, None, b[32..body].to_vec())
+    };
     ClshimBinary {
-        version: u32_at(8),
+        version,
         flags: u32_at(12),
         fingerprint: u64_at(16),
-        source: b[32..body].to_vec(),
+        source,
+        kind,
+        options,
         checksum_ok: fnv1a64_u64(&b[..body]) == u64_at(body),
     }
 }

@@ -21,6 +21,7 @@ import sys
 LAYER_EXPORTS = {"_clGetLayerInfo", "_clInitLayer", "_clInitLayerWithProperties", "_clDeinitLayer"}
 INTERPOSED = {
     "clBuildProgram", "clCompileProgram", "clLinkProgram", "clGetProgramInfo",
+    "clGetProgramBuildInfo",
     "clCreateProgramWithBinary", "clCreateProgramWithSource", "clReleaseProgram",
 }
 FRAMEWORK = "/System/Library/Frameworks/OpenCL.framework/Versions/A/OpenCL"

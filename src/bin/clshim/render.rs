@@ -45,7 +45,8 @@ impl ProgramKind {
     fn why(self) -> &'static str {
         match self {
             ProgramKind::Linked => {
-                "clshim substitutes a binary only for a program it can rebuild, and forwarded these"
+                "clshim had no recipe to rebuild these (an input it did not see made, headers \
+                 not made from source, or its recipe memory full), so it forwarded them"
             }
             ProgramKind::Unseen => "clshim keeps the implementation's answer for those",
             ProgramKind::Built => "clshim could not read their source back to carry it",

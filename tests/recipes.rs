@@ -1,0 +1,335 @@
+//! Recipes on real pocl: every kind of program (an executable built with options, a
+//! compiled object with an embedded header, a library, a linked executable) saved as a
+//! clshim binary under `substitute` and loaded back in the same process, as binary-caching
+//! clients and the OpenCL CTS `test_compiler` (execute_after_serialize_reload_object,
+//! program_binary_type) do. Each run prints every CL_PROGRAM_BINARY_TYPE it meets and its
+//! kernel's results: they must equal a run without clshim, line for line. Damaged recipes
+//! are refused as a whole with CL_INVALID_BINARY and a recorded reason.
+
+mod common;
+
+use common::policy::*;
+use common::*;
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn client() -> PathBuf {
+    build_c("recipes", &[])
+}
+
+/// Runs `mode` without clshim and under substitute; both succeed with the same output,
+/// and the reloaded program was recreated by clshim from its recipe.
+fn round_trip(mode: &str, expect: &[&str]) -> Ran {
+    let bin = client();
+    let base = plain(Driver::Pocl, &bin, &[mode], &[]);
+    base.ok();
+    for line in expect {
+        base.has_line(line);
+    }
+    let r = shimmed(Driver::Pocl, &bin, &[mode], &[policy("substitute")]);
+    r.ok();
+    assert_eq!(
+        r.stdout(),
+        base.stdout(),
+        "{mode}: clshim changed the output"
+    );
+    let q = r.queries("CL_PROGRAM_BINARIES");
+    assert_eq!(q.len(), 1, "{:#?}", r.records);
+    assert_eq!(q[0]["action"], "substitute", "{}", q[0]);
+    let load = r.one("binary_load");
+    assert_eq!(load["action"], "substitute", "{load}");
+    assert_eq!(load["result"], 0, "{load}");
+    assert!(load["program"].is_u64(), "{load}");
+    r
+}
+
+/// Built with -DVAL=7, reloaded, built with NULL options: the recorded options are used
+/// (VAL stays 7, not the source's default 1), and the build record says so.
+#[test]
+fn options_round_trip() {
+    let r = round_trip(
+        "options",
+        &[
+            "built type=EXECUTABLE",
+            "reloaded type=EXECUTABLE",
+            "rebuilt type=EXECUTABLE",
+            "val: 7 7 7 7 sum=28",
+        ],
+    );
+    let builds = r.events("build");
+    assert_eq!(builds.len(), 2, "{:#?}", r.records);
+    assert!(builds[0].get("options_replaced").is_none(), "{}", builds[0]);
+    assert_eq!(builds[1]["options"], "-DVAL=7", "{}", builds[1]);
+    assert_eq!(
+        builds[1]["options_replaced"],
+        json!({"given": null, "used": "-DVAL=7"}),
+        "{}",
+        builds[1]
+    );
+    assert_eq!(builds[1]["source"]["origin"], "clshim-binary");
+}
+
+/// A compiled object reloads as a compiled object and links (the CTS's
+/// execute_after_serialize_reload_object and program_binary_type).
+#[test]
+fn compiled_object_round_trip() {
+    round_trip(
+        "object",
+        &[
+            "compiled type=COMPILED_OBJECT",
+            "reloaded type=COMPILED_OBJECT",
+            "linked type=EXECUTABLE",
+            "linked: 5 15 25 35 sum=80",
+        ],
+    );
+}
+
+#[test]
+fn library_round_trip() {
+    round_trip(
+        "library",
+        &[
+            "library type=LIBRARY",
+            "reloaded type=LIBRARY",
+            "linked type=EXECUTABLE",
+            "linked: 5 15 25 35 sum=80",
+        ],
+    );
+}
+
+/// A linked executable is compiled and linked again at load; the application's build of
+/// it (which pocl cannot repeat on a linked program) is answered by clshim.
+#[test]
+fn linked_executable_round_trip() {
+    let r = round_trip(
+        "linked",
+        &[
+            "linked type=EXECUTABLE",
+            "reloaded type=EXECUTABLE",
+            "rebuilt type=EXECUTABLE",
+            "linked: 5 15 25 35 sum=80",
+        ],
+    );
+    let load = r.one("binary_load");
+    let builds = r.events("build");
+    assert_eq!(builds.len(), 1, "{:#?}", r.records);
+    assert_eq!(builds[0]["program"], load["program"]);
+    assert_eq!(builds[0]["result"], 0);
+    assert_eq!(builds[0]["kernels"], json!(["linked"]));
+}
+
+/// The chain of the CTS's program_binary_type: an object reloaded, made a library, that
+/// library reloaded and linked, the executable reloaded and built: every binary type and
+/// the results as without clshim, and every binary a recipe (one load per reload).
+#[test]
+fn conformance_chain_round_trip() {
+    let bin = client();
+    let base = plain(Driver::Pocl, &bin, &["chain"], &[]);
+    base.ok()
+        .has_line("reloaded object type=COMPILED_OBJECT")
+        .has_line("reloaded library type=LIBRARY")
+        .has_line("reloaded executable type=EXECUTABLE")
+        .has_line("linked: 5 15 25 35 sum=80");
+    let r = shimmed(Driver::Pocl, &bin, &["chain"], &[policy("substitute")]);
+    r.ok();
+    assert_eq!(r.stdout(), base.stdout());
+    let loads = r.events("binary_load");
+    assert_eq!(loads.len(), 3, "{:#?}", r.records);
+    for l in loads {
+        assert_eq!(l["action"], "substitute", "{l}");
+    }
+    for q in r.events("binary_query") {
+        assert_eq!(q["action"], "substitute", "{q}");
+    }
+}
+
+/// pocl 3.1 as packaged here reports no IL support: the IL path is skipped quietly, the
+/// same with and without clshim (the IL recipe itself is tested on the fake driver, in
+/// policy_load.rs).
+#[test]
+fn il_skipped_quietly_without_driver_support() {
+    let bin = client();
+    let base = plain(Driver::Pocl, &bin, &["il"], &[]);
+    base.ok();
+    let r = shimmed(Driver::Pocl, &bin, &["il"], &[policy("substitute")]);
+    r.ok();
+    assert_eq!(r.stdout(), base.stdout());
+    if base.stdout().contains("il: unsupported") {
+        assert!(r.events("binary_query").is_empty());
+    }
+}
+
+/// One node of a version-2 recipe body (the layout cl-headers/clshim.h describes).
+fn node(
+    kind: u32,
+    text: Option<&str>,
+    options: &str,
+    headers: &[(&str, &str)],
+    inputs: &[Vec<u8>],
+) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&kind.to_le_bytes());
+    b.extend_from_slice(&(if text.is_some() { 1u32 } else { 0 }).to_le_bytes());
+    b.extend_from_slice(&(options.len() as u32).to_le_bytes());
+    b.extend_from_slice(options.as_bytes());
+    let t = text.unwrap_or("");
+    b.extend_from_slice(&(t.len() as u64).to_le_bytes());
+    b.extend_from_slice(t.as_bytes());
+    b.extend_from_slice(&(headers.len() as u32).to_le_bytes());
+    for (n, s) in headers {
+        b.extend_from_slice(&(n.len() as u32).to_le_bytes());
+        b.extend_from_slice(n.as_bytes());
+        b.extend_from_slice(&(s.len() as u64).to_le_bytes());
+        b.extend_from_slice(s.as_bytes());
+    }
+    b.extend_from_slice(&(inputs.len() as u32).to_le_bytes());
+    for i in inputs {
+        b.extend_from_slice(i);
+    }
+    b
+}
+
+/// A sealed version-2 clshim binary with `body` for the device with `fingerprint`.
+fn sealed(body: &[u8], fingerprint: u64) -> Vec<u8> {
+    let mut b = CLSHIM_MAGIC.to_vec();
+    b.extend_from_slice(&2u32.to_le_bytes());
+    b.extend_from_slice(&0u32.to_le_bytes());
+    b.extend_from_slice(&fingerprint.to_le_bytes());
+    b.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    b.extend_from_slice(body);
+    b.extend_from_slice(&[0; 8]);
+    reseal_clshim_binary(b)
+}
+
+/// Truncated, corrupt, wrong-device and mismatched-part recipes, and a recipe whose part
+/// no longer compiles: each refused whole with CL_INVALID_BINARY, binary_status set, no
+/// program, and a `reject` record naming why. The saved binaries parse with
+/// cl-headers/clshim.h as their kind; the damaged ones do not.
+#[test]
+fn damaged_recipes_refused_whole() {
+    let bin = client();
+    let check = build_c("header_check", &[]);
+    let d = scratch("recipes-bad");
+    let mut saved = Vec::new();
+    for (mode, kind) in [("object", 2), ("library", 3), ("linked", 4)] {
+        let file = d.path(mode);
+        let save = format!("--save={}", file.display());
+        shimmed(Driver::Pocl, &bin, &[mode, &save], &[policy("substitute")]).ok();
+        let bytes = read(&file);
+        let parsed = Command::new(&check).arg(&file).output().unwrap();
+        let text = stdout(&parsed);
+        assert!(
+            text.starts_with("clshim binary v2, ") && text.contains(&format!(", kind {kind}, ")),
+            "{mode}: {text}"
+        );
+        saved.push(bytes);
+    }
+    let object = &saved[0];
+    let linked = &saved[2];
+    let fp = parse_clshim_binary(linked).fingerprint;
+    let len = linked.len();
+    let mut flipped = linked.clone();
+    flipped[len / 2] ^= 0x04;
+    let mut other_device = linked.clone();
+    other_device[16..24].copy_from_slice(&(fp ^ 1).to_le_bytes());
+    let exe = node(
+        1,
+        Some("kernel void k(global int *o) { o[0] = 1; }"),
+        "",
+        &[],
+        &[],
+    );
+    let obj = |src: &str| node(2, Some(src), "", &[("h.h", "#define X 1\n")], &[]);
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "truncated",
+            linked[..len - 9].to_vec(),
+            "declared source length",
+        ),
+        (
+            "cut to its header",
+            linked[..40].to_vec(),
+            "declared source length",
+        ),
+        ("flipped byte", flipped, "checksum mismatch"),
+        (
+            "another device",
+            reseal_clshim_binary(other_device),
+            "another platform",
+        ),
+        (
+            "an executable as a link input",
+            sealed(&node(4, None, "", &[], std::slice::from_ref(&exe)), fp),
+            "not linkable",
+        ),
+        (
+            "a library kind without -create-library",
+            sealed(
+                &node(3, None, "", &[], &[obj("int f(void) { return X; }")]),
+                fp,
+            ),
+            "library kind and options disagree",
+        ),
+        (
+            "a link without inputs",
+            sealed(&node(4, None, "", &[], &[]), fp),
+            "without inputs",
+        ),
+        (
+            "a header without a name",
+            sealed(&node(2, Some("int f(void);"), "", &[("", "x")], &[]), fp),
+            "breaks a rule",
+        ),
+        (
+            "a second input that no longer compiles",
+            sealed(
+                &node(
+                    4,
+                    None,
+                    "",
+                    &[],
+                    &[
+                        obj("#include \"h.h\"\nint f(void) { return X; }"),
+                        obj("this is not C"),
+                    ],
+                ),
+                fp,
+            ),
+            "compiling it again failed",
+        ),
+        (
+            "an object recipe in a version-1 binary's place",
+            {
+                let mut v = object.clone();
+                v[8..12].copy_from_slice(&1u32.to_le_bytes());
+                reseal_clshim_binary(v)
+            },
+            "NUL byte",
+        ),
+    ];
+    for (what, bytes, reason) in &cases {
+        let file = d.path("bad");
+        std::fs::write(&file, bytes).unwrap();
+        let r = shimmed(
+            Driver::Pocl,
+            &bin,
+            &["load", &file.to_string_lossy()],
+            &[policy("substitute")],
+        );
+        r.ok()
+            .has_line("load: CL_INVALID_BINARY status=CL_INVALID_BINARY program=no");
+        let l = r.one("binary_load");
+        assert_eq!(l["action"], "reject", "{what}: {l}");
+        assert!(l["program"].is_null(), "{what}: {l}");
+        let got = l["reason"].as_str().unwrap_or_default();
+        assert!(
+            got.starts_with("device 0: ") && got.contains(reason),
+            "{what}: reason {got:?} should name {reason:?}"
+        );
+        let parsed = Command::new(&check).arg(&file).output().unwrap();
+        if !what.contains("compiles") && !what.contains("another device") {
+            assert_eq!(stdout(&parsed), "not a clshim binary\n", "{what}");
+        }
+    }
+}
