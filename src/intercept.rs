@@ -3,6 +3,7 @@
 //! entry first, so that whatever goes wrong inside clshim afterwards (no state, a panic, a
 //! nested call) the call is still forwarded unchanged, and exactly once.
 
+use crate::app_args::{AppArray, AppBuffer, OutParam};
 use crate::binary_load;
 use crate::builds::{self, Pending};
 use crate::cl::*;
@@ -226,24 +227,66 @@ pub unsafe fn get_program_info(
     value: *mut c_void,
     size_ret: *mut usize,
 ) -> cl_int {
-    // SAFETY: this function's contract: The application's arguments to `clGetProgramInfo`.
-    unsafe {
-        let Some(real) = route.entry::<FnGetProgramInfo>(program, slot::GET_PROGRAM_INFO) else {
-            return missing(program, CL_INVALID_PROGRAM);
-        };
-        // The hot path: every other query, and size-only binary queries (which compile nothing),
-        // go straight through.
-        if (param != CL_PROGRAM_BINARY_SIZES && param != CL_PROGRAM_BINARIES) || value.is_null() {
-            return real(program, param, size, value, size_ret);
-        }
-        let Some(_inside) = guard::enter() else {
-            return real(program, param, size, value, size_ret);
-        };
-        match runtime::get(route) {
-            Some(rt) => {
-                policy::binary_query(rt, route, real, program, param, size, value, size_ret)
+    // SAFETY: the application's program, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe { route.entry::<FnGetProgramInfo>(program, slot::GET_PROGRAM_INFO) })
+    else {
+        return missing(program, CL_INVALID_PROGRAM);
+    };
+    // The hot path: every other query, and size-only binary queries (which compile nothing),
+    // go straight through.
+    if (param != CL_PROGRAM_BINARY_SIZES && param != CL_PROGRAM_BINARIES) || value.is_null() {
+        // SAFETY: the application's own call, handed on unchanged.
+        return unsafe { real(program, param, size, value, size_ret) };
+    }
+    let Some(_inside) = guard::enter() else {
+        // SAFETY: the application's own call, handed on unchanged.
+        return unsafe { real(program, param, size, value, size_ret) };
+    };
+    let Some(rt) = runtime::get(route) else {
+        // SAFETY: the application's own call, handed on unchanged.
+        return unsafe { real(program, param, size, value, size_ret) };
+    };
+    // SAFETY: the application's `param_value` of `size` bytes and its
+    // `param_value_size_ret`, which OpenCL requires to be writable (or NULL).
+    let (value, size_ret) = unsafe { (AppBuffer::new(value, size), OutParam::new(size_ret)) };
+    // SAFETY: the application's program.
+    let query = unsafe { policy::Query::start(rt, route, program, param) };
+    if query.forwards_all() {
+        // SAFETY: the application's own call, handed on unchanged.
+        let ret = unsafe { real(program, param, size, value.as_ptr(), size_ret.as_ptr()) };
+        let sizes = (ret == CL_SUCCESS && param == CL_PROGRAM_BINARY_SIZES)
+            .then(|| value.first::<usize>(query.devices()))
+            .flatten();
+        query.finish(ret, None, sizes);
+        return ret;
+    }
+    // CL_PROGRAM_BINARIES: the application's buffer for each device, if `size` holds them.
+    let app_binaries = if param == CL_PROGRAM_BINARIES {
+        value.first::<*mut u8>(query.devices()).unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    // SAFETY: the application's program and buffers, which OpenCL requires to hold the size
+    // the implementation reports for each device.
+    match unsafe { query.answer(real, program, size, &app_binaries) } {
+        Ok(answer) => {
+            if let Some(sizes) = &answer.sizes {
+                let bytes: Vec<u8> = sizes.iter().flat_map(|s| s.to_ne_bytes()).collect();
+                value.write(&bytes);
             }
-            None => real(program, param, size, value, size_ret),
+            for (i, binary) in &answer.binaries {
+                // SAFETY: the application's buffer for device `i`, non-NULL, which OpenCL
+                // requires to hold the size clshim reported for it: this binary's length.
+                let dst = unsafe { AppBuffer::new(app_binaries[*i] as *mut c_void, binary.len()) };
+                dst.write(binary);
+            }
+            size_ret.set(answer.size_ret);
+            query.finish(CL_SUCCESS, Some(answer), None);
+            CL_SUCCESS
+        }
+        Err(ret) => {
+            query.finish(ret, None, None);
+            ret
         }
     }
 }
@@ -264,38 +307,38 @@ pub unsafe fn get_program_build_info(
     value: *mut c_void,
     size_ret: *mut usize,
 ) -> cl_int {
-    // SAFETY: this function's contract: The application's arguments to
-    // `clGetProgramBuildInfo`.
-    unsafe {
-        let Some(real) =
-            route.entry::<FnGetProgramBuildInfo>(program, slot::GET_PROGRAM_BUILD_INFO)
-        else {
-            return missing(program, CL_INVALID_PROGRAM);
-        };
-        let ret = real(program, device, param, size, value, size_ret);
-        if param != CL_PROGRAM_BINARY_TYPE
-            || ret != CL_SUCCESS
-            || value.is_null()
-            || size < std::mem::size_of::<cl_uint>()
-            || !crate::programs::any_loaded()
-        {
-            return ret;
-        }
-        let Some(_inside) = guard::enter() else {
-            return ret;
-        };
-        let Some(rt) = runtime::existing() else {
-            return ret;
-        };
-        catch(|| {
-            let executable = rt.programs.loaded(program).is_some_and(|l| l.executable);
-            let v = value as *mut cl_uint;
-            if executable && v.read_unaligned() == CL_PROGRAM_BINARY_TYPE_NONE {
-                v.write_unaligned(CL_PROGRAM_BINARY_TYPE_EXECUTABLE);
-            }
-        });
-        ret
+    // SAFETY: the application's program, whose dispatch `route` knows how to find.
+    let Some(real) =
+        (unsafe { route.entry::<FnGetProgramBuildInfo>(program, slot::GET_PROGRAM_BUILD_INFO) })
+    else {
+        return missing(program, CL_INVALID_PROGRAM);
+    };
+    // SAFETY: the application's own call, handed on unchanged.
+    let ret = unsafe { real(program, device, param, size, value, size_ret) };
+    if param != CL_PROGRAM_BINARY_TYPE
+        || ret != CL_SUCCESS
+        || value.is_null()
+        || size < std::mem::size_of::<cl_uint>()
+        || !crate::programs::any_loaded()
+    {
+        return ret;
     }
+    let Some(_inside) = guard::enter() else {
+        return ret;
+    };
+    let Some(rt) = runtime::existing() else {
+        return ret;
+    };
+    // SAFETY: the application's `param_value` of `size` bytes, which the implementation
+    // just wrote the binary type into.
+    let value = unsafe { AppBuffer::new(value, size) };
+    catch(|| {
+        let executable = rt.programs.loaded(program).is_some_and(|l| l.executable);
+        if executable && value.get::<cl_uint>(0) == Some(CL_PROGRAM_BINARY_TYPE_NONE) {
+            value.set::<cl_uint>(0, CL_PROGRAM_BINARY_TYPE_EXECUTABLE);
+        }
+    });
+    ret
 }
 
 /// # Safety
@@ -311,16 +354,18 @@ pub unsafe fn create_program_with_binary(
     binary_status: *mut cl_int,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
-    // SAFETY: this function's contract: The application's arguments to
-    // `clCreateProgramWithBinary`.
-    unsafe {
-        let Some(real) =
-            route.entry::<FnCreateProgramWithBinary>(context, slot::CREATE_PROGRAM_WITH_BINARY)
-        else {
-            set_errcode(errcode_ret, missing(context, CL_INVALID_CONTEXT));
-            return std::ptr::null_mut();
-        };
-        let forward = || {
+    // SAFETY: the application's `errcode_ret`, which OpenCL requires to be NULL or writable.
+    let errcode = unsafe { OutParam::new(errcode_ret) };
+    // SAFETY: the application's context, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe {
+        route.entry::<FnCreateProgramWithBinary>(context, slot::CREATE_PROGRAM_WITH_BINARY)
+    }) else {
+        errcode.set(missing(context, CL_INVALID_CONTEXT));
+        return std::ptr::null_mut();
+    };
+    let forward = || {
+        // SAFETY: the application's own call, handed on unchanged.
+        unsafe {
             real(
                 context,
                 num_devices,
@@ -330,26 +375,37 @@ pub unsafe fn create_program_with_binary(
                 binary_status,
                 errcode_ret,
             )
-        };
-        let Some(_inside) = guard::enter() else {
-            return forward();
-        };
-        match runtime::get(route) {
-            Some(rt) => binary_load::create_with_binary(
-                rt,
-                route,
-                real,
-                context,
-                num_devices,
-                device_list,
-                lengths,
-                binaries,
-                binary_status,
-                errcode_ret,
-            ),
-            None => forward(),
+        }
+    };
+    let Some(_inside) = guard::enter() else {
+        return forward();
+    };
+    let Some(rt) = runtime::get(route) else {
+        return forward();
+    };
+    let n = num_devices as usize;
+    // SAFETY: the application's arrays with their count; `binary_load` reads them only once
+    // the implementation accepted the call.
+    let call = unsafe {
+        binary_load::BinaryCall {
+            context,
+            devices: AppArray::new(device_list, n),
+            lengths: AppArray::new(lengths, n),
+            binaries: AppArray::new(binaries, n),
+        }
+    };
+    // SAFETY: the application's arguments; `real` its implementation's entry point.
+    let created = unsafe { binary_load::create_with_binary(rt, route, real, &call, binary_status) };
+    if let (Some(statuses), false) = (&created.statuses, binary_status.is_null()) {
+        for (i, &s) in statuses.iter().take(n).enumerate() {
+            // SAFETY: statuses come back only for a call whose `num_devices` devices the
+            // implementation accepted (or refused only for their binaries), for which
+            // OpenCL requires `binary_status` to hold one status per device.
+            unsafe { OutParam::new(binary_status.add(i)) }.set(s);
         }
     }
+    errcode.set(created.errcode);
+    created.program
 }
 
 /// The source strings as OpenCL defines them (a length of 0, or no lengths array, means
