@@ -5,14 +5,13 @@
 
 use crate::app_args::{AppArray, AppBuffer, OutParam};
 use crate::binary_load;
-use crate::builds::{self, Pending};
+use crate::builds::{self, BuildCall, Entry};
 use crate::cl::*;
 use crate::dispatch::{slot, Route};
 use crate::guard::{self, catch};
 use crate::policy;
 use crate::programs::Origin;
 use crate::runtime;
-use crate::schema::Event;
 use std::ffi::{c_char, c_void};
 
 /// The status a loader gives when the object or its entry is missing.
@@ -35,60 +34,41 @@ pub unsafe fn build_program(
     pfn_notify: BuildNotify,
     user_data: *mut c_void,
 ) -> cl_int {
-    // SAFETY: this function's contract: The application's arguments to `clBuildProgram`.
-    unsafe {
-        let Some(real) = route.entry::<FnBuildProgram>(program, slot::BUILD_PROGRAM) else {
-            return missing(program, CL_INVALID_PROGRAM);
-        };
-        let Some(_inside) = guard::enter() else {
-            return real(
-                program,
-                num_devices,
-                device_list,
-                options,
-                pfn_notify,
-                user_data,
-            );
-        };
-        let rt = runtime::get(route);
-        // A program recreated from a clshim binary builds with the options it recorded, as
-        // a loaded binary keeps what it was built with.
-        let loaded = rt.and_then(|rt| catch(|| rt.programs.loaded(program)).flatten());
-        let linked = loaded.as_ref().is_some_and(|l| l.linked);
-        let recorded = loaded
-            .and_then(|l| l.options)
-            .and_then(|o| std::ffi::CString::new(o).ok());
-        let used = recorded.as_ref().map_or(options, |c| c.as_ptr());
-        let pending = rt.map(|rt| {
-            let p = Pending::new(
-                rt,
-                route,
-                Event::Build,
-                program,
-                num_devices,
-                device_list,
-                used,
-                pfn_notify.is_some(),
-            );
-            if recorded.is_some() {
-                p.with_replaced_options(options)
-            } else {
-                p
-            }
-        });
-        builds::run(pending, pfn_notify, user_data, |f, d| {
-            if linked {
-                // Already an executable (linked again at load): done, as the build of a
-                // loaded binary is; the callback runs once, now.
-                if let Some(f) = f {
-                    f(program, d);
-                }
-                return (CL_SUCCESS, program);
-            }
-            (real(program, num_devices, device_list, used, f, d), program)
-        })
-        .0
+    // SAFETY: the application's program, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe { route.entry::<FnBuildProgram>(program, slot::BUILD_PROGRAM) })
+    else {
+        return missing(program, CL_INVALID_PROGRAM);
+    };
+    // SAFETY: the application's device list and its count, read only once accepted.
+    let devices = unsafe { AppArray::new(device_list, num_devices as usize) };
+    let mut call = BuildCall::new(
+        Entry::Build(real),
+        program,
+        std::ptr::null_mut(),
+        devices,
+        options,
+    );
+    let Some(_inside) = guard::enter() else {
+        // SAFETY: the application's call, unchanged.
+        return unsafe { call.forward(pfn_notify, user_data) }.0;
+    };
+    let rt = runtime::get(route);
+    // A program recreated from a clshim binary builds with the options it recorded, as
+    // a loaded binary keeps what it was built with.
+    let loaded = rt.and_then(|rt| catch(|| rt.programs.loaded(program)).flatten());
+    if loaded.as_ref().is_some_and(|l| l.linked) {
+        // Already an executable (linked again at load).
+        call.entry = Entry::Done;
     }
+    let recorded = loaded
+        .and_then(|l| l.options)
+        .and_then(|o| std::ffi::CString::new(o).ok());
+    if let Some(r) = &recorded {
+        call.options = r.as_ptr();
+        call.given_options = Some(options);
+    }
+    // SAFETY: the application's call (with the recorded options, which outlive it).
+    unsafe { builds::run(rt, route, call, pfn_notify, user_data) }.0
 }
 
 /// # Safety
@@ -106,45 +86,32 @@ pub unsafe fn compile_program(
     pfn_notify: BuildNotify,
     user_data: *mut c_void,
 ) -> cl_int {
-    // SAFETY: this function's contract: The application's arguments to `clCompileProgram`.
-    unsafe {
-        let Some(real) = route.entry::<FnCompileProgram>(program, slot::COMPILE_PROGRAM) else {
-            return missing(program, CL_INVALID_PROGRAM);
-        };
-        let forward = |f: BuildNotify, d: *mut c_void| {
-            real(
+    // SAFETY: the application's program, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe { route.entry::<FnCompileProgram>(program, slot::COMPILE_PROGRAM) })
+    else {
+        return missing(program, CL_INVALID_PROGRAM);
+    };
+    let n = num_input_headers as usize;
+    // SAFETY: the application's arrays and their counts, read only once accepted.
+    let call = unsafe {
+        BuildCall {
+            headers: AppArray::new(input_headers, n),
+            header_names: AppArray::new(header_include_names, n),
+            ..BuildCall::new(
+                Entry::Compile(real),
                 program,
-                num_devices,
-                device_list,
+                std::ptr::null_mut(),
+                AppArray::new(device_list, num_devices as usize),
                 options,
-                num_input_headers,
-                input_headers,
-                header_include_names,
-                f,
-                d,
             )
-        };
-        let Some(_inside) = guard::enter() else {
-            return forward(pfn_notify, user_data);
-        };
-        let pending = runtime::get(route).map(|rt| {
-            Pending::new(
-                rt,
-                route,
-                Event::Compile,
-                program,
-                num_devices,
-                device_list,
-                options,
-                pfn_notify.is_some(),
-            )
-            .with_headers(num_input_headers, input_headers, header_include_names)
-        });
-        builds::run(pending, pfn_notify, user_data, |f, d| {
-            (forward(f, d), program)
-        })
-        .0
-    }
+        }
+    };
+    let Some(_inside) = guard::enter() else {
+        // SAFETY: the application's call, unchanged.
+        return unsafe { call.forward(pfn_notify, user_data) }.0;
+    };
+    // SAFETY: the application's call.
+    unsafe { builds::run(runtime::get(route), route, call, pfn_notify, user_data) }.0
 }
 
 /// # Safety
@@ -162,14 +129,17 @@ pub unsafe fn link_program(
     user_data: *mut c_void,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
-    // SAFETY: this function's contract: The application's arguments to `clLinkProgram`.
-    unsafe {
-        let Some(real) = route.entry::<FnLinkProgram>(context, slot::LINK_PROGRAM) else {
-            set_errcode(errcode_ret, missing(context, CL_INVALID_CONTEXT));
-            return std::ptr::null_mut();
-        };
-        let Some(_inside) = guard::enter() else {
-            return real(
+    // SAFETY: the application's `errcode_ret`, which OpenCL requires to be NULL or writable.
+    let errcode = unsafe { OutParam::new(errcode_ret) };
+    // SAFETY: the application's context, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe { route.entry::<FnLinkProgram>(context, slot::LINK_PROGRAM) }) else {
+        errcode.set(missing(context, CL_INVALID_CONTEXT));
+        return std::ptr::null_mut();
+    };
+    let Some(_inside) = guard::enter() else {
+        // SAFETY: the application's own call, handed on unchanged.
+        return unsafe {
+            real(
                 context,
                 num_devices,
                 device_list,
@@ -179,42 +149,29 @@ pub unsafe fn link_program(
                 pfn_notify,
                 user_data,
                 errcode_ret,
-            );
-        };
-        // The input programs are read only once the implementation has accepted the link:
-        // a count beyond the array is its to refuse.
-        let pending = runtime::get(route).map(|rt| {
-            Pending::new(
-                rt,
-                route,
-                Event::Link,
-                std::ptr::null_mut(),
-                num_devices,
-                device_list,
-                options,
-                pfn_notify.is_some(),
             )
-            .with_inputs(num_input_programs, input_programs)
-        });
-        // The status of a link comes back through errcode_ret, which the application may omit.
-        let mut err = CL_SUCCESS;
-        let (_, program) = builds::run(pending, pfn_notify, user_data, |f, d| {
-            let p = real(
+        };
+    };
+    // The input programs are read only once the implementation has accepted the link:
+    // a count beyond the array is its to refuse.
+    // SAFETY: the application's arrays and their counts, read only once accepted.
+    let call = unsafe {
+        BuildCall {
+            inputs: AppArray::new(input_programs, num_input_programs as usize),
+            ..BuildCall::new(
+                Entry::Link(real),
+                std::ptr::null_mut(),
                 context,
-                num_devices,
-                device_list,
+                AppArray::new(device_list, num_devices as usize),
                 options,
-                num_input_programs,
-                input_programs,
-                f,
-                d,
-                &mut err,
-            );
-            (err, p)
-        });
-        set_errcode(errcode_ret, err);
-        program
-    }
+            )
+        }
+    };
+    // SAFETY: the application's call.
+    let (err, program) =
+        unsafe { builds::run(runtime::get(route), route, call, pfn_notify, user_data) };
+    errcode.set(err);
+    program
 }
 
 /// # Safety
