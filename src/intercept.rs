@@ -367,32 +367,34 @@ pub unsafe fn create_program_with_binary(
 
 /// The source strings as OpenCL defines them (a length of 0, or no lengths array, means
 /// NUL-terminated).
+///
+/// # Safety
+/// The implementation made a program from these strings (so there are as many as the
+/// count says, each NUL-terminated or as long as its length), and the call has not returned.
 unsafe fn source_parts<'a>(
-    count: cl_uint,
-    strings: *const *const c_char,
-    lengths: *const usize,
+    strings: AppArray<*const c_char>,
+    lengths: AppArray<usize>,
 ) -> Vec<&'a [u8]> {
-    // SAFETY: called only for a program the implementation made from these strings, so
-    // there are `count` of them, each NUL-terminated or as long as `lengths` says.
-    unsafe {
-        let mut parts = Vec::with_capacity(count as usize);
-        for i in 0..count as usize {
-            let s = *strings.add(i);
-            if s.is_null() {
-                continue;
-            }
-            let len = if lengths.is_null() || *lengths.add(i) == 0 {
-                std::ffi::CStr::from_ptr(s).to_bytes().len()
-            } else {
-                *lengths.add(i)
-            };
-            if len > isize::MAX as usize {
-                continue; // no slice can be that long; the implementation took it all the same
-            }
-            parts.push(std::slice::from_raw_parts(s as *const u8, len));
+    // SAFETY: accepted by the implementation (this function's contract).
+    let (strings, lengths) = unsafe { (strings.read(), lengths.read()) };
+    let mut parts = Vec::with_capacity(strings.len());
+    for (i, &s) in strings.iter().enumerate() {
+        if s.is_null() {
+            continue;
         }
-        parts
+        let len = match lengths.get(i) {
+            Some(&l) if l != 0 => l,
+            // SAFETY: a string given without a length is NUL-terminated (OpenCL's rule, which
+            // the implementation that accepted it relied on too).
+            _ => unsafe { std::ffi::CStr::from_ptr(s) }.to_bytes().len(),
+        };
+        if len > isize::MAX as usize {
+            continue; // no slice can be that long; the implementation took it all the same
+        }
+        // SAFETY: a string of `len` bytes that the implementation accepted.
+        parts.push(unsafe { std::slice::from_raw_parts(s as *const u8, len) });
     }
+    parts
 }
 
 /// # Safety
@@ -405,29 +407,37 @@ pub unsafe fn create_program_with_source(
     lengths: *const usize,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
-    // SAFETY: this function's contract: The application's arguments to
-    // `clCreateProgramWithSource`.
-    unsafe {
-        let Some(real) =
-            route.entry::<FnCreateProgramWithSource>(context, slot::CREATE_PROGRAM_WITH_SOURCE)
-        else {
-            set_errcode(errcode_ret, missing(context, CL_INVALID_CONTEXT));
-            return std::ptr::null_mut();
+    // SAFETY: the application's context, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe {
+        route.entry::<FnCreateProgramWithSource>(context, slot::CREATE_PROGRAM_WITH_SOURCE)
+    }) else {
+        // SAFETY: the application's `errcode_ret`: NULL or writable.
+        unsafe { OutParam::new(errcode_ret) }.set(missing(context, CL_INVALID_CONTEXT));
+        return std::ptr::null_mut();
+    };
+    // SAFETY: the application's own call, handed on unchanged.
+    let program = unsafe { real(context, count, strings, lengths, errcode_ret) };
+    if !strings.is_null() {
+        // SAFETY: the application's arrays with their count, read (by `source_parts`) only
+        // if the implementation made a program of them.
+        let (strings, lengths) = unsafe {
+            (
+                AppArray::new(strings, count as usize),
+                AppArray::new(lengths, count as usize),
+            )
         };
-        let program = real(context, count, strings, lengths, errcode_ret);
-        if !strings.is_null() {
-            register_created(route, program, Origin::Source, || {
-                source_parts(count, strings, lengths)
-            });
-        }
-        program
+        register_created(route, program, Origin::Source, || {
+            // SAFETY: called only for the program the implementation made of them.
+            unsafe { source_parts(strings, lengths) }
+        });
     }
+    program
 }
 
 /// Enters a program the implementation just made into the registry, with the hash and
 /// length of the parts `made_from` gives (what it was made from). Never disturbs the call: nothing
 /// happens for a failed creation, a nested call or an internal failure.
-unsafe fn register_created<'a>(
+fn register_created<'a>(
     route: Route,
     program: cl_program,
     origin: Origin,
@@ -454,45 +464,48 @@ pub unsafe fn create_program_with_il(
     length: usize,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
-    // SAFETY: this function's contract: The application's arguments to
-    // `clCreateProgramWithIL`.
-    unsafe {
-        let Some(real) =
-            route.entry::<FnCreateProgramWithIL>(context, slot::CREATE_PROGRAM_WITH_IL)
-        else {
-            set_errcode(errcode_ret, missing(context, CL_INVALID_CONTEXT));
-            return std::ptr::null_mut();
-        };
-        let program = real(context, il, length, errcode_ret);
-        if !il.is_null() && length <= isize::MAX as usize {
-            register_created(route, program, Origin::Il, || {
-                vec![std::slice::from_raw_parts(il as *const u8, length)]
-            });
-        }
-        program
+    // SAFETY: the application's context, whose dispatch `route` knows how to find.
+    let Some(real) =
+        (unsafe { route.entry::<FnCreateProgramWithIL>(context, slot::CREATE_PROGRAM_WITH_IL) })
+    else {
+        // SAFETY: the application's `errcode_ret`: NULL or writable.
+        unsafe { OutParam::new(errcode_ret) }.set(missing(context, CL_INVALID_CONTEXT));
+        return std::ptr::null_mut();
+    };
+    // SAFETY: the application's own call, handed on unchanged.
+    let program = unsafe { real(context, il, length, errcode_ret) };
+    if !il.is_null() && length <= isize::MAX as usize {
+        register_created(route, program, Origin::Il, || {
+            // SAFETY: called only for a program the implementation made of these `length`
+            // bytes (so they are readable), before the call returns.
+            vec![unsafe { std::slice::from_raw_parts(il as *const u8, length) }]
+        });
     }
+    program
 }
 
 /// # Safety
 /// The application's argument to `clReleaseProgram`.
 pub unsafe fn release_program(route: Route, program: cl_program) -> cl_int {
-    // SAFETY: this function's contract: The application's argument to `clReleaseProgram`.
-    unsafe {
-        let Some(real) = route.entry::<FnReleaseProgram>(program, slot::RELEASE_PROGRAM) else {
-            return missing(program, CL_INVALID_PROGRAM);
-        };
-        // Only a process that has state has entries to forget.
-        let Some(rt) = runtime::existing() else {
-            return real(program);
-        };
-        let last =
-            catch(|| crate::query::reference_count(route, program) == Some(1)).unwrap_or(false);
-        let ret = real(program);
-        if ret == CL_SUCCESS && last {
-            catch(|| rt.programs.released(program));
-        }
-        ret
+    // SAFETY: the application's program, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe { route.entry::<FnReleaseProgram>(program, slot::RELEASE_PROGRAM) })
+    else {
+        return missing(program, CL_INVALID_PROGRAM);
+    };
+    // Only a process that has state has entries to forget.
+    let Some(rt) = runtime::existing() else {
+        // SAFETY: the application's own call, handed on unchanged.
+        return unsafe { real(program) };
+    };
+    // SAFETY: the application's program, asked before it is released.
+    let last = catch(|| unsafe { crate::query::reference_count(route, program) } == Some(1))
+        .unwrap_or(false);
+    // SAFETY: the application's own call, handed on unchanged.
+    let ret = unsafe { real(program) };
+    if ret == CL_SUCCESS && last {
+        catch(|| rt.programs.released(program));
     }
+    ret
 }
 
 // ---------------------------------------------------------------------------------------
@@ -514,14 +527,16 @@ pub unsafe fn enqueue_nd_range_kernel(
     wait_list: *const cl_event,
     event: *mut cl_event,
 ) -> cl_int {
-    // SAFETY: this function's contract: The application's arguments to
-    // `clEnqueueNDRangeKernel`.
+    // SAFETY: the application's queue, whose dispatch `route` knows how to find.
+    let Some(real) =
+        (unsafe { route.entry::<FnEnqueueNDRangeKernel>(queue, slot::ENQUEUE_ND_RANGE_KERNEL) })
+    else {
+        return missing(queue, CL_INVALID_COMMAND_QUEUE);
+    };
+    // SAFETY: the application's arguments (`global` and `local` NULL or of `work_dim`
+    // sizes, as OpenCL requires); the closure makes the application's own call, with the
+    // event out-parameter `launches` passes down (the application's or clshim's).
     unsafe {
-        let Some(real) =
-            route.entry::<FnEnqueueNDRangeKernel>(queue, slot::ENQUEUE_ND_RANGE_KERNEL)
-        else {
-            return missing(queue, CL_INVALID_COMMAND_QUEUE);
-        };
         crate::launches::launch(
             route,
             crate::launches::Call::NdRange,
@@ -551,11 +566,14 @@ pub unsafe fn enqueue_task(
     wait_list: *const cl_event,
     event: *mut cl_event,
 ) -> cl_int {
-    // SAFETY: this function's contract: The application's arguments to `clEnqueueTask`.
+    // SAFETY: the application's queue, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe { route.entry::<FnEnqueueTask>(queue, slot::ENQUEUE_TASK) }) else {
+        return missing(queue, CL_INVALID_COMMAND_QUEUE);
+    };
+    // SAFETY: the application's arguments, with a task's one-dimensional size of 1 (a
+    // static); the closure makes the application's own call, with the event out-parameter
+    // `launches` passes down.
     unsafe {
-        let Some(real) = route.entry::<FnEnqueueTask>(queue, slot::ENQUEUE_TASK) else {
-            return missing(queue, CL_INVALID_COMMAND_QUEUE);
-        };
         crate::launches::launch(
             route,
             crate::launches::Call::Task,
@@ -578,16 +596,19 @@ pub unsafe fn create_kernel(
     name: *const c_char,
     errcode_ret: *mut cl_int,
 ) -> cl_kernel {
-    // SAFETY: this function's contract: The application's arguments to `clCreateKernel`.
-    unsafe {
-        let Some(real) = route.entry::<FnCreateKernel>(program, slot::CREATE_KERNEL) else {
-            set_errcode(errcode_ret, missing(program, CL_INVALID_PROGRAM));
-            return std::ptr::null_mut();
-        };
-        let kernel = real(program, name, errcode_ret);
-        crate::launches::kernel_created(route, program, name, kernel);
-        kernel
-    }
+    // SAFETY: the application's program, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe { route.entry::<FnCreateKernel>(program, slot::CREATE_KERNEL) })
+    else {
+        // SAFETY: the application's `errcode_ret`: NULL or writable.
+        unsafe { OutParam::new(errcode_ret) }.set(missing(program, CL_INVALID_PROGRAM));
+        return std::ptr::null_mut();
+    };
+    // SAFETY: the application's own call, handed on unchanged.
+    let kernel = unsafe { real(program, name, errcode_ret) };
+    // SAFETY: `name` is NULL or a C string, `program` NULL or live (the application's
+    // arguments of a call that just returned, not yet to the application).
+    unsafe { crate::launches::kernel_created(route, program, name, kernel) };
+    kernel
 }
 
 /// # Safety
@@ -599,37 +620,41 @@ pub unsafe fn create_kernels_in_program(
     kernels: *mut cl_kernel,
     num_kernels_ret: *mut cl_uint,
 ) -> cl_int {
-    // SAFETY: this function's contract: The application's arguments to
-    // `clCreateKernelsInProgram`.
-    unsafe {
-        let Some(real) =
-            route.entry::<FnCreateKernelsInProgram>(program, slot::CREATE_KERNELS_IN_PROGRAM)
-        else {
-            return missing(program, CL_INVALID_PROGRAM);
-        };
-        let ret = real(program, num_kernels, kernels, num_kernels_ret);
-        if ret == CL_SUCCESS && !kernels.is_null() {
-            catch(|| {
-                let n =
-                    crate::launches::kernels_written(route, program, num_kernels_ret, num_kernels);
-                crate::launches::kernels_created(kernels, n);
-            });
-        }
-        ret
+    // SAFETY: the application's program, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe {
+        route.entry::<FnCreateKernelsInProgram>(program, slot::CREATE_KERNELS_IN_PROGRAM)
+    }) else {
+        return missing(program, CL_INVALID_PROGRAM);
+    };
+    // SAFETY: the application's own call, handed on unchanged.
+    let ret = unsafe { real(program, num_kernels, kernels, num_kernels_ret) };
+    if ret == CL_SUCCESS && !kernels.is_null() {
+        catch(|| {
+            // SAFETY: the implementation just wrote `num_kernels_ret` (when given).
+            let said =
+                (!num_kernels_ret.is_null()).then(|| unsafe { num_kernels_ret.read_unaligned() });
+            // SAFETY: the program is live: the call succeeded on it.
+            let n = unsafe { crate::launches::kernels_written(route, program, said, num_kernels) };
+            // SAFETY: the implementation wrote `n` (at most `num_kernels`) kernels into the
+            // application's array of `num_kernels`.
+            let made = unsafe { AppArray::new(kernels as *const cl_kernel, n).read() };
+            crate::launches::kernels_created(&made);
+        });
     }
+    ret
 }
 
 /// # Safety
 /// The application's arguments to `clCloneKernel`.
 pub unsafe fn clone_kernel(route: Route, source: cl_kernel, errcode_ret: *mut cl_int) -> cl_kernel {
-    // SAFETY: this function's contract: The application's arguments to `clCloneKernel`.
-    unsafe {
-        let Some(real) = route.entry::<FnCloneKernel>(source, slot::CLONE_KERNEL) else {
-            set_errcode(errcode_ret, missing(source, CL_INVALID_KERNEL));
-            return std::ptr::null_mut();
-        };
-        let clone = real(source, errcode_ret);
-        crate::launches::kernel_cloned(source, clone);
-        clone
-    }
+    // SAFETY: the application's kernel, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe { route.entry::<FnCloneKernel>(source, slot::CLONE_KERNEL) }) else {
+        // SAFETY: the application's `errcode_ret`: NULL or writable.
+        unsafe { OutParam::new(errcode_ret) }.set(missing(source, CL_INVALID_KERNEL));
+        return std::ptr::null_mut();
+    };
+    // SAFETY: the application's own call, handed on unchanged.
+    let clone = unsafe { real(source, errcode_ret) };
+    crate::launches::kernel_cloned(source, clone);
+    clone
 }

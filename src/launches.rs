@@ -637,21 +637,11 @@ pub unsafe fn kernel_created(
     }
 }
 
-/// After `clCreateKernelsInProgram` filled `kernels` (`count` of them): their identities
-/// are resolved at their first launches.
-///
-/// # Safety
-/// `kernels` must be NULL or hold `count` kernel handles.
-pub unsafe fn kernels_created(kernels: *const cl_kernel, count: usize) {
-    // SAFETY: this function's contract: `kernels` must be NULL or hold `count` kernel
-    // handles.
-    unsafe {
-        if kernels.is_null() {
-            return;
-        }
-        for i in 0..count {
-            set_kernel_identity(*kernels.add(i) as usize, 0);
-        }
+/// After `clCreateKernelsInProgram` made `kernels` (as the entry point read them): their
+/// identities are resolved at their first launches.
+pub fn kernels_created(kernels: &[cl_kernel]) {
+    for &k in kernels {
+        set_kernel_identity(k as usize, 0);
     }
 }
 
@@ -669,30 +659,32 @@ pub fn kernel_cloned(source: cl_kernel, clone: cl_kernel) {
 pub unsafe fn kernels_written(
     route: Route,
     program: cl_program,
-    said: *const cl_uint,
+    said: Option<cl_uint>,
     room: cl_uint,
 ) -> usize {
-    // SAFETY: this function's contract: `program` must be live.
-    unsafe {
-        if !said.is_null() {
-            return (*said).min(room) as usize;
-        }
-        let Some(f) = route.entry::<FnGetProgramInfo>(program, slot::GET_PROGRAM_INFO) else {
-            return 0;
-        };
-        let mut n: usize = 0;
-        let ok = f(
+    if let Some(said) = said {
+        return said.min(room) as usize;
+    }
+    // SAFETY: the live program (this function's contract).
+    let Some(f) = (unsafe { route.entry::<FnGetProgramInfo>(program, slot::GET_PROGRAM_INFO) })
+    else {
+        return 0;
+    };
+    let mut n: usize = 0;
+    // SAFETY: the live program, and a local of the size asked for.
+    let ret = unsafe {
+        f(
             program,
             CL_PROGRAM_NUM_KERNELS,
             std::mem::size_of::<usize>(),
             &mut n as *mut usize as *mut c_void,
             std::ptr::null_mut(),
-        ) == CL_SUCCESS;
-        if ok {
-            n.min(room as usize)
-        } else {
-            0
-        }
+        )
+    };
+    if ret == CL_SUCCESS {
+        n.min(room as usize)
+    } else {
+        0
     }
 }
 
