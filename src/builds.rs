@@ -298,60 +298,59 @@ impl Pending {
     /// # Safety
     /// `program` is live.
     unsafe fn keep_recipe(&self, program: cl_program, origin: Option<Origin>) {
-        // SAFETY: this function's contract.
-        unsafe {
-            let Some(c) = self.copied.as_ref() else {
-                return;
-            };
-            let options = c.options.clone().unwrap_or_default().into_bytes();
-            // Source first; a program made from IL (or recreated from one) has none.
-            let il = || {
-                query::il(self.route, program)
-                    .filter(|t| !t.is_empty())
-                    .map(Text::Il)
-            };
-            let text = || {
-                if origin == Some(Origin::Il) {
-                    return il();
-                }
-                query::source(self.route, program)
-                    .filter(|t| !t.is_empty())
-                    .map(Text::Source)
-                    .or_else(il)
-            };
-            let recipe = match self.kind {
-                Event::Build => text().map(|t| Recipe::built(t, options)),
-                Event::Compile => match (text(), &c.headers) {
-                    (Some(t), Some(h)) => Some(Recipe {
-                        kind: Kind::Compiled,
-                        options: Some(options),
-                        text: t,
-                        headers: h.clone(),
-                        inputs: Vec::new(),
-                    }),
-                    _ => None,
-                },
-                _ => c.input_recipes.as_ref().map(|inputs| Recipe {
-                    kind: if Recipe::is_library_link(&options) {
-                        Kind::Library
-                    } else {
-                        Kind::Linked
-                    },
+        let Some(c) = self.copied.as_ref() else {
+            return;
+        };
+        let options = c.options.clone().unwrap_or_default().into_bytes();
+        // Source first; a program made from IL (or recreated from one) has none.
+        let il = || {
+            // SAFETY: the live program (this function's contract).
+            unsafe { query::il(self.route, program) }
+                .filter(|t| !t.is_empty())
+                .map(Text::Il)
+        };
+        let text = || {
+            if origin == Some(Origin::Il) {
+                return il();
+            }
+            // SAFETY: the live program (this function's contract).
+            unsafe { query::source(self.route, program) }
+                .filter(|t| !t.is_empty())
+                .map(Text::Source)
+                .or_else(il)
+        };
+        let recipe = match self.kind {
+            Event::Build => text().map(|t| Recipe::built(t, options)),
+            Event::Compile => match (text(), &c.headers) {
+                (Some(t), Some(h)) => Some(Recipe {
+                    kind: Kind::Compiled,
                     options: Some(options),
-                    text: Text::None,
-                    headers: Vec::new(),
-                    inputs: inputs.clone(),
+                    text: t,
+                    headers: h.clone(),
+                    inputs: Vec::new(),
                 }),
-            };
-            match recipe.filter(|r| r.check().is_ok()) {
-                Some(r) => {
-                    self.rt.programs.set_recipe(program, Arc::new(r));
-                }
-                None => {
-                    // A recompiled program keeps no stale recipe from before.
-                    if self.kind != Event::Link {
-                        self.rt.programs.drop_recipe(program);
-                    }
+                _ => None,
+            },
+            _ => c.input_recipes.as_ref().map(|inputs| Recipe {
+                kind: if Recipe::is_library_link(&options) {
+                    Kind::Library
+                } else {
+                    Kind::Linked
+                },
+                options: Some(options),
+                text: Text::None,
+                headers: Vec::new(),
+                inputs: inputs.clone(),
+            }),
+        };
+        match recipe.filter(|r| r.check().is_ok()) {
+            Some(r) => {
+                self.rt.programs.set_recipe(program, Arc::new(r));
+            }
+            None => {
+                // A recompiled program keeps no stale recipe from before.
+                if self.kind != Event::Link {
+                    self.rt.programs.drop_recipe(program);
                 }
             }
         }
@@ -401,56 +400,62 @@ impl Pending {
     /// # Safety
     /// `program` must be NULL or live, unless `ret` is `CL_INVALID_PROGRAM`.
     unsafe fn observe(&self, program: cl_program, ret: Option<cl_int>) -> Seen {
-        // SAFETY: this function's contract: `program` must be NULL or live, unless `ret` is
-        // `CL_INVALID_PROGRAM`.
-        unsafe {
-            let rt = self.rt;
-            let route = self.route;
-            let program = if program.is_null() {
-                self.program
-            } else {
-                program
-            };
-            let usable = !program.is_null() && ret != Some(CL_INVALID_PROGRAM);
-            let info = usable.then(|| match self.kind {
-                Event::Link => rt.programs.created(program, Origin::Link, None, None),
-                _ => rt.programs.lookup(program),
-            });
-            let named = self
-                .copied
-                .as_ref()
-                .map(|c| c.devices.clone())
-                .unwrap_or_default();
-            let devices = if !named.is_empty() || !usable {
-                named
-            } else {
-                query::devices(route, program).unwrap_or_default()
-            };
-            let facts: Vec<_> = devices
-                .iter()
-                .filter_map(|&d| rt.devices.get(route, d))
-                .collect();
-            let built = (ret.is_none() && usable).then(|| {
-                !devices.is_empty() && devices.iter().all(|&d| query::built_for(route, program, d))
-            });
-            let succeeded = match ret {
-                Some(r) => r == CL_SUCCESS,
-                None => built == Some(true),
-            };
-            if succeeded && usable && rt.config.binaries == BinaryPolicy::Substitute {
-                self.keep_recipe(program, info.map(|i| i.origin));
-            }
-            let kernels = if succeeded && self.kind != Event::Compile && usable {
-                query::kernel_names(route, program)
-            } else {
-                Vec::new()
-            };
-            Seen {
-                info,
-                facts,
-                built,
-                kernels,
-            }
+        let rt = self.rt;
+        let route = self.route;
+        let program = if program.is_null() {
+            self.program
+        } else {
+            program
+        };
+        let usable = !program.is_null() && ret != Some(CL_INVALID_PROGRAM);
+        let info = usable.then(|| match self.kind {
+            Event::Link => rt.programs.created(program, Origin::Link, None, None),
+            _ => rt.programs.lookup(program),
+        });
+        let named = self
+            .copied
+            .as_ref()
+            .map(|c| c.devices.clone())
+            .unwrap_or_default();
+        let devices = if !named.is_empty() || !usable {
+            named
+        } else {
+            // SAFETY: usable: NULL excluded, and live unless refused as invalid (this
+            // function's contract).
+            unsafe { query::devices(route, program) }.unwrap_or_default()
+        };
+        let facts: Vec<_> = devices
+            .iter()
+            // SAFETY: devices the implementation accepted for the call, or listed for the
+            // program.
+            .filter_map(|&d| unsafe { rt.devices.get(route, d) })
+            .collect();
+        let built = (ret.is_none() && usable).then(|| {
+            // SAFETY: the usable program and its devices.
+            !devices.is_empty()
+                && devices
+                    .iter()
+                    .all(|&d| unsafe { query::built_for(route, program, d) })
+        });
+        let succeeded = match ret {
+            Some(r) => r == CL_SUCCESS,
+            None => built == Some(true),
+        };
+        if succeeded && usable && rt.config.binaries == BinaryPolicy::Substitute {
+            // SAFETY: usable, so live.
+            unsafe { self.keep_recipe(program, info.map(|i| i.origin)) };
+        }
+        let kernels = if succeeded && self.kind != Event::Compile && usable {
+            // SAFETY: usable, so live.
+            unsafe { query::kernel_names(route, program) }
+        } else {
+            Vec::new()
+        };
+        Seen {
+            info,
+            facts,
+            built,
+            kernels,
         }
     }
 

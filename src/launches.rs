@@ -68,26 +68,24 @@ impl Dims {
         global: *const usize,
         local: *const usize,
     ) -> Option<Dims> {
-        // SAFETY: this function's contract: `global` and `local` must be NULL or hold
-        // `work_dim` sizes, as OpenCL requires.
-        unsafe {
-            if !(1..=3).contains(&work_dim) || global.is_null() {
-                return None;
-            }
-            let n = work_dim as usize;
-            let mut g = [0usize; 3];
-            g[..n].copy_from_slice(std::slice::from_raw_parts(global, n));
-            let l = (!local.is_null()).then(|| {
-                let mut l = [0usize; 3];
-                l[..n].copy_from_slice(std::slice::from_raw_parts(local, n));
-                l
-            });
-            Some(Dims {
-                work_dim,
-                global: g,
-                local: l,
-            })
+        if !(1..=3).contains(&work_dim) || global.is_null() {
+            return None;
         }
+        let n = work_dim as usize;
+        let mut g = [0usize; 3];
+        // SAFETY: non-NULL, and holds `work_dim` sizes (this function's contract).
+        g[..n].copy_from_slice(unsafe { std::slice::from_raw_parts(global, n) });
+        let l = (!local.is_null()).then(|| {
+            let mut l = [0usize; 3];
+            // SAFETY: non-NULL, and holds `work_dim` sizes (this function's contract).
+            l[..n].copy_from_slice(unsafe { std::slice::from_raw_parts(local, n) });
+            l
+        });
+        Some(Dims {
+            work_dim,
+            global: g,
+            local: l,
+        })
     }
 
     /// `clEnqueueTask`: one work-item in one work-group of one dimension, as OpenCL defines it.
@@ -358,28 +356,32 @@ pub unsafe fn launch(
     event: *mut cl_event,
     forward: impl FnOnce(*mut cl_event) -> cl_int,
 ) -> cl_int {
-    // SAFETY: this function's contract: The application's arguments; `global` and `local`
-    // must be NULL or hold `work_dim` sizes; `forward` must make the application's call.
-    unsafe {
-        if kernel.is_null() || global.is_null() || !(1..=3).contains(&work_dim) {
+    if kernel.is_null() || global.is_null() || !(1..=3).contains(&work_dim) {
+        return forward(event);
+    }
+    // SAFETY: the application's queue, whose dispatch `route` knows how to find.
+    let Some(device) = (unsafe { queue_device(route, queue) }) else {
+        return forward(event);
+    };
+    let identity = kernel_identity(kernel as usize);
+    if identity != 0 {
+        let n = work_dim as usize;
+        // SAFETY: non-NULL, and holds `work_dim` (1 to 3) sizes (this function's contract).
+        let g = unsafe { std::slice::from_raw_parts(global, n) };
+        // SAFETY: as for `global`, where given.
+        let l = (!local.is_null()).then(|| unsafe { std::slice::from_raw_parts(local, n) });
+        if seen(launch_key(identity, device, g, l)) {
             return forward(event);
         }
-        let Some(device) = queue_device(route, queue) else {
-            return forward(event);
-        };
-        let identity = kernel_identity(kernel as usize);
-        if identity != 0 {
-            let n = work_dim as usize;
-            let g = std::slice::from_raw_parts(global, n);
-            let l = (!local.is_null()).then(|| std::slice::from_raw_parts(local, n));
-            if seen(launch_key(identity, device, g, l)) {
-                return forward(event);
-            }
-        }
-        match Dims::nd_range(work_dim, global, local) {
-            Some(dims) => first_launch(route, call, kernel, device, identity, dims, event, forward),
-            None => forward(event),
-        }
+    }
+    // SAFETY: `global` and `local` NULL or of `work_dim` sizes (this function's contract).
+    match unsafe { Dims::nd_range(work_dim, global, local) } {
+        // SAFETY: the application's arguments; `forward` makes its call (this function's
+        // contract).
+        Some(dims) => unsafe {
+            first_launch(route, call, kernel, device, identity, dims, event, forward)
+        },
+        None => forward(event),
     }
 }
 
@@ -608,33 +610,30 @@ pub unsafe fn kernel_created(
     name: *const c_char,
     kernel: cl_kernel,
 ) {
-    // SAFETY: this function's contract: `name` must be NULL or a C string; `program` NULL
-    // or live.
-    unsafe {
-        if kernel.is_null() {
-            return;
-        }
-        // Forget the address's old identity first, so that whatever fails below, the new
-        // kernel is resolved afresh at its first launch rather than taken for the old one.
-        set_kernel_identity(kernel as usize, 0);
-        if program.is_null() || name.is_null() {
-            return;
-        }
-        let Some(_inside) = guard::enter() else {
-            return;
-        };
-        let Some(rt) = runtime::get(route) else {
-            return;
-        };
-        catch(|| {
-            let id = rt.programs.lookup(program).id;
-            let name = std::ffi::CStr::from_ptr(name).to_string_lossy();
-            set_kernel_identity(
-                kernel as usize,
-                identity_of(Some(id), Some(&name), kernel as usize),
-            );
-        });
+    if kernel.is_null() {
+        return;
     }
+    // Forget the address's old identity first, so that whatever fails below, the new
+    // kernel is resolved afresh at its first launch rather than taken for the old one.
+    set_kernel_identity(kernel as usize, 0);
+    if program.is_null() || name.is_null() {
+        return;
+    }
+    let Some(_inside) = guard::enter() else {
+        return;
+    };
+    let Some(rt) = runtime::get(route) else {
+        return;
+    };
+    catch(|| {
+        let id = rt.programs.lookup(program).id;
+        // SAFETY: non-NULL, so a C string (this function's contract).
+        let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy();
+        set_kernel_identity(
+            kernel as usize,
+            identity_of(Some(id), Some(&name), kernel as usize),
+        );
+    });
 }
 
 /// After `clCreateKernelsInProgram` made `kernels` (as the entry point read them): their
