@@ -180,8 +180,8 @@ mod tests {
         let mut v = 0i32;
         // SAFETY: a live local.
         let o = unsafe { OutParam::new(&mut v as *mut i32) };
-        o.set(-30);
-        assert_eq!(v, -30);
+        o.set(crate::cl::CL_INVALID_VALUE);
+        assert_eq!(v, crate::cl::CL_INVALID_VALUE);
         // SAFETY: NULL is allowed.
         let none = unsafe { OutParam::<i32>::new(std::ptr::null_mut()) };
         none.set(1); // no write, no crash
