@@ -143,13 +143,16 @@ fn check_clshim_binaries(
 }
 
 /// Releases programs clshim made while recreating one (never the application's).
+///
+/// # Safety
+/// Each is a live program clshim made and holds the only reference to.
 unsafe fn release_all(route: Route, programs: &[cl_program]) {
     for &p in programs {
-        // SAFETY: each is a live program clshim made and holds the only reference to.
-        unsafe {
-            if let Some(release) = route.entry::<FnReleaseProgram>(p, slot::RELEASE_PROGRAM) {
-                release(p);
-            }
+        // SAFETY: a live program (this function's contract).
+        if let Some(release) = unsafe { route.entry::<FnReleaseProgram>(p, slot::RELEASE_PROGRAM) }
+        {
+            // SAFETY: its own clReleaseProgram, dropping clshim's only reference.
+            unsafe { release(p) };
         }
     }
 }
@@ -160,33 +163,36 @@ fn c_options(options: &Option<Vec<u8>>) -> CString {
 }
 
 /// Makes a program from a recipe's text (source or IL), not yet built.
+///
+/// # Safety
+/// `context` is a valid context (the implementation accepted it).
 unsafe fn from_text(route: Route, context: cl_context, text: &Text) -> Result<cl_program, String> {
-    // SAFETY: `context` is the application's valid context (the implementation accepted
-    // it); the text is clshim's own buffer, never empty (Recipe::check).
-    unsafe {
-        let mut err = CL_INVALID_OPERATION;
-        let program = match text {
-            Text::Source(src) => {
-                let create: FnCreateProgramWithSource = route
-                    .entry(context, slot::CREATE_PROGRAM_WITH_SOURCE)
+    let mut err = CL_INVALID_OPERATION;
+    let program = match text {
+        Text::Source(src) => {
+            // SAFETY: a valid context (this function's contract).
+            let create: FnCreateProgramWithSource =
+                unsafe { route.entry(context, slot::CREATE_PROGRAM_WITH_SOURCE) }
                     .ok_or("no clCreateProgramWithSource")?;
-                let ptr = src.as_ptr() as *const c_char;
-                let len = src.len();
-                create(context, 1, &ptr, &len, &mut err)
-            }
-            Text::Il(il) => {
-                let create: FnCreateProgramWithIL = route
-                    .entry(context, slot::CREATE_PROGRAM_WITH_IL)
-                    .ok_or("the implementation has no clCreateProgramWithIL")?;
-                create(context, il.as_ptr() as *const c_void, il.len(), &mut err)
-            }
-            Text::None => return Err("no text".into()),
-        };
-        if program.is_null() {
-            return Err(format!("making the program failed ({})", status_name(err)));
+            let ptr = src.as_ptr() as *const c_char;
+            let len = src.len();
+            // SAFETY: one string of `len` bytes, clshim's own, alive for the call.
+            unsafe { create(context, 1, &ptr, &len, &mut err) }
         }
-        Ok(program)
+        Text::Il(il) => {
+            // SAFETY: a valid context (this function's contract).
+            let create: FnCreateProgramWithIL =
+                unsafe { route.entry(context, slot::CREATE_PROGRAM_WITH_IL) }
+                    .ok_or("the implementation has no clCreateProgramWithIL")?;
+            // SAFETY: clshim's own IL bytes, alive for the call.
+            unsafe { create(context, il.as_ptr() as *const c_void, il.len(), &mut err) }
+        }
+        Text::None => return Err("no text".into()),
+    };
+    if program.is_null() {
+        return Err(format!("making the program failed ({})", status_name(err)));
     }
+    Ok(program)
 }
 
 /// Makes the program a recipe describes again, for `devices` of `context`: a build
@@ -194,81 +200,100 @@ unsafe fn from_text(route: Route, context: cl_context, text: &Text) -> Result<cl
 /// `clBuildProgram`, with the recorded options); a compiled object is compiled again with
 /// its headers and options; a link compiles and links its inputs again. Every program
 /// made on the way that is not the result is released; on failure nothing is left.
+///
+/// # Safety
+/// `context` is a valid context and `devices` distinct devices of it (the implementation
+/// accepted them).
 unsafe fn recreate(
     route: Route,
     context: cl_context,
     devices: &[cl_device_id],
     recipe: &Recipe,
 ) -> Result<cl_program, String> {
-    // SAFETY: `context` and `devices` are the application's, accepted by the
-    // implementation; every program passed below is one clshim just made.
-    unsafe {
-        let n = devices.len() as cl_uint;
-        let options = c_options(&recipe.options);
-        match recipe.kind {
-            Kind::Built => from_text(route, context, &recipe.text),
-            Kind::Compiled => {
-                let program = from_text(route, context, &recipe.text)?;
-                let mut headers = Vec::new();
-                for h in &recipe.headers {
-                    match from_text(route, context, &Text::Source(h.source.clone())) {
-                        Ok(p) => headers.push(p),
-                        Err(e) => {
-                            release_all(route, &headers);
-                            release_all(route, &[program]);
-                            return Err(format!("header: {e}"));
-                        }
+    let n = devices.len() as cl_uint;
+    let options = c_options(&recipe.options);
+    match recipe.kind {
+        // SAFETY: a valid context (this function's contract).
+        Kind::Built => unsafe { from_text(route, context, &recipe.text) },
+        Kind::Compiled => {
+            // SAFETY: a valid context (this function's contract).
+            let program = unsafe { from_text(route, context, &recipe.text) }?;
+            let mut headers = Vec::new();
+            for h in &recipe.headers {
+                // SAFETY: a valid context (this function's contract).
+                match unsafe { from_text(route, context, &Text::Source(h.source.clone())) } {
+                    Ok(p) => headers.push(p),
+                    Err(e) => {
+                        // SAFETY: programs clshim just made, not handed out.
+                        unsafe { release_all(route, &headers) };
+                        // SAFETY: as above.
+                        unsafe { release_all(route, &[program]) };
+                        return Err(format!("header: {e}"));
                     }
                 }
-                let names: Vec<CString> = recipe
-                    .headers
-                    .iter()
-                    .map(|h| CString::new(h.name.clone()).unwrap_or_default())
-                    .collect();
-                let name_ptrs: Vec<*const c_char> = names.iter().map(|c| c.as_ptr()).collect();
-                let ret = match route.entry::<FnCompileProgram>(program, slot::COMPILE_PROGRAM) {
-                    Some(compile) => compile(
-                        program,
-                        n,
-                        devices.as_ptr(),
-                        options.as_ptr(),
-                        headers.len() as cl_uint,
-                        if headers.is_empty() {
-                            std::ptr::null()
-                        } else {
-                            headers.as_ptr()
-                        },
-                        if headers.is_empty() {
-                            std::ptr::null()
-                        } else {
-                            name_ptrs.as_ptr()
-                        },
-                        None,
-                        std::ptr::null_mut(),
-                    ),
+            }
+            let names: Vec<CString> = recipe
+                .headers
+                .iter()
+                .map(|h| CString::new(h.name.clone()).unwrap_or_default())
+                .collect();
+            let name_ptrs: Vec<*const c_char> = names.iter().map(|c| c.as_ptr()).collect();
+            let (header_list, name_list) = if headers.is_empty() {
+                (std::ptr::null(), std::ptr::null())
+            } else {
+                (headers.as_ptr(), name_ptrs.as_ptr())
+            };
+            // SAFETY: the live program clshim just made.
+            let ret =
+                match unsafe { route.entry::<FnCompileProgram>(program, slot::COMPILE_PROGRAM) } {
+                    // SAFETY: the program's own entry; the devices of its context (this
+                    // function's contract); clshim's own options, headers and names, alive for
+                    // the call, with no callback.
+                    Some(compile) => unsafe {
+                        compile(
+                            program,
+                            n,
+                            devices.as_ptr(),
+                            options.as_ptr(),
+                            headers.len() as cl_uint,
+                            header_list,
+                            name_list,
+                            None,
+                            std::ptr::null_mut(),
+                        )
+                    },
                     None => CL_INVALID_OPERATION,
                 };
-                release_all(route, &headers);
-                if ret != CL_SUCCESS {
-                    release_all(route, &[program]);
-                    return Err(format!("compiling it again failed ({})", status_name(ret)));
-                }
-                Ok(program)
+            // SAFETY: header programs clshim just made, no longer needed.
+            unsafe { release_all(route, &headers) };
+            if ret != CL_SUCCESS {
+                // SAFETY: the program clshim just made, not handed out.
+                unsafe { release_all(route, &[program]) };
+                return Err(format!("compiling it again failed ({})", status_name(ret)));
             }
-            Kind::Library | Kind::Linked => {
-                let mut inputs = Vec::new();
-                for i in &recipe.inputs {
-                    match recreate(route, context, devices, i) {
-                        Ok(p) => inputs.push(p),
-                        Err(e) => {
-                            release_all(route, &inputs);
-                            return Err(e);
-                        }
+            Ok(program)
+        }
+        Kind::Library | Kind::Linked => {
+            let mut inputs = Vec::new();
+            for i in &recipe.inputs {
+                // SAFETY: the same context and devices (this function's contract).
+                match unsafe { recreate(route, context, devices, i) } {
+                    Ok(p) => inputs.push(p),
+                    Err(e) => {
+                        // SAFETY: inputs clshim just made, not handed out.
+                        unsafe { release_all(route, &inputs) };
+                        return Err(e);
                     }
                 }
-                let mut err = CL_INVALID_OPERATION;
-                let program = match route.entry::<FnLinkProgram>(context, slot::LINK_PROGRAM) {
-                    Some(link) => link(
+            }
+            let mut err = CL_INVALID_OPERATION;
+            // SAFETY: a valid context (this function's contract).
+            let program = match unsafe { route.entry::<FnLinkProgram>(context, slot::LINK_PROGRAM) }
+            {
+                // SAFETY: the context's own entry, its devices, clshim's own options and
+                // inputs (live programs it just made), with no callback.
+                Some(link) => unsafe {
+                    link(
                         context,
                         n,
                         devices.as_ptr(),
@@ -278,18 +303,20 @@ unsafe fn recreate(
                         None,
                         std::ptr::null_mut(),
                         &mut err,
-                    ),
-                    None => std::ptr::null_mut(),
-                };
-                release_all(route, &inputs);
-                if program.is_null() || err != CL_SUCCESS {
-                    if !program.is_null() {
-                        release_all(route, &[program]);
-                    }
-                    return Err(format!("linking it again failed ({})", status_name(err)));
+                    )
+                },
+                None => std::ptr::null_mut(),
+            };
+            // SAFETY: inputs clshim just made, no longer needed.
+            unsafe { release_all(route, &inputs) };
+            if program.is_null() || err != CL_SUCCESS {
+                if !program.is_null() {
+                    // SAFETY: the program clshim just made, not handed out.
+                    unsafe { release_all(route, &[program]) };
                 }
-                Ok(program)
+                return Err(format!("linking it again failed ({})", status_name(err)));
             }
+            Ok(program)
         }
     }
 }

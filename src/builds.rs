@@ -617,45 +617,47 @@ extern "C" fn record_fired_at_exit() {
 /// writes the record if the call has already returned (else leaves it for the return),
 /// then runs the application's callback.
 unsafe extern "C" fn on_build_done(program: cl_program, data: *mut c_void) {
-    // SAFETY: `data` is the `Pending` box clshim handed the implementation with this
-    // callback, which gives it back once; `program` is live while the callback runs.
-    unsafe {
-        let ctx = Arc::from_raw(data as *const AsyncBuild);
-        catch(|| {
-            let seconds = ctx.start.elapsed().as_secs_f64();
-            let pending = {
-                let mut st = ctx.state.lock();
-                st.called = true;
-                if st.returned.is_none() {
-                    // The implementation accepted the call (it is calling back), and the call
-                    // has not returned, so the application's arrays are still valid.
-                    if let Some(p) = st.pending.as_mut() {
-                        p.copy_args(CL_SUCCESS);
-                    }
-                }
-                st.pending.take()
-            };
-            let Some(p) = pending else {
-                return;
-            };
-            let seen = p.observe(program, None);
+    // SAFETY: `data` is the reference to the `AsyncBuild` that `run` handed the
+    // implementation with this callback (Arc::into_raw), which calls back once.
+    let ctx = unsafe { Arc::from_raw(data as *const AsyncBuild) };
+    catch(|| {
+        let seconds = ctx.start.elapsed().as_secs_f64();
+        let pending = {
             let mut st = ctx.state.lock();
-            if st.returned.is_some() {
-                // The call returned CL_SUCCESS and the build went on: its outcome is the
-                // build status now.
-                drop(st);
-                let result = p.outcome(&seen);
-                p.finish(result, seconds, seen);
-            } else {
-                st.pending = Some(p);
-                st.fired = Some(Fired { seconds, seen });
-                st.listed = true;
-                drop(st);
-                await_return(&ctx);
+            st.called = true;
+            if st.returned.is_none() {
+                // The implementation accepted the call (it is calling back), and the call
+                // has not returned, so the application's arrays are still valid.
+                if let Some(p) = st.pending.as_mut() {
+                    // SAFETY: as just said: accepted, and not returned.
+                    unsafe { p.copy_args(CL_SUCCESS) };
+                }
             }
-        });
-        outside(|| (ctx.user_fn)(program, ctx.user_data));
-    }
+            st.pending.take()
+        };
+        let Some(p) = pending else {
+            return;
+        };
+        // SAFETY: the program is live while the callback runs.
+        let seen = unsafe { p.observe(program, None) };
+        let mut st = ctx.state.lock();
+        if st.returned.is_some() {
+            // The call returned CL_SUCCESS and the build went on: its outcome is the
+            // build status now.
+            drop(st);
+            let result = p.outcome(&seen);
+            p.finish(result, seconds, seen);
+        } else {
+            st.pending = Some(p);
+            st.fired = Some(Fired { seconds, seen });
+            st.listed = true;
+            drop(st);
+            await_return(&ctx);
+        }
+    });
+    // SAFETY: the application's callback with its own data, called once, as it would be
+    // without clshim.
+    outside(|| unsafe { (ctx.user_fn)(program, ctx.user_data) });
 }
 
 /// Forwards `call` and records it (with no runtime: only forwards it). With no
