@@ -393,26 +393,33 @@ struct Kernel {
 }
 
 /// The kernel's name and program, asked of the implementation.
+///
+/// # Safety
+/// `kernel` is the application's kernel of the call being intercepted.
 unsafe fn kernel_facts(route: Route, kernel: cl_kernel) -> (Option<String>, Option<cl_program>) {
-    // SAFETY: `kernel` is the application's kernel of the call being intercepted, asked of
-    // the implementation through `route`.
-    unsafe {
-        let Some(f) = route.entry::<FnGetKernelInfo>(kernel, slot::GET_KERNEL_INFO) else {
-            return (None, None);
-        };
-        let name = info_bytes(f, kernel, CL_KERNEL_FUNCTION_NAME).map(|b| {
-            let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-            String::from_utf8_lossy(&b[..end]).into_owned()
-        });
-        let program = info_bytes(f, kernel, CL_KERNEL_PROGRAM).and_then(|b| {
-            let w = std::mem::size_of::<usize>();
-            let p = usize::from_ne_bytes(b.get(..w)?.try_into().ok()?);
-            (p != 0).then_some(p as cl_program)
-        });
-        (name, program)
-    }
+    // SAFETY: the application's kernel (this function's contract).
+    let Some(f) = (unsafe { route.entry::<FnGetKernelInfo>(kernel, slot::GET_KERNEL_INFO) }) else {
+        return (None, None);
+    };
+    // SAFETY: the kernel's own clGetKernelInfo.
+    let name = unsafe { info_bytes(f, kernel, CL_KERNEL_FUNCTION_NAME) }.map(|b| {
+        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        String::from_utf8_lossy(&b[..end]).into_owned()
+    });
+    // SAFETY: as above.
+    let program = unsafe { info_bytes(f, kernel, CL_KERNEL_PROGRAM) }.and_then(|b| {
+        let w = std::mem::size_of::<usize>();
+        let p = usize::from_ne_bytes(b.get(..w)?.try_into().ok()?);
+        (p != 0).then_some(p as cl_program)
+    });
+    (name, program)
 }
 
+/// The slow path of [`launch`]: a configuration not seen yet.
+///
+/// # Safety
+/// The application's handles and event pointer of the enqueue being intercepted;
+/// `forward` makes the application's call.
 #[cold]
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
@@ -426,54 +433,56 @@ unsafe fn first_launch(
     event: *mut cl_event,
     forward: impl FnOnce(*mut cl_event) -> cl_int,
 ) -> cl_int {
-    // SAFETY: the application's handles and event pointer of the enqueue being intercepted;
-    // `forward` makes the application's call.
-    unsafe {
-        let Some(_inside) = guard::enter() else {
-            return forward(event);
-        };
-        let Some(rt) = runtime::get(route) else {
-            return forward(event);
-        };
-        let prepared = catch(|| {
-            let (name, program) = kernel_facts(route, kernel);
-            let program = program.map(|p| rt.programs.lookup(p).id);
-            let identity = if identity != 0 {
-                identity
-            } else {
-                let id = identity_of(program, name.as_deref(), kernel as usize);
-                set_kernel_identity(kernel as usize, id);
-                id
-            };
-            let key = dims.key(identity, device);
-            (!seen(key)).then_some(Kernel { key, name, program })
-        });
-        let Some(Some(k)) = prepared else {
-            return forward(event);
-        };
-        // The application's own event if it asked for one, else one of clshim's, released below.
-        let mut own: cl_event = std::ptr::null_mut();
-        let event_ptr = if event.is_null() {
-            &mut own as *mut cl_event
+    let Some(_inside) = guard::enter() else {
+        return forward(event);
+    };
+    let Some(rt) = runtime::get(route) else {
+        return forward(event);
+    };
+    let prepared = catch(|| {
+        // SAFETY: the application's kernel of this enqueue.
+        let (name, program) = unsafe { kernel_facts(route, kernel) };
+        let program = program.map(|p| rt.programs.lookup(p).id);
+        let identity = if identity != 0 {
+            identity
         } else {
-            event
+            let id = identity_of(program, name.as_deref(), kernel as usize);
+            set_kernel_identity(kernel as usize, id);
+            id
         };
-        let start = Start::now();
-        let ret = forward(event_ptr);
-        let ev = if ret == CL_SUCCESS {
-            *event_ptr
-        } else {
-            std::ptr::null_mut()
-        };
-        catch(|| after(rt, route, call, k, device, dims, start, ret, ev));
-        if !own.is_null() {
-            // The callback holds no reference: OpenCL keeps an event until its command completes.
-            if let Some(release) = route.entry::<FnReleaseEvent>(own, slot::RELEASE_EVENT) {
-                release(own);
-            }
+        let key = dims.key(identity, device);
+        (!seen(key)).then_some(Kernel { key, name, program })
+    });
+    let Some(Some(k)) = prepared else {
+        return forward(event);
+    };
+    // The application's own event if it asked for one, else one of clshim's, released below.
+    let mut own: cl_event = std::ptr::null_mut();
+    let event_ptr = if event.is_null() {
+        &mut own as *mut cl_event
+    } else {
+        event
+    };
+    let start = Start::now();
+    let ret = forward(event_ptr);
+    let ev = if ret == CL_SUCCESS {
+        // SAFETY: the application's event out-parameter (or clshim's local), which the
+        // implementation wrote on success.
+        unsafe { event_ptr.read_unaligned() }
+    } else {
+        std::ptr::null_mut()
+    };
+    // SAFETY: the application's handles of the call that just returned, and its event.
+    catch(|| unsafe { after(rt, route, call, k, device, dims, start, ret, ev) });
+    if !own.is_null() {
+        // The callback holds no reference: OpenCL keeps an event until its command completes.
+        // SAFETY: the live event the implementation made for clshim.
+        if let Some(release) = unsafe { route.entry::<FnReleaseEvent>(own, slot::RELEASE_EVENT) } {
+            // SAFETY: its own clReleaseEvent, dropping clshim's only reference.
+            unsafe { release(own) };
         }
-        ret
     }
+    ret
 }
 
 /// A first launch waiting for its command to complete: everything the record needs,
@@ -504,6 +513,10 @@ impl Pending {
 }
 
 /// After the forwarded call: claims the launch and arranges its record.
+///
+/// # Safety
+/// `ev` is NULL or the event the forwarded enqueue just returned; the other handles are
+/// the application's, of the call that just returned.
 #[allow(clippy::too_many_arguments)]
 unsafe fn after(
     rt: &'static Runtime,
@@ -516,56 +529,57 @@ unsafe fn after(
     ret: cl_int,
     ev: cl_event,
 ) {
-    // SAFETY: `ev` is NULL or the event the forwarded enqueue just returned; the other
-    // handles are the application's, of the call that just returned.
-    unsafe {
-        // A refused launch compiles nothing: it is recorded once per configuration, with the
-        // call's own time, and the configuration stays unclaimed for a launch that succeeds.
-        let key = if ret == CL_SUCCESS {
-            k.key
-        } else {
-            k.key ^ REFUSED_SALT
-        };
-        if !claim(key) {
-            return; // another thread records this one
-        }
-        let facts = rt.devices.get(route, device as cl_device_id);
-        let (global_size, local_size) = dims.sizes();
-        let record = schema::FirstLaunch {
-            // The thread that launched, not the one the completion callback runs on.
-            tid: crate::record::tid(),
-            call: call.name(),
-            kernel: k.name,
-            program: k.program,
-            device: facts.as_ref().map(|f| f.describe(rt.config.devices)),
-            work_dim: dims.work_dim,
-            global_size,
-            local_size,
-            result: ret,
-            result_name: status_name(ret),
-        };
-        let pending = Pending {
-            rt,
-            start,
-            enqueue_result: ret,
-            record,
-        };
-        if ret != CL_SUCCESS || ev.is_null() {
-            let seconds = start.elapsed().as_secs_f64();
-            pending.finish(seconds, CL_COMPLETE);
-            return;
-        }
-        let Some(set_callback) = route.entry::<FnSetEventCallback>(ev, slot::SET_EVENT_CALLBACK)
-        else {
-            callback_refused(CL_INVALID_OPERATION);
-            return;
-        };
-        let raw = Box::into_raw(Box::new(pending));
-        let r = set_callback(ev, CL_COMPLETE, on_complete, raw as *mut c_void);
-        if r != CL_SUCCESS {
-            drop(Box::from_raw(raw));
-            callback_refused(r);
-        }
+    // A refused launch compiles nothing: it is recorded once per configuration, with the
+    // call's own time, and the configuration stays unclaimed for a launch that succeeds.
+    let key = if ret == CL_SUCCESS {
+        k.key
+    } else {
+        k.key ^ REFUSED_SALT
+    };
+    if !claim(key) {
+        return; // another thread records this one
+    }
+    // SAFETY: the device of the application's queue.
+    let facts = unsafe { rt.devices.get(route, device as cl_device_id) };
+    let (global_size, local_size) = dims.sizes();
+    let record = schema::FirstLaunch {
+        // The thread that launched, not the one the completion callback runs on.
+        tid: crate::record::tid(),
+        call: call.name(),
+        kernel: k.name,
+        program: k.program,
+        device: facts.as_ref().map(|f| f.describe(rt.config.devices)),
+        work_dim: dims.work_dim,
+        global_size,
+        local_size,
+        result: ret,
+        result_name: status_name(ret),
+    };
+    let pending = Pending {
+        rt,
+        start,
+        enqueue_result: ret,
+        record,
+    };
+    if ret != CL_SUCCESS || ev.is_null() {
+        let seconds = start.elapsed().as_secs_f64();
+        pending.finish(seconds, CL_COMPLETE);
+        return;
+    }
+    // SAFETY: the live event the enqueue just returned.
+    let Some(set_callback) =
+        (unsafe { route.entry::<FnSetEventCallback>(ev, slot::SET_EVENT_CALLBACK) })
+    else {
+        callback_refused(CL_INVALID_OPERATION);
+        return;
+    };
+    let raw = Box::into_raw(Box::new(pending));
+    // SAFETY: the event's own entry, with clshim's callback and the box it takes back.
+    let r = unsafe { set_callback(ev, CL_COMPLETE, on_complete, raw as *mut c_void) };
+    if r != CL_SUCCESS {
+        // SAFETY: the box made above, which the refused registration never handed on.
+        drop(unsafe { Box::from_raw(raw) });
+        callback_refused(r);
     }
 }
 
@@ -585,16 +599,14 @@ fn callback_refused(code: cl_int) {
 /// began to exit or the kernel and program were released: it reads only its own `Pending`
 /// and the process-wide recorder, which lives until the process ends.
 unsafe extern "C" fn on_complete(_event: cl_event, status: cl_int, data: *mut c_void) {
+    if data.is_null() {
+        return;
+    }
     // SAFETY: `data` is the `Pending` box clshim registered with this callback; the
     // implementation calls it once, so the box is taken back once.
-    unsafe {
-        if data.is_null() {
-            return;
-        }
-        let pending = Box::from_raw(data as *mut Pending);
-        let seconds = pending.start.elapsed().as_secs_f64();
-        catch(move || pending.finish(seconds, status));
-    }
+    let pending = unsafe { Box::from_raw(data as *mut Pending) };
+    let seconds = pending.start.elapsed().as_secs_f64();
+    catch(move || pending.finish(seconds, status));
 }
 
 // ---------------------------------------------------------------------------------------
