@@ -9,6 +9,7 @@
 //! application's arrays than it did. What a clshim binary carries, and how it is checked,
 //! is `container`'s.
 
+use crate::app_args::AppArray;
 use crate::cl::*;
 use crate::container;
 use crate::devices::describe_all;
@@ -35,47 +36,42 @@ struct LoadArgs {
 
 impl LoadArgs {
     /// # Safety
-    /// The application's arguments; the implementation must have answered the call with
-    /// success or `CL_INVALID_BINARY` (so `context` is a valid context).
-    unsafe fn check(
-        route: Route,
-        context: cl_context,
-        num_devices: cl_uint,
-        device_list: *const cl_device_id,
-        lengths: *const usize,
-        binaries: *const *const u8,
-    ) -> Option<LoadArgs> {
-        // SAFETY: this function's contract: The application's arguments; the implementation
-        // must have answered the call with success or `CL_INVALID_BINARY` (so `context` is
-        // a valid context).
-        unsafe {
-            if num_devices == 0 || device_list.is_null() || lengths.is_null() || binaries.is_null()
-            {
-                return None;
-            }
-            let context_devices = query::context_devices(route, context)?;
-            let n = num_devices as usize;
-            // More devices than the context has cannot all be distinct devices of it; the
-            // arrays are not read beyond that.
-            if n > context_devices.len() {
-                return None;
-            }
-            let devices = std::slice::from_raw_parts(device_list, n).to_vec();
-            let lengths = std::slice::from_raw_parts(lengths, n).to_vec();
-            let binaries = std::slice::from_raw_parts(binaries, n).to_vec();
-            let valid = devices
-                .iter()
-                .enumerate()
-                .all(|(i, d)| context_devices.contains(d) && !devices[..i].contains(d))
-                && lengths.iter().all(|&l| l > 0)
-                && binaries.iter().all(|b| !b.is_null());
-            valid.then_some(LoadArgs {
-                devices,
-                lengths,
-                binaries,
-                context_devices,
-            })
+    /// The implementation answered the call with success or `CL_INVALID_BINARY` (so
+    /// `context` is a valid context and the arrays hold what the count says, up to the
+    /// context's number of devices).
+    unsafe fn check(route: Route, call: &BinaryCall) -> Option<LoadArgs> {
+        let n = call.devices.len();
+        if n == 0 || call.devices.is_null() || call.lengths.is_null() || call.binaries.is_null() {
+            return None;
         }
+        // SAFETY: a valid context (this function's contract).
+        let context_devices = unsafe { query::context_devices(route, call.context) }?;
+        // More devices than the context has cannot all be distinct devices of it; the
+        // arrays are not read beyond that.
+        if n > context_devices.len() {
+            return None;
+        }
+        // SAFETY: the implementation accepted the call, or refused only its binaries, for
+        // `n` devices (this function's contract).
+        let (devices, lengths, binaries) = unsafe {
+            (
+                call.devices.read(),
+                call.lengths.read(),
+                call.binaries.read(),
+            )
+        };
+        let valid = devices
+            .iter()
+            .enumerate()
+            .all(|(i, d)| context_devices.contains(d) && !devices[..i].contains(d))
+            && lengths.iter().all(|&l| l > 0)
+            && binaries.iter().all(|b| !b.is_null());
+        valid.then_some(LoadArgs {
+            devices,
+            lengths,
+            binaries,
+            context_devices,
+        })
     }
 
     fn any_clshim(&self) -> bool {
@@ -89,18 +85,19 @@ impl LoadArgs {
 
     /// The binaries as byte slices, for hashing what a program was made from: only after
     /// the implementation accepted them, and only lengths a slice can have.
+    ///
+    /// # Safety
+    /// The implementation accepted the binaries (made a program of them).
     unsafe fn slices(&self) -> Vec<&[u8]> {
-        // SAFETY: `check` found every binary non-NULL, of non-zero length, and the
-        // implementation accepted them (the caller's contract), so each is readable for its
-        // length; no slice longer than isize::MAX is made.
-        unsafe {
-            self.binaries
-                .iter()
-                .zip(&self.lengths)
-                .filter(|(_, &l)| l <= isize::MAX as usize)
-                .map(|(&b, &l)| std::slice::from_raw_parts(b, l))
-                .collect()
-        }
+        self.binaries
+            .iter()
+            .zip(&self.lengths)
+            .filter(|(_, &l)| l <= isize::MAX as usize)
+            // SAFETY: `check` found the binary non-NULL, of non-zero length, and the
+            // implementation accepted it (this function's contract), so it is readable for
+            // its length; no slice longer than isize::MAX is made.
+            .map(|(&b, &l)| unsafe { std::slice::from_raw_parts(b, l) })
+            .collect()
     }
 }
 
@@ -146,13 +143,16 @@ fn check_clshim_binaries(
 }
 
 /// Releases programs clshim made while recreating one (never the application's).
+///
+/// # Safety
+/// Each is a live program clshim made and holds the only reference to.
 unsafe fn release_all(route: Route, programs: &[cl_program]) {
     for &p in programs {
-        // SAFETY: each is a live program clshim made and holds the only reference to.
-        unsafe {
-            if let Some(release) = route.entry::<FnReleaseProgram>(p, slot::RELEASE_PROGRAM) {
-                release(p);
-            }
+        // SAFETY: a live program (this function's contract).
+        if let Some(release) = unsafe { route.entry::<FnReleaseProgram>(p, slot::RELEASE_PROGRAM) }
+        {
+            // SAFETY: its own clReleaseProgram, dropping clshim's only reference.
+            unsafe { release(p) };
         }
     }
 }
@@ -163,33 +163,36 @@ fn c_options(options: &Option<Vec<u8>>) -> CString {
 }
 
 /// Makes a program from a recipe's text (source or IL), not yet built.
+///
+/// # Safety
+/// `context` is a valid context (the implementation accepted it).
 unsafe fn from_text(route: Route, context: cl_context, text: &Text) -> Result<cl_program, String> {
-    // SAFETY: `context` is the application's valid context (the implementation accepted
-    // it); the text is clshim's own buffer, never empty (Recipe::check).
-    unsafe {
-        let mut err = CL_INVALID_OPERATION;
-        let program = match text {
-            Text::Source(src) => {
-                let create: FnCreateProgramWithSource = route
-                    .entry(context, slot::CREATE_PROGRAM_WITH_SOURCE)
+    let mut err = CL_INVALID_OPERATION;
+    let program = match text {
+        Text::Source(src) => {
+            // SAFETY: a valid context (this function's contract).
+            let create: FnCreateProgramWithSource =
+                unsafe { route.entry(context, slot::CREATE_PROGRAM_WITH_SOURCE) }
                     .ok_or("no clCreateProgramWithSource")?;
-                let ptr = src.as_ptr() as *const c_char;
-                let len = src.len();
-                create(context, 1, &ptr, &len, &mut err)
-            }
-            Text::Il(il) => {
-                let create: FnCreateProgramWithIL = route
-                    .entry(context, slot::CREATE_PROGRAM_WITH_IL)
-                    .ok_or("the implementation has no clCreateProgramWithIL")?;
-                create(context, il.as_ptr() as *const c_void, il.len(), &mut err)
-            }
-            Text::None => return Err("no text".into()),
-        };
-        if program.is_null() {
-            return Err(format!("making the program failed ({})", status_name(err)));
+            let ptr = src.as_ptr() as *const c_char;
+            let len = src.len();
+            // SAFETY: one string of `len` bytes, clshim's own, alive for the call.
+            unsafe { create(context, 1, &ptr, &len, &mut err) }
         }
-        Ok(program)
+        Text::Il(il) => {
+            // SAFETY: a valid context (this function's contract).
+            let create: FnCreateProgramWithIL =
+                unsafe { route.entry(context, slot::CREATE_PROGRAM_WITH_IL) }
+                    .ok_or("the implementation has no clCreateProgramWithIL")?;
+            // SAFETY: clshim's own IL bytes, alive for the call.
+            unsafe { create(context, il.as_ptr() as *const c_void, il.len(), &mut err) }
+        }
+        Text::None => return Err("no text".into()),
+    };
+    if program.is_null() {
+        return Err(format!("making the program failed ({})", status_name(err)));
     }
+    Ok(program)
 }
 
 /// Makes the program a recipe describes again, for `devices` of `context`: a build
@@ -197,81 +200,100 @@ unsafe fn from_text(route: Route, context: cl_context, text: &Text) -> Result<cl
 /// `clBuildProgram`, with the recorded options); a compiled object is compiled again with
 /// its headers and options; a link compiles and links its inputs again. Every program
 /// made on the way that is not the result is released; on failure nothing is left.
+///
+/// # Safety
+/// `context` is a valid context and `devices` distinct devices of it (the implementation
+/// accepted them).
 unsafe fn recreate(
     route: Route,
     context: cl_context,
     devices: &[cl_device_id],
     recipe: &Recipe,
 ) -> Result<cl_program, String> {
-    // SAFETY: `context` and `devices` are the application's, accepted by the
-    // implementation; every program passed below is one clshim just made.
-    unsafe {
-        let n = devices.len() as cl_uint;
-        let options = c_options(&recipe.options);
-        match recipe.kind {
-            Kind::Built => from_text(route, context, &recipe.text),
-            Kind::Compiled => {
-                let program = from_text(route, context, &recipe.text)?;
-                let mut headers = Vec::new();
-                for h in &recipe.headers {
-                    match from_text(route, context, &Text::Source(h.source.clone())) {
-                        Ok(p) => headers.push(p),
-                        Err(e) => {
-                            release_all(route, &headers);
-                            release_all(route, &[program]);
-                            return Err(format!("header: {e}"));
-                        }
+    let n = devices.len() as cl_uint;
+    let options = c_options(&recipe.options);
+    match recipe.kind {
+        // SAFETY: a valid context (this function's contract).
+        Kind::Built => unsafe { from_text(route, context, &recipe.text) },
+        Kind::Compiled => {
+            // SAFETY: a valid context (this function's contract).
+            let program = unsafe { from_text(route, context, &recipe.text) }?;
+            let mut headers = Vec::new();
+            for h in &recipe.headers {
+                // SAFETY: a valid context (this function's contract).
+                match unsafe { from_text(route, context, &Text::Source(h.source.clone())) } {
+                    Ok(p) => headers.push(p),
+                    Err(e) => {
+                        // SAFETY: programs clshim just made, not handed out.
+                        unsafe { release_all(route, &headers) };
+                        // SAFETY: as above.
+                        unsafe { release_all(route, &[program]) };
+                        return Err(format!("header: {e}"));
                     }
                 }
-                let names: Vec<CString> = recipe
-                    .headers
-                    .iter()
-                    .map(|h| CString::new(h.name.clone()).unwrap_or_default())
-                    .collect();
-                let name_ptrs: Vec<*const c_char> = names.iter().map(|c| c.as_ptr()).collect();
-                let ret = match route.entry::<FnCompileProgram>(program, slot::COMPILE_PROGRAM) {
-                    Some(compile) => compile(
-                        program,
-                        n,
-                        devices.as_ptr(),
-                        options.as_ptr(),
-                        headers.len() as cl_uint,
-                        if headers.is_empty() {
-                            std::ptr::null()
-                        } else {
-                            headers.as_ptr()
-                        },
-                        if headers.is_empty() {
-                            std::ptr::null()
-                        } else {
-                            name_ptrs.as_ptr()
-                        },
-                        None,
-                        std::ptr::null_mut(),
-                    ),
+            }
+            let names: Vec<CString> = recipe
+                .headers
+                .iter()
+                .map(|h| CString::new(h.name.clone()).unwrap_or_default())
+                .collect();
+            let name_ptrs: Vec<*const c_char> = names.iter().map(|c| c.as_ptr()).collect();
+            let (header_list, name_list) = if headers.is_empty() {
+                (std::ptr::null(), std::ptr::null())
+            } else {
+                (headers.as_ptr(), name_ptrs.as_ptr())
+            };
+            // SAFETY: the live program clshim just made.
+            let ret =
+                match unsafe { route.entry::<FnCompileProgram>(program, slot::COMPILE_PROGRAM) } {
+                    // SAFETY: the program's own entry; the devices of its context (this
+                    // function's contract); clshim's own options, headers and names, alive for
+                    // the call, with no callback.
+                    Some(compile) => unsafe {
+                        compile(
+                            program,
+                            n,
+                            devices.as_ptr(),
+                            options.as_ptr(),
+                            headers.len() as cl_uint,
+                            header_list,
+                            name_list,
+                            None,
+                            std::ptr::null_mut(),
+                        )
+                    },
                     None => CL_INVALID_OPERATION,
                 };
-                release_all(route, &headers);
-                if ret != CL_SUCCESS {
-                    release_all(route, &[program]);
-                    return Err(format!("compiling it again failed ({})", status_name(ret)));
-                }
-                Ok(program)
+            // SAFETY: header programs clshim just made, no longer needed.
+            unsafe { release_all(route, &headers) };
+            if ret != CL_SUCCESS {
+                // SAFETY: the program clshim just made, not handed out.
+                unsafe { release_all(route, &[program]) };
+                return Err(format!("compiling it again failed ({})", status_name(ret)));
             }
-            Kind::Library | Kind::Linked => {
-                let mut inputs = Vec::new();
-                for i in &recipe.inputs {
-                    match recreate(route, context, devices, i) {
-                        Ok(p) => inputs.push(p),
-                        Err(e) => {
-                            release_all(route, &inputs);
-                            return Err(e);
-                        }
+            Ok(program)
+        }
+        Kind::Library | Kind::Linked => {
+            let mut inputs = Vec::new();
+            for i in &recipe.inputs {
+                // SAFETY: the same context and devices (this function's contract).
+                match unsafe { recreate(route, context, devices, i) } {
+                    Ok(p) => inputs.push(p),
+                    Err(e) => {
+                        // SAFETY: inputs clshim just made, not handed out.
+                        unsafe { release_all(route, &inputs) };
+                        return Err(e);
                     }
                 }
-                let mut err = CL_INVALID_OPERATION;
-                let program = match route.entry::<FnLinkProgram>(context, slot::LINK_PROGRAM) {
-                    Some(link) => link(
+            }
+            let mut err = CL_INVALID_OPERATION;
+            // SAFETY: a valid context (this function's contract).
+            let program = match unsafe { route.entry::<FnLinkProgram>(context, slot::LINK_PROGRAM) }
+            {
+                // SAFETY: the context's own entry, its devices, clshim's own options and
+                // inputs (live programs it just made), with no callback.
+                Some(link) => unsafe {
+                    link(
                         context,
                         n,
                         devices.as_ptr(),
@@ -281,20 +303,39 @@ unsafe fn recreate(
                         None,
                         std::ptr::null_mut(),
                         &mut err,
-                    ),
-                    None => std::ptr::null_mut(),
-                };
-                release_all(route, &inputs);
-                if program.is_null() || err != CL_SUCCESS {
-                    if !program.is_null() {
-                        release_all(route, &[program]);
-                    }
-                    return Err(format!("linking it again failed ({})", status_name(err)));
+                    )
+                },
+                None => std::ptr::null_mut(),
+            };
+            // SAFETY: inputs clshim just made, no longer needed.
+            unsafe { release_all(route, &inputs) };
+            if program.is_null() || err != CL_SUCCESS {
+                if !program.is_null() {
+                    // SAFETY: the program clshim just made, not handed out.
+                    unsafe { release_all(route, &[program]) };
                 }
-                Ok(program)
+                return Err(format!("linking it again failed ({})", status_name(err)));
             }
+            Ok(program)
         }
     }
+}
+
+/// The application's arguments to `clCreateProgramWithBinary` (its arrays not yet read).
+pub struct BinaryCall {
+    pub context: cl_context,
+    pub devices: AppArray<cl_device_id>,
+    pub lengths: AppArray<usize>,
+    pub binaries: AppArray<*const u8>,
+}
+
+/// What `clCreateProgramWithBinary` answers, for the entry point to return and write.
+pub struct Created {
+    pub program: cl_program,
+    /// For `errcode_ret`.
+    pub errcode: cl_int,
+    /// For `binary_status`, one per device named (None: as the implementation wrote it).
+    pub statuses: Option<Vec<cl_int>>,
 }
 
 /// `clCreateProgramWithBinary`: clshim binaries become a program built from their source;
@@ -305,177 +346,178 @@ unsafe fn recreate(
 /// them, whose program clshim releases). Recorded either way.
 ///
 /// # Safety
-/// The arguments are the application's; `real` is the implementation's entry point.
-#[allow(clippy::too_many_arguments)]
+/// `call` and `binary_status` are the application's arguments; `real` is the
+/// implementation's entry point.
 pub unsafe fn create_with_binary(
     rt: &'static Runtime,
     route: Route,
     real: FnCreateProgramWithBinary,
-    context: cl_context,
-    num_devices: cl_uint,
-    device_list: *const cl_device_id,
-    lengths: *const usize,
-    binaries: *const *const u8,
+    call: &BinaryCall,
     binary_status: *mut cl_int,
-    errcode_ret: *mut cl_int,
-) -> cl_program {
-    // SAFETY: this function's contract: The arguments are the application's; `real` is the
-    // implementation's entry point.
-    unsafe {
-        let start = Start::now();
-        let mut err = CL_SUCCESS;
-        let driver_program = real(
-            context,
-            num_devices,
-            device_list,
-            lengths,
-            binaries,
+) -> Created {
+    let start = Start::now();
+    let mut err = CL_SUCCESS;
+    // SAFETY: the application's own call, handed on unchanged (but for clshim's own
+    // errcode_ret, to see the status).
+    let driver_program = unsafe {
+        real(
+            call.context,
+            call.devices.len() as cl_uint,
+            call.devices.as_ptr(),
+            call.lengths.as_ptr(),
+            call.binaries.as_ptr(),
             binary_status,
             &mut err,
-        );
-        // Only a call whose arguments the implementation accepted can be read; a refusal for
-        // another reason than the binaries is the application's answer as it stands.
-        let args = if driver_program.is_null() && err != CL_INVALID_BINARY {
-            None
-        } else {
-            crate::guard::catch(|| {
-                LoadArgs::check(route, context, num_devices, device_list, lengths, binaries)
-            })
-            .flatten()
-        };
-        let clshim = args.as_ref().map(LoadArgs::any_clshim).unwrap_or(false);
-        let forward = |args: Option<&LoadArgs>| {
-            set_errcode(errcode_ret, err);
-            let seconds = start.elapsed().as_secs_f64();
-            crate::guard::catch(|| {
-                let (devices, lengths, slices) = match args {
-                    Some(a) if !driver_program.is_null() => {
-                        (&a.devices[..], a.lengths.clone(), a.slices())
-                    }
-                    Some(a) => (&a.devices[..], a.lengths.clone(), Vec::new()),
-                    None => (&[][..], Vec::new(), Vec::new()),
-                };
-                record_load(
-                    rt,
-                    route,
-                    devices,
-                    start,
-                    seconds,
-                    err,
-                    "forward",
-                    None,
-                    lengths,
-                    Some((driver_program, Origin::Binary, &slices)),
-                );
-            });
-            driver_program
-        };
-        let args = match args {
-            Some(a) if clshim => a,
-            other => return forward(other.as_ref()),
-        };
-        let (mut verdicts, mut recipe) = check_clshim_binaries(rt, route, &args);
-        if recipe.is_some() && args.devices.len() != args.context_devices.len() {
-            // A program made from source belongs to every device of the context, a program made
-            // from binaries only to the devices they were given for: refuse a subset rather
-            // than hand the application a program with devices it did not ask for.
-            let why = format!(
-                "given for {} of the context's {} devices; clshim can only make a program for \
-             all of them",
-                args.devices.len(),
-                args.context_devices.len()
-            );
-            verdicts.iter_mut().for_each(|v| *v = Err(why.clone()));
-            recipe = None;
-        }
-        let lengths_json = args.lengths.clone();
-        // The implementation's program, if it took the clshim binaries as its own, gives way
-        // to clshim's answer.
-        if !driver_program.is_null() {
-            if let Some(release) =
-                route.entry::<FnReleaseProgram>(driver_program, slot::RELEASE_PROGRAM)
-            {
-                release(driver_program);
-            }
-        }
-        // The recipe is made again now, so that a refusal (a part the implementation no
-        // longer compiles) is the load's CL_INVALID_BINARY, never a partial program.
-        let made = recipe.map(|r| {
-            let made = recreate(route, context, &args.devices, &r);
-            (r, made)
-        });
-        let made = match made {
-            Some((r, Err(why))) => {
-                verdicts
-                    .iter_mut()
-                    .for_each(|v| *v = Err(format!("{} recipe: {why}", r.kind.name())));
-                None
-            }
-            Some((r, Ok(p))) => Some((r, p)),
-            None => None,
-        };
-        let Some((recipe, program)) = made else {
-            let reason = verdicts
-                .iter()
-                .enumerate()
-                .find_map(|(i, v)| v.as_ref().err().map(|e| format!("device {i}: {e}")));
-            // Where the implementation refused the binaries too, binary_status stays as it
-            // wrote it: the application gets exactly the implementation's answer.
-            if !driver_program.is_null() {
-                let statuses: Vec<cl_int> = verdicts
-                    .iter()
-                    .map(|v| {
-                        if v.is_ok() {
-                            CL_SUCCESS
-                        } else {
-                            CL_INVALID_BINARY
-                        }
-                    })
-                    .collect();
-                write_statuses(binary_status, &statuses);
-            }
-            set_errcode(errcode_ret, CL_INVALID_BINARY);
-            let seconds = start.elapsed().as_secs_f64();
-            crate::guard::catch(|| {
-                if let Some(r) = &reason {
-                    log::warn!(
-                        "rejected a clshim binary ({r}); the application will build from source"
-                    );
-                }
-                record_load(
-                    rt,
-                    route,
-                    &args.devices,
-                    start,
-                    seconds,
-                    CL_INVALID_BINARY,
-                    "reject",
-                    reason,
-                    lengths_json,
-                    None,
-                );
-            });
-            return std::ptr::null_mut();
-        };
-        write_statuses(binary_status, &vec![CL_SUCCESS; args.devices.len()]);
-        set_errcode(errcode_ret, CL_SUCCESS);
+        )
+    };
+    // Only a call whose arguments the implementation accepted can be read; a refusal for
+    // another reason than the binaries is the application's answer as it stands.
+    let args = if driver_program.is_null() && err != CL_INVALID_BINARY {
+        None
+    } else {
+        // SAFETY: the implementation made a program or refused only the binaries.
+        crate::guard::catch(|| unsafe { LoadArgs::check(route, call) }).flatten()
+    };
+    let clshim = args.as_ref().map(LoadArgs::any_clshim).unwrap_or(false);
+    let forward = |args: Option<&LoadArgs>| {
         let seconds = start.elapsed().as_secs_f64();
         crate::guard::catch(|| {
+            let (devices, lengths, slices) = match args {
+                Some(a) if !driver_program.is_null() => {
+                    // SAFETY: the implementation made a program of these binaries.
+                    let slices = unsafe { a.slices() };
+                    (&a.devices[..], a.lengths.clone(), slices)
+                }
+                Some(a) => (&a.devices[..], a.lengths.clone(), Vec::new()),
+                None => (&[][..], Vec::new(), Vec::new()),
+            };
+            record_load(
+                rt,
+                route,
+                devices,
+                start,
+                seconds,
+                err,
+                "forward",
+                None,
+                lengths,
+                Some((driver_program, Origin::Binary, &slices)),
+            );
+        });
+        Created {
+            program: driver_program,
+            errcode: err,
+            statuses: None,
+        }
+    };
+    let args = match args {
+        Some(a) if clshim => a,
+        other => return forward(other.as_ref()),
+    };
+    let (mut verdicts, mut recipe) = check_clshim_binaries(rt, route, &args);
+    if recipe.is_some() && args.devices.len() != args.context_devices.len() {
+        // A program made from source belongs to every device of the context, a program made
+        // from binaries only to the devices they were given for: refuse a subset rather
+        // than hand the application a program with devices it did not ask for.
+        let why = format!(
+            "given for {} of the context's {} devices; clshim can only make a program for \
+             all of them",
+            args.devices.len(),
+            args.context_devices.len()
+        );
+        verdicts.iter_mut().for_each(|v| *v = Err(why.clone()));
+        recipe = None;
+    }
+    let lengths_json = args.lengths.clone();
+    // The implementation's program, if it took the clshim binaries as its own, gives way
+    // to clshim's answer.
+    if !driver_program.is_null() {
+        // SAFETY: a live program the implementation just made, that the application never
+        // saw: clshim holds its only reference.
+        unsafe { release_all(route, &[driver_program]) };
+    }
+    // The recipe is made again now, so that a refusal (a part the implementation no
+    // longer compiles) is the load's CL_INVALID_BINARY, never a partial program.
+    let made = recipe.map(|r| {
+        // SAFETY: a valid context and distinct devices of it (LoadArgs::check).
+        let made = unsafe { recreate(route, call.context, &args.devices, &r) };
+        (r, made)
+    });
+    let made = match made {
+        Some((r, Err(why))) => {
+            verdicts
+                .iter_mut()
+                .for_each(|v| *v = Err(format!("{} recipe: {why}", r.kind.name())));
+            None
+        }
+        Some((r, Ok(p))) => Some((r, p)),
+        None => None,
+    };
+    let Some((recipe, program)) = made else {
+        let reason = verdicts
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| v.as_ref().err().map(|e| format!("device {i}: {e}")));
+        // Where the implementation refused the binaries too, binary_status stays as it
+        // wrote it: the application gets exactly the implementation's answer.
+        let statuses = (!driver_program.is_null()).then(|| {
+            verdicts
+                .iter()
+                .map(|v| {
+                    if v.is_ok() {
+                        CL_SUCCESS
+                    } else {
+                        CL_INVALID_BINARY
+                    }
+                })
+                .collect()
+        });
+        let seconds = start.elapsed().as_secs_f64();
+        crate::guard::catch(|| {
+            if let Some(r) = &reason {
+                log::warn!(
+                    "rejected a clshim binary ({r}); the application will build from source"
+                );
+            }
             record_load(
                 rt,
                 route,
                 &args.devices,
                 start,
                 seconds,
-                CL_SUCCESS,
-                "substitute",
-                None,
+                CL_INVALID_BINARY,
+                "reject",
+                reason,
                 lengths_json,
-                Some((program, Origin::ClshimBinary, &[&made_from(&recipe)])),
+                None,
             );
-            remember(rt, program, recipe);
         });
-        program
+        return Created {
+            program: std::ptr::null_mut(),
+            errcode: CL_INVALID_BINARY,
+            statuses,
+        };
+    };
+    let seconds = start.elapsed().as_secs_f64();
+    crate::guard::catch(|| {
+        record_load(
+            rt,
+            route,
+            &args.devices,
+            start,
+            seconds,
+            CL_SUCCESS,
+            "substitute",
+            None,
+            lengths_json,
+            Some((program, Origin::ClshimBinary, &[&made_from(&recipe)])),
+        );
+        remember(rt, program, recipe);
+    });
+    Created {
+        program,
+        errcode: CL_SUCCESS,
+        statuses: Some(vec![CL_SUCCESS; args.devices.len()]),
     }
 }
 
@@ -512,22 +554,6 @@ fn remember(rt: &'static Runtime, program: cl_program, recipe: Recipe) {
     }
     if recipe.options.is_some() {
         rt.programs.set_recipe(program, Arc::new(recipe));
-    }
-}
-
-/// Writes one status per device into the application's `binary_status`, if it gave one.
-///
-/// # Safety
-/// `binary_status` is NULL or the application's array of one status per device it named
-/// (`statuses` has as many: the devices `LoadArgs::check` found).
-unsafe fn write_statuses(binary_status: *mut cl_int, statuses: &[cl_int]) {
-    if binary_status.is_null() {
-        return;
-    }
-    for (i, &s) in statuses.iter().enumerate() {
-        // SAFETY: this function's contract; an element-by-element unaligned write, as the
-        // array is the application's.
-        unsafe { binary_status.add(i).write_unaligned(s) };
     }
 }
 

@@ -15,6 +15,7 @@
 //! it, and a build whose callback exits is still recorded (at exit, with the status the
 //! callback saw).
 
+use crate::app_args::AppArray;
 use crate::cl::*;
 use crate::config::BinaryPolicy;
 use crate::devices::DeviceFacts;
@@ -31,19 +32,138 @@ use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The application's arguments as raw pointers: not read until the call is accepted.
-struct RawArgs {
-    num_devices: cl_uint,
-    device_list: *const cl_device_id,
-    options: *const c_char,
-    num_inputs: cl_uint,
-    inputs: *const cl_program,
-    /// Compile: the headers and their include names.
-    headers: *const cl_program,
-    header_names: *const *const c_char,
-    /// Build of a recreated program: the application's own options, replaced by
-    /// `options` (the recorded ones).
-    given_options: Option<*const c_char>,
+/// The implementation's entry point a build call is forwarded to.
+#[derive(Clone, Copy)]
+pub enum Entry {
+    Build(FnBuildProgram),
+    Compile(FnCompileProgram),
+    Link(FnLinkProgram),
+    /// A build of a program clshim recreated already linked (from a clshim binary of a
+    /// linked executable): nothing to forward, done at once, as the build of a loaded
+    /// binary is; the callback runs once, then.
+    Done,
+}
+
+/// A build, compile or link call: the one form in which the entry points hand the
+/// forwarded call to the code that times it ([`run`]). The application's arrays and strings
+/// are not read until the implementation has accepted the call (see [`Pending::copy_args`]).
+#[derive(Clone, Copy)]
+pub struct BuildCall {
+    pub entry: Entry,
+    /// The program built or compiled (NULL for a link).
+    pub program: cl_program,
+    /// The context linked in (NULL for a build or compile).
+    pub context: cl_context,
+    pub devices: AppArray<cl_device_id>,
+    /// The options passed on (a recreated program's recorded ones, for a build).
+    pub options: *const c_char,
+    /// A build whose options clshim replaced: the application's own string.
+    pub given_options: Option<*const c_char>,
+    /// Compile: the input headers and their include names.
+    pub headers: AppArray<cl_program>,
+    pub header_names: AppArray<*const c_char>,
+    /// Link: the input programs.
+    pub inputs: AppArray<cl_program>,
+}
+
+impl BuildCall {
+    /// The arguments of a call with no headers, inputs or replaced options.
+    pub fn new(
+        entry: Entry,
+        program: cl_program,
+        context: cl_context,
+        devices: AppArray<cl_device_id>,
+        options: *const c_char,
+    ) -> BuildCall {
+        BuildCall {
+            entry,
+            program,
+            context,
+            devices,
+            options,
+            given_options: None,
+            headers: AppArray::empty(),
+            header_names: AppArray::empty(),
+            inputs: AppArray::empty(),
+        }
+    }
+
+    fn kind(&self) -> Event {
+        match self.entry {
+            Entry::Build(_) | Entry::Done => Event::Build,
+            Entry::Compile(_) => Event::Compile,
+            Entry::Link(_) => Event::Link,
+        }
+    }
+
+    /// Makes the forwarded call, passing down `notify` and `data` as its callback: the
+    /// status and the program built (or the one a link made).
+    ///
+    /// # Safety
+    /// The arguments are the application's; `notify` and `data` are its own or clshim's.
+    pub unsafe fn forward(&self, notify: BuildNotify, data: *mut c_void) -> (cl_int, cl_program) {
+        let devices = (self.devices.len() as cl_uint, self.devices.as_ptr());
+        match self.entry {
+            Entry::Build(real) => {
+                // SAFETY: the application's call, with the given callback.
+                let ret = unsafe {
+                    real(
+                        self.program,
+                        devices.0,
+                        devices.1,
+                        self.options,
+                        notify,
+                        data,
+                    )
+                };
+                (ret, self.program)
+            }
+            Entry::Compile(real) => {
+                // SAFETY: the application's call, with the given callback.
+                let ret = unsafe {
+                    real(
+                        self.program,
+                        devices.0,
+                        devices.1,
+                        self.options,
+                        self.headers.len() as cl_uint,
+                        self.headers.as_ptr(),
+                        self.header_names.as_ptr(),
+                        notify,
+                        data,
+                    )
+                };
+                (ret, self.program)
+            }
+            Entry::Link(real) => {
+                // The status of a link comes back through errcode_ret: clshim's own here, the
+                // entry point writes the application's.
+                let mut err = CL_SUCCESS;
+                // SAFETY: the application's call, with the given callback.
+                let program = unsafe {
+                    real(
+                        self.context,
+                        devices.0,
+                        devices.1,
+                        self.options,
+                        self.inputs.len() as cl_uint,
+                        self.inputs.as_ptr(),
+                        notify,
+                        data,
+                        &mut err,
+                    )
+                };
+                (err, program)
+            }
+            Entry::Done => {
+                if let Some(f) = notify {
+                    // SAFETY: the callback (the application's or clshim's) with its data.
+                    unsafe { f(self.program, data) };
+                }
+                (CL_SUCCESS, self.program)
+            }
+        }
+    }
 }
 
 /// What clshim copied of the application's arguments, once it could.
@@ -91,11 +211,9 @@ pub struct Pending {
     start: Start,
     /// The program built or compiled (NULL for a link until it returns one).
     program: cl_program,
-    raw: RawArgs,
+    call: BuildCall,
     copied: Option<Copied>,
     is_async: bool,
-    /// Compile: the number of input headers (a count, never read through).
-    headers: Option<cl_uint>,
 }
 
 /// What clshim saw of the program when the call ended, gathered while it was alive.
@@ -108,65 +226,18 @@ pub struct Seen {
 }
 
 impl Pending {
-    /// The pointers are kept, not read (see [`Pending::copy_args`]).
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        rt: &'static Runtime,
-        route: Route,
-        kind: Event,
-        program: cl_program,
-        num_devices: cl_uint,
-        device_list: *const cl_device_id,
-        options: *const c_char,
-        is_async: bool,
-    ) -> Pending {
+    /// The call's arguments are kept, not read (see [`Pending::copy_args`]).
+    fn new(rt: &'static Runtime, route: Route, call: BuildCall, is_async: bool) -> Pending {
         Pending {
             rt,
             route,
-            kind,
+            kind: call.kind(),
             start: Start::now(),
-            program,
-            raw: RawArgs {
-                num_devices,
-                device_list,
-                options,
-                num_inputs: 0,
-                inputs: std::ptr::null(),
-                headers: std::ptr::null(),
-                header_names: std::ptr::null(),
-                given_options: None,
-            },
+            program: call.program,
+            call,
             copied: None,
             is_async,
-            headers: None,
         }
-    }
-
-    /// A link's input programs (read only once the link is accepted).
-    pub fn with_inputs(mut self, num_inputs: cl_uint, inputs: *const cl_program) -> Pending {
-        self.raw.num_inputs = num_inputs;
-        self.raw.inputs = inputs;
-        self
-    }
-
-    /// A compile's input headers and their include names (read only once the compile is
-    /// accepted, and only under `substitute`, for the program's recipe).
-    pub fn with_headers(
-        mut self,
-        count: cl_uint,
-        headers: *const cl_program,
-        names: *const *const c_char,
-    ) -> Pending {
-        self.headers = Some(count);
-        self.raw.headers = headers;
-        self.raw.header_names = names;
-        self
-    }
-
-    /// A build whose options clshim replaced: `given` is the application's string.
-    pub fn with_replaced_options(mut self, given: *const c_char) -> Pending {
-        self.raw.given_options = Some(given);
-        self
     }
 
     /// The parts of a recipe that only the call's arguments show: a compile's headers
@@ -176,47 +247,48 @@ impl Pending {
     /// # Safety
     /// The call was accepted and has not returned (its arrays are valid for their counts).
     unsafe fn recipe_parts(&self, c: &mut Copied) {
-        // SAFETY: this function's contract.
-        unsafe {
-            let raw = &self.raw;
-            match self.kind {
-                Event::Compile => {
-                    let n = self.headers.unwrap_or(0) as usize;
-                    let mut out = Vec::with_capacity(n);
-                    if n > 0 && (raw.headers.is_null() || raw.header_names.is_null()) {
-                        return;
-                    }
-                    for i in 0..n {
-                        let h = *raw.headers.add(i);
-                        let name = query::c_str(*raw.header_names.add(i));
-                        let source = query::source(self.route, h).filter(|s| !s.is_empty());
-                        match (name, source) {
-                            (Some(name), Some(source)) if !name.is_empty() => out.push(Header {
-                                name: name.into_bytes(),
-                                source,
-                            }),
-                            _ => return,
-                        }
-                    }
-                    c.headers = Some(out);
+        let call = &self.call;
+        match self.kind {
+            Event::Compile => {
+                let n = call.headers.len();
+                if n > 0 && (call.headers.is_null() || call.header_names.is_null()) {
+                    return;
                 }
-                Event::Link => {
-                    if raw.num_inputs == 0 || raw.inputs.is_null() {
-                        return;
+                // SAFETY: the call was accepted and has not returned (this function's
+                // contract), so both arrays hold `n` entries.
+                let (headers, names) = unsafe { (call.headers.read(), call.header_names.read()) };
+                let mut out = Vec::with_capacity(n);
+                for (&h, &name) in headers.iter().zip(&names) {
+                    // SAFETY: an include name of an accepted compile: a NUL-terminated string.
+                    let name = unsafe { query::c_str(name) };
+                    // SAFETY: a header program of an accepted compile: live.
+                    let source = unsafe { query::source(self.route, h) }.filter(|s| !s.is_empty());
+                    match (name, source) {
+                        (Some(name), Some(source)) if !name.is_empty() => out.push(Header {
+                            name: name.into_bytes(),
+                            source,
+                        }),
+                        _ => return,
                     }
-                    let mut out = Vec::new();
-                    for &p in std::slice::from_raw_parts(raw.inputs, raw.num_inputs as usize) {
-                        match self.rt.programs.recipe(p) {
-                            Some(r) if matches!(r.kind, Kind::Compiled | Kind::Library) => {
-                                out.push(r)
-                            }
-                            _ => return,
-                        }
-                    }
-                    c.input_recipes = Some(out);
                 }
-                _ => {}
+                c.headers = Some(out);
             }
+            Event::Link => {
+                if call.inputs.is_empty() || call.inputs.is_null() {
+                    return;
+                }
+                let mut out = Vec::new();
+                // SAFETY: the call was accepted and has not returned (this function's
+                // contract), so the array holds its count of programs.
+                for p in unsafe { call.inputs.read() } {
+                    match self.rt.programs.recipe(p) {
+                        Some(r) if matches!(r.kind, Kind::Compiled | Kind::Library) => out.push(r),
+                        _ => return,
+                    }
+                }
+                c.input_recipes = Some(out);
+            }
+            _ => {}
         }
     }
 
@@ -226,60 +298,59 @@ impl Pending {
     /// # Safety
     /// `program` is live.
     unsafe fn keep_recipe(&self, program: cl_program, origin: Option<Origin>) {
-        // SAFETY: this function's contract.
-        unsafe {
-            let Some(c) = self.copied.as_ref() else {
-                return;
-            };
-            let options = c.options.clone().unwrap_or_default().into_bytes();
-            // Source first; a program made from IL (or recreated from one) has none.
-            let il = || {
-                query::il(self.route, program)
-                    .filter(|t| !t.is_empty())
-                    .map(Text::Il)
-            };
-            let text = || {
-                if origin == Some(Origin::Il) {
-                    return il();
-                }
-                query::source(self.route, program)
-                    .filter(|t| !t.is_empty())
-                    .map(Text::Source)
-                    .or_else(il)
-            };
-            let recipe = match self.kind {
-                Event::Build => text().map(|t| Recipe::built(t, options)),
-                Event::Compile => match (text(), &c.headers) {
-                    (Some(t), Some(h)) => Some(Recipe {
-                        kind: Kind::Compiled,
-                        options: Some(options),
-                        text: t,
-                        headers: h.clone(),
-                        inputs: Vec::new(),
-                    }),
-                    _ => None,
-                },
-                _ => c.input_recipes.as_ref().map(|inputs| Recipe {
-                    kind: if Recipe::is_library_link(&options) {
-                        Kind::Library
-                    } else {
-                        Kind::Linked
-                    },
+        let Some(c) = self.copied.as_ref() else {
+            return;
+        };
+        let options = c.options.clone().unwrap_or_default().into_bytes();
+        // Source first; a program made from IL (or recreated from one) has none.
+        let il = || {
+            // SAFETY: the live program (this function's contract).
+            unsafe { query::il(self.route, program) }
+                .filter(|t| !t.is_empty())
+                .map(Text::Il)
+        };
+        let text = || {
+            if origin == Some(Origin::Il) {
+                return il();
+            }
+            // SAFETY: the live program (this function's contract).
+            unsafe { query::source(self.route, program) }
+                .filter(|t| !t.is_empty())
+                .map(Text::Source)
+                .or_else(il)
+        };
+        let recipe = match self.kind {
+            Event::Build => text().map(|t| Recipe::built(t, options)),
+            Event::Compile => match (text(), &c.headers) {
+                (Some(t), Some(h)) => Some(Recipe {
+                    kind: Kind::Compiled,
                     options: Some(options),
-                    text: Text::None,
-                    headers: Vec::new(),
-                    inputs: inputs.clone(),
+                    text: t,
+                    headers: h.clone(),
+                    inputs: Vec::new(),
                 }),
-            };
-            match recipe.filter(|r| r.check().is_ok()) {
-                Some(r) => {
-                    self.rt.programs.set_recipe(program, Arc::new(r));
-                }
-                None => {
-                    // A recompiled program keeps no stale recipe from before.
-                    if self.kind != Event::Link {
-                        self.rt.programs.drop_recipe(program);
-                    }
+                _ => None,
+            },
+            _ => c.input_recipes.as_ref().map(|inputs| Recipe {
+                kind: if Recipe::is_library_link(&options) {
+                    Kind::Library
+                } else {
+                    Kind::Linked
+                },
+                options: Some(options),
+                text: Text::None,
+                headers: Vec::new(),
+                inputs: inputs.clone(),
+            }),
+        };
+        match recipe.filter(|r| r.check().is_ok()) {
+            Some(r) => {
+                self.rt.programs.set_recipe(program, Arc::new(r));
+            }
+            None => {
+                // A recompiled program keeps no stale recipe from before.
+                if self.kind != Event::Link {
+                    self.rt.programs.drop_recipe(program);
                 }
             }
         }
@@ -291,38 +362,35 @@ impl Pending {
     /// # Safety
     /// The intercepted call must not have returned to the application yet.
     unsafe fn copy_args(&mut self, ret: cl_int) {
-        // SAFETY: this function's contract: The intercepted call must not have returned to
-        // the application yet.
-        unsafe {
-            if self.copied.is_some() {
-                return;
-            }
-            let mut c = Copied::default();
-            let raw = &self.raw;
-            if accepted(ret) {
-                if raw.num_devices > 0 && !raw.device_list.is_null() {
-                    c.devices =
-                        std::slice::from_raw_parts(raw.device_list, raw.num_devices as usize)
-                            .to_vec();
-                }
-                if raw.num_inputs > 0 && !raw.inputs.is_null() {
-                    c.inputs = std::slice::from_raw_parts(raw.inputs, raw.num_inputs as usize)
-                        .iter()
-                        .map(|&p| self.rt.programs.lookup(p).id)
-                        .collect();
-                }
-            }
-            if options_read(ret) {
-                c.options = query::c_str(raw.options);
-                if let Some(given) = raw.given_options {
-                    c.given = Some(query::c_str(given));
-                }
-            }
-            if accepted(ret) && self.rt.config.binaries == BinaryPolicy::Substitute {
-                self.recipe_parts(&mut c);
-            }
-            self.copied = Some(c);
+        if self.copied.is_some() {
+            return;
         }
+        let mut c = Copied::default();
+        let call = &self.call;
+        if accepted(ret) {
+            // SAFETY: the call was accepted and has not returned (this function's contract),
+            // so the device list holds its count.
+            c.devices = unsafe { call.devices.read() };
+            // SAFETY: as above, for the input programs.
+            c.inputs = unsafe { call.inputs.read() }
+                .iter()
+                .map(|&p| self.rt.programs.lookup(p).id)
+                .collect();
+        }
+        if options_read(ret) {
+            // SAFETY: the implementation read the options (it answered `ret`), so they are
+            // NULL or NUL-terminated; the call has not returned.
+            c.options = unsafe { query::c_str(call.options) };
+            if let Some(given) = call.given_options {
+                // SAFETY: the application's own options string of the same call.
+                c.given = Some(unsafe { query::c_str(given) });
+            }
+        }
+        if accepted(ret) && self.rt.config.binaries == BinaryPolicy::Substitute {
+            // SAFETY: accepted and not returned (this function's contract).
+            unsafe { self.recipe_parts(&mut c) };
+        }
+        self.copied = Some(c);
     }
 
     /// Gathers what the record needs from `program` (the program built, or the one a link
@@ -332,56 +400,62 @@ impl Pending {
     /// # Safety
     /// `program` must be NULL or live, unless `ret` is `CL_INVALID_PROGRAM`.
     unsafe fn observe(&self, program: cl_program, ret: Option<cl_int>) -> Seen {
-        // SAFETY: this function's contract: `program` must be NULL or live, unless `ret` is
-        // `CL_INVALID_PROGRAM`.
-        unsafe {
-            let rt = self.rt;
-            let route = self.route;
-            let program = if program.is_null() {
-                self.program
-            } else {
-                program
-            };
-            let usable = !program.is_null() && ret != Some(CL_INVALID_PROGRAM);
-            let info = usable.then(|| match self.kind {
-                Event::Link => rt.programs.created(program, Origin::Link, None, None),
-                _ => rt.programs.lookup(program),
-            });
-            let named = self
-                .copied
-                .as_ref()
-                .map(|c| c.devices.clone())
-                .unwrap_or_default();
-            let devices = if !named.is_empty() || !usable {
-                named
-            } else {
-                query::devices(route, program).unwrap_or_default()
-            };
-            let facts: Vec<_> = devices
-                .iter()
-                .filter_map(|&d| rt.devices.get(route, d))
-                .collect();
-            let built = (ret.is_none() && usable).then(|| {
-                !devices.is_empty() && devices.iter().all(|&d| query::built_for(route, program, d))
-            });
-            let succeeded = match ret {
-                Some(r) => r == CL_SUCCESS,
-                None => built == Some(true),
-            };
-            if succeeded && usable && rt.config.binaries == BinaryPolicy::Substitute {
-                self.keep_recipe(program, info.map(|i| i.origin));
-            }
-            let kernels = if succeeded && self.kind != Event::Compile && usable {
-                query::kernel_names(route, program)
-            } else {
-                Vec::new()
-            };
-            Seen {
-                info,
-                facts,
-                built,
-                kernels,
-            }
+        let rt = self.rt;
+        let route = self.route;
+        let program = if program.is_null() {
+            self.program
+        } else {
+            program
+        };
+        let usable = !program.is_null() && ret != Some(CL_INVALID_PROGRAM);
+        let info = usable.then(|| match self.kind {
+            Event::Link => rt.programs.created(program, Origin::Link, None, None),
+            _ => rt.programs.lookup(program),
+        });
+        let named = self
+            .copied
+            .as_ref()
+            .map(|c| c.devices.clone())
+            .unwrap_or_default();
+        let devices = if !named.is_empty() || !usable {
+            named
+        } else {
+            // SAFETY: usable: NULL excluded, and live unless refused as invalid (this
+            // function's contract).
+            unsafe { query::devices(route, program) }.unwrap_or_default()
+        };
+        let facts: Vec<_> = devices
+            .iter()
+            // SAFETY: devices the implementation accepted for the call, or listed for the
+            // program.
+            .filter_map(|&d| unsafe { rt.devices.get(route, d) })
+            .collect();
+        let built = (ret.is_none() && usable).then(|| {
+            // SAFETY: the usable program and its devices.
+            !devices.is_empty()
+                && devices
+                    .iter()
+                    .all(|&d| unsafe { query::built_for(route, program, d) })
+        });
+        let succeeded = match ret {
+            Some(r) => r == CL_SUCCESS,
+            None => built == Some(true),
+        };
+        if succeeded && usable && rt.config.binaries == BinaryPolicy::Substitute {
+            // SAFETY: usable, so live.
+            unsafe { self.keep_recipe(program, info.map(|i| i.origin)) };
+        }
+        let kernels = if succeeded && self.kind != Event::Compile && usable {
+            // SAFETY: usable, so live.
+            unsafe { query::kernel_names(route, program) }
+        } else {
+            Vec::new()
+        };
+        Seen {
+            info,
+            facts,
+            built,
+            kernels,
         }
     }
 
@@ -441,7 +515,7 @@ impl Pending {
             devices: facts.iter().map(|f| f.describe(filter)).collect(),
             source: (!link).then(|| info.map(|i| i.source())),
             inputs: link.then_some(copied.inputs),
-            headers: self.headers,
+            headers: (self.kind == Event::Compile).then_some(self.call.headers.len() as cl_uint),
             options_replaced,
         });
         rt.recorder.emit(self.start, seconds, &record);
@@ -543,126 +617,139 @@ extern "C" fn record_fired_at_exit() {
 /// writes the record if the call has already returned (else leaves it for the return),
 /// then runs the application's callback.
 unsafe extern "C" fn on_build_done(program: cl_program, data: *mut c_void) {
-    // SAFETY: `data` is the `Pending` box clshim handed the implementation with this
-    // callback, which gives it back once; `program` is live while the callback runs.
-    unsafe {
-        let ctx = Arc::from_raw(data as *const AsyncBuild);
-        catch(|| {
-            let seconds = ctx.start.elapsed().as_secs_f64();
-            let pending = {
-                let mut st = ctx.state.lock();
-                st.called = true;
-                if st.returned.is_none() {
-                    // The implementation accepted the call (it is calling back), and the call
-                    // has not returned, so the application's arrays are still valid.
-                    if let Some(p) = st.pending.as_mut() {
-                        p.copy_args(CL_SUCCESS);
-                    }
-                }
-                st.pending.take()
-            };
-            let Some(p) = pending else {
-                return;
-            };
-            let seen = p.observe(program, None);
+    // SAFETY: `data` is the reference to the `AsyncBuild` that `run` handed the
+    // implementation with this callback (Arc::into_raw), which calls back once.
+    let ctx = unsafe { Arc::from_raw(data as *const AsyncBuild) };
+    catch(|| {
+        let seconds = ctx.start.elapsed().as_secs_f64();
+        let pending = {
             let mut st = ctx.state.lock();
-            if st.returned.is_some() {
-                // The call returned CL_SUCCESS and the build went on: its outcome is the
-                // build status now.
-                drop(st);
-                let result = p.outcome(&seen);
-                p.finish(result, seconds, seen);
-            } else {
-                st.pending = Some(p);
-                st.fired = Some(Fired { seconds, seen });
-                st.listed = true;
-                drop(st);
-                await_return(&ctx);
+            st.called = true;
+            if st.returned.is_none() {
+                // The implementation accepted the call (it is calling back), and the call
+                // has not returned, so the application's arrays are still valid.
+                if let Some(p) = st.pending.as_mut() {
+                    // SAFETY: as just said: accepted, and not returned.
+                    unsafe { p.copy_args(CL_SUCCESS) };
+                }
             }
-        });
-        outside(|| (ctx.user_fn)(program, ctx.user_data));
-    }
+            st.pending.take()
+        };
+        let Some(p) = pending else {
+            return;
+        };
+        // SAFETY: the program is live while the callback runs.
+        let seen = unsafe { p.observe(program, None) };
+        let mut st = ctx.state.lock();
+        if st.returned.is_some() {
+            // The call returned CL_SUCCESS and the build went on: its outcome is the
+            // build status now.
+            drop(st);
+            let result = p.outcome(&seen);
+            p.finish(result, seconds, seen);
+        } else {
+            st.pending = Some(p);
+            st.fired = Some(Fired { seconds, seen });
+            st.listed = true;
+            drop(st);
+            await_return(&ctx);
+        }
+    });
+    // SAFETY: the application's callback with its own data, called once, as it would be
+    // without clshim.
+    outside(|| unsafe { (ctx.user_fn)(program, ctx.user_data) });
 }
 
-/// Runs `call` (the forwarded build, given the callback and data to pass down) and
-/// records it. With no application callback the call is timed to its return.
+/// Forwards `call` and records it (with no runtime: only forwards it). With no
+/// application callback the call is timed to its return; with one, clshim's callback
+/// takes its place (see the module comment).
 ///
 /// # Safety
-/// `call` must perform the forwarded call with the arguments it is given.
+/// `call`, `user_fn` and `user_data` are the application's arguments.
 pub unsafe fn run(
-    pending: Option<Pending>,
+    rt: Option<&'static Runtime>,
+    route: Route,
+    call: BuildCall,
     user_fn: BuildNotify,
     user_data: *mut c_void,
-    call: impl FnOnce(BuildNotify, *mut c_void) -> (cl_int, cl_program),
 ) -> (cl_int, cl_program) {
-    // SAFETY: this function's contract: `call` must perform the forwarded call with the
-    // arguments it is given.
-    unsafe {
-        let Some(mut pending) = pending else {
-            return call(user_fn, user_data);
-        };
-        let Some(user_fn) = user_fn else {
-            let (ret, program) = call(None, user_data);
-            let seconds = pending.start.elapsed().as_secs_f64();
-            catch(|| {
-                pending.copy_args(ret);
-                let seen = pending.observe(program, Some(ret));
-                pending.finish(ret, seconds, seen)
-            });
-            return (ret, program);
-        };
-        let start = pending.start;
-        let ctx = Arc::new(AsyncBuild {
-            user_fn,
-            user_data,
-            start,
-            state: Lock::new(AsyncState {
-                pending: Some(pending),
-                fired: None,
-                returned: None,
-                listed: false,
-                called: false,
-            }),
-        });
-        let raw = Arc::into_raw(ctx.clone());
-        let (ret, program) = call(Some(on_build_done), raw as *mut c_void);
+    let Some(rt) = rt else {
+        // SAFETY: the application's call and callback, unchanged.
+        return unsafe { call.forward(user_fn, user_data) };
+    };
+    let mut pending = Pending::new(rt, route, call, user_fn.is_some());
+    let Some(user_fn) = user_fn else {
+        // SAFETY: the application's call, unchanged (no callback).
+        let (ret, program) = unsafe { call.forward(None, user_data) };
+        let seconds = pending.start.elapsed().as_secs_f64();
         catch(|| {
-            let mut st = ctx.state.lock();
-            st.returned = Some(ret);
-            let never_fires = !st.called && refused_before_start(ret);
-            let listed = std::mem::take(&mut st.listed);
-            let finish = if let Some(f) = st.fired.take() {
-                // The callback saw the program; it may have been released since.
-                st.pending.take().map(|p| (p, f.seconds, f.seen))
-            } else if let Some(p) = st.pending.as_mut() {
-                p.copy_args(ret);
-                if ret != CL_SUCCESS {
-                    // The call failed and the callback has not run, so the application has
-                    // not released the program: look at it now, under the lock that makes a
-                    // late callback wait.
-                    let seen = p.observe(program, Some(ret));
-                    st.pending
-                        .take()
-                        .map(|p| (p, start.elapsed().as_secs_f64(), seen))
-                } else {
-                    None // still building: the callback completes the record
-                }
-            } else {
-                None
-            };
-            drop(st);
-            if listed {
-                returned(&ctx);
-            }
-            if never_fires {
-                // The call was refused outright, so the callback's reference is ours to drop.
-                // After other failures it stays with the implementation, which may still call.
-                drop(Arc::from_raw(raw));
-            }
-            if let Some((p, seconds, seen)) = finish {
-                p.finish(ret, seconds, seen);
-            }
+            // SAFETY: the call has not returned to the application yet.
+            unsafe { pending.copy_args(ret) };
+            // SAFETY: the call just returned `ret` for this program, which the application
+            // has not seen back yet, so it is NULL, live, or refused as invalid.
+            let seen = unsafe { pending.observe(program, Some(ret)) };
+            pending.finish(ret, seconds, seen)
         });
-        (ret, program)
-    }
+        return (ret, program);
+    };
+    let start = pending.start;
+    let ctx = Arc::new(AsyncBuild {
+        user_fn,
+        user_data,
+        start,
+        state: Lock::new(AsyncState {
+            pending: Some(pending),
+            fired: None,
+            returned: None,
+            listed: false,
+            called: false,
+        }),
+    });
+    let raw = Arc::into_raw(ctx.clone());
+    // SAFETY: the application's call, with clshim's callback, whose data (`raw`) holds one
+    // reference to `ctx` for the callback to take back.
+    let (ret, program) = unsafe { call.forward(Some(on_build_done), raw as *mut c_void) };
+    catch(|| {
+        let mut st = ctx.state.lock();
+        st.returned = Some(ret);
+        let never_fires = !st.called && refused_before_start(ret);
+        let listed = std::mem::take(&mut st.listed);
+        let finish = if let Some(f) = st.fired.take() {
+            // The callback saw the program; it may have been released since.
+            st.pending.take().map(|p| (p, f.seconds, f.seen))
+        } else if let Some(p) = st.pending.as_mut() {
+            // SAFETY: the call has not returned to the application yet.
+            unsafe { p.copy_args(ret) };
+            if ret != CL_SUCCESS {
+                // The call failed and the callback has not run, so the application has
+                // not released the program: look at it now, under the lock that makes a
+                // late callback wait.
+                // SAFETY: the call just returned `ret`; the program is NULL, live (the
+                // callback has not run, so the application has not released it), or refused.
+                let seen = unsafe { p.observe(program, Some(ret)) };
+                st.pending
+                    .take()
+                    .map(|p| (p, start.elapsed().as_secs_f64(), seen))
+            } else {
+                None // still building: the callback completes the record
+            }
+        } else {
+            None
+        };
+        drop(st);
+        if listed {
+            returned(&ctx);
+        }
+        if never_fires {
+            // The call was refused outright, so the callback's reference is ours to drop.
+            // After other failures it stays with the implementation, which may still call.
+            // SAFETY: `raw` came from Arc::into_raw above, and the implementation, which
+            // refused the call, will never hand it back.
+            drop(unsafe { Arc::from_raw(raw) });
+        }
+        if let Some((p, seconds, seen)) = finish {
+            p.finish(ret, seconds, seen);
+        }
+    });
+    (ret, program)
 }

@@ -213,20 +213,6 @@ pub type FnSetEventCallback =
     unsafe extern "C" fn(cl_event, cl_int, EventNotify, *mut c_void) -> cl_int;
 pub type FnReleaseEvent = unsafe extern "C" fn(cl_event) -> cl_int;
 
-/// Stores `code` where the application asked for a status (`errcode_ret`), if it did.
-///
-/// # Safety
-/// `errcode_ret` must be NULL or writable, as the OpenCL API requires of applications.
-pub unsafe fn set_errcode(errcode_ret: *mut cl_int, code: cl_int) {
-    // SAFETY: this function's contract: `errcode_ret` must be NULL or writable, as the
-    // OpenCL API requires of applications.
-    unsafe {
-        if !errcode_ret.is_null() {
-            *errcode_ret = code;
-        }
-    }
-}
-
 /// The name of a status code, for records and log lines ("CL_UNKNOWN_ERROR" when unknown).
 pub fn status_name(code: cl_int) -> &'static str {
     match code {

@@ -192,13 +192,11 @@ pub fn decode(bytes: &[u8], fingerprint: u64) -> Result<Recipe, Rejection> {
 /// # Safety
 /// `ptr` must be NULL or readable for `min(len, 8)` bytes (what a driver reads too).
 pub unsafe fn raw_is_clshim(ptr: *const u8, len: usize) -> bool {
-    // SAFETY: this function's contract: `ptr` must be NULL or readable for `min(len, 8)`
-    // bytes (what a driver reads too).
-    unsafe {
-        !ptr.is_null()
-            && len >= MAGIC.len()
-            && is_clshim(std::slice::from_raw_parts(ptr, MAGIC.len()))
-    }
+    !ptr.is_null()
+        && len >= MAGIC.len()
+        // SAFETY: non-NULL and `len` >= 8, so readable for the magic's 8 bytes (this
+        // function's contract).
+        && is_clshim(unsafe { std::slice::from_raw_parts(ptr, MAGIC.len()) })
 }
 
 /// [`decode`] of the application's binary `(ptr, len)`: reads the header first, and the
@@ -212,14 +210,15 @@ pub unsafe fn decode_raw(
     len: usize,
     fingerprint: u64,
 ) -> Result<Recipe, Rejection> {
-    // SAFETY: this function's contract: `ptr` must be NULL or readable for `len` bytes.
-    unsafe {
-        if ptr.is_null() || len < HEADER + TRAILER {
-            return Err(Rejection::Truncated { length: len });
-        }
-        check_header(std::slice::from_raw_parts(ptr, HEADER), len)?;
-        decode(std::slice::from_raw_parts(ptr, len), fingerprint)
+    if ptr.is_null() || len < HEADER + TRAILER {
+        return Err(Rejection::Truncated { length: len });
     }
+    // SAFETY: non-NULL and `len` >= HEADER, so readable for the header (this function's
+    // contract).
+    check_header(unsafe { std::slice::from_raw_parts(ptr, HEADER) }, len)?;
+    // SAFETY: readable for `len` bytes (this function's contract), which check_header
+    // found to be the length the header declares, bounded by MAX_SOURCE.
+    decode(unsafe { std::slice::from_raw_parts(ptr, len) }, fingerprint)
 }
 
 #[cfg(test)]

@@ -74,38 +74,39 @@ fn text(bytes: Option<Vec<u8>>) -> String {
 /// # Safety
 /// `device` must be a live device of an implementation reachable through `route`.
 pub unsafe fn query(route: Route, device: cl_device_id) -> Option<DeviceFacts> {
-    // SAFETY: this function's contract: `device` must be a live device of an implementation
-    // reachable through `route`.
-    unsafe {
-        let dev_info: FnGetDeviceInfo = route.entry(device, slot::GET_DEVICE_INFO)?;
-        let get = |p| info_bytes(dev_info, device, p);
-        let type_bytes = get(CL_DEVICE_TYPE)?;
-        let device_type = cl_device_type::from_ne_bytes(type_bytes.get(..8)?.try_into().ok()?);
-        let platform_bytes = get(CL_DEVICE_PLATFORM)?;
-        let platform = usize::from_ne_bytes(
-            platform_bytes
-                .get(..std::mem::size_of::<usize>())?
-                .try_into()
-                .ok()?,
-        ) as cl_platform_id;
-        let (platform_name, platform_version) =
-            match route.entry::<FnGetPlatformInfo>(platform, slot::GET_PLATFORM_INFO) {
-                Some(pinfo) => (
-                    text(info_bytes(pinfo, platform, CL_PLATFORM_NAME)),
-                    text(info_bytes(pinfo, platform, CL_PLATFORM_VERSION)),
-                ),
-                None => (String::new(), String::new()),
-            };
-        Some(DeviceFacts {
-            name: text(get(CL_DEVICE_NAME)),
-            device_type,
-            vendor: text(get(CL_DEVICE_VENDOR)),
-            driver: text(get(CL_DRIVER_VERSION)),
-            version: text(get(CL_DEVICE_VERSION)),
-            platform: platform_name,
-            platform_version,
-        })
-    }
+    // SAFETY: a live device reachable through `route` (this function's contract).
+    let dev_info: FnGetDeviceInfo = unsafe { route.entry(device, slot::GET_DEVICE_INFO) }?;
+    // SAFETY: the device's own clGetDeviceInfo.
+    let get = |p| unsafe { info_bytes(dev_info, device, p) };
+    let type_bytes = get(CL_DEVICE_TYPE)?;
+    let device_type = cl_device_type::from_ne_bytes(type_bytes.get(..8)?.try_into().ok()?);
+    let platform_bytes = get(CL_DEVICE_PLATFORM)?;
+    let platform = usize::from_ne_bytes(
+        platform_bytes
+            .get(..std::mem::size_of::<usize>())?
+            .try_into()
+            .ok()?,
+    ) as cl_platform_id;
+    let (platform_name, platform_version) =
+        // SAFETY: the platform the implementation gave for its live device.
+        match unsafe { route.entry::<FnGetPlatformInfo>(platform, slot::GET_PLATFORM_INFO) } {
+            Some(pinfo) => (
+                // SAFETY: the platform's own clGetPlatformInfo.
+                text(unsafe { info_bytes(pinfo, platform, CL_PLATFORM_NAME) }),
+                // SAFETY: as above.
+                text(unsafe { info_bytes(pinfo, platform, CL_PLATFORM_VERSION) }),
+            ),
+            None => (String::new(), String::new()),
+        };
+    Some(DeviceFacts {
+        name: text(get(CL_DEVICE_NAME)),
+        device_type,
+        vendor: text(get(CL_DEVICE_VENDOR)),
+        driver: text(get(CL_DRIVER_VERSION)),
+        version: text(get(CL_DEVICE_VERSION)),
+        platform: platform_name,
+        platform_version,
+    })
 }
 
 /// Device facts by device handle, filled on first use.
@@ -121,20 +122,18 @@ impl DeviceCache {
     /// # Safety
     /// As for [`query`].
     pub unsafe fn get(&self, route: Route, device: cl_device_id) -> Option<Arc<DeviceFacts>> {
-        // SAFETY: this function's contract: As for [`query`].
-        unsafe {
-            if let Some(f) = self.map.lock().get(&(device as usize)) {
-                return Some(f.clone());
-            }
-            let facts = Arc::new(query(route, device)?);
-            Some(
-                self.map
-                    .lock()
-                    .entry(device as usize)
-                    .or_insert(facts)
-                    .clone(),
-            )
+        if let Some(f) = self.map.lock().get(&(device as usize)) {
+            return Some(f.clone());
         }
+        // SAFETY: as for `query` (this function's contract).
+        let facts = Arc::new(unsafe { query(route, device) }?);
+        Some(
+            self.map
+                .lock()
+                .entry(device as usize)
+                .or_insert(facts)
+                .clone(),
+        )
     }
 
     /// Held across `fork()` by the fork handlers (runtime.rs), released by

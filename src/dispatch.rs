@@ -60,23 +60,25 @@ pub enum Route {
 /// # Safety
 /// `obj` must be NULL or point to a live ICD object.
 pub unsafe fn object_table(obj: Handle) -> Option<*const *const c_void> {
-    // SAFETY: this function's contract: `obj` must be NULL or point to a live ICD object.
-    unsafe {
-        if obj.is_null() {
-            return None;
-        }
-        let words = obj as *const *const *const c_void;
-        let table = *words;
-        if table.is_null() {
-            return None;
-        }
-        if *table as usize == CL_ICD2_TAG_KHR {
-            // Tagged: the loader-managed table sits at the start of the object's dispatch data.
-            let data = *words.add(1);
-            return (!data.is_null()).then_some(data);
-        }
-        Some(table)
+    if obj.is_null() {
+        return None;
     }
+    let words = obj as *const *const *const c_void;
+    // SAFETY: a live ICD object starts with its dispatch table pointer (this function's
+    // contract).
+    let table = unsafe { *words };
+    if table.is_null() {
+        return None;
+    }
+    // SAFETY: a non-NULL dispatch table has at least its first entry (or the cl_khr_icd 2.0
+    // tag in its place).
+    if unsafe { *table } as usize == CL_ICD2_TAG_KHR {
+        // Tagged: the loader-managed table sits at the start of the object's dispatch data.
+        // SAFETY: a tagged object has its dispatch data pointer in its second word.
+        let data = unsafe { *words.add(1) };
+        return (!data.is_null()).then_some(data);
+    }
+    Some(table)
 }
 
 impl Route {
@@ -86,27 +88,32 @@ impl Route {
     /// # Safety
     /// `obj` must be NULL or a live ICD object; `F` must be the slot's function type.
     pub unsafe fn entry<F: Copy>(self, obj: Handle, slot: usize) -> Option<F> {
-        // SAFETY: this function's contract: `obj` must be NULL or a live ICD object; `F`
-        // must be the slot's function type.
-        unsafe {
-            debug_assert_eq!(
-                std::mem::size_of::<F>(),
-                std::mem::size_of::<*const c_void>()
-            );
-            let f = match self {
-                Route::Object => *object_table(obj)?.add(slot),
-                Route::Next { table, len } | Route::Symbols { table, len } => {
-                    if slot >= len {
-                        return None;
-                    }
-                    *table.add(slot)
-                }
-            };
-            if f.is_null() {
-                None
-            } else {
-                Some(std::mem::transmute_copy::<*const c_void, F>(&f))
+        debug_assert_eq!(
+            std::mem::size_of::<F>(),
+            std::mem::size_of::<*const c_void>()
+        );
+        let f = match self {
+            Route::Object => {
+                // SAFETY: NULL or a live ICD object (this function's contract).
+                let table = unsafe { object_table(obj) }?;
+                // SAFETY: an ICD dispatch table holds every slot of the ICD's table layout.
+                unsafe { *table.add(slot) }
             }
+            Route::Next { table, len } | Route::Symbols { table, len } => {
+                if slot >= len {
+                    return None;
+                }
+                // SAFETY: the table clshim was given (layer) or filled (symbols) holds `len`
+                // entries, and slot < len.
+                unsafe { *table.add(slot) }
+            }
+        };
+        if f.is_null() {
+            None
+        } else {
+            // SAFETY: a non-NULL entry of `slot`, whose function type `F` is (this
+            // function's contract), of the same size as a pointer.
+            Some(unsafe { std::mem::transmute_copy::<*const c_void, F>(&f) })
         }
     }
 

@@ -3,15 +3,15 @@
 //! entry first, so that whatever goes wrong inside clshim afterwards (no state, a panic, a
 //! nested call) the call is still forwarded unchanged, and exactly once.
 
+use crate::app_args::{AppArray, AppBuffer, OutParam};
 use crate::binary_load;
-use crate::builds::{self, Pending};
+use crate::builds::{self, BuildCall, Entry};
 use crate::cl::*;
 use crate::dispatch::{slot, Route};
 use crate::guard::{self, catch};
 use crate::policy;
 use crate::programs::Origin;
 use crate::runtime;
-use crate::schema::Event;
 use std::ffi::{c_char, c_void};
 
 /// The status a loader gives when the object or its entry is missing.
@@ -34,60 +34,41 @@ pub unsafe fn build_program(
     pfn_notify: BuildNotify,
     user_data: *mut c_void,
 ) -> cl_int {
-    // SAFETY: this function's contract: The application's arguments to `clBuildProgram`.
-    unsafe {
-        let Some(real) = route.entry::<FnBuildProgram>(program, slot::BUILD_PROGRAM) else {
-            return missing(program, CL_INVALID_PROGRAM);
-        };
-        let Some(_inside) = guard::enter() else {
-            return real(
-                program,
-                num_devices,
-                device_list,
-                options,
-                pfn_notify,
-                user_data,
-            );
-        };
-        let rt = runtime::get(route);
-        // A program recreated from a clshim binary builds with the options it recorded, as
-        // a loaded binary keeps what it was built with.
-        let loaded = rt.and_then(|rt| catch(|| rt.programs.loaded(program)).flatten());
-        let linked = loaded.as_ref().is_some_and(|l| l.linked);
-        let recorded = loaded
-            .and_then(|l| l.options)
-            .and_then(|o| std::ffi::CString::new(o).ok());
-        let used = recorded.as_ref().map_or(options, |c| c.as_ptr());
-        let pending = rt.map(|rt| {
-            let p = Pending::new(
-                rt,
-                route,
-                Event::Build,
-                program,
-                num_devices,
-                device_list,
-                used,
-                pfn_notify.is_some(),
-            );
-            if recorded.is_some() {
-                p.with_replaced_options(options)
-            } else {
-                p
-            }
-        });
-        builds::run(pending, pfn_notify, user_data, |f, d| {
-            if linked {
-                // Already an executable (linked again at load): done, as the build of a
-                // loaded binary is; the callback runs once, now.
-                if let Some(f) = f {
-                    f(program, d);
-                }
-                return (CL_SUCCESS, program);
-            }
-            (real(program, num_devices, device_list, used, f, d), program)
-        })
-        .0
+    // SAFETY: the application's program, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe { route.entry::<FnBuildProgram>(program, slot::BUILD_PROGRAM) })
+    else {
+        return missing(program, CL_INVALID_PROGRAM);
+    };
+    // SAFETY: the application's device list and its count, read only once accepted.
+    let devices = unsafe { AppArray::new(device_list, num_devices as usize) };
+    let mut call = BuildCall::new(
+        Entry::Build(real),
+        program,
+        std::ptr::null_mut(),
+        devices,
+        options,
+    );
+    let Some(_inside) = guard::enter() else {
+        // SAFETY: the application's call, unchanged.
+        return unsafe { call.forward(pfn_notify, user_data) }.0;
+    };
+    let rt = runtime::get(route);
+    // A program recreated from a clshim binary builds with the options it recorded, as
+    // a loaded binary keeps what it was built with.
+    let loaded = rt.and_then(|rt| catch(|| rt.programs.loaded(program)).flatten());
+    if loaded.as_ref().is_some_and(|l| l.linked) {
+        // Already an executable (linked again at load).
+        call.entry = Entry::Done;
     }
+    let recorded = loaded
+        .and_then(|l| l.options)
+        .and_then(|o| std::ffi::CString::new(o).ok());
+    if let Some(r) = &recorded {
+        call.options = r.as_ptr();
+        call.given_options = Some(options);
+    }
+    // SAFETY: the application's call (with the recorded options, which outlive it).
+    unsafe { builds::run(rt, route, call, pfn_notify, user_data) }.0
 }
 
 /// # Safety
@@ -105,45 +86,32 @@ pub unsafe fn compile_program(
     pfn_notify: BuildNotify,
     user_data: *mut c_void,
 ) -> cl_int {
-    // SAFETY: this function's contract: The application's arguments to `clCompileProgram`.
-    unsafe {
-        let Some(real) = route.entry::<FnCompileProgram>(program, slot::COMPILE_PROGRAM) else {
-            return missing(program, CL_INVALID_PROGRAM);
-        };
-        let forward = |f: BuildNotify, d: *mut c_void| {
-            real(
+    // SAFETY: the application's program, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe { route.entry::<FnCompileProgram>(program, slot::COMPILE_PROGRAM) })
+    else {
+        return missing(program, CL_INVALID_PROGRAM);
+    };
+    let n = num_input_headers as usize;
+    // SAFETY: the application's arrays and their counts, read only once accepted.
+    let call = unsafe {
+        BuildCall {
+            headers: AppArray::new(input_headers, n),
+            header_names: AppArray::new(header_include_names, n),
+            ..BuildCall::new(
+                Entry::Compile(real),
                 program,
-                num_devices,
-                device_list,
+                std::ptr::null_mut(),
+                AppArray::new(device_list, num_devices as usize),
                 options,
-                num_input_headers,
-                input_headers,
-                header_include_names,
-                f,
-                d,
             )
-        };
-        let Some(_inside) = guard::enter() else {
-            return forward(pfn_notify, user_data);
-        };
-        let pending = runtime::get(route).map(|rt| {
-            Pending::new(
-                rt,
-                route,
-                Event::Compile,
-                program,
-                num_devices,
-                device_list,
-                options,
-                pfn_notify.is_some(),
-            )
-            .with_headers(num_input_headers, input_headers, header_include_names)
-        });
-        builds::run(pending, pfn_notify, user_data, |f, d| {
-            (forward(f, d), program)
-        })
-        .0
-    }
+        }
+    };
+    let Some(_inside) = guard::enter() else {
+        // SAFETY: the application's call, unchanged.
+        return unsafe { call.forward(pfn_notify, user_data) }.0;
+    };
+    // SAFETY: the application's call.
+    unsafe { builds::run(runtime::get(route), route, call, pfn_notify, user_data) }.0
 }
 
 /// # Safety
@@ -161,14 +129,17 @@ pub unsafe fn link_program(
     user_data: *mut c_void,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
-    // SAFETY: this function's contract: The application's arguments to `clLinkProgram`.
-    unsafe {
-        let Some(real) = route.entry::<FnLinkProgram>(context, slot::LINK_PROGRAM) else {
-            set_errcode(errcode_ret, missing(context, CL_INVALID_CONTEXT));
-            return std::ptr::null_mut();
-        };
-        let Some(_inside) = guard::enter() else {
-            return real(
+    // SAFETY: the application's `errcode_ret`, which OpenCL requires to be NULL or writable.
+    let errcode = unsafe { OutParam::new(errcode_ret) };
+    // SAFETY: the application's context, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe { route.entry::<FnLinkProgram>(context, slot::LINK_PROGRAM) }) else {
+        errcode.set(missing(context, CL_INVALID_CONTEXT));
+        return std::ptr::null_mut();
+    };
+    let Some(_inside) = guard::enter() else {
+        // SAFETY: the application's own call, handed on unchanged.
+        return unsafe {
+            real(
                 context,
                 num_devices,
                 device_list,
@@ -178,42 +149,29 @@ pub unsafe fn link_program(
                 pfn_notify,
                 user_data,
                 errcode_ret,
-            );
-        };
-        // The input programs are read only once the implementation has accepted the link:
-        // a count beyond the array is its to refuse.
-        let pending = runtime::get(route).map(|rt| {
-            Pending::new(
-                rt,
-                route,
-                Event::Link,
-                std::ptr::null_mut(),
-                num_devices,
-                device_list,
-                options,
-                pfn_notify.is_some(),
             )
-            .with_inputs(num_input_programs, input_programs)
-        });
-        // The status of a link comes back through errcode_ret, which the application may omit.
-        let mut err = CL_SUCCESS;
-        let (_, program) = builds::run(pending, pfn_notify, user_data, |f, d| {
-            let p = real(
+        };
+    };
+    // The input programs are read only once the implementation has accepted the link:
+    // a count beyond the array is its to refuse.
+    // SAFETY: the application's arrays and their counts, read only once accepted.
+    let call = unsafe {
+        BuildCall {
+            inputs: AppArray::new(input_programs, num_input_programs as usize),
+            ..BuildCall::new(
+                Entry::Link(real),
+                std::ptr::null_mut(),
                 context,
-                num_devices,
-                device_list,
+                AppArray::new(device_list, num_devices as usize),
                 options,
-                num_input_programs,
-                input_programs,
-                f,
-                d,
-                &mut err,
-            );
-            (err, p)
-        });
-        set_errcode(errcode_ret, err);
-        program
-    }
+            )
+        }
+    };
+    // SAFETY: the application's call.
+    let (err, program) =
+        unsafe { builds::run(runtime::get(route), route, call, pfn_notify, user_data) };
+    errcode.set(err);
+    program
 }
 
 /// # Safety
@@ -226,24 +184,66 @@ pub unsafe fn get_program_info(
     value: *mut c_void,
     size_ret: *mut usize,
 ) -> cl_int {
-    // SAFETY: this function's contract: The application's arguments to `clGetProgramInfo`.
-    unsafe {
-        let Some(real) = route.entry::<FnGetProgramInfo>(program, slot::GET_PROGRAM_INFO) else {
-            return missing(program, CL_INVALID_PROGRAM);
-        };
-        // The hot path: every other query, and size-only binary queries (which compile nothing),
-        // go straight through.
-        if (param != CL_PROGRAM_BINARY_SIZES && param != CL_PROGRAM_BINARIES) || value.is_null() {
-            return real(program, param, size, value, size_ret);
-        }
-        let Some(_inside) = guard::enter() else {
-            return real(program, param, size, value, size_ret);
-        };
-        match runtime::get(route) {
-            Some(rt) => {
-                policy::binary_query(rt, route, real, program, param, size, value, size_ret)
+    // SAFETY: the application's program, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe { route.entry::<FnGetProgramInfo>(program, slot::GET_PROGRAM_INFO) })
+    else {
+        return missing(program, CL_INVALID_PROGRAM);
+    };
+    // The hot path: every other query, and size-only binary queries (which compile nothing),
+    // go straight through.
+    if (param != CL_PROGRAM_BINARY_SIZES && param != CL_PROGRAM_BINARIES) || value.is_null() {
+        // SAFETY: the application's own call, handed on unchanged.
+        return unsafe { real(program, param, size, value, size_ret) };
+    }
+    let Some(_inside) = guard::enter() else {
+        // SAFETY: the application's own call, handed on unchanged.
+        return unsafe { real(program, param, size, value, size_ret) };
+    };
+    let Some(rt) = runtime::get(route) else {
+        // SAFETY: the application's own call, handed on unchanged.
+        return unsafe { real(program, param, size, value, size_ret) };
+    };
+    // SAFETY: the application's `param_value` of `size` bytes and its
+    // `param_value_size_ret`, which OpenCL requires to be writable (or NULL).
+    let (value, size_ret) = unsafe { (AppBuffer::new(value, size), OutParam::new(size_ret)) };
+    // SAFETY: the application's program.
+    let query = unsafe { policy::Query::start(rt, route, program, param) };
+    if query.forwards_all() {
+        // SAFETY: the application's own call, handed on unchanged.
+        let ret = unsafe { real(program, param, size, value.as_ptr(), size_ret.as_ptr()) };
+        let sizes = (ret == CL_SUCCESS && param == CL_PROGRAM_BINARY_SIZES)
+            .then(|| value.first::<usize>(query.devices()))
+            .flatten();
+        query.finish(ret, None, sizes);
+        return ret;
+    }
+    // CL_PROGRAM_BINARIES: the application's buffer for each device, if `size` holds them.
+    let app_binaries = if param == CL_PROGRAM_BINARIES {
+        value.first::<*mut u8>(query.devices()).unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    // SAFETY: the application's program and buffers, which OpenCL requires to hold the size
+    // the implementation reports for each device.
+    match unsafe { query.answer(real, program, size, &app_binaries) } {
+        Ok(answer) => {
+            if let Some(sizes) = &answer.sizes {
+                let bytes: Vec<u8> = sizes.iter().flat_map(|s| s.to_ne_bytes()).collect();
+                value.write(&bytes);
             }
-            None => real(program, param, size, value, size_ret),
+            for (i, binary) in &answer.binaries {
+                // SAFETY: the application's buffer for device `i`, non-NULL, which OpenCL
+                // requires to hold the size clshim reported for it: this binary's length.
+                let dst = unsafe { AppBuffer::new(app_binaries[*i] as *mut c_void, binary.len()) };
+                dst.write(binary);
+            }
+            size_ret.set(answer.size_ret);
+            query.finish(CL_SUCCESS, Some(answer), None);
+            CL_SUCCESS
+        }
+        Err(ret) => {
+            query.finish(ret, None, None);
+            ret
         }
     }
 }
@@ -264,38 +264,38 @@ pub unsafe fn get_program_build_info(
     value: *mut c_void,
     size_ret: *mut usize,
 ) -> cl_int {
-    // SAFETY: this function's contract: The application's arguments to
-    // `clGetProgramBuildInfo`.
-    unsafe {
-        let Some(real) =
-            route.entry::<FnGetProgramBuildInfo>(program, slot::GET_PROGRAM_BUILD_INFO)
-        else {
-            return missing(program, CL_INVALID_PROGRAM);
-        };
-        let ret = real(program, device, param, size, value, size_ret);
-        if param != CL_PROGRAM_BINARY_TYPE
-            || ret != CL_SUCCESS
-            || value.is_null()
-            || size < std::mem::size_of::<cl_uint>()
-            || !crate::programs::any_loaded()
-        {
-            return ret;
-        }
-        let Some(_inside) = guard::enter() else {
-            return ret;
-        };
-        let Some(rt) = runtime::existing() else {
-            return ret;
-        };
-        catch(|| {
-            let executable = rt.programs.loaded(program).is_some_and(|l| l.executable);
-            let v = value as *mut cl_uint;
-            if executable && v.read_unaligned() == CL_PROGRAM_BINARY_TYPE_NONE {
-                v.write_unaligned(CL_PROGRAM_BINARY_TYPE_EXECUTABLE);
-            }
-        });
-        ret
+    // SAFETY: the application's program, whose dispatch `route` knows how to find.
+    let Some(real) =
+        (unsafe { route.entry::<FnGetProgramBuildInfo>(program, slot::GET_PROGRAM_BUILD_INFO) })
+    else {
+        return missing(program, CL_INVALID_PROGRAM);
+    };
+    // SAFETY: the application's own call, handed on unchanged.
+    let ret = unsafe { real(program, device, param, size, value, size_ret) };
+    if param != CL_PROGRAM_BINARY_TYPE
+        || ret != CL_SUCCESS
+        || value.is_null()
+        || size < std::mem::size_of::<cl_uint>()
+        || !crate::programs::any_loaded()
+    {
+        return ret;
     }
+    let Some(_inside) = guard::enter() else {
+        return ret;
+    };
+    let Some(rt) = runtime::existing() else {
+        return ret;
+    };
+    // SAFETY: the application's `param_value` of `size` bytes, which the implementation
+    // just wrote the binary type into.
+    let value = unsafe { AppBuffer::new(value, size) };
+    catch(|| {
+        let executable = rt.programs.loaded(program).is_some_and(|l| l.executable);
+        if executable && value.get::<cl_uint>(0) == Some(CL_PROGRAM_BINARY_TYPE_NONE) {
+            value.set::<cl_uint>(0, CL_PROGRAM_BINARY_TYPE_EXECUTABLE);
+        }
+    });
+    ret
 }
 
 /// # Safety
@@ -311,16 +311,18 @@ pub unsafe fn create_program_with_binary(
     binary_status: *mut cl_int,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
-    // SAFETY: this function's contract: The application's arguments to
-    // `clCreateProgramWithBinary`.
-    unsafe {
-        let Some(real) =
-            route.entry::<FnCreateProgramWithBinary>(context, slot::CREATE_PROGRAM_WITH_BINARY)
-        else {
-            set_errcode(errcode_ret, missing(context, CL_INVALID_CONTEXT));
-            return std::ptr::null_mut();
-        };
-        let forward = || {
+    // SAFETY: the application's `errcode_ret`, which OpenCL requires to be NULL or writable.
+    let errcode = unsafe { OutParam::new(errcode_ret) };
+    // SAFETY: the application's context, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe {
+        route.entry::<FnCreateProgramWithBinary>(context, slot::CREATE_PROGRAM_WITH_BINARY)
+    }) else {
+        errcode.set(missing(context, CL_INVALID_CONTEXT));
+        return std::ptr::null_mut();
+    };
+    let forward = || {
+        // SAFETY: the application's own call, handed on unchanged.
+        unsafe {
             real(
                 context,
                 num_devices,
@@ -330,56 +332,69 @@ pub unsafe fn create_program_with_binary(
                 binary_status,
                 errcode_ret,
             )
-        };
-        let Some(_inside) = guard::enter() else {
-            return forward();
-        };
-        match runtime::get(route) {
-            Some(rt) => binary_load::create_with_binary(
-                rt,
-                route,
-                real,
-                context,
-                num_devices,
-                device_list,
-                lengths,
-                binaries,
-                binary_status,
-                errcode_ret,
-            ),
-            None => forward(),
+        }
+    };
+    let Some(_inside) = guard::enter() else {
+        return forward();
+    };
+    let Some(rt) = runtime::get(route) else {
+        return forward();
+    };
+    let n = num_devices as usize;
+    // SAFETY: the application's arrays with their count; `binary_load` reads them only once
+    // the implementation accepted the call.
+    let call = unsafe {
+        binary_load::BinaryCall {
+            context,
+            devices: AppArray::new(device_list, n),
+            lengths: AppArray::new(lengths, n),
+            binaries: AppArray::new(binaries, n),
+        }
+    };
+    // SAFETY: the application's arguments; `real` its implementation's entry point.
+    let created = unsafe { binary_load::create_with_binary(rt, route, real, &call, binary_status) };
+    if let (Some(statuses), false) = (&created.statuses, binary_status.is_null()) {
+        for (i, &s) in statuses.iter().take(n).enumerate() {
+            // SAFETY: statuses come back only for a call whose `num_devices` devices the
+            // implementation accepted (or refused only for their binaries), for which
+            // OpenCL requires `binary_status` to hold one status per device.
+            unsafe { OutParam::new(binary_status.add(i)) }.set(s);
         }
     }
+    errcode.set(created.errcode);
+    created.program
 }
 
 /// The source strings as OpenCL defines them (a length of 0, or no lengths array, means
 /// NUL-terminated).
+///
+/// # Safety
+/// The implementation made a program from these strings (so there are as many as the
+/// count says, each NUL-terminated or as long as its length), and the call has not returned.
 unsafe fn source_parts<'a>(
-    count: cl_uint,
-    strings: *const *const c_char,
-    lengths: *const usize,
+    strings: AppArray<*const c_char>,
+    lengths: AppArray<usize>,
 ) -> Vec<&'a [u8]> {
-    // SAFETY: called only for a program the implementation made from these strings, so
-    // there are `count` of them, each NUL-terminated or as long as `lengths` says.
-    unsafe {
-        let mut parts = Vec::with_capacity(count as usize);
-        for i in 0..count as usize {
-            let s = *strings.add(i);
-            if s.is_null() {
-                continue;
-            }
-            let len = if lengths.is_null() || *lengths.add(i) == 0 {
-                std::ffi::CStr::from_ptr(s).to_bytes().len()
-            } else {
-                *lengths.add(i)
-            };
-            if len > isize::MAX as usize {
-                continue; // no slice can be that long; the implementation took it all the same
-            }
-            parts.push(std::slice::from_raw_parts(s as *const u8, len));
+    // SAFETY: accepted by the implementation (this function's contract).
+    let (strings, lengths) = unsafe { (strings.read(), lengths.read()) };
+    let mut parts = Vec::with_capacity(strings.len());
+    for (i, &s) in strings.iter().enumerate() {
+        if s.is_null() {
+            continue;
         }
-        parts
+        let len = match lengths.get(i) {
+            Some(&l) if l != 0 => l,
+            // SAFETY: a string given without a length is NUL-terminated (OpenCL's rule, which
+            // the implementation that accepted it relied on too).
+            _ => unsafe { std::ffi::CStr::from_ptr(s) }.to_bytes().len(),
+        };
+        if len > isize::MAX as usize {
+            continue; // no slice can be that long; the implementation took it all the same
+        }
+        // SAFETY: a string of `len` bytes that the implementation accepted.
+        parts.push(unsafe { std::slice::from_raw_parts(s as *const u8, len) });
     }
+    parts
 }
 
 /// # Safety
@@ -392,29 +407,37 @@ pub unsafe fn create_program_with_source(
     lengths: *const usize,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
-    // SAFETY: this function's contract: The application's arguments to
-    // `clCreateProgramWithSource`.
-    unsafe {
-        let Some(real) =
-            route.entry::<FnCreateProgramWithSource>(context, slot::CREATE_PROGRAM_WITH_SOURCE)
-        else {
-            set_errcode(errcode_ret, missing(context, CL_INVALID_CONTEXT));
-            return std::ptr::null_mut();
+    // SAFETY: the application's context, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe {
+        route.entry::<FnCreateProgramWithSource>(context, slot::CREATE_PROGRAM_WITH_SOURCE)
+    }) else {
+        // SAFETY: the application's `errcode_ret`: NULL or writable.
+        unsafe { OutParam::new(errcode_ret) }.set(missing(context, CL_INVALID_CONTEXT));
+        return std::ptr::null_mut();
+    };
+    // SAFETY: the application's own call, handed on unchanged.
+    let program = unsafe { real(context, count, strings, lengths, errcode_ret) };
+    if !strings.is_null() {
+        // SAFETY: the application's arrays with their count, read (by `source_parts`) only
+        // if the implementation made a program of them.
+        let (strings, lengths) = unsafe {
+            (
+                AppArray::new(strings, count as usize),
+                AppArray::new(lengths, count as usize),
+            )
         };
-        let program = real(context, count, strings, lengths, errcode_ret);
-        if !strings.is_null() {
-            register_created(route, program, Origin::Source, || {
-                source_parts(count, strings, lengths)
-            });
-        }
-        program
+        register_created(route, program, Origin::Source, || {
+            // SAFETY: called only for the program the implementation made of them.
+            unsafe { source_parts(strings, lengths) }
+        });
     }
+    program
 }
 
 /// Enters a program the implementation just made into the registry, with the hash and
 /// length of the parts `made_from` gives (what it was made from). Never disturbs the call: nothing
 /// happens for a failed creation, a nested call or an internal failure.
-unsafe fn register_created<'a>(
+fn register_created<'a>(
     route: Route,
     program: cl_program,
     origin: Origin,
@@ -441,45 +464,48 @@ pub unsafe fn create_program_with_il(
     length: usize,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
-    // SAFETY: this function's contract: The application's arguments to
-    // `clCreateProgramWithIL`.
-    unsafe {
-        let Some(real) =
-            route.entry::<FnCreateProgramWithIL>(context, slot::CREATE_PROGRAM_WITH_IL)
-        else {
-            set_errcode(errcode_ret, missing(context, CL_INVALID_CONTEXT));
-            return std::ptr::null_mut();
-        };
-        let program = real(context, il, length, errcode_ret);
-        if !il.is_null() && length <= isize::MAX as usize {
-            register_created(route, program, Origin::Il, || {
-                vec![std::slice::from_raw_parts(il as *const u8, length)]
-            });
-        }
-        program
+    // SAFETY: the application's context, whose dispatch `route` knows how to find.
+    let Some(real) =
+        (unsafe { route.entry::<FnCreateProgramWithIL>(context, slot::CREATE_PROGRAM_WITH_IL) })
+    else {
+        // SAFETY: the application's `errcode_ret`: NULL or writable.
+        unsafe { OutParam::new(errcode_ret) }.set(missing(context, CL_INVALID_CONTEXT));
+        return std::ptr::null_mut();
+    };
+    // SAFETY: the application's own call, handed on unchanged.
+    let program = unsafe { real(context, il, length, errcode_ret) };
+    if !il.is_null() && length <= isize::MAX as usize {
+        register_created(route, program, Origin::Il, || {
+            // SAFETY: called only for a program the implementation made of these `length`
+            // bytes (so they are readable), before the call returns.
+            vec![unsafe { std::slice::from_raw_parts(il as *const u8, length) }]
+        });
     }
+    program
 }
 
 /// # Safety
 /// The application's argument to `clReleaseProgram`.
 pub unsafe fn release_program(route: Route, program: cl_program) -> cl_int {
-    // SAFETY: this function's contract: The application's argument to `clReleaseProgram`.
-    unsafe {
-        let Some(real) = route.entry::<FnReleaseProgram>(program, slot::RELEASE_PROGRAM) else {
-            return missing(program, CL_INVALID_PROGRAM);
-        };
-        // Only a process that has state has entries to forget.
-        let Some(rt) = runtime::existing() else {
-            return real(program);
-        };
-        let last =
-            catch(|| crate::query::reference_count(route, program) == Some(1)).unwrap_or(false);
-        let ret = real(program);
-        if ret == CL_SUCCESS && last {
-            catch(|| rt.programs.released(program));
-        }
-        ret
+    // SAFETY: the application's program, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe { route.entry::<FnReleaseProgram>(program, slot::RELEASE_PROGRAM) })
+    else {
+        return missing(program, CL_INVALID_PROGRAM);
+    };
+    // Only a process that has state has entries to forget.
+    let Some(rt) = runtime::existing() else {
+        // SAFETY: the application's own call, handed on unchanged.
+        return unsafe { real(program) };
+    };
+    // SAFETY: the application's program, asked before it is released.
+    let last = catch(|| unsafe { crate::query::reference_count(route, program) } == Some(1))
+        .unwrap_or(false);
+    // SAFETY: the application's own call, handed on unchanged.
+    let ret = unsafe { real(program) };
+    if ret == CL_SUCCESS && last {
+        catch(|| rt.programs.released(program));
     }
+    ret
 }
 
 // ---------------------------------------------------------------------------------------
@@ -501,14 +527,16 @@ pub unsafe fn enqueue_nd_range_kernel(
     wait_list: *const cl_event,
     event: *mut cl_event,
 ) -> cl_int {
-    // SAFETY: this function's contract: The application's arguments to
-    // `clEnqueueNDRangeKernel`.
+    // SAFETY: the application's queue, whose dispatch `route` knows how to find.
+    let Some(real) =
+        (unsafe { route.entry::<FnEnqueueNDRangeKernel>(queue, slot::ENQUEUE_ND_RANGE_KERNEL) })
+    else {
+        return missing(queue, CL_INVALID_COMMAND_QUEUE);
+    };
+    // SAFETY: the application's arguments (`global` and `local` NULL or of `work_dim`
+    // sizes, as OpenCL requires); the closure makes the application's own call, with the
+    // event out-parameter `launches` passes down (the application's or clshim's).
     unsafe {
-        let Some(real) =
-            route.entry::<FnEnqueueNDRangeKernel>(queue, slot::ENQUEUE_ND_RANGE_KERNEL)
-        else {
-            return missing(queue, CL_INVALID_COMMAND_QUEUE);
-        };
         crate::launches::launch(
             route,
             crate::launches::Call::NdRange,
@@ -538,11 +566,14 @@ pub unsafe fn enqueue_task(
     wait_list: *const cl_event,
     event: *mut cl_event,
 ) -> cl_int {
-    // SAFETY: this function's contract: The application's arguments to `clEnqueueTask`.
+    // SAFETY: the application's queue, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe { route.entry::<FnEnqueueTask>(queue, slot::ENQUEUE_TASK) }) else {
+        return missing(queue, CL_INVALID_COMMAND_QUEUE);
+    };
+    // SAFETY: the application's arguments, with a task's one-dimensional size of 1 (a
+    // static); the closure makes the application's own call, with the event out-parameter
+    // `launches` passes down.
     unsafe {
-        let Some(real) = route.entry::<FnEnqueueTask>(queue, slot::ENQUEUE_TASK) else {
-            return missing(queue, CL_INVALID_COMMAND_QUEUE);
-        };
         crate::launches::launch(
             route,
             crate::launches::Call::Task,
@@ -565,16 +596,19 @@ pub unsafe fn create_kernel(
     name: *const c_char,
     errcode_ret: *mut cl_int,
 ) -> cl_kernel {
-    // SAFETY: this function's contract: The application's arguments to `clCreateKernel`.
-    unsafe {
-        let Some(real) = route.entry::<FnCreateKernel>(program, slot::CREATE_KERNEL) else {
-            set_errcode(errcode_ret, missing(program, CL_INVALID_PROGRAM));
-            return std::ptr::null_mut();
-        };
-        let kernel = real(program, name, errcode_ret);
-        crate::launches::kernel_created(route, program, name, kernel);
-        kernel
-    }
+    // SAFETY: the application's program, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe { route.entry::<FnCreateKernel>(program, slot::CREATE_KERNEL) })
+    else {
+        // SAFETY: the application's `errcode_ret`: NULL or writable.
+        unsafe { OutParam::new(errcode_ret) }.set(missing(program, CL_INVALID_PROGRAM));
+        return std::ptr::null_mut();
+    };
+    // SAFETY: the application's own call, handed on unchanged.
+    let kernel = unsafe { real(program, name, errcode_ret) };
+    // SAFETY: `name` is NULL or a C string, `program` NULL or live (the application's
+    // arguments of a call that just returned, not yet to the application).
+    unsafe { crate::launches::kernel_created(route, program, name, kernel) };
+    kernel
 }
 
 /// # Safety
@@ -586,37 +620,41 @@ pub unsafe fn create_kernels_in_program(
     kernels: *mut cl_kernel,
     num_kernels_ret: *mut cl_uint,
 ) -> cl_int {
-    // SAFETY: this function's contract: The application's arguments to
-    // `clCreateKernelsInProgram`.
-    unsafe {
-        let Some(real) =
-            route.entry::<FnCreateKernelsInProgram>(program, slot::CREATE_KERNELS_IN_PROGRAM)
-        else {
-            return missing(program, CL_INVALID_PROGRAM);
-        };
-        let ret = real(program, num_kernels, kernels, num_kernels_ret);
-        if ret == CL_SUCCESS && !kernels.is_null() {
-            catch(|| {
-                let n =
-                    crate::launches::kernels_written(route, program, num_kernels_ret, num_kernels);
-                crate::launches::kernels_created(kernels, n);
-            });
-        }
-        ret
+    // SAFETY: the application's program, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe {
+        route.entry::<FnCreateKernelsInProgram>(program, slot::CREATE_KERNELS_IN_PROGRAM)
+    }) else {
+        return missing(program, CL_INVALID_PROGRAM);
+    };
+    // SAFETY: the application's own call, handed on unchanged.
+    let ret = unsafe { real(program, num_kernels, kernels, num_kernels_ret) };
+    if ret == CL_SUCCESS && !kernels.is_null() {
+        catch(|| {
+            // SAFETY: the implementation just wrote `num_kernels_ret` (when given).
+            let said =
+                (!num_kernels_ret.is_null()).then(|| unsafe { num_kernels_ret.read_unaligned() });
+            // SAFETY: the program is live: the call succeeded on it.
+            let n = unsafe { crate::launches::kernels_written(route, program, said, num_kernels) };
+            // SAFETY: the implementation wrote `n` (at most `num_kernels`) kernels into the
+            // application's array of `num_kernels`.
+            let made = unsafe { AppArray::new(kernels as *const cl_kernel, n).read() };
+            crate::launches::kernels_created(&made);
+        });
     }
+    ret
 }
 
 /// # Safety
 /// The application's arguments to `clCloneKernel`.
 pub unsafe fn clone_kernel(route: Route, source: cl_kernel, errcode_ret: *mut cl_int) -> cl_kernel {
-    // SAFETY: this function's contract: The application's arguments to `clCloneKernel`.
-    unsafe {
-        let Some(real) = route.entry::<FnCloneKernel>(source, slot::CLONE_KERNEL) else {
-            set_errcode(errcode_ret, missing(source, CL_INVALID_KERNEL));
-            return std::ptr::null_mut();
-        };
-        let clone = real(source, errcode_ret);
-        crate::launches::kernel_cloned(source, clone);
-        clone
-    }
+    // SAFETY: the application's kernel, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe { route.entry::<FnCloneKernel>(source, slot::CLONE_KERNEL) }) else {
+        // SAFETY: the application's `errcode_ret`: NULL or writable.
+        unsafe { OutParam::new(errcode_ret) }.set(missing(source, CL_INVALID_KERNEL));
+        return std::ptr::null_mut();
+    };
+    // SAFETY: the application's own call, handed on unchanged.
+    let clone = unsafe { real(source, errcode_ret) };
+    crate::launches::kernel_cloned(source, clone);
+    clone
 }

@@ -68,26 +68,24 @@ impl Dims {
         global: *const usize,
         local: *const usize,
     ) -> Option<Dims> {
-        // SAFETY: this function's contract: `global` and `local` must be NULL or hold
-        // `work_dim` sizes, as OpenCL requires.
-        unsafe {
-            if !(1..=3).contains(&work_dim) || global.is_null() {
-                return None;
-            }
-            let n = work_dim as usize;
-            let mut g = [0usize; 3];
-            g[..n].copy_from_slice(std::slice::from_raw_parts(global, n));
-            let l = (!local.is_null()).then(|| {
-                let mut l = [0usize; 3];
-                l[..n].copy_from_slice(std::slice::from_raw_parts(local, n));
-                l
-            });
-            Some(Dims {
-                work_dim,
-                global: g,
-                local: l,
-            })
+        if !(1..=3).contains(&work_dim) || global.is_null() {
+            return None;
         }
+        let n = work_dim as usize;
+        let mut g = [0usize; 3];
+        // SAFETY: non-NULL, and holds `work_dim` sizes (this function's contract).
+        g[..n].copy_from_slice(unsafe { std::slice::from_raw_parts(global, n) });
+        let l = (!local.is_null()).then(|| {
+            let mut l = [0usize; 3];
+            // SAFETY: non-NULL, and holds `work_dim` sizes (this function's contract).
+            l[..n].copy_from_slice(unsafe { std::slice::from_raw_parts(local, n) });
+            l
+        });
+        Some(Dims {
+            work_dim,
+            global: g,
+            local: l,
+        })
     }
 
     /// `clEnqueueTask`: one work-item in one work-group of one dimension, as OpenCL defines it.
@@ -358,28 +356,32 @@ pub unsafe fn launch(
     event: *mut cl_event,
     forward: impl FnOnce(*mut cl_event) -> cl_int,
 ) -> cl_int {
-    // SAFETY: this function's contract: The application's arguments; `global` and `local`
-    // must be NULL or hold `work_dim` sizes; `forward` must make the application's call.
-    unsafe {
-        if kernel.is_null() || global.is_null() || !(1..=3).contains(&work_dim) {
+    if kernel.is_null() || global.is_null() || !(1..=3).contains(&work_dim) {
+        return forward(event);
+    }
+    // SAFETY: the application's queue, whose dispatch `route` knows how to find.
+    let Some(device) = (unsafe { queue_device(route, queue) }) else {
+        return forward(event);
+    };
+    let identity = kernel_identity(kernel as usize);
+    if identity != 0 {
+        let n = work_dim as usize;
+        // SAFETY: non-NULL, and holds `work_dim` (1 to 3) sizes (this function's contract).
+        let g = unsafe { std::slice::from_raw_parts(global, n) };
+        // SAFETY: as for `global`, where given.
+        let l = (!local.is_null()).then(|| unsafe { std::slice::from_raw_parts(local, n) });
+        if seen(launch_key(identity, device, g, l)) {
             return forward(event);
         }
-        let Some(device) = queue_device(route, queue) else {
-            return forward(event);
-        };
-        let identity = kernel_identity(kernel as usize);
-        if identity != 0 {
-            let n = work_dim as usize;
-            let g = std::slice::from_raw_parts(global, n);
-            let l = (!local.is_null()).then(|| std::slice::from_raw_parts(local, n));
-            if seen(launch_key(identity, device, g, l)) {
-                return forward(event);
-            }
-        }
-        match Dims::nd_range(work_dim, global, local) {
-            Some(dims) => first_launch(route, call, kernel, device, identity, dims, event, forward),
-            None => forward(event),
-        }
+    }
+    // SAFETY: `global` and `local` NULL or of `work_dim` sizes (this function's contract).
+    match unsafe { Dims::nd_range(work_dim, global, local) } {
+        // SAFETY: the application's arguments; `forward` makes its call (this function's
+        // contract).
+        Some(dims) => unsafe {
+            first_launch(route, call, kernel, device, identity, dims, event, forward)
+        },
+        None => forward(event),
     }
 }
 
@@ -391,26 +393,33 @@ struct Kernel {
 }
 
 /// The kernel's name and program, asked of the implementation.
+///
+/// # Safety
+/// `kernel` is the application's kernel of the call being intercepted.
 unsafe fn kernel_facts(route: Route, kernel: cl_kernel) -> (Option<String>, Option<cl_program>) {
-    // SAFETY: `kernel` is the application's kernel of the call being intercepted, asked of
-    // the implementation through `route`.
-    unsafe {
-        let Some(f) = route.entry::<FnGetKernelInfo>(kernel, slot::GET_KERNEL_INFO) else {
-            return (None, None);
-        };
-        let name = info_bytes(f, kernel, CL_KERNEL_FUNCTION_NAME).map(|b| {
-            let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-            String::from_utf8_lossy(&b[..end]).into_owned()
-        });
-        let program = info_bytes(f, kernel, CL_KERNEL_PROGRAM).and_then(|b| {
-            let w = std::mem::size_of::<usize>();
-            let p = usize::from_ne_bytes(b.get(..w)?.try_into().ok()?);
-            (p != 0).then_some(p as cl_program)
-        });
-        (name, program)
-    }
+    // SAFETY: the application's kernel (this function's contract).
+    let Some(f) = (unsafe { route.entry::<FnGetKernelInfo>(kernel, slot::GET_KERNEL_INFO) }) else {
+        return (None, None);
+    };
+    // SAFETY: the kernel's own clGetKernelInfo.
+    let name = unsafe { info_bytes(f, kernel, CL_KERNEL_FUNCTION_NAME) }.map(|b| {
+        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        String::from_utf8_lossy(&b[..end]).into_owned()
+    });
+    // SAFETY: as above.
+    let program = unsafe { info_bytes(f, kernel, CL_KERNEL_PROGRAM) }.and_then(|b| {
+        let w = std::mem::size_of::<usize>();
+        let p = usize::from_ne_bytes(b.get(..w)?.try_into().ok()?);
+        (p != 0).then_some(p as cl_program)
+    });
+    (name, program)
 }
 
+/// The slow path of [`launch`]: a configuration not seen yet.
+///
+/// # Safety
+/// The application's handles and event pointer of the enqueue being intercepted;
+/// `forward` makes the application's call.
 #[cold]
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
@@ -424,54 +433,56 @@ unsafe fn first_launch(
     event: *mut cl_event,
     forward: impl FnOnce(*mut cl_event) -> cl_int,
 ) -> cl_int {
-    // SAFETY: the application's handles and event pointer of the enqueue being intercepted;
-    // `forward` makes the application's call.
-    unsafe {
-        let Some(_inside) = guard::enter() else {
-            return forward(event);
-        };
-        let Some(rt) = runtime::get(route) else {
-            return forward(event);
-        };
-        let prepared = catch(|| {
-            let (name, program) = kernel_facts(route, kernel);
-            let program = program.map(|p| rt.programs.lookup(p).id);
-            let identity = if identity != 0 {
-                identity
-            } else {
-                let id = identity_of(program, name.as_deref(), kernel as usize);
-                set_kernel_identity(kernel as usize, id);
-                id
-            };
-            let key = dims.key(identity, device);
-            (!seen(key)).then_some(Kernel { key, name, program })
-        });
-        let Some(Some(k)) = prepared else {
-            return forward(event);
-        };
-        // The application's own event if it asked for one, else one of clshim's, released below.
-        let mut own: cl_event = std::ptr::null_mut();
-        let event_ptr = if event.is_null() {
-            &mut own as *mut cl_event
+    let Some(_inside) = guard::enter() else {
+        return forward(event);
+    };
+    let Some(rt) = runtime::get(route) else {
+        return forward(event);
+    };
+    let prepared = catch(|| {
+        // SAFETY: the application's kernel of this enqueue.
+        let (name, program) = unsafe { kernel_facts(route, kernel) };
+        let program = program.map(|p| rt.programs.lookup(p).id);
+        let identity = if identity != 0 {
+            identity
         } else {
-            event
+            let id = identity_of(program, name.as_deref(), kernel as usize);
+            set_kernel_identity(kernel as usize, id);
+            id
         };
-        let start = Start::now();
-        let ret = forward(event_ptr);
-        let ev = if ret == CL_SUCCESS {
-            *event_ptr
-        } else {
-            std::ptr::null_mut()
-        };
-        catch(|| after(rt, route, call, k, device, dims, start, ret, ev));
-        if !own.is_null() {
-            // The callback holds no reference: OpenCL keeps an event until its command completes.
-            if let Some(release) = route.entry::<FnReleaseEvent>(own, slot::RELEASE_EVENT) {
-                release(own);
-            }
+        let key = dims.key(identity, device);
+        (!seen(key)).then_some(Kernel { key, name, program })
+    });
+    let Some(Some(k)) = prepared else {
+        return forward(event);
+    };
+    // The application's own event if it asked for one, else one of clshim's, released below.
+    let mut own: cl_event = std::ptr::null_mut();
+    let event_ptr = if event.is_null() {
+        &mut own as *mut cl_event
+    } else {
+        event
+    };
+    let start = Start::now();
+    let ret = forward(event_ptr);
+    let ev = if ret == CL_SUCCESS {
+        // SAFETY: the application's event out-parameter (or clshim's local), which the
+        // implementation wrote on success.
+        unsafe { event_ptr.read_unaligned() }
+    } else {
+        std::ptr::null_mut()
+    };
+    // SAFETY: the application's handles of the call that just returned, and its event.
+    catch(|| unsafe { after(rt, route, call, k, device, dims, start, ret, ev) });
+    if !own.is_null() {
+        // The callback holds no reference: OpenCL keeps an event until its command completes.
+        // SAFETY: the live event the implementation made for clshim.
+        if let Some(release) = unsafe { route.entry::<FnReleaseEvent>(own, slot::RELEASE_EVENT) } {
+            // SAFETY: its own clReleaseEvent, dropping clshim's only reference.
+            unsafe { release(own) };
         }
-        ret
     }
+    ret
 }
 
 /// A first launch waiting for its command to complete: everything the record needs,
@@ -502,6 +513,10 @@ impl Pending {
 }
 
 /// After the forwarded call: claims the launch and arranges its record.
+///
+/// # Safety
+/// `ev` is NULL or the event the forwarded enqueue just returned; the other handles are
+/// the application's, of the call that just returned.
 #[allow(clippy::too_many_arguments)]
 unsafe fn after(
     rt: &'static Runtime,
@@ -514,56 +529,57 @@ unsafe fn after(
     ret: cl_int,
     ev: cl_event,
 ) {
-    // SAFETY: `ev` is NULL or the event the forwarded enqueue just returned; the other
-    // handles are the application's, of the call that just returned.
-    unsafe {
-        // A refused launch compiles nothing: it is recorded once per configuration, with the
-        // call's own time, and the configuration stays unclaimed for a launch that succeeds.
-        let key = if ret == CL_SUCCESS {
-            k.key
-        } else {
-            k.key ^ REFUSED_SALT
-        };
-        if !claim(key) {
-            return; // another thread records this one
-        }
-        let facts = rt.devices.get(route, device as cl_device_id);
-        let (global_size, local_size) = dims.sizes();
-        let record = schema::FirstLaunch {
-            // The thread that launched, not the one the completion callback runs on.
-            tid: crate::record::tid(),
-            call: call.name(),
-            kernel: k.name,
-            program: k.program,
-            device: facts.as_ref().map(|f| f.describe(rt.config.devices)),
-            work_dim: dims.work_dim,
-            global_size,
-            local_size,
-            result: ret,
-            result_name: status_name(ret),
-        };
-        let pending = Pending {
-            rt,
-            start,
-            enqueue_result: ret,
-            record,
-        };
-        if ret != CL_SUCCESS || ev.is_null() {
-            let seconds = start.elapsed().as_secs_f64();
-            pending.finish(seconds, CL_COMPLETE);
-            return;
-        }
-        let Some(set_callback) = route.entry::<FnSetEventCallback>(ev, slot::SET_EVENT_CALLBACK)
-        else {
-            callback_refused(CL_INVALID_OPERATION);
-            return;
-        };
-        let raw = Box::into_raw(Box::new(pending));
-        let r = set_callback(ev, CL_COMPLETE, on_complete, raw as *mut c_void);
-        if r != CL_SUCCESS {
-            drop(Box::from_raw(raw));
-            callback_refused(r);
-        }
+    // A refused launch compiles nothing: it is recorded once per configuration, with the
+    // call's own time, and the configuration stays unclaimed for a launch that succeeds.
+    let key = if ret == CL_SUCCESS {
+        k.key
+    } else {
+        k.key ^ REFUSED_SALT
+    };
+    if !claim(key) {
+        return; // another thread records this one
+    }
+    // SAFETY: the device of the application's queue.
+    let facts = unsafe { rt.devices.get(route, device as cl_device_id) };
+    let (global_size, local_size) = dims.sizes();
+    let record = schema::FirstLaunch {
+        // The thread that launched, not the one the completion callback runs on.
+        tid: crate::record::tid(),
+        call: call.name(),
+        kernel: k.name,
+        program: k.program,
+        device: facts.as_ref().map(|f| f.describe(rt.config.devices)),
+        work_dim: dims.work_dim,
+        global_size,
+        local_size,
+        result: ret,
+        result_name: status_name(ret),
+    };
+    let pending = Pending {
+        rt,
+        start,
+        enqueue_result: ret,
+        record,
+    };
+    if ret != CL_SUCCESS || ev.is_null() {
+        let seconds = start.elapsed().as_secs_f64();
+        pending.finish(seconds, CL_COMPLETE);
+        return;
+    }
+    // SAFETY: the live event the enqueue just returned.
+    let Some(set_callback) =
+        (unsafe { route.entry::<FnSetEventCallback>(ev, slot::SET_EVENT_CALLBACK) })
+    else {
+        callback_refused(CL_INVALID_OPERATION);
+        return;
+    };
+    let raw = Box::into_raw(Box::new(pending));
+    // SAFETY: the event's own entry, with clshim's callback and the box it takes back.
+    let r = unsafe { set_callback(ev, CL_COMPLETE, on_complete, raw as *mut c_void) };
+    if r != CL_SUCCESS {
+        // SAFETY: the box made above, which the refused registration never handed on.
+        drop(unsafe { Box::from_raw(raw) });
+        callback_refused(r);
     }
 }
 
@@ -583,16 +599,14 @@ fn callback_refused(code: cl_int) {
 /// began to exit or the kernel and program were released: it reads only its own `Pending`
 /// and the process-wide recorder, which lives until the process ends.
 unsafe extern "C" fn on_complete(_event: cl_event, status: cl_int, data: *mut c_void) {
+    if data.is_null() {
+        return;
+    }
     // SAFETY: `data` is the `Pending` box clshim registered with this callback; the
     // implementation calls it once, so the box is taken back once.
-    unsafe {
-        if data.is_null() {
-            return;
-        }
-        let pending = Box::from_raw(data as *mut Pending);
-        let seconds = pending.start.elapsed().as_secs_f64();
-        catch(move || pending.finish(seconds, status));
-    }
+    let pending = unsafe { Box::from_raw(data as *mut Pending) };
+    let seconds = pending.start.elapsed().as_secs_f64();
+    catch(move || pending.finish(seconds, status));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -608,50 +622,37 @@ pub unsafe fn kernel_created(
     name: *const c_char,
     kernel: cl_kernel,
 ) {
-    // SAFETY: this function's contract: `name` must be NULL or a C string; `program` NULL
-    // or live.
-    unsafe {
-        if kernel.is_null() {
-            return;
-        }
-        // Forget the address's old identity first, so that whatever fails below, the new
-        // kernel is resolved afresh at its first launch rather than taken for the old one.
-        set_kernel_identity(kernel as usize, 0);
-        if program.is_null() || name.is_null() {
-            return;
-        }
-        let Some(_inside) = guard::enter() else {
-            return;
-        };
-        let Some(rt) = runtime::get(route) else {
-            return;
-        };
-        catch(|| {
-            let id = rt.programs.lookup(program).id;
-            let name = std::ffi::CStr::from_ptr(name).to_string_lossy();
-            set_kernel_identity(
-                kernel as usize,
-                identity_of(Some(id), Some(&name), kernel as usize),
-            );
-        });
+    if kernel.is_null() {
+        return;
     }
+    // Forget the address's old identity first, so that whatever fails below, the new
+    // kernel is resolved afresh at its first launch rather than taken for the old one.
+    set_kernel_identity(kernel as usize, 0);
+    if program.is_null() || name.is_null() {
+        return;
+    }
+    let Some(_inside) = guard::enter() else {
+        return;
+    };
+    let Some(rt) = runtime::get(route) else {
+        return;
+    };
+    catch(|| {
+        let id = rt.programs.lookup(program).id;
+        // SAFETY: non-NULL, so a C string (this function's contract).
+        let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy();
+        set_kernel_identity(
+            kernel as usize,
+            identity_of(Some(id), Some(&name), kernel as usize),
+        );
+    });
 }
 
-/// After `clCreateKernelsInProgram` filled `kernels` (`count` of them): their identities
-/// are resolved at their first launches.
-///
-/// # Safety
-/// `kernels` must be NULL or hold `count` kernel handles.
-pub unsafe fn kernels_created(kernels: *const cl_kernel, count: usize) {
-    // SAFETY: this function's contract: `kernels` must be NULL or hold `count` kernel
-    // handles.
-    unsafe {
-        if kernels.is_null() {
-            return;
-        }
-        for i in 0..count {
-            set_kernel_identity(*kernels.add(i) as usize, 0);
-        }
+/// After `clCreateKernelsInProgram` made `kernels` (as the entry point read them): their
+/// identities are resolved at their first launches.
+pub fn kernels_created(kernels: &[cl_kernel]) {
+    for &k in kernels {
+        set_kernel_identity(k as usize, 0);
     }
 }
 
@@ -669,30 +670,32 @@ pub fn kernel_cloned(source: cl_kernel, clone: cl_kernel) {
 pub unsafe fn kernels_written(
     route: Route,
     program: cl_program,
-    said: *const cl_uint,
+    said: Option<cl_uint>,
     room: cl_uint,
 ) -> usize {
-    // SAFETY: this function's contract: `program` must be live.
-    unsafe {
-        if !said.is_null() {
-            return (*said).min(room) as usize;
-        }
-        let Some(f) = route.entry::<FnGetProgramInfo>(program, slot::GET_PROGRAM_INFO) else {
-            return 0;
-        };
-        let mut n: usize = 0;
-        let ok = f(
+    if let Some(said) = said {
+        return said.min(room) as usize;
+    }
+    // SAFETY: the live program (this function's contract).
+    let Some(f) = (unsafe { route.entry::<FnGetProgramInfo>(program, slot::GET_PROGRAM_INFO) })
+    else {
+        return 0;
+    };
+    let mut n: usize = 0;
+    // SAFETY: the live program, and a local of the size asked for.
+    let ret = unsafe {
+        f(
             program,
             CL_PROGRAM_NUM_KERNELS,
             std::mem::size_of::<usize>(),
             &mut n as *mut usize as *mut c_void,
             std::ptr::null_mut(),
-        ) == CL_SUCCESS;
-        if ok {
-            n.min(room as usize)
-        } else {
-            0
-        }
+        )
+    };
+    if ret == CL_SUCCESS {
+        n.min(room as usize)
+    } else {
+        0
     }
 }
 

@@ -1,13 +1,15 @@
 //! clshim: an OpenCL interposer that times program builds and binary queries per process
 //! and MPI rank, and can answer binary queries on pocl's CPU driver without the second
 //! compile they cost there. The C entry points (`preload`, `layer`) are thin; the logic
-//! lives in `intercept` (one path for both modes), `builds` (timing, callbacks), `policy`
+//! lives in `intercept` (one path for both modes, and the one door to the application's
+//! memory, through `app_args`), `builds` (timing, callbacks), `policy`
 //! (answering binary queries), `binary_load` (taking clshim binaries back, `container`
 //! their format, `recipe` what they carry), `launches` (first kernel launches), `record`
 //! and `trace_file` (output), `controls` and `config` (the user's choices), `devices`,
 //! `programs` and `dispatch` (where calls go). The `clshim` command compiles `controls` and `schema` in as its
 //! own modules, so its options and its reader use the library's definitions.
 
+pub mod app_args;
 pub mod binary_load;
 pub mod builds;
 pub mod cl;

@@ -70,210 +70,265 @@ impl Plan {
 /// # Safety
 /// `program` must be live and reachable through `route`.
 pub unsafe fn plan(rt: &'static Runtime, route: Route, program: cl_program) -> Option<Plan> {
-    // SAFETY: this function's contract: `program` must be live and reachable through
-    // `route`.
-    unsafe {
-        let info = rt.programs.lookup(program);
-        let devices = query::devices(route, program)?;
-        let facts: Vec<_> = devices.iter().map(|&d| rt.devices.get(route, d)).collect();
-        let policy = rt.config.binaries;
-        let mut source: Option<Option<Vec<u8>>> = None; // fetched once, only if needed
-        let recipe = if policy == BinaryPolicy::Substitute {
-            rt.programs.recipe(program)
-        } else {
-            None
-        };
-        let mut actions = Vec::with_capacity(devices.len());
-        let mut substitutes = Vec::with_capacity(devices.len());
-        for (i, &device) in devices.iter().enumerate() {
-            let selected = facts[i]
-                .as_ref()
-                .map(|f| f.selected_by(rt.config.devices))
-                .unwrap_or(false);
-            let mut action = Action::Forward;
-            let mut substitute = None;
-            if selected && policy != BinaryPolicy::Pass && query::built_for(route, program, device)
-            {
-                match policy {
-                    BinaryPolicy::Suppress => action = Action::Suppress,
-                    BinaryPolicy::Substitute if recipe.is_some() => {
-                        if let (Some(r), Some(f)) = (recipe.as_ref(), facts[i].as_ref()) {
-                            action = Action::Substitute;
-                            substitute = Some(container::encode_recipe(r, f.fingerprint()));
-                        }
+    let info = rt.programs.lookup(program);
+    // SAFETY: `program` is live and reachable through `route` (this function's contract).
+    let devices = unsafe { query::devices(route, program) }?;
+    // SAFETY: each is a device of the live program, as its implementation listed it.
+    let facts: Vec<_> = devices
+        .iter()
+        .map(|&d| unsafe { rt.devices.get(route, d) })
+        .collect();
+    let policy = rt.config.binaries;
+    let mut source: Option<Option<Vec<u8>>> = None; // fetched once, only if needed
+    let recipe = if policy == BinaryPolicy::Substitute {
+        rt.programs.recipe(program)
+    } else {
+        None
+    };
+    let mut actions = Vec::with_capacity(devices.len());
+    let mut substitutes = Vec::with_capacity(devices.len());
+    for (i, &device) in devices.iter().enumerate() {
+        let selected = facts[i]
+            .as_ref()
+            .map(|f| f.selected_by(rt.config.devices))
+            .unwrap_or(false);
+        let mut action = Action::Forward;
+        let mut substitute = None;
+        let answerable = selected
+            && policy != BinaryPolicy::Pass
+            // SAFETY: the live program and one of its devices.
+            && unsafe { query::built_for(route, program, device) };
+        if answerable {
+            match policy {
+                BinaryPolicy::Suppress => action = Action::Suppress,
+                BinaryPolicy::Substitute if recipe.is_some() => {
+                    if let (Some(r), Some(f)) = (recipe.as_ref(), facts[i].as_ref()) {
+                        action = Action::Substitute;
+                        substitute = Some(container::encode_recipe(r, f.fingerprint()));
                     }
-                    BinaryPolicy::Substitute
-                        if info.origin.has_source() || info.origin == Origin::Unknown =>
-                    {
-                        let src = source.get_or_insert_with(|| {
-                            query::source(route, program).filter(|s| !s.is_empty())
-                        });
-                        if let (Some(src), Some(f)) = (src.as_ref(), facts[i].as_ref()) {
-                            action = Action::Substitute;
-                            substitute = Some(container::encode(src, f.fingerprint()));
-                        }
-                    }
-                    _ => {}
                 }
+                BinaryPolicy::Substitute
+                    if info.origin.has_source() || info.origin == Origin::Unknown =>
+                {
+                    let src = source.get_or_insert_with(|| {
+                        // SAFETY: the live program, asked of its implementation.
+                        unsafe { query::source(route, program) }.filter(|s| !s.is_empty())
+                    });
+                    if let (Some(src), Some(f)) = (src.as_ref(), facts[i].as_ref()) {
+                        action = Action::Substitute;
+                        substitute = Some(container::encode(src, f.fingerprint()));
+                    }
+                }
+                _ => {}
             }
-            actions.push(action);
-            substitutes.push(substitute);
         }
-        Some(Plan {
-            program: info,
-            facts,
-            actions,
-            substitutes,
-        })
+        actions.push(action);
+        substitutes.push(substitute);
     }
+    Some(Plan {
+        program: info,
+        facts,
+        actions,
+        substitutes,
+    })
 }
 
-/// Answers a binary query (`param_value` non-NULL) on `program` and records it.
-///
-/// # Safety
-/// The arguments are the application's; `real` is the implementation's clGetProgramInfo.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn binary_query(
+/// A binary query being answered: its plan, and when it started. The entry point (the
+/// only code that touches the application's memory) forwards it whole when clshim answers
+/// no device ([`Query::forwards_all`]), else asks [`Query::answer`] what to write, then
+/// records it ([`Query::finish`]).
+pub struct Query {
     rt: &'static Runtime,
-    route: Route,
-    real: FnGetProgramInfo,
-    program: cl_program,
     param: cl_program_info,
-    size: usize,
-    value: *mut c_void,
-    size_ret: *mut usize,
-) -> cl_int {
-    // SAFETY: this function's contract: The arguments are the application's; `real` is the
-    // implementation's clGetProgramInfo.
-    unsafe {
+    start: Start,
+    plan: Option<Plan>,
+}
+
+/// What clshim writes for a query it answers: the entry point writes it.
+pub struct Answer {
+    /// `CL_PROGRAM_BINARY_SIZES`: every device's size, in the application's buffer.
+    pub sizes: Option<Vec<usize>>,
+    /// `CL_PROGRAM_BINARIES`: (device index, binary) for each device clshim answers, copied
+    /// into the application's buffer for that device.
+    pub binaries: Vec<(usize, Vec<u8>)>,
+    /// `param_value_size_ret`.
+    pub size_ret: usize,
+    /// The sizes the record shows (None: the implementation's binary, not asked for size).
+    recorded: Vec<Option<usize>>,
+}
+
+impl Query {
+    /// Plans the answer to a binary query on `program` (NULL `param_value` never gets here).
+    ///
+    /// # Safety
+    /// `program` is the application's argument, reachable through `route`.
+    pub unsafe fn start(
+        rt: &'static Runtime,
+        route: Route,
+        program: cl_program,
+        param: cl_program_info,
+    ) -> Query {
         let start = Start::now();
-        let plan = crate::guard::catch(|| plan(rt, route, program)).flatten();
-        let forward_all = plan
+        // SAFETY: `program` is the application's (this function's contract); a program the
+        // implementation does not know fails its queries, which make no plan.
+        let plan = crate::guard::catch(|| unsafe { plan(rt, route, program) }).flatten();
+        Query {
+            rt,
+            param,
+            start,
+            plan,
+        }
+    }
+
+    /// Whether the implementation answers every device (or clshim could not plan).
+    pub fn forwards_all(&self) -> bool {
+        self.plan
             .as_ref()
             .map(|p| !p.actions.iter().any(|a| *a != Action::Forward))
-            .unwrap_or(true);
-        let (ret, sizes) = if forward_all {
-            let ret = real(program, param, size, value, size_ret);
-            let n = plan.as_ref().map(Plan::n).unwrap_or(0);
-            let sizes = (ret == CL_SUCCESS
-                && param == CL_PROGRAM_BINARY_SIZES
-                && size >= n * std::mem::size_of::<usize>())
-            .then(|| {
-                // The application's buffer need not be aligned for usize.
-                (0..n)
-                    .map(|i| Some((value as *const usize).add(i).read_unaligned()))
-                    .collect::<Vec<_>>()
-            });
-            (ret, sizes)
-        } else {
-            answer(
-                plan.as_ref().unwrap(),
-                real,
-                program,
-                param,
-                size,
-                value,
-                size_ret,
-            )
-        };
-        let seconds = start.elapsed().as_secs_f64();
-        crate::guard::catch(|| record_query(rt, plan.as_ref(), param, start, seconds, ret, sizes));
-        ret
+            .unwrap_or(true)
     }
-}
 
-/// Writes clshim's answer, asking the implementation only for the devices it answers.
-unsafe fn answer(
-    plan: &Plan,
-    real: FnGetProgramInfo,
-    program: cl_program,
-    param: cl_program_info,
-    size: usize,
-    value: *mut c_void,
-    size_ret: *mut usize,
-) -> (cl_int, Option<Vec<Option<usize>>>) {
-    // SAFETY: the caller's (`binary_query`'s) arguments: `value` is NULL or holds `size`
-    // bytes, `size_ret` NULL or writable, `program` live.
-    unsafe {
+    /// The program's number of devices (0 when not planned): the entries of the answer.
+    pub fn devices(&self) -> usize {
+        self.plan.as_ref().map(Plan::n).unwrap_or(0)
+    }
+
+    /// clshim's answer for a `param_value` of `size` bytes, asking the implementation only
+    /// for the devices it answers; `app_binaries` is, for `CL_PROGRAM_BINARIES`, the
+    /// application's buffer for each device (read by the entry point once `size` holds
+    /// them; empty otherwise). The implementation writes its own binaries into those
+    /// buffers; everything else comes back as the [`Answer`]. Err: the status to return.
+    ///
+    /// # Safety
+    /// `program` is live; `real` is the implementation's clGetProgramInfo; each non-NULL
+    /// entry of `app_binaries` holds the size the implementation reports for its device.
+    pub unsafe fn answer(
+        &self,
+        real: FnGetProgramInfo,
+        program: cl_program,
+        size: usize,
+        app_binaries: &[*mut u8],
+    ) -> Result<Answer, cl_int> {
+        let plan = self.plan.as_ref().ok_or(CL_INVALID_VALUE)?;
         let n = plan.n();
         let bytes = n * std::mem::size_of::<usize>();
         if size < bytes {
-            return (CL_INVALID_VALUE, None);
+            return Err(CL_INVALID_VALUE);
         }
-        let mut sizes: Vec<Option<usize>> = (0..n).map(|i| plan.own_size(i)).collect();
-        if param == CL_PROGRAM_BINARY_SIZES {
+        let mut recorded: Vec<Option<usize>> = (0..n).map(|i| plan.own_size(i)).collect();
+        let driver_sizes = |need: bool| -> Result<Vec<usize>, cl_int> {
             let mut all = vec![0usize; n];
-            if plan.any_forward() {
-                let ret = real(
-                    program,
-                    param,
-                    bytes,
-                    all.as_mut_ptr() as *mut c_void,
-                    std::ptr::null_mut(),
-                );
+            if need {
+                // SAFETY: `program` is live (this function's contract) and `all` holds the
+                // `bytes` asked for.
+                let ret = unsafe {
+                    real(
+                        program,
+                        CL_PROGRAM_BINARY_SIZES,
+                        bytes,
+                        all.as_mut_ptr() as *mut c_void,
+                        std::ptr::null_mut(),
+                    )
+                };
                 if ret != CL_SUCCESS {
-                    return (ret, None);
+                    return Err(ret);
                 }
             }
+            Ok(all)
+        };
+        if self.param == CL_PROGRAM_BINARY_SIZES {
+            let mut all = driver_sizes(plan.any_forward())?;
             for i in 0..n {
-                match sizes[i] {
+                match recorded[i] {
                     Some(s) => all[i] = s,
-                    None => sizes[i] = Some(all[i]),
+                    None => recorded[i] = Some(all[i]),
                 }
             }
-            // Byte copies: the application's buffer need not be aligned for usize.
-            std::ptr::copy_nonoverlapping(all.as_ptr() as *const u8, value as *mut u8, bytes);
-        } else {
-            let app: Vec<*mut u8> = (0..n)
-                .map(|i| (value as *const *mut u8).add(i).read_unaligned())
+            return Ok(Answer {
+                sizes: Some(all),
+                binaries: Vec::new(),
+                size_ret: bytes,
+                recorded,
+            });
+        }
+        if app_binaries.len() != n {
+            return Err(CL_INVALID_VALUE);
+        }
+        let forwarded = |i: usize| plan.actions[i] == Action::Forward;
+        if (0..n).any(|i| forwarded(i) && !app_binaries[i].is_null()) {
+            // The devices clshim answers get a scratch buffer of the driver's own size, not a
+            // NULL entry: pocl 3.1 does not skip NULL entries of CL_PROGRAM_BINARIES, it
+            // crashes on them. The scratch copies are discarded.
+            let sizes = driver_sizes(true)?;
+            let mut scratch: Vec<Vec<u8>> = (0..n)
+                .map(|i| {
+                    if forwarded(i) {
+                        Vec::new()
+                    } else {
+                        vec![0u8; sizes[i].max(1)]
+                    }
+                })
                 .collect();
-            if (0..n).any(|i| plan.actions[i] == Action::Forward && !app[i].is_null()) {
-                // The devices clshim answers get a scratch buffer of the driver's own size, not a
-                // NULL entry: pocl 3.1 does not skip NULL entries of CL_PROGRAM_BINARIES, it
-                // crashes on them. The scratch copies are discarded.
-                let mut driver_sizes = vec![0usize; n];
-                let ret = real(
+            let mut mine: Vec<*mut u8> = (0..n)
+                .map(|i| {
+                    if forwarded(i) {
+                        app_binaries[i]
+                    } else {
+                        scratch[i].as_mut_ptr()
+                    }
+                })
+                .collect();
+            // SAFETY: `program` is live; each entry is the application's buffer for its
+            // device (which holds that device's size: this function's contract) or a scratch
+            // buffer of the driver's own size; `mine` holds the `bytes` asked for.
+            let ret = unsafe {
+                real(
                     program,
-                    CL_PROGRAM_BINARY_SIZES,
-                    bytes,
-                    driver_sizes.as_mut_ptr() as *mut c_void,
-                    std::ptr::null_mut(),
-                );
-                if ret != CL_SUCCESS {
-                    return (ret, None);
-                }
-                let mut scratch: Vec<Vec<u8>> = Vec::new();
-                let mut mine: Vec<*mut u8> = (0..n)
-                    .map(|i| {
-                        if plan.actions[i] == Action::Forward {
-                            app[i]
-                        } else {
-                            scratch.push(vec![0u8; driver_sizes[i].max(1)]);
-                            scratch.last_mut().unwrap().as_mut_ptr()
-                        }
-                    })
-                    .collect();
-                let ret = real(
-                    program,
-                    param,
+                    CL_PROGRAM_BINARIES,
                     bytes,
                     mine.as_mut_ptr() as *mut c_void,
                     std::ptr::null_mut(),
-                );
-                if ret != CL_SUCCESS {
-                    return (ret, None);
-                }
-            }
-            for (bin, &dst) in plan.substitutes.iter().zip(&app) {
-                if let (Some(bin), false) = (bin, dst.is_null()) {
-                    std::ptr::copy_nonoverlapping(bin.as_ptr(), dst, bin.len());
-                }
+                )
+            };
+            if ret != CL_SUCCESS {
+                return Err(ret);
             }
         }
-        if !size_ret.is_null() {
-            *size_ret = bytes;
-        }
-        (CL_SUCCESS, Some(sizes))
+        let binaries = plan
+            .substitutes
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| !app_binaries[i].is_null())
+            .filter_map(|(i, b)| b.clone().map(|b| (i, b)))
+            .collect();
+        Ok(Answer {
+            sizes: None,
+            binaries,
+            size_ret: bytes,
+            recorded,
+        })
+    }
+
+    /// Records the query, which ended with `ret`: `answer` is clshim's, or None when the
+    /// implementation answered alone, and `driver_sizes` then what it wrote for
+    /// `CL_PROGRAM_BINARY_SIZES`.
+    pub fn finish(self, ret: cl_int, answer: Option<Answer>, driver_sizes: Option<Vec<usize>>) {
+        let seconds = self.start.elapsed().as_secs_f64();
+        let sizes = match answer {
+            Some(a) => Some(a.recorded),
+            None => driver_sizes.map(|v| v.into_iter().map(Some).collect()),
+        };
+        crate::guard::catch(|| {
+            record_query(
+                self.rt,
+                self.plan.as_ref(),
+                self.param,
+                self.start,
+                seconds,
+                ret,
+                sizes,
+            )
+        });
     }
 }
 

@@ -17,36 +17,38 @@ pub unsafe fn info_bytes<H: Copy>(
     obj: H,
     param: cl_uint,
 ) -> Option<Vec<u8>> {
-    // SAFETY: this function's contract: `query` is the implementation's info function for
-    // `obj`; it is given a buffer of the size it asked for.
-    unsafe {
-        let mut size = 0usize;
-        if query(obj, param, 0, std::ptr::null_mut(), &mut size) != CL_SUCCESS || size > 1 << 30 {
-            return None;
-        }
-        let mut buf = vec![0u8; size];
-        if size > 0
-            && query(
+    let mut size = 0usize;
+    // SAFETY: the implementation's info function for `obj` (this function's contract),
+    // asked for the size only, into a local.
+    let ret = unsafe { query(obj, param, 0, std::ptr::null_mut(), &mut size) };
+    if ret != CL_SUCCESS || size > 1 << 30 {
+        return None;
+    }
+    let mut buf = vec![0u8; size];
+    if size > 0 {
+        // SAFETY: as above, with a buffer of the size it gave.
+        let ret = unsafe {
+            query(
                 obj,
                 param,
                 size,
                 buf.as_mut_ptr() as *mut c_void,
                 std::ptr::null_mut(),
-            ) != CL_SUCCESS
-        {
+            )
+        };
+        if ret != CL_SUCCESS {
             return None;
         }
-        Some(buf)
     }
+    Some(buf)
 }
 
 unsafe fn info(route: Route, program: cl_program, param: cl_program_info) -> Option<Vec<u8>> {
     // SAFETY: `program` is a live program reachable through `route`, as every caller of
     // this private helper holds.
-    unsafe {
-        let f: FnGetProgramInfo = route.entry(program, slot::GET_PROGRAM_INFO)?;
-        info_bytes(f, program, param)
-    }
+    let f: FnGetProgramInfo = unsafe { route.entry(program, slot::GET_PROGRAM_INFO) }?;
+    // SAFETY: the program's own clGetProgramInfo.
+    unsafe { info_bytes(f, program, param) }
 }
 
 /// Handles packed in an info answer.
@@ -63,8 +65,7 @@ fn handles(bytes: &[u8]) -> Vec<Handle> {
 /// # Safety
 /// `program` must be a live program reachable through `route`.
 pub unsafe fn devices(route: Route, program: cl_program) -> Option<Vec<cl_device_id>> {
-    // SAFETY: this function's contract: `program` must be a live program reachable through
-    // `route`.
+    // SAFETY: a live program reachable through `route` (this function's contract).
     unsafe { Some(handles(&info(route, program, CL_PROGRAM_DEVICES)?)) }
 }
 
@@ -73,12 +74,12 @@ pub unsafe fn devices(route: Route, program: cl_program) -> Option<Vec<cl_device
 /// # Safety
 /// `context` must be a live context reachable through `route`.
 pub unsafe fn context_devices(route: Route, context: cl_context) -> Option<Vec<cl_device_id>> {
-    // SAFETY: this function's contract: `context` must be a live context reachable through
-    // `route`.
-    unsafe {
-        let f: FnGetContextInfo = route.entry(context, slot::GET_CONTEXT_INFO)?;
-        Some(handles(&info_bytes(f, context, CL_CONTEXT_DEVICES)?))
-    }
+    // SAFETY: a live context reachable through `route` (this function's contract).
+    let f: FnGetContextInfo = unsafe { route.entry(context, slot::GET_CONTEXT_INFO) }?;
+    // SAFETY: the context's own clGetContextInfo.
+    Some(handles(&unsafe {
+        info_bytes(f, context, CL_CONTEXT_DEVICES)
+    }?))
 }
 
 /// The program's source text (empty for programs not made from source).
@@ -86,15 +87,13 @@ pub unsafe fn context_devices(route: Route, context: cl_context) -> Option<Vec<c
 /// # Safety
 /// As for [`devices`].
 pub unsafe fn source(route: Route, program: cl_program) -> Option<Vec<u8>> {
-    // SAFETY: this function's contract: As for [`devices`].
-    unsafe {
-        let mut bytes = info(route, program, CL_PROGRAM_SOURCE)?;
-        // The answer is NUL-terminated; the source is what precedes the terminator.
-        if let Some(end) = bytes.iter().position(|&b| b == 0) {
-            bytes.truncate(end);
-        }
-        Some(bytes)
+    // SAFETY: a live program reachable through `route` (this function's contract).
+    let mut bytes = unsafe { info(route, program, CL_PROGRAM_SOURCE) }?;
+    // The answer is NUL-terminated; the source is what precedes the terminator.
+    if let Some(end) = bytes.iter().position(|&b| b == 0) {
+        bytes.truncate(end);
     }
+    Some(bytes)
 }
 
 /// The IL a program was made from (None or empty when it was not made from IL).
@@ -102,7 +101,7 @@ pub unsafe fn source(route: Route, program: cl_program) -> Option<Vec<u8>> {
 /// # Safety
 /// As for [`devices`].
 pub unsafe fn il(route: Route, program: cl_program) -> Option<Vec<u8>> {
-    // SAFETY: this function's contract: As for [`devices`].
+    // SAFETY: a live program reachable through `route` (this function's contract).
     unsafe { info(route, program, CL_PROGRAM_IL) }
 }
 
@@ -111,19 +110,17 @@ pub unsafe fn il(route: Route, program: cl_program) -> Option<Vec<u8>> {
 /// # Safety
 /// As for [`devices`].
 pub unsafe fn kernel_names(route: Route, program: cl_program) -> Vec<String> {
-    // SAFETY: this function's contract: As for [`devices`].
-    unsafe {
-        let Some(bytes) = info(route, program, CL_PROGRAM_KERNEL_NAMES) else {
-            return Vec::new();
-        };
-        let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-        String::from_utf8_lossy(&bytes[..end])
-            .split(';')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(String::from)
-            .collect()
-    }
+    // SAFETY: a live program reachable through `route` (this function's contract).
+    let Some(bytes) = (unsafe { info(route, program, CL_PROGRAM_KERNEL_NAMES) }) else {
+        return Vec::new();
+    };
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end])
+        .split(';')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 /// Whether the program was built successfully for `device`.
@@ -131,14 +128,16 @@ pub unsafe fn kernel_names(route: Route, program: cl_program) -> Vec<String> {
 /// # Safety
 /// As for [`devices`]; `device` must be one of the program's devices.
 pub unsafe fn built_for(route: Route, program: cl_program, device: cl_device_id) -> bool {
-    // SAFETY: this function's contract: As for [`devices`]; `device` must be one of the
-    // program's devices.
-    unsafe {
-        let Some(f) = route.entry::<FnGetProgramBuildInfo>(program, slot::GET_PROGRAM_BUILD_INFO)
-        else {
-            return false;
-        };
-        let mut status: cl_build_status = CL_BUILD_NONE;
+    // SAFETY: a live program reachable through `route` (this function's contract).
+    let Some(f) =
+        (unsafe { route.entry::<FnGetProgramBuildInfo>(program, slot::GET_PROGRAM_BUILD_INFO) })
+    else {
+        return false;
+    };
+    let mut status: cl_build_status = CL_BUILD_NONE;
+    // SAFETY: the program's own entry, one of its devices (this function's contract), and a
+    // local of the size given.
+    let ret = unsafe {
         f(
             program,
             device,
@@ -146,9 +145,9 @@ pub unsafe fn built_for(route: Route, program: cl_program, device: cl_device_id)
             std::mem::size_of::<cl_build_status>(),
             &mut status as *mut _ as *mut c_void,
             std::ptr::null_mut(),
-        ) == CL_SUCCESS
-            && status == CL_BUILD_SUCCESS
-    }
+        )
+    };
+    ret == CL_SUCCESS && status == CL_BUILD_SUCCESS
 }
 
 /// The program's reference count (the specification calls it a hint, which is all
@@ -157,11 +156,9 @@ pub unsafe fn built_for(route: Route, program: cl_program, device: cl_device_id)
 /// # Safety
 /// As for [`devices`].
 pub unsafe fn reference_count(route: Route, program: cl_program) -> Option<cl_uint> {
-    // SAFETY: this function's contract: As for [`devices`].
-    unsafe {
-        let bytes = info(route, program, CL_PROGRAM_REFERENCE_COUNT)?;
-        Some(cl_uint::from_ne_bytes(bytes.get(..4)?.try_into().ok()?))
-    }
+    // SAFETY: a live program reachable through `route` (this function's contract).
+    let bytes = unsafe { info(route, program, CL_PROGRAM_REFERENCE_COUNT) }?;
+    Some(cl_uint::from_ne_bytes(bytes.get(..4)?.try_into().ok()?))
 }
 
 /// Reads the C string `p` (NULL gives None).
@@ -169,6 +166,10 @@ pub unsafe fn reference_count(route: Route, program: cl_program) -> Option<cl_ui
 /// # Safety
 /// `p` must be NULL or a NUL-terminated string.
 pub unsafe fn c_str(p: *const std::ffi::c_char) -> Option<String> {
-    // SAFETY: this function's contract: `p` must be NULL or a NUL-terminated string.
-    unsafe { (!p.is_null()).then(|| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()) }
+    (!p.is_null()).then(|| {
+        // SAFETY: non-NULL, so NUL-terminated (this function's contract).
+        unsafe { std::ffi::CStr::from_ptr(p) }
+            .to_string_lossy()
+            .into_owned()
+    })
 }

@@ -1,0 +1,222 @@
+//! The application's pointers, as the entry points (`intercept`) hand them on: the one door
+//! through which clshim reads or writes the application's memory. An [`OutParam`] is an
+//! out-parameter the application may omit (`errcode_ret`, `param_value_size_ret`, an entry
+//! of `binary_status`); an [`AppArray`] is an array with the count the application gave
+//! (device lists, input programs, binaries and their lengths), read only when the caller
+//! states that the implementation accepted the call, and never beyond that count; an
+//! [`AppBuffer`] is a `param_value` with its size. Each is made once, in `unsafe`, from
+//! what the OpenCL API requires of applications, so that what reads or writes through it
+//! can check NULL and size in one place. Writes and reads are element by element and
+//! unaligned: nothing requires the application's memory to be aligned for its type.
+
+use std::ffi::c_void;
+
+/// An out-parameter the application may pass as NULL.
+pub struct OutParam<T> {
+    ptr: *mut T,
+}
+
+impl<T: Copy> OutParam<T> {
+    /// # Safety
+    /// `ptr` is NULL or writable for one `T`, as the OpenCL API requires of applications,
+    /// for as long as the `OutParam` lives (the intercepted call).
+    pub unsafe fn new(ptr: *mut T) -> OutParam<T> {
+        OutParam { ptr }
+    }
+
+    /// Writes `value`, unless the application omitted the parameter.
+    pub fn set(&self, value: T) {
+        if !self.ptr.is_null() {
+            // SAFETY: non-NULL, so writable for one T (`new`'s contract); unaligned, as the
+            // application's memory need not be aligned.
+            unsafe { self.ptr.write_unaligned(value) };
+        }
+    }
+
+    /// The pointer, to hand on unchanged to the implementation.
+    pub fn as_ptr(&self) -> *mut T {
+        self.ptr
+    }
+}
+
+/// An array the application gave with its count. Not read until the caller says it may be.
+#[derive(Clone, Copy)]
+pub struct AppArray<T> {
+    ptr: *const T,
+    count: usize,
+}
+
+impl<T: Copy> AppArray<T> {
+    /// # Safety
+    /// `ptr` and `count` are the application's arguments of the intercepted call, which the
+    /// `AppArray` does not outlive. Nothing is read here.
+    pub unsafe fn new(ptr: *const T, count: usize) -> AppArray<T> {
+        AppArray { ptr, count }
+    }
+
+    /// An array of no elements.
+    pub fn empty() -> AppArray<T> {
+        AppArray {
+            ptr: std::ptr::null(),
+            count: 0,
+        }
+    }
+
+    pub fn is_null(&self) -> bool {
+        self.ptr.is_null()
+    }
+
+    /// The count the application gave (which the array may not have, until accepted).
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The pointer, to hand on unchanged to the implementation.
+    pub fn as_ptr(&self) -> *const T {
+        self.ptr
+    }
+
+    /// A copy of the elements (empty for a NULL array).
+    ///
+    /// # Safety
+    /// The implementation accepted the call (so the array holds `len()` elements) and the
+    /// call has not returned to the application yet.
+    pub unsafe fn read(&self) -> Vec<T> {
+        if self.ptr.is_null() {
+            return Vec::new();
+        }
+        (0..self.count)
+            // SAFETY: i < count, and the array holds count elements (the caller's
+            // contract); unaligned, as the application's memory need not be aligned.
+            .map(|i| unsafe { self.ptr.add(i).read_unaligned() })
+            .collect()
+    }
+}
+
+/// A `param_value` buffer and its size (`param_value_size`).
+pub struct AppBuffer {
+    ptr: *mut c_void,
+    size: usize,
+}
+
+impl AppBuffer {
+    /// # Safety
+    /// `ptr` is NULL or writable (and readable once written) for `size` bytes, as the OpenCL
+    /// API requires of applications, for as long as the `AppBuffer` lives.
+    pub unsafe fn new(ptr: *mut c_void, size: usize) -> AppBuffer {
+        AppBuffer { ptr, size }
+    }
+
+    pub fn is_null(&self) -> bool {
+        self.ptr.is_null()
+    }
+
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The pointer, to hand on unchanged to the implementation.
+    pub fn as_ptr(&self) -> *mut c_void {
+        self.ptr
+    }
+
+    /// The `i`th `T` of the buffer, or None when it lies beyond its size.
+    pub fn get<T: Copy>(&self, i: usize) -> Option<T> {
+        let w = std::mem::size_of::<T>();
+        let end = i.checked_add(1)?.checked_mul(w)?;
+        if self.ptr.is_null() || end > self.size {
+            return None;
+        }
+        // SAFETY: within the buffer's `size` bytes (checked above), which `new`'s contract
+        // makes readable once written: clshim reads only what the implementation or clshim
+        // wrote. Unaligned, as the application's buffer need not be aligned.
+        Some(unsafe { (self.ptr as *const T).add(i).read_unaligned() })
+    }
+
+    /// The first `n` `T`s, or None when they do not fit the buffer.
+    pub fn first<T: Copy>(&self, n: usize) -> Option<Vec<T>> {
+        if n > 0 {
+            self.get::<T>(n - 1)?;
+        }
+        (0..n).map(|i| self.get(i)).collect()
+    }
+
+    /// Writes `bytes` at its start; false (nothing written) when they do not fit.
+    pub fn write(&self, bytes: &[u8]) -> bool {
+        if self.ptr.is_null() || bytes.len() > self.size {
+            return false;
+        }
+        // SAFETY: `bytes.len()` fits the buffer's writable `size` bytes (checked above), and
+        // clshim's own bytes never overlap the application's buffer.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr as *mut u8, bytes.len()) };
+        true
+    }
+
+    /// Replaces the `i`th `T` (false, nothing written, when beyond its size).
+    pub fn set<T: Copy>(&self, i: usize, value: T) -> bool {
+        let w = std::mem::size_of::<T>();
+        let Some(end) = i.checked_add(1).and_then(|e| e.checked_mul(w)) else {
+            return false;
+        };
+        if self.ptr.is_null() || end > self.size {
+            return false;
+        }
+        // SAFETY: within the buffer's writable `size` bytes (checked above); unaligned.
+        unsafe { (self.ptr as *mut T).add(i).write_unaligned(value) };
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_param_writes_unless_omitted() {
+        let mut v = 0i32;
+        // SAFETY: a live local.
+        let o = unsafe { OutParam::new(&mut v as *mut i32) };
+        o.set(crate::cl::CL_INVALID_VALUE);
+        assert_eq!(v, crate::cl::CL_INVALID_VALUE);
+        // SAFETY: NULL is allowed.
+        let none = unsafe { OutParam::<i32>::new(std::ptr::null_mut()) };
+        none.set(1); // no write, no crash
+    }
+
+    #[test]
+    fn buffer_checks_size_and_alignment() {
+        let mut raw = [0u8; 17];
+        // An unaligned view: one byte in.
+        // SAFETY: 16 writable bytes from raw[1].
+        let b = unsafe { AppBuffer::new(raw.as_mut_ptr().add(1) as *mut c_void, 16) };
+        assert!(b.set::<usize>(1, 7));
+        assert!(!b.set::<usize>(2, 7));
+        assert_eq!(b.get::<usize>(1), Some(7));
+        assert_eq!(b.get::<usize>(2), None);
+        assert_eq!(b.first::<usize>(2), Some(vec![0, 7]));
+        assert_eq!(b.first::<usize>(3), None);
+        assert!(!b.write(&[1u8; 17]));
+        assert!(b.write(&[1u8; 16]));
+        assert_eq!(raw[0], 0);
+        assert_eq!(raw[16], 1);
+    }
+
+    #[test]
+    fn array_reads_its_count_or_nothing() {
+        let v = [1u64, 2, 3];
+        // SAFETY: a live local array of 3.
+        let a = unsafe { AppArray::new(v.as_ptr(), 2) };
+        // SAFETY: holds 2 (of 3).
+        assert_eq!(unsafe { a.read() }, vec![1, 2]);
+        // SAFETY: NULL reads as empty.
+        let n = unsafe { AppArray::<u64>::new(std::ptr::null(), 5) };
+        // SAFETY: NULL reads as empty.
+        let none = unsafe { n.read() };
+        assert!(none.is_empty());
+        assert!(AppArray::<u64>::empty().is_empty());
+    }
+}
