@@ -317,7 +317,11 @@ fn first_launches_have_their_own_timeline_rows() {
             assert!(w[0].1 <= w[1].0 + 1e-6, "overlap on {pid}/{tid}: {spans:?}");
         }
     }
-    // Builds stay on the OS thread's row.
-    let b = evs.iter().find(|e| e["cat"] == "build").unwrap();
-    assert_eq!(b["tid"], 4000);
+    // Builds stay on their OS thread's row (the fixtures' thread ids equal their pids; the
+    // timeline is written by several threads, so processes come in any order).
+    let builds: Vec<_> = evs.iter().filter(|e| e["cat"] == "build").collect();
+    assert!(!builds.is_empty());
+    for b in builds {
+        assert_eq!(b["tid"], b["args"]["os_pid"], "{b}");
+    }
 }
