@@ -239,7 +239,16 @@ fn threads_racing_one_first_launch_record_it_once() {
 #[test]
 fn kernel_recreated_at_the_same_address_is_a_new_kernel() {
     let dir = scratch("fl-recreate");
-    let out = run_launch(&dir, &["recreate"], Mode::Preload, &[]);
+    // glibc's calloc (pocl's allocator for kernels) never takes a block from the per-thread
+    // cache that free fills, so with that cache on a freed kernel's address comes back
+    // only by luck (5 to 26 rounds here, more than 60 on a loaded machine); with it off,
+    // the freed block is reused within a few rounds every time.
+    let out = run_launch(
+        &dir,
+        &["recreate"],
+        Mode::Preload,
+        &[("GLIBC_TUNABLES", "glibc.malloc.tcache_count=0")],
+    );
     let text = stdout(&out);
     let round: u64 = text
         .lines()
