@@ -26,7 +26,7 @@ CLSHIM_APT_PACKAGES=(
 # Requirement strings of the Python environments under .venv/.
 # current: the newest pyopencl (skips its binary cache on pocl since 2024.2.3).
 # old:     pyopencl 2023.1, the last release line that still caches binaries on pocl
-#          (the seed issue's behaviour); numpy<2 because its wheels were built against
+#          (the slow path clshim fixes); numpy<2 because its wheels were built against
 #          numpy 1, and pytools<2024 because newer pytools warns on stderr at every run
 #          of pyopencl 2023.1 (safe_sync), which would hide the warnings that matter.
 CLSHIM_VENV_REQS_current="pyopencl numpy"
