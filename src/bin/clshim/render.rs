@@ -2,8 +2,8 @@
 //! the `--json` document. Nothing here aggregates; `report` computes every number.
 
 use crate::report::{
-    share, ForwardedHint, LaunchHint, ProgramKey, ProgramKind, ProgramRow, QueryHint, RankKey,
-    Report, Stats, SLOW_FACTOR, SLOW_MARGIN_S,
+    share, ForwardedHint, ForwardedKind, LaunchHint, ProgramKey, ProgramKind, ProgramRow,
+    QueryHint, RankKey, Report, Stats, SLOW_FACTOR, SLOW_MARGIN_S,
 };
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -67,7 +67,13 @@ impl ForwardedHint {
             self.seconds,
             self.total_seconds
         );
-        for (kind, secs, rows, more) in &self.kinds {
+        for ForwardedKind {
+            kind,
+            seconds: secs,
+            rows,
+            more,
+        } in &self.kinds
+        {
             let mut list = rows
                 .iter()
                 .map(|&i| format!("'{}'", clip(&names(i), 24)))
@@ -85,7 +91,7 @@ impl ForwardedHint {
                 kind.why()
             );
         }
-        let linked = self.kinds.iter().any(|k| k.0 == ProgramKind::Linked);
+        let linked = self.kinds.iter().any(|k| k.kind == ProgramKind::Linked);
         o.push_str(
             "\n      To avoid them: turn off the application's own binary cache where it has a \
              switch (it then makes no binary queries)",
@@ -546,11 +552,11 @@ impl Report {
                 "binary_query_share": h.share(),
                 "binary_queries": h.queries,
                 "binary_query_seconds": h.seconds,
-                "kinds": h.kinds.iter().map(|(k, secs, rows, more)| json!({
-                    "kind": format!("{k:?}").to_lowercase(),
-                    "seconds": secs,
-                    "programs": rows.iter().map(|&i| self.program_name(&self.programs[i].key)).collect::<Vec<_>>(),
-                    "more_programs": more,
+                "kinds": h.kinds.iter().map(|k| json!({
+                    "kind": format!("{:?}", k.kind).to_lowercase(),
+                    "seconds": k.seconds,
+                    "programs": k.rows.iter().map(|&i| self.program_name(&self.programs[i].key)).collect::<Vec<_>>(),
+                    "more_programs": k.more,
                 })).collect::<Vec<_>>(),
                 "text": h.text(|i| self.program_name(&self.programs[i].key)),
             })),

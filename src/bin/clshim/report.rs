@@ -120,6 +120,15 @@ pub fn share(part: f64, rest: f64) -> f64 {
     }
 }
 
+/// `part` as a fraction of `whole` (0 when there is no whole).
+fn fraction(part: f64, whole: f64) -> f64 {
+    if whole > 0.0 {
+        part / whole
+    } else {
+        0.0
+    }
+}
+
 /// Seconds of one program in one rank.
 #[derive(Debug, Clone, Copy, Default)]
 struct Slot {
@@ -1189,11 +1198,7 @@ pub struct QueryHint {
 
 impl QueryHint {
     pub fn share(&self) -> f64 {
-        if self.total_seconds > 0.0 {
-            self.pocl_cpu_query_seconds / self.total_seconds
-        } else {
-            0.0
-        }
+        fraction(self.pocl_cpu_query_seconds, self.total_seconds)
     }
 }
 
@@ -1207,18 +1212,24 @@ pub struct ForwardedHint {
     pub seconds: f64,
     /// Build plus binary-query seconds.
     pub total_seconds: f64,
-    /// Per kind: its seconds and the names of its slowest programs (at most
-    /// [`FORWARDED_HINT_PROGRAMS`]) with how many more there are.
-    pub kinds: Vec<(ProgramKind, f64, Vec<usize>, usize)>,
+    /// Per kind, slowest first.
+    pub kinds: Vec<ForwardedKind>,
+}
+
+/// One kind of program whose binary queries were still forwarded.
+#[derive(Debug)]
+pub struct ForwardedKind {
+    pub kind: ProgramKind,
+    pub seconds: f64,
+    /// Its slowest programs (at most [`FORWARDED_HINT_PROGRAMS`]), as indices of program rows.
+    pub rows: Vec<usize>,
+    /// How many more programs of the kind there are.
+    pub more: usize,
 }
 
 impl ForwardedHint {
     pub fn share(&self) -> f64 {
-        if self.total_seconds > 0.0 {
-            self.seconds / self.total_seconds
-        } else {
-            0.0
-        }
+        fraction(self.seconds, self.total_seconds)
     }
 }
 
@@ -1235,11 +1246,7 @@ pub struct LaunchHint {
 
 impl LaunchHint {
     pub fn share(&self) -> f64 {
-        if self.total_seconds > 0.0 {
-            self.pocl_cpu_launch_seconds / self.total_seconds
-        } else {
-            0.0
-        }
+        fraction(self.pocl_cpu_launch_seconds, self.total_seconds)
     }
 }
 
@@ -1409,7 +1416,7 @@ fn forwarded_hint(programs: &[ProgramRow], t: &Totals, total_seconds: f64) -> Fo
             policies.extend(p.policies.iter().filter(|p| *p != "pass").cloned());
         }
     }
-    let mut kinds: Vec<(ProgramKind, f64, Vec<usize>, usize)> = by_kind
+    let mut kinds: Vec<ForwardedKind> = by_kind
         .into_iter()
         .map(|(k, (secs, mut rows))| {
             rows.sort_by(|&a, &b| {
@@ -1419,10 +1426,15 @@ fn forwarded_hint(programs: &[ProgramRow], t: &Totals, total_seconds: f64) -> Fo
             });
             let more = rows.len().saturating_sub(FORWARDED_HINT_PROGRAMS);
             rows.truncate(FORWARDED_HINT_PROGRAMS);
-            (k, secs, rows, more)
+            ForwardedKind {
+                kind: k,
+                seconds: secs,
+                rows,
+                more,
+            }
         })
         .collect();
-    kinds.sort_by(|a, b| b.1.total_cmp(&a.1));
+    kinds.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
     ForwardedHint {
         policies,
         queries: t.pocl_cpu_forwarded_queries,
