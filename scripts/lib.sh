@@ -94,7 +94,9 @@ clshim_base_python() {
 }
 
 # ensure_venv NAME: creates .venv/NAME with CLSHIM_VENV_REQS_NAME unless its stamp file
-# already records the same requirement string and base Python version. A half-made or
+# already records the same requirement string, base Python version and folder (a venv's
+# scripts name its Python by the absolute path it was made at, so one made through another
+# path, or moved, has broken commands and is made again). A half-made or
 # stale environment is removed and made again. CLSHIM_VENV_CHECK_NAME, when set, is the
 # Python statement that proves the environment usable (default: importing pyopencl, numpy).
 ensure_venv() {
@@ -105,7 +107,7 @@ ensure_venv() {
     [ -n "$reqs" ] || die "unknown venv '$name'"
     local dir="$CLSHIM_ROOT/.venv/$name" stamp="$CLSHIM_ROOT/.venv/$name/clshim-stamp"
     local base; base="$(clshim_base_python)"
-    local want; want="$reqs | $("$base" -c 'import sys; print(sys.version.split()[0])')"
+    local want; want="$reqs | $("$base" -c 'import sys; print(sys.version.split()[0])') | $dir"
     if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$dir/bin/python" -c "$check" 2>/dev/null; then
         log "venv $name: up to date ($reqs)"
         return 0
