@@ -206,7 +206,7 @@ fn fake_il_program_substituted_with_its_il() {
     .ok();
     let b0 = read(&d.path("il.0"));
     assert!(
-        contains(&b0, b"FAKE-IL-BYTES"),
+        contains_bytes(&b0, b"FAKE-IL-BYTES"),
         "the IL travels in the binary"
     );
     let read_arg = format!("read:{}", d.arg("il"));
@@ -227,10 +227,6 @@ fn fake_il_program_substituted_with_its_il() {
         "{:?}",
         r.driver_calls
     );
-}
-
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 /// Under substitute, a program made from a driver binary (pocl's own, saved by a run

@@ -155,6 +155,30 @@ fn records(trace: &Path, door: &str) -> Vec<Value> {
     recs
 }
 
+/// The one file a client's binary cache holds under `dir` is a clshim binary.
+fn assert_one_cached_clshim_binary(dir: &Path, what: &str) {
+    let cached = files_under(dir);
+    assert_eq!(cached.len(), 1, "{what}: {cached:?}");
+    assert!(
+        contains_bytes(&std::fs::read(&cached[0]).unwrap(), b"CLSHIMB\0"),
+        "{} holds a clshim binary",
+        cached[0].display()
+    );
+}
+
+/// A warm run's first load carries the cold run's source (`cold_build`), and the program it
+/// made is the one built, with the cold build's kernels.
+fn assert_warm_build_of_cold_source(warm: &[Value], cold_build: &Value) {
+    let load = events(warm, "binary_load")[0];
+    assert_eq!(
+        load["source"]["hash"], cold_build["source"]["hash"],
+        "the cold run's source"
+    );
+    let wbuild = events(warm, "build")[0];
+    assert_eq!(wbuild["program"], load["program"]);
+    assert_eq!(wbuild["kernels"], cold_build["kernels"]);
+}
+
 fn line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -174,10 +198,6 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
     }
     out.sort();
     out
-}
-
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 /// hashcat cracks the MD5 of "123" by brute force over three digits (`-a 3 '?d?d?d'`) on
@@ -324,7 +344,6 @@ fn hashcat_compile_link_dlopen_disk_cache() {
     ];
     let expected: Vec<String> = round.iter().cycle().take(6).map(|s| line(s)).collect();
     assert_eq!(brief(&recs), expected, "warm run: {recs:#?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// CLBlast's SGEMM (64 x 64) in two contexts of one process, through tests/c/clblast_sgemm.c.
@@ -406,7 +425,6 @@ fn clblast_in_memory_binary_cache() {
         hashes[0], hashes[1],
         "cold and warm runs build the same source"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `suppress` breaks CLBlast, which `substitute` exists to avoid: CLBlast stores the empty
@@ -448,7 +466,6 @@ fn clblast_under_suppress_fails_in_second_context() {
         events(&recs, "binary_query")[0]["sizes"],
         serde_json::json!([0])
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// clFFT's forward FFT of 16 points through tests/c/clfft_forward.c, with its binary cache
@@ -505,13 +522,7 @@ fn clfft_disk_binary_cache() {
     );
 
     // clFFT's cache (one file, in a folder per device) holds the clshim binary.
-    let cached = files_under(&dir.join("shim/clfft"));
-    assert_eq!(cached.len(), 1, "clFFT's cache: {cached:?}");
-    assert!(
-        contains(&std::fs::read(&cached[0]).unwrap(), b"CLSHIMB\0"),
-        "{} holds a clshim binary",
-        cached[0].display()
-    );
+    assert_one_cached_clshim_binary(&dir.join("shim/clfft"), "clFFT's cache");
 
     let recs = records(&t_warm, "preload");
     let expected: Vec<String> = [
@@ -524,15 +535,7 @@ fn clfft_disk_binary_cache() {
     .map(|s| line(s))
     .collect();
     assert_eq!(brief(&recs), expected, "warm run: {recs:#?}");
-    let load = events(&recs, "binary_load")[0];
-    assert_eq!(
-        load["source"]["hash"], build["source"]["hash"],
-        "the cold run's source"
-    );
-    let wbuild = events(&recs, "build")[0];
-    assert_eq!(wbuild["program"], load["program"]);
-    assert_eq!(wbuild["kernels"], build["kernels"]);
-    let _ = std::fs::remove_dir_all(&dir);
+    assert_warm_build_of_cold_source(&recs, &build);
 }
 
 /// Compiles tests/c/boost_compute_transform.cpp (C++, header-only Boost.Compute plus
@@ -606,12 +609,9 @@ fn boost_compute_offline_cache() {
     assert!(!build["kernels"].as_array().unwrap().is_empty(), "{build}");
 
     // The offline cache: one `kernel` file (a length, then the binary) per program.
-    let cached = files_under(&dir.join("shim/home/.boost_compute"));
-    assert_eq!(cached.len(), 1, "Boost.Compute's offline cache: {cached:?}");
-    assert!(
-        contains(&std::fs::read(&cached[0]).unwrap(), b"CLSHIMB\0"),
-        "{} holds a clshim binary",
-        cached[0].display()
+    assert_one_cached_clshim_binary(
+        &dir.join("shim/home/.boost_compute"),
+        "Boost.Compute's offline cache",
     );
 
     let recs = records(&t_warm, "preload");
@@ -623,13 +623,5 @@ fn boost_compute_offline_cache() {
     .map(|s| line(s))
     .collect();
     assert_eq!(brief(&recs), expected, "warm run: {recs:#?}");
-    let load = events(&recs, "binary_load")[0];
-    assert_eq!(
-        load["source"]["hash"], build["source"]["hash"],
-        "the cold run's source"
-    );
-    let wbuild = events(&recs, "build")[0];
-    assert_eq!(wbuild["program"], load["program"]);
-    assert_eq!(wbuild["kernels"], build["kernels"]);
-    let _ = std::fs::remove_dir_all(&dir);
+    assert_warm_build_of_cold_source(&recs, &build);
 }

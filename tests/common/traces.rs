@@ -4,6 +4,11 @@
 
 use std::path::Path;
 
+/// Whether `needle` occurs in `hay` (a clshim binary's magic inside a client's cache file).
+pub fn contains_bytes(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
 /// Every trace record in every `*.jsonl` file of `dir`, each line parsed as JSON
 /// (a line that does not parse fails the test).
 pub fn read_traces(dir: &Path) -> Vec<serde_json::Value> {
