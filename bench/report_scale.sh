@@ -1,6 +1,6 @@
 #!/bin/sh
 # `clshim report` at scale: an hour of a 64-rank job, 2,000,000 records in 64 files
-# (about 1 GB), written in a temporary directory from the README's trace schema
+# (about 1 GB), written in a temporary directory from docs/trace-schema.md
 # (a `process` header, then builds of a few shared programs, each followed by the
 # BINARY_SIZES and BINARIES queries a binary cache makes and a first launch of each
 # kernel). Prints wall time and maximum resident memory (GNU time's "Maximum resident

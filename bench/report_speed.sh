@@ -1,8 +1,8 @@
 #!/bin/sh
 # Benchmark for `clshim report` on a big job: 256 rank files holding 10,000 records in
 # all (a `process` header, then builds of a few shared programs each followed by the
-# BINARY_SIZES and BINARIES queries a binary cache makes), written from the README's
-# trace schema. Prints the best wall time of 5 runs of the table, --json and --chrome.
+# BINARY_SIZES and BINARIES queries a binary cache makes), written from
+# docs/trace-schema.md. Prints the best wall time of 5 runs of the table, --json and --chrome.
 #
 #   bench/report_speed.sh                 # builds target/release/clshim first
 #   CLSHIM_BIN=target/debug/clshim bench/report_speed.sh

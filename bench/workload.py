@@ -12,6 +12,13 @@ Prints one line per process, for people and for bench/binary_policy.py to parse:
 binary cache this includes the CL_PROGRAM_BINARIES query, where pocl compiles a second
 time); ``first_run_s`` is the time of the first enqueue + wait of every kernel (pocl
 compiles the size-specialised kernel there unless its kcache has it).
+
+``--cache-root DIR`` gives each rank its own cold caches, as on a cluster whose ranks start
+on fresh nodes, without a wrapper script between the launcher and Python: pocl's kcache
+(``POCL_CACHE_DIR``) and pyopencl's binary cache (under ``XDG_CACHE_HOME``) become
+DIR/pocl_rank<r> and DIR/xdg_rank<r>. pocl reads its variable when the first OpenCL call
+finds its platform and pyopencl its own at the first build, so setting them here (after
+the import, before any OpenCL call) is early enough.
 Exits 1 when a result is wrong, 2 when no OpenCL device can be had.
 """
 import argparse
@@ -63,9 +70,16 @@ def main(argv=None):
     ap.add_argument("-s", "--statements", type=int, default=300,
                     help="statements per kernel (default 300)")
     ap.add_argument("--elements", type=int, default=50000, help="array length (default 50000)")
+    ap.add_argument("--cache-root", metavar="DIR",
+                    help="rank-local caches: DIR/pocl_rank<r> and DIR/xdg_rank<r>")
     args = ap.parse_args(argv)
     if args.kernels < 1 or args.statements < 1 or args.elements < 1:
         ap.error("--kernels, --statements and --elements must be at least 1")
+    if args.cache_root:
+        r = rank_label() if rank_label() != "-" else "0"
+        root = os.path.abspath(args.cache_root)
+        os.environ["POCL_CACHE_DIR"] = os.path.join(root, f"pocl_rank{r}")
+        os.environ["XDG_CACHE_HOME"] = os.path.join(root, f"xdg_rank{r}")
 
     try:
         ctx = pick_context()

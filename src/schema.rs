@@ -1,4 +1,4 @@
-//! The trace schema (README "Trace schema (version 1)"), defined once: the schema version,
+//! The trace schema (docs/trace-schema.md), defined once: the schema version,
 //! the event names, the name of pocl's platform, and a typed structure for every record
 //! the library writes. The library serialises these (`record`); the `clshim` command reads
 //! the same names and constants back (`traces`), through a borrowed, tolerant view of its

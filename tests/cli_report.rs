@@ -1,4 +1,4 @@
-//! `clshim report` on trace files written here from the README's schema (realistic
+//! `clshim report` on trace files written here from docs/trace-schema.md (realistic
 //! `process`, `build` and `binary_query` records): the table, JSON and Chrome timeline
 //! outputs, ranks, bad input and usage errors; and one real run: 4 MPI ranks of
 //! tests/c/mpi_build.c under `clshim run`, `mpiexec` and the real shim, then reported.

@@ -2,7 +2,7 @@
 //! that fails builds and binary queries, returns partial binaries, runs build callbacks
 //! on other threads, answers slowly, and can use cl_khr_icd 2.0 tagged objects. Every
 //! result code must reach the application unchanged, the driver must see the same calls,
-//! and the trace records (README, "Trace schema (version 1)") must say what happened.
+//! and the trace records (docs/trace-schema.md) must say what happened.
 
 mod common;
 
@@ -262,8 +262,8 @@ fn async_failing_build_recorded() {
     let b = one_event(&r.records, "build");
     assert_eq!(b["async"], true);
     // The call returned CL_SUCCESS and the build failed later, on the driver's thread. The
-    // library records the build's outcome when the callback fired (README's "the status
-    // code returned to the application" would say 0 here; the outcome is more useful).
+    // library records the build's outcome when the callback fired (the trace schema's "the
+    // status code returned to the application" would say 0 here; the outcome is more useful).
     assert_eq!(b["result"], -11, "{b}");
     assert_eq!(b["result_name"], "CL_BUILD_PROGRAM_FAILURE");
     assert_eq!(b["kernels"], json!([]));

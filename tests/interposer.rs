@@ -1,7 +1,7 @@
 //! Integration tests of the preloaded shim against real OpenCL clients (tests/c/*.c) on
 //! pocl's CPU driver through the system ocl-icd loader: the application sees the same
-//! results with and without the shim, and the trace records say what happened (README,
-//! "Trace schema (version 1)").
+//! results with and without the shim, and the trace records say what happened
+//! (docs/trace-schema.md).
 
 mod common;
 

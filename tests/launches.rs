@@ -90,7 +90,7 @@ fn check_shape(r: &Value) {
         );
     }
     if r["call"] == "clEnqueueTask" {
-        // README: one work-item, `[1]` and `[1]`.
+        // docs/trace-schema.md: one work-item, `[1]` and `[1]`.
         assert_eq!(r["work_dim"], 1, "{r}");
         assert_eq!(r["global_size"], serde_json::json!([1]), "{r}");
         assert_eq!(r["local_size"], serde_json::json!([1]), "{r}");

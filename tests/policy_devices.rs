@@ -348,9 +348,10 @@ fn fake_binary_for_another_device_rejected() {
 /// A clshim binary loaded for one device of a two-device context must not give a program
 /// of both devices (OpenCL: a program made from binaries is associated with the devices
 /// in device_list; a driver's binary gives a one-device program). clshim can only make a
-/// program of every device of the context, so it refuses the binary (README: "for only
-/// some of the context's devices"): CL_INVALID_BINARY, recorded as `reject` with the
-/// reason, and the application goes on with its source program.
+/// program of every device of the context, so it refuses the binary
+/// (docs/binary-policies.md: "for only some of the context's devices"): CL_INVALID_BINARY,
+/// recorded as `reject` with the reason, and the application goes on with its source
+/// program.
 #[test]
 fn fake_load_for_one_device_of_two() {
     let bin = fake_client();

@@ -2,8 +2,10 @@
 
 maturin builds the crate (bindings "bin") and writes a wheel with the ``clshim``
 executable as a script, but it has no way to ship a second artifact of the same crate,
-the interposer cdylib ``libclshim.so``, which cargo builds in the same run (the
-executable links the crate's library, so cargo compiles every crate type of it). This
+the interposer cdylib ``libclshim.so``, which cargo builds in the same run: cargo builds
+a package's library target, every crate type of it, before the package's binaries, even
+though the executable links none of it (it compiles in the few source files it shares
+with the library, see ``src/bin/clshim/main.rs``). This
 module delegates every hook to maturin and then rewrites the wheel so that the
 executable and the library lie side by side in the ``clshim`` package directory:
 

@@ -51,7 +51,7 @@ pub fn check_query(r: &Value, action: &str, actions: &[&str], sizes: &[usize]) {
     assert_eq!(r["result"], 0, "{r}");
     assert_eq!(r["action"], action, "{r}");
     assert_eq!(r["actions"], json!(actions), "{r}");
-    // README (trace schema): a forwarded CL_PROGRAM_BINARIES query reports no sizes, since
+    // docs/trace-schema.md: a forwarded CL_PROGRAM_BINARIES query reports no sizes, since
     // clshim does not ask the driver for sizes it was not asked for: the whole field is
     // null when every device was forwarded (`assert_query_sizes`), and a forwarded
     // device's entry is null when others were answered.

@@ -1,4 +1,4 @@
-//! Reading what clshim writes: trace records (README, "Trace schema (version 1)"), checked
+//! Reading what clshim writes: trace records (docs/trace-schema.md), checked
 //! for the fields every record carries, and clshim binaries (layout in src/container.rs),
 //! parsed independently of the library so the tests check the format itself.
 
@@ -104,7 +104,7 @@ pub fn checked_traces(dir: &Path) -> Vec<serde_json::Value> {
 }
 
 /// Checks the `sizes` of a successful `binary_query` record against what the application
-/// received. A forwarded CL_PROGRAM_BINARIES query reports no sizes (README, trace schema):
+/// received. A forwarded CL_PROGRAM_BINARIES query reports no sizes (docs/trace-schema.md):
 /// clshim does not ask the driver for sizes it was not asked for, so `sizes` is null.
 pub fn assert_query_sizes(rec: &serde_json::Value, expected: &serde_json::Value) {
     if rec["param"] == "CL_PROGRAM_BINARIES" && rec["action"] == "forward" {

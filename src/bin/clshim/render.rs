@@ -104,10 +104,10 @@ impl ForwardedHint {
     }
 }
 
-/// The advice, checked on pocl 3.1 (`bench/pocl_wg_specialization.py`, figures in the
-/// README): with the setting, launches of a kernel at further sizes compiled nothing
-/// and its first launch cost what it did without; run times differed by less than the
-/// shared machine's noise on that kernel, so the hint asks the user to compare.
+/// The advice, checked on pocl 3.1 (`bench/pocl_wg_specialization.py`, figures in
+/// docs/performance.md): with the setting, launches of a kernel at further sizes compiled
+/// nothing and its first launch cost what it did without; run times differed by less than
+/// the shared machine's noise on that kernel, so the hint asks the user to compare.
 pub const LAUNCH_SETTING: &str = "POCL_WORK_GROUP_SPECIALIZATION=0";
 
 impl LaunchHint {

@@ -1,4 +1,4 @@
-//! Reading trace directories (README "Trace schema (version 1)", defined in `schema`,
+//! Reading trace directories (docs/trace-schema.md, defined in `schema`,
 //! whose names and version this reader uses). This module owns
 //! which files count as trace files (`*.jsonl`, and `*.jsonl.N` for renamed
 //! duplicates), how they are opened (regular files only, without blocking on a FIFO or
