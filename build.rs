@@ -13,8 +13,8 @@ fn main() {
         println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
     }
     if os == "macos" {
-        // Every target of the package, since the library's objects (which the `clshim`
-        // command and the tests link too) name the framework's functions.
+        // Every target of the package, since the library's objects (which the tests link
+        // too) name the framework's functions.
         println!("cargo:rustc-link-arg=-Wl,-weak_framework,OpenCL");
         // An install name that does not record the build machine's path.
         println!("cargo:rustc-cdylib-link-arg=-Wl,-install_name,@rpath/libclshim.dylib");

@@ -111,14 +111,6 @@ impl AppBuffer {
         AppBuffer { ptr, size }
     }
 
-    pub fn is_null(&self) -> bool {
-        self.ptr.is_null()
-    }
-
-    pub fn size(&self) -> usize {
-        self.size
-    }
-
     /// The pointer, to hand on unchanged to the implementation.
     pub fn as_ptr(&self) -> *mut c_void {
         self.ptr

@@ -89,6 +89,7 @@ impl Dims {
     }
 
     /// `clEnqueueTask`: one work-item in one work-group of one dimension, as OpenCL defines it.
+    #[cfg(test)]
     pub fn task() -> Dims {
         // SAFETY: TASK_SIZE holds one size.
         unsafe { Dims::nd_range(1, TASK_SIZE.as_ptr(), TASK_SIZE.as_ptr()) }.expect("one dimension")

@@ -6,34 +6,39 @@
 //! (answering binary queries), `binary_load` (taking clshim binaries back, `container`
 //! their format, `recipe` what they carry), `launches` (first kernel launches), `record`
 //! and `trace_file` (output), `controls` and `config` (the user's choices), `devices`,
-//! `programs` and `dispatch` (where calls go). The `clshim` command compiles `controls` and `schema` in as its
-//! own modules, so its options and its reader use the library's definitions.
+//! `programs` and `dispatch` (where calls go). `controls` and `schema` come from the
+//! `clshim-format` crate, which the `clshim` command uses too, so its options and its
+//! reader use the library's definitions. Every module is private to the crate, so the
+//! compiler names what nothing uses, except two that tests outside the crate read:
+//! `dispatch` (tests/launches.rs checks its slot numbers against the system's `cl_icd.h`)
+//! and `config` (the command's unit test holds its options to what the library's parser
+//! takes).
 
-pub mod app_args;
-pub mod binary_load;
-pub mod builds;
-pub mod cl;
+mod app_args;
+mod binary_load;
+mod builds;
+mod cl;
 pub mod config;
-pub mod container;
-pub mod controls;
-pub mod devices;
+mod container;
+mod devices;
 pub mod dispatch;
-pub mod guard;
-pub mod hash;
-pub mod intercept;
-pub mod launches;
-pub mod layer;
-pub mod lock;
-pub mod logger;
+mod guard;
+mod hash;
+mod intercept;
+mod launches;
+mod layer;
+mod lock;
+mod logger;
 #[cfg(target_os = "macos")]
-pub mod macos;
-pub mod policy;
-pub mod preload;
-pub mod process;
-pub mod programs;
-pub mod query;
-pub mod recipe;
-pub mod record;
-pub mod runtime;
-pub mod schema;
-pub mod trace_file;
+mod macos;
+mod policy;
+mod preload;
+mod process;
+mod programs;
+mod query;
+mod recipe;
+mod record;
+mod runtime;
+mod trace_file;
+
+use clshim_format::{controls, schema};

@@ -214,14 +214,6 @@ impl Registry {
         self.inner.lock().loaded.get(&(program as usize)).cloned()
     }
 
-    pub fn len(&self) -> usize {
-        self.inner.lock().map.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Held across `fork()` by the fork handlers (runtime.rs), released by
     /// `lock::release_after_fork`.
     pub fn lock_for_fork(&'static self) {
@@ -274,7 +266,7 @@ mod tests {
         let b = r.created(p, Origin::Binary, None, None);
         assert_ne!(a.id, b.id);
         r.released(p);
-        assert!(r.is_empty());
+        assert!(r.inner.lock().map.is_empty());
         let unknown = r.lookup(0x2000 as cl_program);
         assert_eq!(unknown.origin, Origin::Unknown);
         let linked = r.created(0x2000 as cl_program, Origin::Link, None, None);

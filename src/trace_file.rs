@@ -118,10 +118,6 @@ impl TraceFile {
         }
     }
 
-    pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
-    }
-
     fn give_up(&mut self, why: String) {
         stderr_line(&format!(
             "clshim: warning: {why}; no more trace records from pid {}",

@@ -399,7 +399,7 @@ fn damaged_install_fails_before_the_command() {
 }
 
 /// The source distribution holds what building the wheel from it needs: the build
-/// backend, the Python package, the crate and its lock file.
+/// backend, the Python package, the workspace (both crates) and its lock file.
 #[test]
 fn sdist_carries_the_backend_and_the_crate() {
     let dir = scratch("wheel-sdist");
@@ -427,6 +427,8 @@ fn sdist_carries_the_backend_and_the_crate() {
         "build.rs",
         "src/lib.rs",
         "src/bin/clshim/main.rs",
+        "crates/clshim-format/Cargo.toml",
+        "crates/clshim-format/src/lib.rs",
         "python/backend/clshim_backend.py",
         "python/clshim/__init__.py",
         "python/clshim/__main__.py",

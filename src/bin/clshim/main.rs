@@ -14,16 +14,11 @@ mod report;
 mod run;
 mod traces;
 
-// The controls and the trace schema are the library's own source files, compiled in here
-// too rather than linked from the library crate: linking it would bring the interposer
-// along (its exported entry points keep it alive), whose getrandom call the
-// manylinux_2_17 wheel's glibc does not have. The command uses part of each.
-#[path = "../../controls.rs"]
-#[allow(dead_code)]
-mod controls;
-#[path = "../../schema.rs"]
-#[allow(dead_code)]
-mod schema;
+// The controls and the trace schema, shared with the library through their own crate:
+// the command never links the library crate, which would bring the interposer along (its
+// exported entry points keep it alive), whose getrandom call the manylinux_2_17 wheel's
+// glibc does not have.
+use clshim_format::{controls, schema};
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -54,8 +54,8 @@ impl std::fmt::Display for Problem {
 pub struct Device<'a> {
     #[serde(default, borrow)]
     pub name: Option<Text<'a>>,
-    #[serde(default, rename = "type", borrow)]
-    pub kind: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub r#type: Option<Text<'a>>,
     #[serde(default, borrow)]
     pub platform: Option<Text<'a>>,
     /// Whether `CLSHIM_DEVICES` selected the device (the binary policy acts on it).
@@ -67,7 +67,7 @@ impl Device<'_> {
     /// pocl's CPU driver: the device whose binary queries cost a second compile, and
     /// whose first launches compile a size-specialised kernel.
     pub fn is_pocl_cpu(&self) -> bool {
-        self.platform.as_deref() == Some(POCL_PLATFORM) && self.kind.as_deref() == Some("CPU")
+        self.platform.as_deref() == Some(POCL_PLATFORM) && self.r#type.as_deref() == Some("CPU")
     }
 }
 
@@ -157,9 +157,8 @@ impl<'de> Deserialize<'de> for Id {
 #[derive(Debug, Deserialize)]
 pub struct Record<'a> {
     pub schema: u64,
-    #[serde(borrow, rename = "event")]
-    pub event_name: Text<'a>,
-    #[serde(skip, default = "no_event")]
+    /// By the names `schema` gives events; an unknown one fails the record (`parse_line`
+    /// says which).
     pub event: Event,
     pub pid: u64,
     #[serde(default)]
@@ -222,10 +221,6 @@ fn lenient<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned>(
     Ok(serde_json::from_value(v).ok())
 }
 
-fn no_event() -> Event {
-    Event::Process
-}
-
 impl Record<'_> {
     pub fn tid(&self) -> u64 {
         self.tid.unwrap_or(self.pid)
@@ -270,10 +265,12 @@ impl Record<'_> {
     }
 }
 
-/// The first field only, to recognise a newer schema whose other fields no longer fit.
+/// The version and the event only, to say why a record does not fit: a newer schema, or
+/// an event this reader does not know.
 #[derive(Deserialize)]
-struct SchemaOnly {
+struct Head {
     schema: Option<serde_json::Value>,
+    event: Option<serde_json::Value>,
 }
 
 /// `clshim-<host>-r<rank>-p<pid>.jsonl` (possibly followed by `.N`): the host part.
@@ -469,16 +466,22 @@ pub fn parse_line(line: &[u8], complete: bool) -> Result<Option<Record<'_>>, Str
         Ok(text) => serde_json::from_str(text),
         Err(_) => serde_json::from_slice(line),
     };
-    let mut r: Record = match parsed {
+    let r: Record = match parsed {
         Ok(r) => r,
         Err(e) => {
-            let newer = serde_json::from_slice::<SchemaOnly>(line)
-                .ok()
-                .and_then(|s| s.schema)
-                .and_then(|s| s.as_u64())
+            let head = serde_json::from_slice::<Head>(line).ok();
+            let newer = head
+                .as_ref()
+                .and_then(|h| h.schema.as_ref()?.as_u64())
                 .filter(|&s| s > SCHEMA);
+            let unknown_event = head
+                .as_ref()
+                .and_then(|h| h.event.as_ref()?.as_str())
+                .filter(|name| Event::parse(name).is_none());
             return Err(if let Some(s) = newer {
                 format!("record of schema version {s}, newer than this clshim reads ({SCHEMA})")
+            } else if let Some(name) = unknown_event {
+                format!("unknown event '{name}'")
             } else if e.is_eof() && !complete {
                 "truncated last line (the process was still writing, or died)".into()
             } else if e.is_syntax() || e.is_eof() {
@@ -494,8 +497,6 @@ pub fn parse_line(line: &[u8], complete: bool) -> Result<Option<Record<'_>>, Str
             r.schema
         ));
     }
-    r.event =
-        Event::parse(&r.event_name).ok_or_else(|| format!("unknown event '{}'", &*r.event_name))?;
     if !(TS_MIN..=TS_MAX).contains(&r.ts) {
         return Err(format!(
             "implausible ts {:e} (expected Unix seconds between 2000 and 2200)",
@@ -645,5 +646,183 @@ mod tests {
         assert!(r.any_pocl_cpu());
         assert_eq!(r.inputs.unwrap().len(), 3);
         assert_eq!((r.work_dim, r.global_size), (Some(2), None));
+    }
+    /// The names a deserialised struct reads: serde hands them to `deserialize_struct`.
+    fn field_names<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
+        struct Probe<'a>(&'a mut &'static [&'static str]);
+        impl<'de> Deserializer<'de> for Probe<'_> {
+            type Error = de::value::Error;
+            fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+                Err(de::Error::custom("not a struct"))
+            }
+            fn deserialize_struct<V: Visitor<'de>>(
+                self,
+                _: &'static str,
+                fields: &'static [&'static str],
+                _: V,
+            ) -> Result<V::Value, Self::Error> {
+                *self.0 = fields;
+                Err(de::Error::custom("names only"))
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+                byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map
+                enum identifier ignored_any
+            }
+        }
+        let mut names: &'static [&'static str] = &[];
+        let _ = T::deserialize(Probe(&mut names));
+        names
+    }
+
+    /// Every field this reader reads is one the library writes, by the name `schema`
+    /// gives it: one record of each event, every optional part present, written as the
+    /// library writes it, holds all the names the reader's structs ask for.
+    #[test]
+    fn the_reader_reads_the_names_the_schema_writes() {
+        use crate::schema::{self, Common, Line};
+        use std::collections::BTreeSet;
+        let device = schema::Device {
+            name: "d".into(),
+            kind: "CPU",
+            platform: POCL_PLATFORM.into(),
+            vendor: "v".into(),
+            driver: "1".into(),
+            matched: true,
+        };
+        let source = schema::Source {
+            origin: "source",
+            hash: Some("fnv1a64:0".into()),
+            length: Some(1),
+        };
+        let build = |event, source, inputs, headers| {
+            schema::Record::Build(schema::Build {
+                event,
+                call: "c",
+                program: Some(1),
+                result: 0,
+                result_name: "CL_SUCCESS",
+                options: Some("-O".into()),
+                is_async: false,
+                kernels: vec!["k".into()],
+                devices: vec![device.clone()],
+                source,
+                inputs,
+                headers,
+                options_replaced: Some(schema::OptionsReplaced {
+                    given: None,
+                    used: "-O".into(),
+                }),
+            })
+        };
+        let records = [
+            build(Event::Build, Some(Some(source.clone())), None, None),
+            build(Event::Compile, Some(None), None, Some(0)),
+            build(Event::Link, None, Some(vec![1]), None),
+            schema::Record::BinaryQuery(schema::BinaryQuery {
+                call: "c",
+                program: Some(1),
+                param: "p",
+                result: 0,
+                result_name: "CL_SUCCESS",
+                action: "forward",
+                actions: vec!["forward"],
+                sizes: Some(vec![Some(1)]),
+                devices: vec![Some(device.clone())],
+            }),
+            schema::Record::BinaryLoad(schema::BinaryLoad {
+                call: "c",
+                program: Some(1),
+                result: 0,
+                result_name: "CL_SUCCESS",
+                action: "forward",
+                reason: None,
+                lengths: vec![1],
+                source: Some(source.clone()),
+                devices: vec![Some(device.clone())],
+            }),
+            schema::Record::FirstLaunch(schema::FirstLaunch {
+                tid: 1,
+                call: "c",
+                kernel: Some("k".into()),
+                program: Some(1),
+                device: Some(device.clone()),
+                work_dim: 1,
+                global_size: vec![1],
+                local_size: Some(vec![1]),
+                result: 0,
+                result_name: "CL_SUCCESS",
+            }),
+        ];
+        let common = |event| Common {
+            schema: SCHEMA,
+            event,
+            pid: 1,
+            instance: "0123456789abcdef",
+            rank: Some(0),
+            tid: 1,
+            ts: 1.75e9,
+            seconds: 0.5,
+        };
+        let process = schema::Process {
+            clshim_version: "0",
+            mode: "preload",
+            policy: "pass",
+            devices_filter: "pocl-cpu",
+            host: "h",
+            exe: "e",
+            argv: &[],
+            ppid: 1,
+            size: Some(1),
+            rank_source: None,
+        };
+        let mut lines = vec![serde_json::to_string(&Line {
+            common: common(Event::Process),
+            body: &process,
+        })
+        .unwrap()];
+        for r in &records {
+            lines.push(
+                serde_json::to_string(&Line {
+                    common: common(r.event()),
+                    body: r,
+                })
+                .unwrap(),
+            );
+        }
+        // The names of every object the records hold, at any depth.
+        fn collect(v: &serde_json::Value, names: &mut BTreeSet<String>) {
+            match v {
+                serde_json::Value::Object(m) => {
+                    for (k, v) in m {
+                        names.insert(k.clone());
+                        collect(v, names);
+                    }
+                }
+                serde_json::Value::Array(a) => a.iter().for_each(|v| collect(v, names)),
+                _ => {}
+            }
+        }
+        let mut written = BTreeSet::new();
+        for line in &lines {
+            assert!(
+                parse_line(line.as_bytes(), true).unwrap().is_some(),
+                "{line}"
+            );
+            collect(&serde_json::from_str(line).unwrap(), &mut written);
+        }
+        for (shape, read) in [
+            ("Record", field_names::<Record>()),
+            ("Device", field_names::<Device>()),
+            ("Source", field_names::<Source>()),
+        ] {
+            assert!(!read.is_empty(), "{shape}");
+            for name in read {
+                assert!(
+                    written.contains(*name),
+                    "the reader's {shape} reads `{name}`, which the schema never writes"
+                );
+            }
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! option, the values it accepts, its default and its help text. The library's parser
 //! (`config`), the command's options and `clshim run --help`, and README's control table
 //! all come from [`ALL`], so what the command accepts is exactly what the library takes
-//! without a warning. The command compiles this file in as its own `controls` module. Checking a value here never fails loudly: it says yes with the
+//! without a warning. Checking a value here never fails loudly: it says yes with the
 //! parsed value, or no, and the caller decides between a warning (library) and a usage
 //! error (command).
 
@@ -314,8 +314,9 @@ mod tests {
     #[test]
     fn readme_table_is_rendered_from_the_definition() {
         let readme =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-        let begin = "<!-- controls table: rendered from src/controls.rs -->\n";
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+                .unwrap();
+        let begin = "<!-- controls table: rendered from crates/clshim-format/src/controls.rs -->\n";
         let end = "<!-- end of controls table -->";
         let start = readme.find(begin).expect("README has the begin marker") + begin.len();
         let stop = start
@@ -325,7 +326,7 @@ mod tests {
         assert_eq!(
             readme[start..stop],
             readme_table(),
-            "README's control table differs from src/controls.rs: paste `clshim --controls-table`"
+            "README's control table differs from crates/clshim-format/src/controls.rs: paste `clshim --controls-table`"
         );
     }
 }

@@ -238,3 +238,19 @@ impl Record {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::de::IntoDeserializer;
+
+    /// `Event::name` and the name serde writes and reads are one naming.
+    #[test]
+    fn every_event_reads_back_by_its_name() {
+        for e in Event::ALL {
+            let name: serde::de::value::StrDeserializer<serde::de::value::Error> =
+                e.name().into_deserializer();
+            assert_eq!(Event::deserialize(name).ok(), Some(e), "{}", e.name());
+        }
+    }
+}
