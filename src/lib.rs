@@ -1,6 +1,7 @@
 //! clshim: an OpenCL interposer that times program builds and binary queries per process
 //! and MPI rank, and can answer binary queries on pocl's CPU driver without the second
-//! compile they cost there. The C entry points (`preload`, `layer`) are thin; the logic
+//! compile they cost there. The C entry points (`preload`, `layer`, `macos`) are thin and
+//! made from `entry_points`' table, as are their types and accessors; the logic
 //! lives in `intercept` (one path for both modes, and the one door to the application's
 //! memory, through `app_args`), `builds` (timing, callbacks), `policy`
 //! (answering binary queries), `binary_load` (taking clshim binaries back, `container`
@@ -18,6 +19,7 @@ pub mod container;
 pub mod controls;
 pub mod devices;
 pub mod dispatch;
+pub mod entry_points;
 pub mod guard;
 pub mod hash;
 pub mod intercept;
@@ -28,6 +30,7 @@ pub mod logger;
 #[cfg(target_os = "macos")]
 pub mod macos;
 pub mod policy;
+#[cfg(not(target_os = "macos"))]
 pub mod preload;
 pub mod process;
 pub mod programs;
