@@ -42,7 +42,7 @@ mod framework {
             }
 
             /// Each import's slot and its address as bound by dyld.
-            pub fn bound() -> impl Iterator<Item = (usize, usize)> {
+            pub fn addresses() -> impl Iterator<Item = (usize, usize)> {
                 [$(($slot, super::bound($name))),*].into_iter()
             }
 
@@ -81,12 +81,12 @@ fn bound(f: unsafe extern "C" fn()) -> usize {
 /// found nothing, and in every slot not imported).
 struct Table([usize; framework::LEN]);
 
-static FRAMEWORK: OnceLock<Table> = OnceLock::new();
+static TABLE: OnceLock<Table> = OnceLock::new();
 
-fn framework() -> &'static Table {
-    FRAMEWORK.get_or_init(|| {
+fn forwarding_table() -> &'static Table {
+    TABLE.get_or_init(|| {
         let mut t = [0usize; framework::LEN];
-        for (slot, address) in framework::bound() {
+        for (slot, address) in framework::addresses() {
             t[slot] = address;
         }
         Table(t)
@@ -96,7 +96,7 @@ fn framework() -> &'static Table {
 /// The route of every interposed call on macOS.
 fn route() -> Route {
     Route::Symbols {
-        table: framework().0.as_ptr() as *const *const c_void,
+        table: forwarding_table().0.as_ptr() as *const *const c_void,
         len: framework::LEN,
     }
 }
