@@ -13,7 +13,7 @@ use crate::app_args::AppArray;
 use crate::cl::*;
 use crate::container;
 use crate::devices::describe_all;
-use crate::dispatch::{slot, Route};
+use crate::dispatch::Route;
 use crate::programs::{Loaded, Origin};
 use crate::query;
 use crate::recipe::{Kind, Recipe, Text};
@@ -149,8 +149,7 @@ fn check_clshim_binaries(
 unsafe fn release_all(route: Route, programs: &[cl_program]) {
     for &p in programs {
         // SAFETY: a live program (this function's contract).
-        if let Some(release) = unsafe { route.entry::<FnReleaseProgram>(p, slot::RELEASE_PROGRAM) }
-        {
+        if let Some(release) = unsafe { route.release_program(p) } {
             // SAFETY: its own clReleaseProgram, dropping clshim's only reference.
             unsafe { release(p) };
         }
@@ -172,7 +171,7 @@ unsafe fn from_text(route: Route, context: cl_context, text: &Text) -> Result<cl
         Text::Source(src) => {
             // SAFETY: a valid context (this function's contract).
             let create: FnCreateProgramWithSource =
-                unsafe { route.entry(context, slot::CREATE_PROGRAM_WITH_SOURCE) }
+                unsafe { route.create_program_with_source(context) }
                     .ok_or("no clCreateProgramWithSource")?;
             let ptr = src.as_ptr() as *const c_char;
             let len = src.len();
@@ -181,9 +180,8 @@ unsafe fn from_text(route: Route, context: cl_context, text: &Text) -> Result<cl
         }
         Text::Il(il) => {
             // SAFETY: a valid context (this function's contract).
-            let create: FnCreateProgramWithIL =
-                unsafe { route.entry(context, slot::CREATE_PROGRAM_WITH_IL) }
-                    .ok_or("the implementation has no clCreateProgramWithIL")?;
+            let create: FnCreateProgramWithIL = unsafe { route.create_program_with_il(context) }
+                .ok_or("the implementation has no clCreateProgramWithIL")?;
             // SAFETY: clshim's own IL bytes, alive for the call.
             unsafe { create(context, il.as_ptr() as *const c_void, il.len(), &mut err) }
         }
@@ -244,26 +242,25 @@ unsafe fn recreate(
                 (headers.as_ptr(), name_ptrs.as_ptr())
             };
             // SAFETY: the live program clshim just made.
-            let ret =
-                match unsafe { route.entry::<FnCompileProgram>(program, slot::COMPILE_PROGRAM) } {
-                    // SAFETY: the program's own entry; the devices of its context (this
-                    // function's contract); clshim's own options, headers and names, alive for
-                    // the call, with no callback.
-                    Some(compile) => unsafe {
-                        compile(
-                            program,
-                            n,
-                            devices.as_ptr(),
-                            options.as_ptr(),
-                            headers.len() as cl_uint,
-                            header_list,
-                            name_list,
-                            None,
-                            std::ptr::null_mut(),
-                        )
-                    },
-                    None => CL_INVALID_OPERATION,
-                };
+            let ret = match unsafe { route.compile_program(program) } {
+                // SAFETY: the program's own entry; the devices of its context (this
+                // function's contract); clshim's own options, headers and names, alive for
+                // the call, with no callback.
+                Some(compile) => unsafe {
+                    compile(
+                        program,
+                        n,
+                        devices.as_ptr(),
+                        options.as_ptr(),
+                        headers.len() as cl_uint,
+                        header_list,
+                        name_list,
+                        None,
+                        std::ptr::null_mut(),
+                    )
+                },
+                None => CL_INVALID_OPERATION,
+            };
             // SAFETY: header programs clshim just made, no longer needed.
             unsafe { release_all(route, &headers) };
             if ret != CL_SUCCESS {
@@ -288,8 +285,7 @@ unsafe fn recreate(
             }
             let mut err = CL_INVALID_OPERATION;
             // SAFETY: a valid context (this function's contract).
-            let program = match unsafe { route.entry::<FnLinkProgram>(context, slot::LINK_PROGRAM) }
-            {
+            let program = match unsafe { route.link_program(context) } {
                 // SAFETY: the context's own entry, its devices, clshim's own options and
                 // inputs (live programs it just made), with no callback.
                 Some(link) => unsafe {

@@ -1,7 +1,8 @@
 //! The slice of the OpenCL C API that clshim speaks: handle and scalar types, the
-//! constants it reads or answers with, the entry-point signatures it forwards, and the
-//! names of status codes for records. Written from the OpenCL specification's published
-//! values; no OpenCL header or library is needed to build clshim.
+//! constants it reads or answers with, the entry-point signatures it forwards (made from
+//! `entry_points::table!`), and the names of status codes for records. Written from the
+//! OpenCL specification's published values; no OpenCL header or library is needed to
+//! build clshim.
 #![allow(non_camel_case_types, dead_code)]
 
 use std::ffi::{c_char, c_void};
@@ -111,107 +112,16 @@ pub const CL_ICD2_TAG_KHR: usize = 0x4F50_454E_434C_3331;
 #[cfg(target_pointer_width = "32")]
 pub const CL_ICD2_TAG_KHR: usize = 0x434C_3331;
 
-// Entry-point signatures, as the dispatch table holds them.
-pub type FnGetPlatformInfo = unsafe extern "C" fn(
-    cl_platform_id,
-    cl_platform_info,
-    usize,
-    *mut c_void,
-    *mut usize,
-) -> cl_int;
-pub type FnGetDeviceInfo =
-    unsafe extern "C" fn(cl_device_id, cl_device_info, usize, *mut c_void, *mut usize) -> cl_int;
-pub type FnGetContextInfo =
-    unsafe extern "C" fn(cl_context, cl_uint, usize, *mut c_void, *mut usize) -> cl_int;
-pub type FnCreateProgramWithSource = unsafe extern "C" fn(
-    cl_context,
-    cl_uint,
-    *const *const c_char,
-    *const usize,
-    *mut cl_int,
-) -> cl_program;
-pub type FnCreateProgramWithBinary = unsafe extern "C" fn(
-    cl_context,
-    cl_uint,
-    *const cl_device_id,
-    *const usize,
-    *const *const u8,
-    *mut cl_int,
-    *mut cl_int,
-) -> cl_program;
-pub type FnCreateProgramWithIL =
-    unsafe extern "C" fn(cl_context, *const c_void, usize, *mut cl_int) -> cl_program;
-pub type FnReleaseProgram = unsafe extern "C" fn(cl_program) -> cl_int;
-pub type FnBuildProgram = unsafe extern "C" fn(
-    cl_program,
-    cl_uint,
-    *const cl_device_id,
-    *const c_char,
-    BuildNotify,
-    *mut c_void,
-) -> cl_int;
-pub type FnCompileProgram = unsafe extern "C" fn(
-    cl_program,
-    cl_uint,
-    *const cl_device_id,
-    *const c_char,
-    cl_uint,
-    *const cl_program,
-    *const *const c_char,
-    BuildNotify,
-    *mut c_void,
-) -> cl_int;
-pub type FnLinkProgram = unsafe extern "C" fn(
-    cl_context,
-    cl_uint,
-    *const cl_device_id,
-    *const c_char,
-    cl_uint,
-    *const cl_program,
-    BuildNotify,
-    *mut c_void,
-    *mut cl_int,
-) -> cl_program;
-pub type FnGetProgramInfo =
-    unsafe extern "C" fn(cl_program, cl_program_info, usize, *mut c_void, *mut usize) -> cl_int;
-pub type FnGetProgramBuildInfo = unsafe extern "C" fn(
-    cl_program,
-    cl_device_id,
-    cl_program_build_info,
-    usize,
-    *mut c_void,
-    *mut usize,
-) -> cl_int;
-
-pub type FnGetCommandQueueInfo =
-    unsafe extern "C" fn(cl_command_queue, cl_uint, usize, *mut c_void, *mut usize) -> cl_int;
-pub type FnGetKernelInfo =
-    unsafe extern "C" fn(cl_kernel, cl_uint, usize, *mut c_void, *mut usize) -> cl_int;
-pub type FnCreateKernel = unsafe extern "C" fn(cl_program, *const c_char, *mut cl_int) -> cl_kernel;
-pub type FnCreateKernelsInProgram =
-    unsafe extern "C" fn(cl_program, cl_uint, *mut cl_kernel, *mut cl_uint) -> cl_int;
-pub type FnCloneKernel = unsafe extern "C" fn(cl_kernel, *mut cl_int) -> cl_kernel;
-pub type FnEnqueueNDRangeKernel = unsafe extern "C" fn(
-    cl_command_queue,
-    cl_kernel,
-    cl_uint,
-    *const usize,
-    *const usize,
-    *const usize,
-    cl_uint,
-    *const cl_event,
-    *mut cl_event,
-) -> cl_int;
-pub type FnEnqueueTask = unsafe extern "C" fn(
-    cl_command_queue,
-    cl_kernel,
-    cl_uint,
-    *const cl_event,
-    *mut cl_event,
-) -> cl_int;
-pub type FnSetEventCallback =
-    unsafe extern "C" fn(cl_event, cl_int, EventNotify, *mut c_void) -> cl_int;
-pub type FnReleaseEvent = unsafe extern "C" fn(cl_event) -> cl_int;
+/// Generates the entry-point signatures of `entry_points::table!`, as the dispatch table
+/// holds them.
+macro_rules! signatures {
+    ($with:tt $($slot:literal => fn $name:ident($($arg:ident: $argty:ty),* $(,)?) -> $ret:ty
+        as $ty:ident, $acc:ident;)*) => {$(
+        #[doc = concat!("`", stringify!($name), "`, slot ", stringify!($slot), " of the table.")]
+        pub type $ty = unsafe extern "C" fn($($argty),*) -> $ret;
+    )*};
+}
+crate::entry_points::table!(all => signatures);
 
 /// The name of a status code, for records and log lines ("CL_UNKNOWN_ERROR" when unknown).
 pub fn status_name(code: cl_int) -> &'static str {

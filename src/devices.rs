@@ -5,7 +5,7 @@
 
 use crate::cl::*;
 use crate::config::DeviceFilter;
-use crate::dispatch::{slot, Route};
+use crate::dispatch::Route;
 use crate::hash::Fnv1a;
 use crate::lock::Lock;
 use crate::query::info_bytes;
@@ -75,7 +75,7 @@ fn text(bytes: Option<Vec<u8>>) -> String {
 /// `device` must be a live device of an implementation reachable through `route`.
 pub unsafe fn query(route: Route, device: cl_device_id) -> Option<DeviceFacts> {
     // SAFETY: a live device reachable through `route` (this function's contract).
-    let dev_info: FnGetDeviceInfo = unsafe { route.entry(device, slot::GET_DEVICE_INFO) }?;
+    let dev_info = unsafe { route.get_device_info(device) }?;
     // SAFETY: the device's own clGetDeviceInfo.
     let get = |p| unsafe { info_bytes(dev_info, device, p) };
     let type_bytes = get(CL_DEVICE_TYPE)?;
@@ -89,7 +89,7 @@ pub unsafe fn query(route: Route, device: cl_device_id) -> Option<DeviceFacts> {
     ) as cl_platform_id;
     let (platform_name, platform_version) =
         // SAFETY: the platform the implementation gave for its live device.
-        match unsafe { route.entry::<FnGetPlatformInfo>(platform, slot::GET_PLATFORM_INFO) } {
+        match unsafe { route.get_platform_info(platform) } {
             Some(pinfo) => (
                 // SAFETY: the platform's own clGetPlatformInfo.
                 text(unsafe { info_bytes(pinfo, platform, CL_PLATFORM_NAME) }),

@@ -6,35 +6,12 @@
 //! table the loader handed to `clInitLayer`. On macOS, whose OpenCL objects have no
 //! dispatch table, calls go to the framework's functions, gathered into a table of the
 //! same shape. A `Route` names which applies, so the interception logic is the same for
-//! every mode.
+//! every mode. Which slot holds which entry point, and with which type, comes from
+//! `entry_points::table!`: a typed accessor per entry point (`route.get_program_info(obj)`)
+//! is the only way to take one.
 
-use crate::cl::{Handle, CL_ICD2_TAG_KHR};
+use crate::cl::*;
 use std::ffi::c_void;
-
-/// Dispatch-table slot indices (pointer-sized entries), as laid out by cl_khr_icd.
-pub mod slot {
-    pub const GET_PLATFORM_INFO: usize = 1;
-    pub const GET_DEVICE_INFO: usize = 3;
-    pub const GET_CONTEXT_INFO: usize = 8;
-    pub const GET_COMMAND_QUEUE_INFO: usize = 12;
-    pub const CREATE_PROGRAM_WITH_SOURCE: usize = 26;
-    pub const CREATE_PROGRAM_WITH_BINARY: usize = 27;
-    pub const RELEASE_PROGRAM: usize = 29;
-    pub const BUILD_PROGRAM: usize = 30;
-    pub const GET_PROGRAM_INFO: usize = 32;
-    pub const GET_PROGRAM_BUILD_INFO: usize = 33;
-    pub const CREATE_KERNEL: usize = 34;
-    pub const CREATE_KERNELS_IN_PROGRAM: usize = 35;
-    pub const GET_KERNEL_INFO: usize = 39;
-    pub const RELEASE_EVENT: usize = 44;
-    pub const ENQUEUE_ND_RANGE_KERNEL: usize = 59;
-    pub const ENQUEUE_TASK: usize = 60;
-    pub const SET_EVENT_CALLBACK: usize = 81;
-    pub const COMPILE_PROGRAM: usize = 98;
-    pub const LINK_PROGRAM: usize = 99;
-    pub const CLONE_KERNEL: usize = 137;
-    pub const CREATE_PROGRAM_WITH_IL: usize = 138;
-}
 
 /// How to reach the implementation below clshim for one call.
 #[derive(Clone, Copy, Debug)]
@@ -47,7 +24,8 @@ pub enum Route {
         len: usize,
     },
     /// macOS interposition: the system framework's own functions, laid out in a table of
-    /// the same shape, since its objects carry no ICD dispatch table.
+    /// the same shape, since its objects carry no ICD dispatch table. Made only on macOS.
+    #[cfg_attr(not(target_os = "macos"), allow(dead_code))]
     Symbols {
         table: *const *const c_void,
         len: usize,
@@ -83,11 +61,12 @@ pub unsafe fn object_table(obj: Handle) -> Option<*const *const c_void> {
 
 impl Route {
     /// The entry in `slot` that serves a call made on `obj`, or None when there is none
-    /// (NULL object, or an implementation that leaves the slot empty).
+    /// (NULL object, or an implementation that leaves the slot empty). Private: only the
+    /// accessors below, made from the table's rows, pair a slot with its type.
     ///
     /// # Safety
     /// `obj` must be NULL or a live ICD object; `F` must be the slot's function type.
-    pub unsafe fn entry<F: Copy>(self, obj: Handle, slot: usize) -> Option<F> {
+    unsafe fn entry<F: Copy>(self, obj: Handle, slot: usize) -> Option<F> {
         debug_assert_eq!(
             std::mem::size_of::<F>(),
             std::mem::size_of::<*const c_void>()
@@ -125,6 +104,28 @@ impl Route {
         }
     }
 }
+
+/// Generates one typed accessor on `Route` per row of `entry_points::table!`.
+macro_rules! accessors {
+    ($with:tt $($slot:literal => fn $name:ident $args:tt -> $ret:ty
+        as $ty:ident, $acc:ident;)*) => {
+        impl Route {$(
+            #[doc = concat!("The implementation's `", stringify!($name), "` for a call on `obj`.")]
+            ///
+            /// None for a NULL object, or an implementation that leaves the slot empty.
+            ///
+            /// # Safety
+            /// `obj` must be NULL or a live ICD object.
+            #[inline]
+            pub unsafe fn $acc(self, obj: Handle) -> Option<$ty> {
+                // SAFETY: `obj` is NULL or a live ICD object (this function's contract); the
+                // table's row that names this accessor pairs this slot with this type.
+                unsafe { self.entry(obj, $slot) }
+            }
+        )*}
+    };
+}
+crate::entry_points::table!(all => accessors);
 
 #[cfg(test)]
 mod tests {

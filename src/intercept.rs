@@ -1,13 +1,14 @@
 //! The intercepted program entry points, once for both modes: each takes the `Route` its
 //! mode forwards through and the application's arguments. Each finds the implementation's
 //! entry first, so that whatever goes wrong inside clshim afterwards (no state, a panic, a
-//! nested call) the call is still forwarded unchanged, and exactly once.
+//! nested call) the call is still forwarded unchanged, and exactly once. Each door
+//! (`preload`, `layer`, `macos`) makes its C functions for them with `door_functions!`.
 
 use crate::app_args::{AppArray, AppBuffer, OutParam};
 use crate::binary_load;
 use crate::builds::{self, BuildCall, Entry};
 use crate::cl::*;
-use crate::dispatch::{slot, Route};
+use crate::dispatch::Route;
 use crate::guard::{self, catch};
 use crate::policy;
 use crate::programs::Origin;
@@ -35,8 +36,7 @@ pub unsafe fn build_program(
     user_data: *mut c_void,
 ) -> cl_int {
     // SAFETY: the application's program, whose dispatch `route` knows how to find.
-    let Some(real) = (unsafe { route.entry::<FnBuildProgram>(program, slot::BUILD_PROGRAM) })
-    else {
+    let Some(real) = (unsafe { route.build_program(program) }) else {
         return missing(program, CL_INVALID_PROGRAM);
     };
     // SAFETY: the application's device list and its count, read only once accepted.
@@ -87,8 +87,7 @@ pub unsafe fn compile_program(
     user_data: *mut c_void,
 ) -> cl_int {
     // SAFETY: the application's program, whose dispatch `route` knows how to find.
-    let Some(real) = (unsafe { route.entry::<FnCompileProgram>(program, slot::COMPILE_PROGRAM) })
-    else {
+    let Some(real) = (unsafe { route.compile_program(program) }) else {
         return missing(program, CL_INVALID_PROGRAM);
     };
     let n = num_input_headers as usize;
@@ -132,7 +131,7 @@ pub unsafe fn link_program(
     // SAFETY: the application's `errcode_ret`, which OpenCL requires to be NULL or writable.
     let errcode = unsafe { OutParam::new(errcode_ret) };
     // SAFETY: the application's context, whose dispatch `route` knows how to find.
-    let Some(real) = (unsafe { route.entry::<FnLinkProgram>(context, slot::LINK_PROGRAM) }) else {
+    let Some(real) = (unsafe { route.link_program(context) }) else {
         errcode.set(missing(context, CL_INVALID_CONTEXT));
         return std::ptr::null_mut();
     };
@@ -185,8 +184,7 @@ pub unsafe fn get_program_info(
     size_ret: *mut usize,
 ) -> cl_int {
     // SAFETY: the application's program, whose dispatch `route` knows how to find.
-    let Some(real) = (unsafe { route.entry::<FnGetProgramInfo>(program, slot::GET_PROGRAM_INFO) })
-    else {
+    let Some(real) = (unsafe { route.get_program_info(program) }) else {
         return missing(program, CL_INVALID_PROGRAM);
     };
     // The hot path: every other query, and size-only binary queries (which compile nothing),
@@ -265,9 +263,7 @@ pub unsafe fn get_program_build_info(
     size_ret: *mut usize,
 ) -> cl_int {
     // SAFETY: the application's program, whose dispatch `route` knows how to find.
-    let Some(real) =
-        (unsafe { route.entry::<FnGetProgramBuildInfo>(program, slot::GET_PROGRAM_BUILD_INFO) })
-    else {
+    let Some(real) = (unsafe { route.get_program_build_info(program) }) else {
         return missing(program, CL_INVALID_PROGRAM);
     };
     // SAFETY: the application's own call, handed on unchanged.
@@ -314,9 +310,7 @@ pub unsafe fn create_program_with_binary(
     // SAFETY: the application's `errcode_ret`, which OpenCL requires to be NULL or writable.
     let errcode = unsafe { OutParam::new(errcode_ret) };
     // SAFETY: the application's context, whose dispatch `route` knows how to find.
-    let Some(real) = (unsafe {
-        route.entry::<FnCreateProgramWithBinary>(context, slot::CREATE_PROGRAM_WITH_BINARY)
-    }) else {
+    let Some(real) = (unsafe { route.create_program_with_binary(context) }) else {
         errcode.set(missing(context, CL_INVALID_CONTEXT));
         return std::ptr::null_mut();
     };
@@ -408,9 +402,7 @@ pub unsafe fn create_program_with_source(
     errcode_ret: *mut cl_int,
 ) -> cl_program {
     // SAFETY: the application's context, whose dispatch `route` knows how to find.
-    let Some(real) = (unsafe {
-        route.entry::<FnCreateProgramWithSource>(context, slot::CREATE_PROGRAM_WITH_SOURCE)
-    }) else {
+    let Some(real) = (unsafe { route.create_program_with_source(context) }) else {
         // SAFETY: the application's `errcode_ret`: NULL or writable.
         unsafe { OutParam::new(errcode_ret) }.set(missing(context, CL_INVALID_CONTEXT));
         return std::ptr::null_mut();
@@ -465,9 +457,7 @@ pub unsafe fn create_program_with_il(
     errcode_ret: *mut cl_int,
 ) -> cl_program {
     // SAFETY: the application's context, whose dispatch `route` knows how to find.
-    let Some(real) =
-        (unsafe { route.entry::<FnCreateProgramWithIL>(context, slot::CREATE_PROGRAM_WITH_IL) })
-    else {
+    let Some(real) = (unsafe { route.create_program_with_il(context) }) else {
         // SAFETY: the application's `errcode_ret`: NULL or writable.
         unsafe { OutParam::new(errcode_ret) }.set(missing(context, CL_INVALID_CONTEXT));
         return std::ptr::null_mut();
@@ -488,8 +478,7 @@ pub unsafe fn create_program_with_il(
 /// The application's argument to `clReleaseProgram`.
 pub unsafe fn release_program(route: Route, program: cl_program) -> cl_int {
     // SAFETY: the application's program, whose dispatch `route` knows how to find.
-    let Some(real) = (unsafe { route.entry::<FnReleaseProgram>(program, slot::RELEASE_PROGRAM) })
-    else {
+    let Some(real) = (unsafe { route.release_program(program) }) else {
         return missing(program, CL_INVALID_PROGRAM);
     };
     // Only a process that has state has entries to forget.
@@ -528,9 +517,7 @@ pub unsafe fn enqueue_nd_range_kernel(
     event: *mut cl_event,
 ) -> cl_int {
     // SAFETY: the application's queue, whose dispatch `route` knows how to find.
-    let Some(real) =
-        (unsafe { route.entry::<FnEnqueueNDRangeKernel>(queue, slot::ENQUEUE_ND_RANGE_KERNEL) })
-    else {
+    let Some(real) = (unsafe { route.enqueue_nd_range_kernel(queue) }) else {
         return missing(queue, CL_INVALID_COMMAND_QUEUE);
     };
     // SAFETY: the application's arguments (`global` and `local` NULL or of `work_dim`
@@ -567,7 +554,7 @@ pub unsafe fn enqueue_task(
     event: *mut cl_event,
 ) -> cl_int {
     // SAFETY: the application's queue, whose dispatch `route` knows how to find.
-    let Some(real) = (unsafe { route.entry::<FnEnqueueTask>(queue, slot::ENQUEUE_TASK) }) else {
+    let Some(real) = (unsafe { route.enqueue_task(queue) }) else {
         return missing(queue, CL_INVALID_COMMAND_QUEUE);
     };
     // SAFETY: the application's arguments, with a task's one-dimensional size of 1 (a
@@ -597,8 +584,7 @@ pub unsafe fn create_kernel(
     errcode_ret: *mut cl_int,
 ) -> cl_kernel {
     // SAFETY: the application's program, whose dispatch `route` knows how to find.
-    let Some(real) = (unsafe { route.entry::<FnCreateKernel>(program, slot::CREATE_KERNEL) })
-    else {
+    let Some(real) = (unsafe { route.create_kernel(program) }) else {
         // SAFETY: the application's `errcode_ret`: NULL or writable.
         unsafe { OutParam::new(errcode_ret) }.set(missing(program, CL_INVALID_PROGRAM));
         return std::ptr::null_mut();
@@ -621,9 +607,7 @@ pub unsafe fn create_kernels_in_program(
     num_kernels_ret: *mut cl_uint,
 ) -> cl_int {
     // SAFETY: the application's program, whose dispatch `route` knows how to find.
-    let Some(real) = (unsafe {
-        route.entry::<FnCreateKernelsInProgram>(program, slot::CREATE_KERNELS_IN_PROGRAM)
-    }) else {
+    let Some(real) = (unsafe { route.create_kernels_in_program(program) }) else {
         return missing(program, CL_INVALID_PROGRAM);
     };
     // SAFETY: the application's own call, handed on unchanged.
@@ -648,7 +632,7 @@ pub unsafe fn create_kernels_in_program(
 /// The application's arguments to `clCloneKernel`.
 pub unsafe fn clone_kernel(route: Route, source: cl_kernel, errcode_ret: *mut cl_int) -> cl_kernel {
     // SAFETY: the application's kernel, whose dispatch `route` knows how to find.
-    let Some(real) = (unsafe { route.entry::<FnCloneKernel>(source, slot::CLONE_KERNEL) }) else {
+    let Some(real) = (unsafe { route.clone_kernel(source) }) else {
         // SAFETY: the application's `errcode_ret`: NULL or writable.
         unsafe { OutParam::new(errcode_ret) }.set(missing(source, CL_INVALID_KERNEL));
         return std::ptr::null_mut();
@@ -658,3 +642,25 @@ pub unsafe fn clone_kernel(route: Route, source: cl_kernel, errcode_ret: *mut cl
     crate::launches::kernel_cloned(source, clone);
     clone
 }
+
+/// Makes a door's C functions from rows of `entry_points::table!`: each takes the
+/// application's arguments and hands them, with the door's route, to the function of this
+/// module that bears the row's accessor name. The door's arguments are the functions'
+/// attributes and the route: `door_functions { #[no_mangle] route: Route::Object }`.
+macro_rules! door_functions {
+    ($with:tt $($slot:literal => fn $name:ident $args:tt -> $ret:ty
+        as $ty:ident, $acc:ident;)*) => {
+        $($crate::intercept::door_functions!(@one $with $name $args $ret, $acc);)*
+    };
+    (@one [$(#[$attr:meta])* route: $route:expr]
+        $name:ident ($($arg:ident: $argty:ty),* $(,)?) $ret:ty, $acc:ident) => {
+        $(#[$attr])*
+        #[allow(non_snake_case, clippy::too_many_arguments, clippy::missing_safety_doc)]
+        pub unsafe extern "C" fn $name($($arg: $argty),*) -> $ret {
+            // SAFETY: the application's arguments, valid as the OpenCL API requires of it;
+            // passed on to `intercept`, which reads no more than the implementation would.
+            unsafe { $crate::intercept::$acc($route, $($arg),*) }
+        }
+    };
+}
+pub(crate) use door_functions;

@@ -18,7 +18,7 @@
 //! and a release clshim missed would leave the old identity in place.
 
 use crate::cl::*;
-use crate::dispatch::{slot, Route};
+use crate::dispatch::Route;
 use crate::guard::{self, catch};
 use crate::hash::Fnv1a;
 use crate::query::info_bytes;
@@ -322,7 +322,7 @@ unsafe fn queue_device(route: Route, queue: cl_command_queue) -> Option<usize> {
     // SAFETY: `queue` is the application's queue of the call being intercepted, asked of
     // the implementation through `route` as the application's own call will.
     unsafe {
-        let f: FnGetCommandQueueInfo = route.entry(queue, slot::GET_COMMAND_QUEUE_INFO)?;
+        let f: FnGetCommandQueueInfo = route.get_command_queue_info(queue)?;
         let mut dev: cl_device_id = std::ptr::null_mut();
         let ok = f(
             queue,
@@ -399,7 +399,7 @@ struct Kernel {
 /// `kernel` is the application's kernel of the call being intercepted.
 unsafe fn kernel_facts(route: Route, kernel: cl_kernel) -> (Option<String>, Option<cl_program>) {
     // SAFETY: the application's kernel (this function's contract).
-    let Some(f) = (unsafe { route.entry::<FnGetKernelInfo>(kernel, slot::GET_KERNEL_INFO) }) else {
+    let Some(f) = (unsafe { route.get_kernel_info(kernel) }) else {
         return (None, None);
     };
     // SAFETY: the kernel's own clGetKernelInfo.
@@ -478,7 +478,7 @@ unsafe fn first_launch(
     if !own.is_null() {
         // The callback holds no reference: OpenCL keeps an event until its command completes.
         // SAFETY: the live event the implementation made for clshim.
-        if let Some(release) = unsafe { route.entry::<FnReleaseEvent>(own, slot::RELEASE_EVENT) } {
+        if let Some(release) = unsafe { route.release_event(own) } {
             // SAFETY: its own clReleaseEvent, dropping clshim's only reference.
             unsafe { release(own) };
         }
@@ -568,9 +568,7 @@ unsafe fn after(
         return;
     }
     // SAFETY: the live event the enqueue just returned.
-    let Some(set_callback) =
-        (unsafe { route.entry::<FnSetEventCallback>(ev, slot::SET_EVENT_CALLBACK) })
-    else {
+    let Some(set_callback) = (unsafe { route.set_event_callback(ev) }) else {
         callback_refused(CL_INVALID_OPERATION);
         return;
     };
@@ -678,8 +676,7 @@ pub unsafe fn kernels_written(
         return said.min(room) as usize;
     }
     // SAFETY: the live program (this function's contract).
-    let Some(f) = (unsafe { route.entry::<FnGetProgramInfo>(program, slot::GET_PROGRAM_INFO) })
-    else {
+    let Some(f) = (unsafe { route.get_program_info(program) }) else {
         return 0;
     };
     let mut n: usize = 0;

@@ -15,9 +15,8 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use crate::cl::*;
-use crate::dispatch::{slot, Route};
-use crate::intercept;
-use std::ffi::{c_char, c_void};
+use crate::dispatch::Route;
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 /// The next table's address and entry count. The first loader to initialise the layer
@@ -185,44 +184,7 @@ unsafe fn init(
             PROTOCOL.store(by, Ordering::Relaxed);
         }
         let mut table: Vec<*const c_void> = std::slice::from_raw_parts(target_dispatch, n).to_vec();
-        let ours: [(usize, *const c_void); 9] = [
-            (
-                slot::CREATE_PROGRAM_WITH_SOURCE,
-                layer_clCreateProgramWithSource as *const c_void,
-            ),
-            (
-                slot::CREATE_PROGRAM_WITH_BINARY,
-                layer_clCreateProgramWithBinary as *const c_void,
-            ),
-            (
-                slot::RELEASE_PROGRAM,
-                layer_clReleaseProgram as *const c_void,
-            ),
-            (slot::BUILD_PROGRAM, layer_clBuildProgram as *const c_void),
-            (
-                slot::GET_PROGRAM_INFO,
-                layer_clGetProgramInfo as *const c_void,
-            ),
-            (
-                slot::GET_PROGRAM_BUILD_INFO,
-                layer_clGetProgramBuildInfo as *const c_void,
-            ),
-            (
-                slot::COMPILE_PROGRAM,
-                layer_clCompileProgram as *const c_void,
-            ),
-            (slot::LINK_PROGRAM, layer_clLinkProgram as *const c_void),
-            (
-                slot::CREATE_PROGRAM_WITH_IL,
-                layer_clCreateProgramWithIL as *const c_void,
-            ),
-        ];
-        for (i, f) in ours {
-            if i < n {
-                table[i] = f;
-            }
-        }
-        for (i, f) in launch_slots() {
+        for &(i, f) in OWN_SLOTS {
             if i < n {
                 table[i] = f;
             }
@@ -273,298 +235,22 @@ pub unsafe extern "C" fn clDeinitLayer() -> cl_int {
     CL_SUCCESS
 }
 
-unsafe extern "C" fn layer_clBuildProgram(
-    program: cl_program,
-    num_devices: cl_uint,
-    device_list: *const cl_device_id,
-    options: *const c_char,
-    pfn_notify: BuildNotify,
-    user_data: *mut c_void,
-) -> cl_int {
-    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
-    // on to `intercept`, which reads no more than the implementation would.
-    unsafe {
-        intercept::build_program(
-            route(),
-            program,
-            num_devices,
-            device_list,
-            options,
-            pfn_notify,
-            user_data,
-        )
-    }
+/// The layer's functions for the intercepted entry points: not exported, the loader
+/// reaches them through the table `init` hands it.
+mod own {
+    use super::route;
+    use crate::cl::*;
+    use crate::intercept::door_functions;
+    use std::ffi::{c_char, c_void};
+
+    crate::entry_points::table!(intercepted => door_functions { route: route() });
 }
 
-#[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn layer_clCompileProgram(
-    program: cl_program,
-    num_devices: cl_uint,
-    device_list: *const cl_device_id,
-    options: *const c_char,
-    num_input_headers: cl_uint,
-    input_headers: *const cl_program,
-    header_include_names: *const *const c_char,
-    pfn_notify: BuildNotify,
-    user_data: *mut c_void,
-) -> cl_int {
-    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
-    // on to `intercept`, which reads no more than the implementation would.
-    unsafe {
-        intercept::compile_program(
-            route(),
-            program,
-            num_devices,
-            device_list,
-            options,
-            num_input_headers,
-            input_headers,
-            header_include_names,
-            pfn_notify,
-            user_data,
-        )
-    }
+/// Generates `OWN_SLOTS`: each intercepted entry point's slot and the layer's function for it.
+macro_rules! own_slots {
+    ($with:tt $($slot:literal => fn $name:ident $args:tt -> $ret:ty
+        as $ty:ident, $acc:ident;)*) => {
+        const OWN_SLOTS: &[(usize, *const c_void)] = &[$(($slot, own::$name as *const c_void)),*];
+    };
 }
-
-#[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn layer_clLinkProgram(
-    context: cl_context,
-    num_devices: cl_uint,
-    device_list: *const cl_device_id,
-    options: *const c_char,
-    num_input_programs: cl_uint,
-    input_programs: *const cl_program,
-    pfn_notify: BuildNotify,
-    user_data: *mut c_void,
-    errcode_ret: *mut cl_int,
-) -> cl_program {
-    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
-    // on to `intercept`, which reads no more than the implementation would.
-    unsafe {
-        intercept::link_program(
-            route(),
-            context,
-            num_devices,
-            device_list,
-            options,
-            num_input_programs,
-            input_programs,
-            pfn_notify,
-            user_data,
-            errcode_ret,
-        )
-    }
-}
-
-unsafe extern "C" fn layer_clGetProgramInfo(
-    program: cl_program,
-    param_name: cl_program_info,
-    param_value_size: usize,
-    param_value: *mut c_void,
-    param_value_size_ret: *mut usize,
-) -> cl_int {
-    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
-    // on to `intercept`, which reads no more than the implementation would.
-    unsafe {
-        intercept::get_program_info(
-            route(),
-            program,
-            param_name,
-            param_value_size,
-            param_value,
-            param_value_size_ret,
-        )
-    }
-}
-
-unsafe extern "C" fn layer_clGetProgramBuildInfo(
-    program: cl_program,
-    device: cl_device_id,
-    param_name: cl_program_build_info,
-    param_value_size: usize,
-    param_value: *mut c_void,
-    param_value_size_ret: *mut usize,
-) -> cl_int {
-    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
-    // on to `intercept`, which reads no more than the implementation would.
-    unsafe {
-        intercept::get_program_build_info(
-            route(),
-            program,
-            device,
-            param_name,
-            param_value_size,
-            param_value,
-            param_value_size_ret,
-        )
-    }
-}
-
-unsafe extern "C" fn layer_clCreateProgramWithBinary(
-    context: cl_context,
-    num_devices: cl_uint,
-    device_list: *const cl_device_id,
-    lengths: *const usize,
-    binaries: *const *const u8,
-    binary_status: *mut cl_int,
-    errcode_ret: *mut cl_int,
-) -> cl_program {
-    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
-    // on to `intercept`, which reads no more than the implementation would.
-    unsafe {
-        intercept::create_program_with_binary(
-            route(),
-            context,
-            num_devices,
-            device_list,
-            lengths,
-            binaries,
-            binary_status,
-            errcode_ret,
-        )
-    }
-}
-
-unsafe extern "C" fn layer_clCreateProgramWithSource(
-    context: cl_context,
-    count: cl_uint,
-    strings: *const *const c_char,
-    lengths: *const usize,
-    errcode_ret: *mut cl_int,
-) -> cl_program {
-    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
-    // on to `intercept`, which reads no more than the implementation would.
-    unsafe {
-        intercept::create_program_with_source(
-            route(),
-            context,
-            count,
-            strings,
-            lengths,
-            errcode_ret,
-        )
-    }
-}
-
-unsafe extern "C" fn layer_clCreateProgramWithIL(
-    context: cl_context,
-    il: *const c_void,
-    length: usize,
-    errcode_ret: *mut cl_int,
-) -> cl_program {
-    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
-    // on to `intercept`, which reads no more than the implementation would.
-    unsafe { intercept::create_program_with_il(route(), context, il, length, errcode_ret) }
-}
-
-unsafe extern "C" fn layer_clReleaseProgram(program: cl_program) -> cl_int {
-    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
-    // on to `intercept`, which reads no more than the implementation would.
-    unsafe { intercept::release_program(route(), program) }
-}
-
-/// The kernel-launch and kernel-creation slots (first launches).
-fn launch_slots() -> [(usize, *const c_void); 5] {
-    [
-        (
-            slot::ENQUEUE_ND_RANGE_KERNEL,
-            layer_clEnqueueNDRangeKernel as *const c_void,
-        ),
-        (slot::ENQUEUE_TASK, layer_clEnqueueTask as *const c_void),
-        (slot::CREATE_KERNEL, layer_clCreateKernel as *const c_void),
-        (
-            slot::CREATE_KERNELS_IN_PROGRAM,
-            layer_clCreateKernelsInProgram as *const c_void,
-        ),
-        (slot::CLONE_KERNEL, layer_clCloneKernel as *const c_void),
-    ]
-}
-
-#[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn layer_clEnqueueNDRangeKernel(
-    queue: cl_command_queue,
-    kernel: cl_kernel,
-    work_dim: cl_uint,
-    global_work_offset: *const usize,
-    global_work_size: *const usize,
-    local_work_size: *const usize,
-    num_events_in_wait_list: cl_uint,
-    event_wait_list: *const cl_event,
-    event: *mut cl_event,
-) -> cl_int {
-    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
-    // on to `intercept`, which reads no more than the implementation would.
-    unsafe {
-        intercept::enqueue_nd_range_kernel(
-            route(),
-            queue,
-            kernel,
-            work_dim,
-            global_work_offset,
-            global_work_size,
-            local_work_size,
-            num_events_in_wait_list,
-            event_wait_list,
-            event,
-        )
-    }
-}
-
-unsafe extern "C" fn layer_clEnqueueTask(
-    queue: cl_command_queue,
-    kernel: cl_kernel,
-    num_events_in_wait_list: cl_uint,
-    event_wait_list: *const cl_event,
-    event: *mut cl_event,
-) -> cl_int {
-    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
-    // on to `intercept`, which reads no more than the implementation would.
-    unsafe {
-        intercept::enqueue_task(
-            route(),
-            queue,
-            kernel,
-            num_events_in_wait_list,
-            event_wait_list,
-            event,
-        )
-    }
-}
-
-unsafe extern "C" fn layer_clCreateKernel(
-    program: cl_program,
-    kernel_name: *const c_char,
-    errcode_ret: *mut cl_int,
-) -> cl_kernel {
-    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
-    // on to `intercept`, which reads no more than the implementation would.
-    unsafe { intercept::create_kernel(route(), program, kernel_name, errcode_ret) }
-}
-
-unsafe extern "C" fn layer_clCreateKernelsInProgram(
-    program: cl_program,
-    num_kernels: cl_uint,
-    kernels: *mut cl_kernel,
-    num_kernels_ret: *mut cl_uint,
-) -> cl_int {
-    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
-    // on to `intercept`, which reads no more than the implementation would.
-    unsafe {
-        intercept::create_kernels_in_program(
-            route(),
-            program,
-            num_kernels,
-            kernels,
-            num_kernels_ret,
-        )
-    }
-}
-
-unsafe extern "C" fn layer_clCloneKernel(
-    source_kernel: cl_kernel,
-    errcode_ret: *mut cl_int,
-) -> cl_kernel {
-    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
-    // on to `intercept`, which reads no more than the implementation would.
-    unsafe { intercept::clone_kernel(route(), source_kernel, errcode_ret) }
-}
+crate::entry_points::table!(intercepted => own_slots);

@@ -1,6 +1,7 @@
 //! clshim: an OpenCL interposer that times program builds and binary queries per process
 //! and MPI rank, and can answer binary queries on pocl's CPU driver without the second
-//! compile they cost there. The C entry points (`preload`, `layer`) are thin; the logic
+//! compile they cost there. The C entry points (`preload`, `layer`, `macos`) are thin and
+//! made from `entry_points`' table, as are their types and accessors; the logic
 //! lives in `intercept` (one path for both modes, and the one door to the application's
 //! memory, through `app_args`), `builds` (timing, callbacks), `policy`
 //! (answering binary queries), `binary_load` (taking clshim binaries back, `container`
@@ -9,10 +10,8 @@
 //! `programs` and `dispatch` (where calls go). `controls` and `schema` come from the
 //! `clshim-format` crate, which the `clshim` command uses too, so its options and its
 //! reader use the library's definitions. Every module is private to the crate, so the
-//! compiler names what nothing uses, except two that tests outside the crate read:
-//! `dispatch` (tests/launches.rs checks its slot numbers against the system's `cl_icd.h`)
-//! and `config` (the command's unit test holds its options to what the library's parser
-//! takes).
+//! compiler names what nothing uses, except `config`, which the command's unit test reads
+//! to hold its options to what the library's parser takes.
 
 mod app_args;
 mod binary_load;
@@ -21,7 +20,8 @@ mod cl;
 pub mod config;
 mod container;
 mod devices;
-pub mod dispatch;
+mod dispatch;
+mod entry_points;
 mod guard;
 mod hash;
 mod intercept;
@@ -32,6 +32,7 @@ mod logger;
 #[cfg(target_os = "macos")]
 mod macos;
 mod policy;
+#[cfg(not(target_os = "macos"))]
 mod preload;
 mod process;
 mod programs;

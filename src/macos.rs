@@ -4,8 +4,10 @@
 //! Integrity Protection does not strip, and pocl and Apple's wrapper ICD sit behind it.
 //! This module is the second route, through `DYLD_INSERT_LIBRARIES`: a `__DATA,__interpose`
 //! section tells dyld to bind every other image's calls to the framework's program
-//! functions to clshim's (unexported) preload entry points, which forward to the
-//! framework's own functions (dyld leaves the interposing image's own binds alone).
+//! functions to clshim's own (unexported) functions, one per interposed row of
+//! `entry_points::table!`, which forward to the framework's own functions (dyld leaves
+//! the interposing image's own binds alone); the same rows make the weak imports and the
+//! tuples.
 //! Apple's objects carry no ICD dispatch table, so those functions are laid out in a
 //! table of the ICD shape and the forwarding logic is the one every other mode uses.
 //!
@@ -24,79 +26,78 @@
 //! `scripts/check-macos` links this for both Mac architectures and checks the exports,
 //! the interpose tuples and the load commands; it has not been run on a Mac.
 
-use crate::dispatch::{slot, Route};
-use crate::preload;
+use crate::dispatch::Route;
 use std::ffi::c_void;
 use std::sync::OnceLock;
 
-type AnyFn = unsafe extern "C" fn();
+/// The framework's functions, as weak imports (no #[link] attribute: build.rs links the
+/// framework weakly) under their own names. Only addresses are taken: `Route`'s accessors
+/// give each its signature at the call.
+mod framework {
+    macro_rules! imports {
+        ($with:tt $($slot:literal => fn $name:ident $args:tt -> $ret:ty
+            as $ty:ident, $acc:ident;)*) => {
+            extern "C" {
+                $(pub fn $name();)*
+            }
 
-// Only addresses are taken: the real signatures live in cl.rs, and Route::entry gives
-// each its type at the call. No #[link] attribute: build.rs links the framework weakly.
-extern "C" {
-    #[link_name = "clGetPlatformInfo"]
-    fn real_get_platform_info();
-    #[link_name = "clGetDeviceInfo"]
-    fn real_get_device_info();
-    #[link_name = "clGetContextInfo"]
-    fn real_get_context_info();
-    #[link_name = "clCreateProgramWithSource"]
-    fn real_create_program_with_source();
-    #[link_name = "clCreateProgramWithBinary"]
-    fn real_create_program_with_binary();
-    #[link_name = "clReleaseProgram"]
-    fn real_release_program();
-    #[link_name = "clBuildProgram"]
-    fn real_build_program();
-    #[link_name = "clGetProgramInfo"]
-    fn real_get_program_info();
-    #[link_name = "clGetProgramBuildInfo"]
-    fn real_get_program_build_info();
-    #[link_name = "clCompileProgram"]
-    fn real_compile_program();
-    #[link_name = "clLinkProgram"]
-    fn real_link_program();
+            /// Each import's slot and its address as bound by dyld.
+            pub fn addresses() -> impl Iterator<Item = (usize, usize)> {
+                [$(($slot, super::bound($name))),*].into_iter()
+            }
+
+            /// One more than the highest slot imported: the length of the table.
+            pub const LEN: usize = {
+                let mut len = 0;
+                $(if $slot + 1 > len { len = $slot + 1; })*
+                len
+            };
+        };
+    }
+    crate::entry_points::table!(imported_on_macos => imports);
 }
 
-const LEN: usize = slot::CREATE_PROGRAM_WITH_IL;
+/// clshim's interposing functions: not exported, dyld reaches them through the
+/// interpose tuples below.
+mod interposers {
+    use super::route;
+    use crate::cl::*;
+    use crate::intercept::door_functions;
+    use std::ffi::{c_char, c_void};
 
-/// The framework's functions as addresses (NULL where the weak import found nothing).
-struct Table([usize; LEN]);
+    crate::entry_points::table!(interposed => door_functions { route: route() });
+}
 
 /// An import's address as bound by dyld. Read through a volatile load: the compiler
 /// assumes a function's address is never NULL, and a weak import's can be, so a plain
-/// read could let it fold away the NULL check in `Route::entry`.
-fn bound(f: AnyFn) -> usize {
+/// read could let it fold away the NULL check in `Route`'s accessors.
+fn bound(f: unsafe extern "C" fn()) -> usize {
     let a = f as usize;
     // SAFETY: reads a local.
     unsafe { std::ptr::read_volatile(&a) }
 }
 
-static FRAMEWORK: OnceLock<Table> = OnceLock::new();
+/// The framework's functions as addresses in their slots (NULL where the weak import
+/// found nothing, and in every slot not imported).
+struct Table([usize; framework::LEN]);
 
-fn framework() -> &'static Table {
-    FRAMEWORK.get_or_init(|| {
-        let mut t = [0usize; LEN];
-        t[slot::GET_PLATFORM_INFO] = bound(real_get_platform_info);
-        t[slot::GET_DEVICE_INFO] = bound(real_get_device_info);
-        t[slot::GET_CONTEXT_INFO] = bound(real_get_context_info);
-        t[slot::CREATE_PROGRAM_WITH_SOURCE] = bound(real_create_program_with_source);
-        t[slot::CREATE_PROGRAM_WITH_BINARY] = bound(real_create_program_with_binary);
-        t[slot::RELEASE_PROGRAM] = bound(real_release_program);
-        t[slot::BUILD_PROGRAM] = bound(real_build_program);
-        t[slot::GET_PROGRAM_INFO] = bound(real_get_program_info);
-        t[slot::GET_PROGRAM_BUILD_INFO] = bound(real_get_program_build_info);
-        t[slot::COMPILE_PROGRAM] = bound(real_compile_program);
-        t[slot::LINK_PROGRAM] = bound(real_link_program);
+static TABLE: OnceLock<Table> = OnceLock::new();
+
+fn forwarding_table() -> &'static Table {
+    TABLE.get_or_init(|| {
+        let mut t = [0usize; framework::LEN];
+        for (slot, address) in framework::addresses() {
+            t[slot] = address;
+        }
         Table(t)
     })
 }
 
 /// The route of every interposed call on macOS.
-pub fn route() -> Route {
+fn route() -> Route {
     Route::Symbols {
-        table: framework().0.as_ptr() as *const *const c_void,
-        len: LEN,
+        table: forwarding_table().0.as_ptr() as *const *const c_void,
+        len: framework::LEN,
     }
 }
 
@@ -110,21 +111,16 @@ struct Interpose {
 // SAFETY: plain addresses, read only by dyld.
 unsafe impl Sync for Interpose {}
 
-macro_rules! interpose {
-    ($($ours:path => $real:ident),* $(,)?) => {
-        [$(Interpose { replacement: $ours as *const c_void, original: $real as *const c_void }),*]
+/// Generates `INTERPOSE`, one tuple per interposed entry point.
+macro_rules! interpose_tuples {
+    ($with:tt $($slot:literal => fn $name:ident $args:tt -> $ret:ty
+        as $ty:ident, $acc:ident;)*) => {
+        #[used]
+        #[link_section = "__DATA,__interpose"]
+        static INTERPOSE: [Interpose; [$(stringify!($name)),*].len()] = [$(Interpose {
+            replacement: interposers::$name as *const c_void,
+            original: framework::$name as *const c_void,
+        }),*];
     };
 }
-
-#[used]
-#[link_section = "__DATA,__interpose"]
-static INTERPOSE: [Interpose; 8] = interpose![
-    preload::clBuildProgram => real_build_program,
-    preload::clCompileProgram => real_compile_program,
-    preload::clLinkProgram => real_link_program,
-    preload::clGetProgramInfo => real_get_program_info,
-    preload::clGetProgramBuildInfo => real_get_program_build_info,
-    preload::clCreateProgramWithBinary => real_create_program_with_binary,
-    preload::clCreateProgramWithSource => real_create_program_with_source,
-    preload::clReleaseProgram => real_release_program,
-];
+crate::entry_points::table!(interposed => interpose_tuples);

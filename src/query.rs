@@ -3,7 +3,7 @@
 //! reference count. Each returns None rather than failing the application's call.
 
 use crate::cl::*;
-use crate::dispatch::{slot, Route};
+use crate::dispatch::Route;
 use std::ffi::c_void;
 
 /// The answer to one `clGet*Info(obj, param, ...)` query: asks for the size, then the
@@ -46,7 +46,7 @@ pub unsafe fn info_bytes<H: Copy>(
 unsafe fn info(route: Route, program: cl_program, param: cl_program_info) -> Option<Vec<u8>> {
     // SAFETY: `program` is a live program reachable through `route`, as every caller of
     // this private helper holds.
-    let f: FnGetProgramInfo = unsafe { route.entry(program, slot::GET_PROGRAM_INFO) }?;
+    let f = unsafe { route.get_program_info(program) }?;
     // SAFETY: the program's own clGetProgramInfo.
     unsafe { info_bytes(f, program, param) }
 }
@@ -75,7 +75,7 @@ pub unsafe fn devices(route: Route, program: cl_program) -> Option<Vec<cl_device
 /// `context` must be a live context reachable through `route`.
 pub unsafe fn context_devices(route: Route, context: cl_context) -> Option<Vec<cl_device_id>> {
     // SAFETY: a live context reachable through `route` (this function's contract).
-    let f: FnGetContextInfo = unsafe { route.entry(context, slot::GET_CONTEXT_INFO) }?;
+    let f = unsafe { route.get_context_info(context) }?;
     // SAFETY: the context's own clGetContextInfo.
     Some(handles(&unsafe {
         info_bytes(f, context, CL_CONTEXT_DEVICES)
@@ -129,9 +129,7 @@ pub unsafe fn kernel_names(route: Route, program: cl_program) -> Vec<String> {
 /// As for [`devices`]; `device` must be one of the program's devices.
 pub unsafe fn built_for(route: Route, program: cl_program, device: cl_device_id) -> bool {
     // SAFETY: a live program reachable through `route` (this function's contract).
-    let Some(f) =
-        (unsafe { route.entry::<FnGetProgramBuildInfo>(program, slot::GET_PROGRAM_BUILD_INFO) })
-    else {
+    let Some(f) = (unsafe { route.get_program_build_info(program) }) else {
         return false;
     };
     let mut status: cl_build_status = CL_BUILD_NONE;

@@ -5,7 +5,8 @@ one line per difference on stderr) unless:
 - its exports are exactly the four loader-layer entry points (on macOS the preload
   functions stay unexported: dyld reaches them through __interpose);
 - __DATA,__interpose holds exactly one tuple per interposed framework function, each
-  pairing clshim's `preload::<name>` with a weak import of the framework's `_<name>`;
+  pairing clshim's `macos::interposers::<name>` with a weak import of the framework's
+  `_<name>`;
 - every import from OpenCL.framework is weak, and the framework is loaded with
   LC_LOAD_WEAK_DYLIB, so the library loads where the framework is missing;
 - the libraries it loads are only ones every Mac has, and its install name is
@@ -112,9 +113,9 @@ def main():
     for slot, replacement in tuples:
         target = funcs.get(replacement, f"{replacement:#x} (no symbol)")
         dylib, sym, weak, _ = binds.get(slot + 8, (None, None, None, None))
-        m = re.match(r"clshim::preload::(\w+)::h[0-9a-f]+$", target)
+        m = re.match(r"clshim::macos::interposers::(\w+)::h[0-9a-f]+$", target)
         if not m:
-            errors.append(f"interpose tuple at {slot:#x}: replacement is {target}, not a clshim::preload function")
+            errors.append(f"interpose tuple at {slot:#x}: replacement is {target}, not a clshim::macos::interposers function")
             continue
         name = m.group(1)
         if (dylib, sym, weak) != ("OpenCL", "_" + name, True):
