@@ -14,7 +14,7 @@ mod report;
 mod run;
 mod traces;
 
-// The controls and the trace schema are the library's own source files, compiled in here
+// The controls, the trace schema and the hash are the library's own source files, compiled in here
 // too rather than linked from the library crate: linking it would bring the interposer
 // along (its exported entry points keep it alive), whose getrandom call the
 // manylinux_2_17 wheel's glibc does not have. The command uses part of each.
@@ -24,6 +24,11 @@ mod controls;
 #[path = "../../schema.rs"]
 #[allow(dead_code)]
 mod schema;
+// The library's one stable hash: the report names linked programs by a hash of their
+// inputs' hashes.
+#[path = "../../hash.rs"]
+#[allow(dead_code)]
+mod hash;
 
 use std::io::Write;
 use std::process::ExitCode;
