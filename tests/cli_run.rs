@@ -392,3 +392,82 @@ fn run_rejects_bad_option_values_with_status_2() {
         "clshim: --binaries: unknown value 'keep' (expected one of: pass, suppress, substitute)"
     );
 }
+
+// ------------------------------------------------------------------ signals
+
+/// The command's ignored and blocked signals (`SigIgn`/`SigBlk` of /proc/self/status),
+/// started as `cmd` with `ignored` signals ignored and `blocked` ones blocked, as a
+/// parent (nohup, a job system) may start it.
+fn signal_state(mut cmd: Command, ignored: &'static [i32], blocked: &'static [i32]) -> String {
+    use std::os::unix::process::CommandExt;
+    cmd.args(["grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status"]);
+    common::clear_shim_env(&mut cmd, &[]);
+    let set = move || {
+        for &sig in ignored {
+            // SAFETY: SIG_IGN installs no handler; a standard signal number.
+            unsafe { libc::signal(sig, libc::SIG_IGN) };
+        }
+        // SAFETY: all-zero bytes are a valid sigset_t.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        for &sig in blocked {
+            // SAFETY: `set` is a valid sigset_t, `sig` a standard signal number.
+            unsafe { libc::sigaddset(&mut set, sig) };
+        }
+        // SAFETY: `set` is valid; the old mask is not asked for.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) };
+        Ok(())
+    };
+    // SAFETY: the closure only calls async-signal-safe functions before exec.
+    unsafe { cmd.pre_exec(set) };
+    let o = cmd.output().expect("spawn");
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    common::stdout(&o)
+}
+
+/// The command gets the signal dispositions and mask it would get without clshim: Rust's
+/// runtime ignores SIGPIPE and `Command` empties the mask, `clshim run` puts back what it
+/// was started with.
+#[test]
+fn run_gives_the_command_the_signals_it_was_started_with() {
+    let lib = empty_so();
+    for (ignored, blocked) in [
+        (&[][..], &[][..]),
+        (&[libc::SIGPIPE, libc::SIGHUP][..], &[libc::SIGUSR1][..]),
+    ] {
+        let without = signal_state(Command::new("env"), ignored, blocked);
+        let mut c = common::clshim();
+        c.args(["run", "--lib", s(&lib), "--"]);
+        let with = signal_state(c, ignored, blocked);
+        assert_eq!(with, without, "ignored {ignored:?}, blocked {blocked:?}");
+    }
+}
+
+/// Under the Python entry point (`python -m clshim`, as the wheel installs it: the
+/// package's Python files, the executable and the library side by side) the command does
+/// not inherit what Python changed (SIGPIPE and SIGXFSZ ignored), and keeps what its
+/// parent set before Python started (an ignored SIGHUP, a blocked signal).
+#[test]
+fn python_entry_point_gives_the_command_the_signals_it_would_get_without_clshim() {
+    let d = common::scratch("python-signals");
+    let pkg = d.join("clshim");
+    std::fs::create_dir_all(&pkg).unwrap();
+    for f in ["__init__.py", "__main__.py"] {
+        std::fs::copy(
+            common::repo_root().join("python/clshim").join(f),
+            pkg.join(f),
+        )
+        .unwrap();
+    }
+    std::fs::copy(common::shim_path(), pkg.join("libclshim.so")).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_clshim"), pkg.join("clshim")).unwrap();
+    for (ignored, blocked) in [
+        (&[][..], &[][..]),
+        (&[libc::SIGHUP][..], &[libc::SIGUSR1][..]),
+    ] {
+        let without = signal_state(Command::new("env"), ignored, blocked);
+        let mut c = Command::new("python3");
+        c.env("PYTHONPATH", &*d).args(["-m", "clshim", "run", "--"]);
+        let with = signal_state(c, ignored, blocked);
+        assert_eq!(with, without, "ignored {ignored:?}, blocked {blocked:?}");
+    }
+}

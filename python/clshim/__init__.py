@@ -27,10 +27,32 @@ def library():
     return os.path.join(_HERE, name)
 
 
+# What Python itself ignores at start-up (CPython's signal module init): the same set that
+# subprocess's restore_signals=True puts back to the default for a child. Handlers Python
+# installs (SIGINT) are reset by exec itself; Python changes no signal mask.
+_PYTHON_IGNORED = ("SIGPIPE", "SIGXFZ", "SIGXFSZ")
+
+
+def _restore_signals():
+    """Undoes what Python changed, so the command gets the signals it would get without
+    clshim. Only those: a disposition the user set before Python started (nohup's
+    SIGHUP, a blocked signal) is the user's and stays."""
+    import signal
+
+    for name in _PYTHON_IGNORED:
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+
+
 def main():
     """Runs the ``clshim`` executable with this process's arguments, in its place (same
     process id, so exit status, signals and streams are the executable's own)."""
     exe = executable()
+    _restore_signals()
     try:
         os.execv(exe, ["clshim"] + sys.argv[1:])
     except OSError as e:

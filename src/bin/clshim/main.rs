@@ -8,6 +8,7 @@
 
 mod chrome;
 mod cli;
+mod inherited_signals;
 mod macos_env;
 mod render;
 mod report;

@@ -7,8 +7,9 @@
 //! `LD_PRELOAD` or `DYLD_INSERT_LIBRARIES` on macOS, and the loader's `OPENCL_LAYERS`,
 //! both by default; the library is put first in each and an existing value kept; never
 //! `DYLD_FORCE_FLAT_NAMESPACE`, see `macos_env.rs`),
-//! creating the trace directory, and the `exec` itself, so that exit status, signals,
-//! standard streams and the process tree are the command's own. Every failure before
+//! creating the trace directory, and the `exec` itself, so that exit status, signals
+//! (dispositions and mask as clshim was started with, `inherited_signals.rs`), standard
+//! streams and the process tree are the command's own. Every failure before
 //! the command starts is a one-line error and a non-zero exit status.
 
 use crate::cli::RunOpts;
@@ -309,6 +310,7 @@ fn try_run(o: RunOpts) -> Result<std::convert::Infallible, RunError> {
     for (k, v) in env {
         cmd.env(k, v);
     }
+    crate::inherited_signals::restore_on_exec(&mut cmd);
     // `exec` returns only if the command could not be started.
     let e = cmd.exec();
     let status = match e.raw_os_error() {
