@@ -16,6 +16,7 @@ pub mod cl;
 pub mod config;
 pub mod container;
 pub mod controls;
+pub mod copies;
 pub mod devices;
 pub mod dispatch;
 pub mod guard;
