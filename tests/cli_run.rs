@@ -471,3 +471,113 @@ fn python_entry_point_gives_the_command_the_signals_it_would_get_without_clshim(
         assert_eq!(with, without, "ignored {ignored:?}, blocked {blocked:?}");
     }
 }
+
+// ------------------------------------------------------------------ library paths
+
+/// A library path with a space or a colon: the loaders split `LD_PRELOAD` at both and
+/// `OPENCL_LAYERS` at colons, with no escape, so `clshim run` refuses such a path for a
+/// door that cannot hold it, naming the path and what to do, before the command starts
+/// (never a run that records nothing). A door that can hold it runs, and so does a link
+/// to the library from a plain path.
+#[test]
+fn run_refuses_a_library_path_its_doors_cannot_hold() {
+    let d = common::scratch("odd-lib-path");
+    for (dir, refused) in [
+        ("My Project", &["both", "preload"][..]),
+        ("a:b", &["both", "preload", "layer"][..]),
+    ] {
+        let lib = d.join(dir).join("libclshim.so");
+        std::fs::create_dir_all(lib.parent().unwrap()).unwrap();
+        std::fs::copy(empty_so(), &lib).unwrap();
+        for mode in ["both", "preload", "layer"] {
+            let marker = d.join(format!("ran-{mode}"));
+            let _ = std::fs::remove_file(&marker);
+            let o = clshim_out(
+                &[
+                    "run",
+                    "--mode",
+                    mode,
+                    "--lib",
+                    s(&lib),
+                    "--",
+                    "sh",
+                    "-c",
+                    "echo \"$OPENCL_LAYERS\" > \"$0\"",
+                    s(&marker),
+                ],
+                &[],
+            );
+            if refused.contains(&mode) {
+                assert_eq!(o.status.code(), Some(1), "{dir} {mode}: {o:?}");
+                let e = one_line_err(&o);
+                assert!(e.contains(&format!("'{}'", lib.display())), "{e}");
+                assert!(e.contains("--lib"), "{e}");
+                assert!(!marker.exists(), "{dir} {mode}: the command ran");
+            } else {
+                assert!(o.status.success(), "{dir} {mode}: {}", common::stderr(&o));
+                let layers = std::fs::read_to_string(&marker).unwrap();
+                assert_eq!(layers.trim_end(), lib.to_str().unwrap());
+            }
+        }
+        // The way out the message gives: a link from a path without either.
+        let link = d.join(format!("link-{}.so", dir.len()));
+        std::os::unix::fs::symlink(&lib, &link).unwrap();
+        let o = clshim_out(
+            &[
+                "run",
+                "--lib",
+                s(&link),
+                "--",
+                "sh",
+                "-c",
+                "echo $LD_PRELOAD",
+            ],
+            &[],
+        );
+        assert!(o.status.success(), "{}", common::stderr(&o));
+        assert_eq!(common::stdout(&o).trim_end(), link.to_str().unwrap());
+    }
+}
+
+/// Another copy of clshim's library already in `LD_PRELOAD` or `OPENCL_LAYERS` (a module
+/// file's, a user's own setting) is recognised and dropped, whatever path names it: the
+/// same file by a hard link, a file named like the library, a renamed copy (by the name
+/// every copy exports). Other libraries stay, in their order.
+#[test]
+fn run_drops_other_copies_of_the_library_from_both_doors() {
+    let d = common::scratch("other-copies");
+    let lib = d.join("mine/libclshim.so");
+    std::fs::create_dir_all(lib.parent().unwrap()).unwrap();
+    std::fs::copy(common::shim_path(), &lib).unwrap();
+    let hard = d.join("hardlink.so");
+    std::fs::hard_link(&lib, &hard).unwrap();
+    let module = d.join("module/libclshim.so");
+    std::fs::create_dir_all(module.parent().unwrap()).unwrap();
+    std::fs::copy(empty_so(), &module).unwrap();
+    let renamed = d.join("libprofiler.so");
+    std::fs::copy(common::shim_path(), &renamed).unwrap();
+    let other = d.join("libother.so");
+    std::fs::copy(empty_so(), &other).unwrap();
+    let list = format!(
+        "{}:{}:{}:{}",
+        module.display(),
+        hard.display(),
+        other.display(),
+        renamed.display()
+    );
+    let o = clshim_out(
+        &[
+            "run",
+            "--lib",
+            s(&lib),
+            "--",
+            "sh",
+            "-c",
+            "echo \"$LD_PRELOAD\"; echo \"$OPENCL_LAYERS\"",
+        ],
+        &[("LD_PRELOAD", &list), ("OPENCL_LAYERS", &list)],
+    );
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let want = format!("{}:{}", lib.display(), other.display());
+    assert_eq!(common::stdout(&o), format!("{want}\n{want}\n"));
+}
