@@ -565,6 +565,13 @@ fn run_drops_other_copies_of_the_library_from_both_doors() {
         other.display(),
         renamed.display()
     );
+    // Not a file to read for the marker (reading it would never end): kept. Only in
+    // OPENCL_LAYERS, which `sh` does not load.
+    let fifo = d.join("fifo.so");
+    let c_fifo = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o600) }, 0);
+    let layers = format!("{list}:{}", fifo.display());
     let o = clshim_out(
         &[
             "run",
@@ -575,9 +582,12 @@ fn run_drops_other_copies_of_the_library_from_both_doors() {
             "-c",
             "echo \"$LD_PRELOAD\"; echo \"$OPENCL_LAYERS\"",
         ],
-        &[("LD_PRELOAD", &list), ("OPENCL_LAYERS", &list)],
+        &[("LD_PRELOAD", &list), ("OPENCL_LAYERS", &layers)],
     );
     assert!(o.status.success(), "{}", common::stderr(&o));
     let want = format!("{}:{}", lib.display(), other.display());
-    assert_eq!(common::stdout(&o), format!("{want}\n{want}\n"));
+    assert_eq!(
+        common::stdout(&o),
+        format!("{want}\n{want}:{}\n", fifo.display())
+    );
 }

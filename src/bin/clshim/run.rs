@@ -279,6 +279,10 @@ fn is_clshim_library(entry: &[u8], lib: &Path, lib_id: Option<(u64, u64)>) -> bo
     if lib_id.is_some() && file_id(path) == lib_id {
         return true;
     }
+    // Only a regular file is read (a FIFO named there would never end).
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return false;
+    }
     let mut head = Vec::new();
     std::fs::File::open(path)
         .and_then(|f| f.take(1 << 20).read_to_end(&mut head))
