@@ -6,8 +6,10 @@
 //! (answering binary queries), `binary_load` (taking clshim binaries back, `container`
 //! their format, `recipe` what they carry), `launches` (first kernel launches), `record`
 //! and `trace_file` (output), `controls` and `config` (the user's choices), `devices`,
-//! `programs` and `dispatch` (where calls go). The `clshim` command compiles `controls` and `schema` in as its
-//! own modules, so its options and its reader use the library's definitions.
+//! `programs` and `dispatch` (where calls go), `copies` (one recording copy of the library
+//! per process). The `clshim` command compiles `controls`, `schema` and `hash` in as its
+//! own modules, so its options, its reader and its link identities use the library's
+//! definitions.
 
 pub mod app_args;
 pub mod binary_load;
