@@ -1,7 +1,8 @@
 //! The two rules that keep clshim from hurting its host: no panic ever crosses the C
 //! boundary (`catch` turns one into `None`, and the caller then forwards the call
 //! unchanged), and calls the implementation makes back into an intercepted entry point
-//! on the same thread are forwarded without being recorded a second time (`enter`).
+//! on the same thread are forwarded without being recorded a second time (`enter`), as
+//! are all calls reaching a copy of the library that is not the process's recording one.
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -25,8 +26,12 @@ impl Drop for Inside {
 }
 
 /// Enters an intercepted call, or None if this thread is already inside one (or is
-/// being torn down), in which case the caller forwards without recording.
+/// being torn down), or another copy of the library records in this process
+/// (`copies`), in which case the caller forwards without recording.
 pub fn enter() -> Option<Inside> {
+    if !crate::copies::this_copy_records() {
+        return None;
+    }
     match INSIDE.try_with(|c| c.replace(true)) {
         Ok(false) => Some(Inside(())),
         _ => None,

@@ -360,6 +360,10 @@ pub unsafe fn launch(
     if kernel.is_null() || global.is_null() || !(1..=3).contains(&work_dim) {
         return forward(event);
     }
+    // A copy of the library that does not record asks the driver nothing either.
+    if !crate::copies::this_copy_records() {
+        return forward(event);
+    }
     // SAFETY: the application's queue, whose dispatch `route` knows how to find.
     let Some(device) = (unsafe { queue_device(route, queue) }) else {
         return forward(event);

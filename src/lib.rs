@@ -7,7 +7,8 @@
 //! (answering binary queries), `binary_load` (taking clshim binaries back, `container`
 //! their format, `recipe` what they carry), `launches` (first kernel launches), `record`
 //! and `trace_file` (output), `controls` and `config` (the user's choices), `devices`,
-//! `programs` and `dispatch` (where calls go). `controls` and `schema` come from the
+//! `programs` and `dispatch` (where calls go), `copies` (one recording copy of the library
+//! per process). `controls`, `schema` and `hash` come from the
 //! `clshim-format` crate, which the `clshim` command uses too, so its options and its
 //! reader use the library's definitions. Every module is private to the crate, so the
 //! compiler names what nothing uses, except `config`, which the command's unit test reads
@@ -19,11 +20,11 @@ mod builds;
 mod cl;
 pub mod config;
 mod container;
+mod copies;
 mod devices;
 mod dispatch;
 mod entry_points;
 mod guard;
-mod hash;
 mod intercept;
 mod launches;
 mod layer;
@@ -42,4 +43,4 @@ mod record;
 mod runtime;
 mod trace_file;
 
-use clshim_format::{controls, schema};
+use clshim_format::{controls, hash, schema};

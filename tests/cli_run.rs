@@ -392,3 +392,202 @@ fn run_rejects_bad_option_values_with_status_2() {
         "clshim: --binaries: unknown value 'keep' (expected one of: pass, suppress, substitute)"
     );
 }
+
+// ------------------------------------------------------------------ signals
+
+/// The command's ignored and blocked signals (`SigIgn`/`SigBlk` of /proc/self/status),
+/// started as `cmd` with `ignored` signals ignored and `blocked` ones blocked, as a
+/// parent (nohup, a job system) may start it.
+fn signal_state(mut cmd: Command, ignored: &'static [i32], blocked: &'static [i32]) -> String {
+    use std::os::unix::process::CommandExt;
+    cmd.args(["grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status"]);
+    common::clear_shim_env(&mut cmd, &[]);
+    let set = move || {
+        for &sig in ignored {
+            // SAFETY: SIG_IGN installs no handler; a standard signal number.
+            unsafe { libc::signal(sig, libc::SIG_IGN) };
+        }
+        // SAFETY: all-zero bytes are a valid sigset_t.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        for &sig in blocked {
+            // SAFETY: `set` is a valid sigset_t, `sig` a standard signal number.
+            unsafe { libc::sigaddset(&mut set, sig) };
+        }
+        // SAFETY: `set` is valid; the old mask is not asked for.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) };
+        Ok(())
+    };
+    // SAFETY: the closure only calls async-signal-safe functions before exec.
+    unsafe { cmd.pre_exec(set) };
+    let o = cmd.output().expect("spawn");
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    common::stdout(&o)
+}
+
+/// The command gets the signal dispositions and mask it would get without clshim: Rust's
+/// runtime ignores SIGPIPE and `Command` empties the mask, `clshim run` puts back what it
+/// was started with.
+#[test]
+fn run_gives_the_command_the_signals_it_was_started_with() {
+    let lib = empty_so();
+    for (ignored, blocked) in [
+        (&[][..], &[][..]),
+        (&[libc::SIGPIPE, libc::SIGHUP][..], &[libc::SIGUSR1][..]),
+    ] {
+        let without = signal_state(Command::new("env"), ignored, blocked);
+        let mut c = common::clshim();
+        c.args(["run", "--lib", s(&lib), "--"]);
+        let with = signal_state(c, ignored, blocked);
+        assert_eq!(with, without, "ignored {ignored:?}, blocked {blocked:?}");
+    }
+}
+
+/// Under the Python entry point (`python -m clshim`, as the wheel installs it: the
+/// package's Python files, the executable and the library side by side) the command does
+/// not inherit what Python changed (SIGPIPE and SIGXFSZ ignored), and keeps what its
+/// parent set before Python started (an ignored SIGHUP, a blocked signal).
+#[test]
+fn python_entry_point_gives_the_command_the_signals_it_would_get_without_clshim() {
+    let d = common::scratch("python-signals");
+    let pkg = d.join("clshim");
+    std::fs::create_dir_all(&pkg).unwrap();
+    for f in ["__init__.py", "__main__.py"] {
+        std::fs::copy(
+            common::repo_root().join("python/clshim").join(f),
+            pkg.join(f),
+        )
+        .unwrap();
+    }
+    std::fs::copy(common::shim_path(), pkg.join("libclshim.so")).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_clshim"), pkg.join("clshim")).unwrap();
+    for (ignored, blocked) in [
+        (&[][..], &[][..]),
+        (&[libc::SIGHUP][..], &[libc::SIGUSR1][..]),
+    ] {
+        let without = signal_state(Command::new("env"), ignored, blocked);
+        let mut c = Command::new("python3");
+        c.env("PYTHONPATH", &*d).args(["-m", "clshim", "run", "--"]);
+        let with = signal_state(c, ignored, blocked);
+        assert_eq!(with, without, "ignored {ignored:?}, blocked {blocked:?}");
+    }
+}
+
+// ------------------------------------------------------------------ library paths
+
+/// A library path with a space or a colon: the loaders split `LD_PRELOAD` at both and
+/// `OPENCL_LAYERS` at colons, with no escape, so `clshim run` refuses such a path for a
+/// door that cannot hold it, naming the path and what to do, before the command starts
+/// (never a run that records nothing). A door that can hold it runs, and so does a link
+/// to the library from a plain path.
+#[test]
+fn run_refuses_a_library_path_its_doors_cannot_hold() {
+    let d = common::scratch("odd-lib-path");
+    for (dir, refused) in [
+        ("My Project", &["both", "preload"][..]),
+        ("a:b", &["both", "preload", "layer"][..]),
+    ] {
+        let lib = d.join(dir).join("libclshim.so");
+        std::fs::create_dir_all(lib.parent().unwrap()).unwrap();
+        std::fs::copy(empty_so(), &lib).unwrap();
+        for mode in ["both", "preload", "layer"] {
+            let marker = d.join(format!("ran-{mode}"));
+            let _ = std::fs::remove_file(&marker);
+            let o = clshim_out(
+                &[
+                    "run",
+                    "--mode",
+                    mode,
+                    "--lib",
+                    s(&lib),
+                    "--",
+                    "sh",
+                    "-c",
+                    "echo \"$OPENCL_LAYERS\" > \"$0\"",
+                    s(&marker),
+                ],
+                &[],
+            );
+            if refused.contains(&mode) {
+                assert_eq!(o.status.code(), Some(1), "{dir} {mode}: {o:?}");
+                let e = one_line_err(&o);
+                assert!(e.contains(&format!("'{}'", lib.display())), "{e}");
+                assert!(e.contains("--lib"), "{e}");
+                assert!(!marker.exists(), "{dir} {mode}: the command ran");
+            } else {
+                assert!(o.status.success(), "{dir} {mode}: {}", common::stderr(&o));
+                let layers = std::fs::read_to_string(&marker).unwrap();
+                assert_eq!(layers.trim_end(), lib.to_str().unwrap());
+            }
+        }
+        // The way out the message gives: a link from a path without either.
+        let link = d.join(format!("link-{}.so", dir.len()));
+        std::os::unix::fs::symlink(&lib, &link).unwrap();
+        let o = clshim_out(
+            &[
+                "run",
+                "--lib",
+                s(&link),
+                "--",
+                "sh",
+                "-c",
+                "echo $LD_PRELOAD",
+            ],
+            &[],
+        );
+        assert!(o.status.success(), "{}", common::stderr(&o));
+        assert_eq!(common::stdout(&o).trim_end(), link.to_str().unwrap());
+    }
+}
+
+/// Another copy of clshim's library already in `LD_PRELOAD` or `OPENCL_LAYERS` (a module
+/// file's, a user's own setting) is recognised and dropped, whatever path names it: the
+/// same file by a hard link, a file named like the library, a renamed copy (by the name
+/// every copy exports). Other libraries stay, in their order.
+#[test]
+fn run_drops_other_copies_of_the_library_from_both_doors() {
+    let d = common::scratch("other-copies");
+    let lib = d.join("mine/libclshim.so");
+    std::fs::create_dir_all(lib.parent().unwrap()).unwrap();
+    std::fs::copy(common::shim_path(), &lib).unwrap();
+    let hard = d.join("hardlink.so");
+    std::fs::hard_link(&lib, &hard).unwrap();
+    let module = d.join("module/libclshim.so");
+    std::fs::create_dir_all(module.parent().unwrap()).unwrap();
+    std::fs::copy(empty_so(), &module).unwrap();
+    let renamed = d.join("libprofiler.so");
+    std::fs::copy(common::shim_path(), &renamed).unwrap();
+    let other = d.join("libother.so");
+    std::fs::copy(empty_so(), &other).unwrap();
+    let list = format!(
+        "{}:{}:{}:{}",
+        module.display(),
+        hard.display(),
+        other.display(),
+        renamed.display()
+    );
+    // Not a file to read for the marker (reading it would never end): kept. Only in
+    // OPENCL_LAYERS, which `sh` does not load.
+    let fifo = d.join("fifo.so");
+    let c_fifo = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o600) }, 0);
+    let layers = format!("{list}:{}", fifo.display());
+    let o = clshim_out(
+        &[
+            "run",
+            "--lib",
+            s(&lib),
+            "--",
+            "sh",
+            "-c",
+            "echo \"$LD_PRELOAD\"; echo \"$OPENCL_LAYERS\"",
+        ],
+        &[("LD_PRELOAD", &list), ("OPENCL_LAYERS", &layers)],
+    );
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let want = format!("{}:{}", lib.display(), other.display());
+    assert_eq!(
+        common::stdout(&o),
+        format!("{want}\n{want}:{}\n", fifo.display())
+    );
+}

@@ -575,3 +575,42 @@ fn a_call_that_reaches_clshim_through_the_layer_and_again_by_symbol_is_recorded_
     let err = stderr(&out);
     assert!(err.contains(" 1 builds "), "{err}");
 }
+
+/// Two distinct copies of the library under the Khronos loader, as two layers and with
+/// one also preloaded: one copy records (one trace file, one summary, each of the
+/// client's 4 builds and 4 binary queries once), the other forwards.
+#[test]
+fn two_copies_of_the_library_record_each_call_once_under_the_khronos_loader() {
+    let Some(lib) = khronos_lib() else { return };
+    let dir = scratch("khronos-two-copies");
+    let (a, b) = (dir.join("a/libclshim.so"), dir.join("b/libclshim.so"));
+    for c in [&a, &b] {
+        std::fs::create_dir_all(c.parent().unwrap()).unwrap();
+        std::fs::copy(shim_path(), c).unwrap();
+    }
+    let layers = format!("{}:{}", a.display(), b.display());
+    let bin = client();
+    for (tag, preload) in [("layers", None), ("both", Some(&a))] {
+        let trace = dir.join(format!("trace-{tag}"));
+        let mut env = vec![
+            ("OPENCL_LAYERS", layers.as_str()),
+            ("CLSHIM_TRACE_DIR", trace.to_str().unwrap()),
+            ("CLSHIM_SUMMARY", "1"),
+        ];
+        if let Some(p) = preload {
+            env.push(("LD_PRELOAD", p.to_str().unwrap()));
+        }
+        let (out, _) = launch(&bin, &[], Mode::Plain, &dir, Some(&lib), tag, &env);
+        assert_both_ran(&out, &lib);
+        let err = stderr(&out);
+        let summaries = err
+            .lines()
+            .filter(|l| l.starts_with("clshim: pid "))
+            .count();
+        assert_eq!(summaries, 1, "{tag}:\n{err}");
+        assert_eq!(std::fs::read_dir(&trace).unwrap().count(), 1, "{tag}");
+        let recs = checked_traces(&trace);
+        assert_eq!(events(&recs, "build").len(), 4, "{tag}: {recs:#?}");
+        assert_eq!(events(&recs, "binary_query").len(), 4, "{tag}: {recs:#?}");
+    }
+}

@@ -368,3 +368,90 @@ fn clshim_run_default_records_pyopencl_wheel_once() {
         .collect();
     assert_eq!(builds.len(), 1, "{recs:#?}");
 }
+
+/// Two distinct copies of the library (two files, as a module file's copy and a wheel's
+/// would be) in one process, under both doors, under the layer door twice and under the
+/// preload door twice, in either order: one copy records, so each process writes one
+/// trace file and one summary, with each build and query recorded once and the policy
+/// applied once.
+#[test]
+fn two_copies_of_the_library_record_each_call_once() {
+    let dir = scratch("two-copies");
+    let (a, b) = (dir.join("a/libclshim.so"), dir.join("b/libclshim.so"));
+    for c in [&a, &b] {
+        std::fs::create_dir_all(c.parent().unwrap()).unwrap();
+        std::fs::copy(shim_path(), c).unwrap();
+    }
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let ab = format!("{a}:{b}");
+    let ba = format!("{b}:{a}");
+    let basic = build_c("basic", &[]);
+    let client = dlopen_client();
+    let cases: [(&Path, &str, &str); 7] = [
+        (&basic, a, b),
+        (&basic, "", &ab),
+        (&basic, &ab, ""),
+        (&client, a, b),
+        (&client, a, &ab),
+        (&client, "", &ab),
+        (&client, &ba, &ba),
+    ];
+    for (i, (program, preload, layers)) in cases.into_iter().enumerate() {
+        let trace = dir.join(format!("t{i}"));
+        let mut env = vec![
+            ("CLSHIM_BINARIES", "substitute"),
+            ("CLSHIM_SUMMARY", "1"),
+            ("CLSHIM_TRACE_DIR", trace.to_str().unwrap()),
+        ];
+        if !preload.is_empty() {
+            env.push(("LD_PRELOAD", preload));
+        }
+        if !layers.is_empty() {
+            env.push(("OPENCL_LAYERS", layers));
+        }
+        let out = launch(program, &[], PLAIN, &trace, &env);
+        let case = format!(
+            "{} LD_PRELOAD={preload} OPENCL_LAYERS={layers}",
+            program.display()
+        );
+        let files = std::fs::read_dir(&trace).map(|d| d.count()).unwrap_or(0);
+        assert_eq!(files, 1, "{case}: one trace file");
+        let summaries = stderr(&out)
+            .lines()
+            .filter(|l| l.starts_with("clshim: pid "))
+            .count();
+        assert_eq!(summaries, 1, "{case}:\n{}", stderr(&out));
+        let recs = traces(&trace);
+        assert_eq!(events(&recs, "build").len(), 1, "{case}: {recs:#?}");
+        let queries = events(&recs, "binary_query");
+        assert_eq!(queries.len(), 2, "{case}: {recs:#?}");
+        assert!(
+            queries.iter().all(|q| q["action"] == "substitute"),
+            "{case}: {recs:#?}"
+        );
+    }
+}
+
+/// A library in a folder with a space works through the layer door on real pocl (the
+/// loaders split `OPENCL_LAYERS` at colons only).
+#[test]
+fn clshim_run_layer_from_a_path_with_a_space_records() {
+    let dir = scratch("space-layer");
+    let lib = dir.join("My Project/libclshim.so");
+    std::fs::create_dir_all(lib.parent().unwrap()).unwrap();
+    std::fs::copy(shim_path(), &lib).unwrap();
+    let trace = dir.join("t");
+    let client = dlopen_client();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_clshim"));
+    c.args(["run", "--mode", "layer", "--lib"])
+        .arg(&lib)
+        .arg("--trace-dir")
+        .arg(&trace)
+        .arg("--")
+        .arg(&client);
+    clear_shim_env(&mut c, &[]);
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let recs = traces(&trace);
+    assert_eq!(events(&recs, "build").len(), 1, "{recs:#?}");
+}

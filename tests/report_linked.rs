@@ -68,3 +68,82 @@ fn real_compile_link_client_is_reported_under_its_kernel_name() {
         "the row holds all build time: {build} of {all}"
     );
 }
+
+/// A library that takes the previous library twice, 40 levels deep: a linked program's
+/// identity is a fixed-size hash of its inputs' identities, never their text, so the
+/// report's memory stays bounded by the trace's size whatever the shape of the link
+/// graph. The report runs under a 1 GiB address-space limit (the identity as nested text
+/// would need 2^40 copies of a source hash) and the linked row's hash is short.
+#[test]
+fn doubling_library_chain_is_reported_in_bounded_memory() {
+    const DEPTH: u64 = 40;
+    let d = common::scratch("link-chain");
+    let rec = |id: u64, event: &str, call: &str, extra: Value| {
+        let mut v = json!({
+            "schema": 1, "event": event, "pid": 7, "rank": null, "tid": 7, "ts": 1.8e9 + id as f64,
+            "seconds": 0.001, "call": call, "result": 0, "result_name": "CL_SUCCESS",
+            "program": id, "async": false,
+            "devices": [common::pocl_cpu()],
+        });
+        v.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        v.to_string()
+    };
+    let mut lines = vec![json!({
+        "schema": 1, "event": "process", "pid": 7, "rank": null, "tid": 7, "ts": 1.8e9, "seconds": 0.0,
+        "host": "h", "exe": "/bin/app", "argv": ["app"], "ppid": 1, "clshim_version": "0.1.0",
+        "mode": "preload", "policy": "pass", "devices_filter": "pocl-cpu",
+    })
+    .to_string()];
+    lines.push(rec(
+        1,
+        "compile",
+        "clCompileProgram",
+        json!({"options": "", "kernels": [], "headers": 0,
+               "source": {"origin": "source", "hash": "fnv1a64:00000000000000aa", "length": 9}}),
+    ));
+    for id in 2..=DEPTH {
+        lines.push(rec(
+            id,
+            "link",
+            "clLinkProgram",
+            json!({"options": "-create-library", "kernels": [], "inputs": [id - 1, id - 1]}),
+        ));
+    }
+    lines.push(rec(
+        DEPTH + 1,
+        "link",
+        "clLinkProgram",
+        json!({"options": "", "kernels": ["k"], "inputs": [DEPTH, DEPTH]}),
+    ));
+    let trace = d.join("app.7.jsonl");
+    std::fs::write(&trace, lines.join("\n") + "\n").unwrap();
+
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 1048576 && exec \"$0\" report --json \"$1\"")
+        .arg(env!("CARGO_BIN_EXE_clshim"))
+        .arg(&d)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let v: Value = serde_json::from_str(&common::stdout(&o)).expect("JSON");
+    let progs = v["programs"].as_array().unwrap();
+    let linked = progs
+        .iter()
+        .find(|p| p["kernels"] == json!(["k"]))
+        .unwrap_or_else(|| panic!("no row for kernel 'k': {progs:#?}"));
+    let hash = linked["source_hash"]
+        .as_str()
+        .expect("a linked program's hash");
+    assert!(
+        hash.len() <= 40,
+        "fixed-size identity, got {} bytes",
+        hash.len()
+    );
+    assert_eq!(
+        (linked["compiles"].as_u64(), linked["links"].as_u64()),
+        (Some(1), Some(DEPTH))
+    );
+}

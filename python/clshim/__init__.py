@@ -27,13 +27,45 @@ def library():
     return os.path.join(_HERE, name)
 
 
+# What Python itself ignores at start-up (CPython's signal module init): the same set that
+# subprocess's restore_signals=True puts back to the default for a child. Handlers Python
+# installs (SIGINT) are reset by exec itself; Python changes no signal mask.
+_PYTHON_IGNORED = ("SIGPIPE", "SIGXFZ", "SIGXFSZ")
+
+
+def _set_signals(dispositions):
+    """Sets each (signal, disposition); returns the previous ones."""
+    import signal
+
+    previous = []
+    for sig, disposition in dispositions:
+        try:
+            previous.append((sig, signal.signal(sig, disposition)))
+        except (OSError, ValueError, TypeError):
+            pass
+    return previous
+
+
+def _restore_signals():
+    """Undoes what Python changed, so the command gets the signals it would get without
+    clshim; returns what to set again should exec fail. Only those: a disposition the
+    user set before Python started (nohup's SIGHUP, a blocked signal) is the user's and
+    stays."""
+    import signal
+
+    sigs = [getattr(signal, n) for n in _PYTHON_IGNORED if hasattr(signal, n)]
+    return _set_signals([(sig, signal.SIG_DFL) for sig in sigs])
+
+
 def main():
     """Runs the ``clshim`` executable with this process's arguments, in its place (same
     process id, so exit status, signals and streams are the executable's own)."""
     exe = executable()
+    python_signals = _restore_signals()
     try:
         os.execv(exe, ["clshim"] + sys.argv[1:])
     except OSError as e:
+        _set_signals(python_signals)
         sys.stderr.write(
             "clshim: the clshim Python package in %s is damaged: cannot run %s (%s); "
             "reinstall it: python -m pip install --force-reinstall clshim "

@@ -1,9 +1,11 @@
 //! What clshim's library and its `clshim` command agree on, defined once: `controls`
 //! (every environment variable, its `clshim run` option and the values it accepts) and
-//! `schema` (the trace records: version, event names, the fields of every record). The
-//! library parses the controls and writes the records; the command sets the controls and
-//! reads the records back. A crate of its own, with serde as its only dependency, so the
+//! `schema` (the trace records: version, event names, the fields of every record) and `hash`
+//! (the stable hash behind source identities, link identities and clshim binaries' checksums).
+//! The library parses the controls and writes the records; the command sets the controls,
+//! reads the records back and names linked programs with the same hash. A crate of its own, with serde as its only dependency, so the
 //! command links it without linking the interposer.
 
 pub mod controls;
+pub mod hash;
 pub mod schema;

@@ -8,17 +8,18 @@
 
 mod chrome;
 mod cli;
+mod inherited_signals;
 mod macos_env;
 mod render;
 mod report;
 mod run;
 mod traces;
 
-// The controls and the trace schema, shared with the library through their own crate:
+// The controls, the trace schema and the stable hash, shared with the library through their own crate:
 // the command never links the library crate, which would bring the interposer along (its
 // exported entry points keep it alive), whose getrandom call the manylinux_2_17 wheel's
 // glibc does not have.
-use clshim_format::{controls, schema};
+use clshim_format::{controls, hash, schema};
 
 use std::io::Write;
 use std::process::ExitCode;

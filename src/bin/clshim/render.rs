@@ -159,11 +159,16 @@ fn clip(s: &str, width: usize) -> String {
     }
 }
 
-/// `fnv1a64:0123456789abcdef` -> `0123456789ab` (enough to tell programs apart).
+/// `fnv1a64:0123456789abcdef` -> `0123456789ab` (enough to tell programs apart); a
+/// linked program's `link:fnv1a64:0123…` -> `link:0123456789a`.
 fn short_hash(h: Option<&str>) -> String {
     match h {
         None => "-".into(),
-        Some(h) if h.starts_with("link(") => clip(h, 16),
+        Some(h) if h.starts_with(crate::report::LINK_HASH_PREFIX) => {
+            let hex = h.rsplit(':').next().unwrap_or(h);
+            let hex: String = hex.chars().take(11).collect();
+            format!("{}{hex}", crate::report::LINK_HASH_PREFIX)
+        }
         Some(h) => h.rsplit(':').next().unwrap_or(h).chars().take(12).collect(),
     }
 }

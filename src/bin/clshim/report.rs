@@ -54,7 +54,8 @@ pub enum ProcessId {
     File(usize, u64),
 }
 
-/// A program across processes: source hash (or a link of hashes) plus kernel names.
+/// A program across processes: source hash (or the hash of a link's input hashes) plus
+/// kernel names.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ProgramKey {
     pub hash: Option<String>,
@@ -69,6 +70,9 @@ pub struct ProgramKey {
 pub const NEVER_LINKED: &str = "(compiled, no link recorded)";
 pub const LIBRARY_NEVER_LINKED: &str = "(library, no link recorded)";
 pub const LINKED_NO_KERNELS: &str = "(linked, no kernels)";
+
+/// How a linked program's hash starts: `link:` and the hash of its inputs' hashes.
+pub const LINK_HASH_PREFIX: &str = "link:";
 
 impl ProgramKey {
     fn unknown() -> ProgramKey {
@@ -193,7 +197,7 @@ enum Made {
 }
 
 /// A program id that may be a link's input: how it was made, its source hash (a
-/// library's is the link of its inputs'), and its build time not yet claimed.
+/// library's is the hash of its inputs'), and its build time not yet claimed.
 #[derive(Debug)]
 struct Object {
     made: Made,
@@ -681,7 +685,7 @@ impl FileAcc {
         o
     }
 
-    /// A link's inputs: the link of their hashes (None unless every input has one),
+    /// A link's inputs: the hash of their hashes (None unless every input has one),
     /// what they were (`link of 2 compiled`), and the build time they were waiting
     /// with. An input shared by several links is claimed by the first of them: its
     /// compile is counted once, in the first program it was linked into.
@@ -720,8 +724,18 @@ impl FileAcc {
                 None => all_hashed = false,
             }
         }
-        let hash =
-            (all_hashed && !hashes.is_empty()).then(|| format!("link({})", hashes.join("+")));
+        // A fixed-size hash of the inputs' hashes, in order: a library taken twice by the
+        // next one would double a textual identity at every level.
+        let hash = (all_hashed && !hashes.is_empty()).then(|| {
+            let mut h = crate::hash::Fnv1a::default();
+            for (i, part) in hashes.iter().enumerate() {
+                if i > 0 {
+                    h.update(b"+");
+                }
+                h.update(part.as_bytes());
+            }
+            format!("{LINK_HASH_PREFIX}{}", crate::hash::label(h.finish()))
+        });
         let parts: Vec<String> = [
             (compiled, "compiled"),
             (libraries, "library"),

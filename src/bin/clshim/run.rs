@@ -6,9 +6,11 @@
 //! given), the doors the library is opened through (`--mode`: the preload variable,
 //! `LD_PRELOAD` or `DYLD_INSERT_LIBRARIES` on macOS, and the loader's `OPENCL_LAYERS`,
 //! both by default; the library is put first in each and an existing value kept; never
-//! `DYLD_FORCE_FLAT_NAMESPACE`, see `macos_env.rs`),
-//! creating the trace directory, and the `exec` itself, so that exit status, signals,
-//! standard streams and the process tree are the command's own. Every failure before
+//! `DYLD_FORCE_FLAT_NAMESPACE`, see `macos_env.rs`; another copy of the library already
+//! named there is dropped; a library path a door's list cannot hold is refused),
+//! creating the trace directory, and the `exec` itself, so that exit status, signals
+//! (dispositions and mask as clshim was started with, `inherited_signals.rs`), standard
+//! streams and the process tree are the command's own. Every failure before
 //! the command starts is a one-line error and a non-zero exit status.
 
 use crate::cli::RunOpts;
@@ -26,6 +28,19 @@ const PRELOAD_VAR: &str = "LD_PRELOAD";
 #[cfg(target_os = "macos")]
 const PRELOAD_VAR: &str = "DYLD_INSERT_LIBRARIES";
 const LAYERS_VAR: &str = "OPENCL_LAYERS";
+
+/// The bytes that separate entries: glibc's loader splits `LD_PRELOAD` at spaces and
+/// colons (elf/rtld.c), dyld `DYLD_INSERT_LIBRARIES` at colons; ocl-icd and the Khronos
+/// loader split `OPENCL_LAYERS` at colons only (neither has an escape).
+#[cfg(not(target_os = "macos"))]
+const PRELOAD_SEPARATORS: &[u8] = b" :";
+#[cfg(target_os = "macos")]
+const PRELOAD_SEPARATORS: &[u8] = b":";
+const LAYERS_SEPARATORS: &[u8] = b":";
+
+/// The name every copy of the library exports (src/copies.rs): found in a file's first
+/// bytes (the dynamic string table), it marks a copy of clshim under any file name.
+const LIBRARY_MARKER: &[u8] = b"clshim_claim_recorder_v1";
 
 /// A failure before the command started: the message (printed after `clshim: `) and
 /// the exit status.
@@ -214,17 +229,17 @@ fn absolute(p: &Path) -> PathBuf {
     }
 }
 
-/// `lib` first, then the existing list (if any), without repeating `lib`. Both
-/// `LD_PRELOAD` and `OPENCL_LAYERS` take `:`-separated lists.
-pub fn prepend(lib: &Path, existing: Option<OsString>) -> OsString {
+/// `lib` first, then the existing list (if any, split at `separators`), without `lib`
+/// and without any other copy of clshim's library (see [`is_clshim_library`]): two copies
+/// in one process are harmless (only one records) but the one to use is `lib`.
+pub fn prepend(lib: &Path, existing: Option<OsString>, separators: &[u8]) -> OsString {
     let mut v = OsString::from(lib.as_os_str());
     if let Some(old) = existing {
-        let lib_b = lib.as_os_str().as_encoded_bytes();
-        // LD_PRELOAD also accepts spaces as separators; keep entries as the user wrote them.
+        let lib_id = file_id(lib);
         let rest: Vec<&[u8]> = old
             .as_encoded_bytes()
-            .split(|&b| b == b':')
-            .filter(|e| !e.is_empty() && *e != lib_b)
+            .split(|b| separators.contains(b))
+            .filter(|e| !e.is_empty() && !is_clshim_library(e, lib, lib_id))
             .collect();
         for e in rest {
             v.push(":");
@@ -234,6 +249,94 @@ pub fn prepend(lib: &Path, existing: Option<OsString>) -> OsString {
         }
     }
     v
+}
+
+/// A file's device and inode: the same file under another path or a hard link.
+fn file_id(p: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Whether an entry of an existing `LD_PRELOAD`/`OPENCL_LAYERS` names clshim's library:
+/// the path `lib` itself, the same file by another path (device and inode), a file named
+/// like the library (`libclshim.so`, `libclshim-0.3.so`, a bare name the loader
+/// searches for), or a file whose first MiB holds the name every copy exports.
+fn is_clshim_library(entry: &[u8], lib: &Path, lib_id: Option<(u64, u64)>) -> bool {
+    use std::io::Read;
+    if entry == lib.as_os_str().as_encoded_bytes() {
+        return true;
+    }
+    let name = entry.rsplit(|&b| b == b'/').next().unwrap_or(entry);
+    let stem = LIB_NAME.split('.').next().unwrap_or(LIB_NAME).as_bytes();
+    if name.starts_with(stem) && matches!(name.get(stem.len()), Some(b'.' | b'-' | b'_')) {
+        return true;
+    }
+    if !entry.contains(&b'/') {
+        return false;
+    }
+    // SAFETY: `entry` is a slice of an OsStr split at ASCII bytes.
+    let path = Path::new(unsafe { OsStr::from_encoded_bytes_unchecked(entry) });
+    if lib_id.is_some() && file_id(path) == lib_id {
+        return true;
+    }
+    // Only a regular file is read (a FIFO named there would never end).
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return false;
+    }
+    let mut head = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(1 << 20).read_to_end(&mut head))
+        .is_ok_and(|_| {
+            head.windows(LIBRARY_MARKER.len())
+                .any(|w| w == LIBRARY_MARKER)
+        })
+}
+
+/// Refuses a library path a door's variable cannot hold: the loaders split those lists
+/// at separators with no escape, so `/home/me/My Project/.venv/.../libclshim.so` in
+/// `LD_PRELOAD` would be two missing files (a loader error in every process and no
+/// preload door), and with a colon no door would open and nothing would be recorded.
+fn check_doors(lib: &Path, o: &RunOpts) -> Result<(), RunError> {
+    let bytes = lib.as_os_str().as_encoded_bytes();
+    let doors = [
+        (o.mode.preload(), PRELOAD_VAR, PRELOAD_SEPARATORS),
+        (o.mode.layer(), LAYERS_VAR, LAYERS_SEPARATORS),
+    ];
+    let Some(sep) = bytes
+        .iter()
+        .copied()
+        .find(|b| doors.iter().any(|(on, _, seps)| *on && seps.contains(b)))
+    else {
+        return Ok(());
+    };
+    let vars: Vec<&str> = doors
+        .iter()
+        .filter(|(on, _, seps)| *on && seps.contains(&sep))
+        .map(|(_, var, _)| *var)
+        .collect();
+    let (what, verb) = match (sep, vars.len()) {
+        (b' ', 1) => ("a space", "takes"),
+        (b' ', _) => ("a space", "take"),
+        (_, 1) => ("a colon", "takes"),
+        _ => ("a colon", "take"),
+    };
+    let layer_hint = if sep == b' ' && o.mode.preload() {
+        format!(" (or --mode layer: {LAYERS_VAR} takes spaces)")
+    } else {
+        String::new()
+    };
+    fail(
+        1,
+        format!(
+            "the library path '{}' holds {what}, which {} {verb} as a separator: the \
+             library would not be loaded. Install clshim under a path without spaces or \
+             colons, or link the library from such a path and name the link: \
+             ln -s '{}' ~/{LIB_NAME}; clshim run --lib ~/{LIB_NAME} ...{layer_hint}",
+            lib.display(),
+            vars.join(" and "),
+            lib.display()
+        ),
+    )
 }
 
 /// The variables to set for the command: (name, value) pairs.
@@ -247,10 +350,12 @@ pub fn environment(
     // pyopencl's bundled one), the layer reaches those that dlopen a loader that reads
     // OPENCL_LAYERS. The library records a call once whichever door it came through.
     if o.mode.preload() {
-        env.push((PRELOAD_VAR, prepend(lib, std::env::var_os(PRELOAD_VAR))));
+        let old = std::env::var_os(PRELOAD_VAR);
+        env.push((PRELOAD_VAR, prepend(lib, old, PRELOAD_SEPARATORS)));
     }
     if o.mode.layer() {
-        env.push((LAYERS_VAR, prepend(lib, std::env::var_os(LAYERS_VAR))));
+        let old = std::env::var_os(LAYERS_VAR);
+        env.push((LAYERS_VAR, prepend(lib, old, LAYERS_SEPARATORS)));
     }
     if let Some(v) = &o.binaries {
         env.push(("CLSHIM_BINARIES", v.into()));
@@ -299,6 +404,7 @@ pub fn run(o: RunOpts) -> RunError {
 
 fn try_run(o: RunOpts) -> Result<std::convert::Infallible, RunError> {
     let lib = find_library(o.lib.as_deref(), std::env::var_os("CLSHIM_LIB"))?;
+    check_doors(&lib, &o)?;
     let trace_dir = o.trace_dir.as_deref().map(prepare_trace_dir).transpose()?;
     let env = environment(&o, &lib, trace_dir.as_deref());
     let program = &o.command[0];
@@ -309,6 +415,7 @@ fn try_run(o: RunOpts) -> Result<std::convert::Infallible, RunError> {
     for (k, v) in env {
         cmd.env(k, v);
     }
+    crate::inherited_signals::restore_on_exec(&mut cmd);
     // `exec` returns only if the command could not be started.
     let e = cmd.exec();
     let status = match e.raw_os_error() {
@@ -332,10 +439,24 @@ mod tests {
     #[test]
     fn prepend_keeps_others_and_drops_duplicates() {
         let lib = Path::new("/x/libclshim.so");
-        assert_eq!(prepend(lib, None), OsString::from("/x/libclshim.so"));
+        assert_eq!(prepend(lib, None, b":"), OsString::from("/x/libclshim.so"));
         assert_eq!(
-            prepend(lib, Some("/a.so:/x/libclshim.so::/b.so".into())),
+            prepend(lib, Some("/a.so:/x/libclshim.so::/b.so".into()), b":"),
             OsString::from("/x/libclshim.so:/a.so:/b.so")
+        );
+        // Another copy by its name, bare or versioned; LD_PRELOAD's spaces split too.
+        assert_eq!(
+            prepend(
+                lib,
+                Some("/opt/m/libclshim.so /a.so:libclshim.so:/y/libclshim-0.3.so".into()),
+                b" :"
+            ),
+            OsString::from("/x/libclshim.so:/a.so")
+        );
+        // A look-alike name is another library.
+        assert_eq!(
+            prepend(lib, Some("/a/libclshimmer.so".into()), b":"),
+            OsString::from("/x/libclshim.so:/a/libclshimmer.so")
         );
     }
 
