@@ -220,7 +220,7 @@ fn damaged_recipes_refused_whole() {
         let parsed = Command::new(&check).arg(&file).output().unwrap();
         let text = stdout(&parsed);
         assert!(
-            text.starts_with("clshim binary v2, ") && text.contains(&format!(", kind {kind}, ")),
+            text.starts_with("clshim binary v3, ") && text.contains(&format!(", kind {kind}, ")),
             "{mode}: {text}"
         );
         saved.push(bytes);
