@@ -363,8 +363,13 @@ impl Pending {
                 self.rt.programs.refuse_recipe(program);
             }
             None => {
-                // A recompiled program keeps no stale recipe from before.
-                if self.kind != Event::Link {
+                // A recompiled program keeps no stale recipe from before; but a program
+                // clshim made again from a recipe and the application built where the
+                // driver shows no text (a library made again) keeps the recipe it was
+                // made from: its next binary makes it again as it was loaded, for the
+                // application to build again, as it did.
+                let made_again = self.kind == Event::Build && origin == Some(Origin::ClshimBinary);
+                if self.kind != Event::Link && !made_again {
                     self.rt.programs.drop_recipe(program);
                 }
             }

@@ -440,7 +440,7 @@ fn hostile_names_and_options_never_reach_the_driver() {
         ),
         (
             "a name of 2,000 bytes (overflows pocl)",
-            v3(obj(&long(1992), "")),
+            sealed(&obj(&long(1992), ""), fp),
             name_rule,
         ),
         (
@@ -501,7 +501,8 @@ fn options_and_names_keep_their_bytes() {
 
 /// Every program made again from a recipe answers its next binary query with a clshim
 /// binary again: an executable reloaded and built, a linked executable reloaded and built
-/// (the build clshim answers itself), and what is linked from a reloaded object.
+/// (the build clshim answers itself), what is linked from a reloaded object, and a
+/// library reloaded and built (pocl 3.1 then has no kernels in it, so none is run).
 #[test]
 fn programs_made_again_keep_their_recipe() {
     let bin = client();
@@ -513,12 +514,12 @@ fn programs_made_again_keep_their_recipe() {
     r.ok();
     assert_eq!(r.stdout(), base.stdout());
     let queries = r.queries("CL_PROGRAM_BINARIES");
-    assert_eq!(queries.len(), 5, "{:#?}", r.records);
+    assert_eq!(queries.len(), 7, "{:#?}", r.records);
     for q in queries {
         assert_eq!(q["action"], "substitute", "{q}");
     }
     let loads = r.events("binary_load");
-    assert_eq!(loads.len(), 5, "{:#?}", r.records);
+    assert_eq!(loads.len(), 6, "{:#?}", r.records);
     for l in loads {
         assert_eq!(l["action"], "substitute", "{l}");
     }

@@ -11,7 +11,8 @@
  *                     reload the executable, build it, run both kernels
  *   recipes il        an IL program (skipped, printing "il: unsupported", without IL)
  *   recipes again     an executable and a linked executable reloaded and built, their
- *                     binaries taken again and reloaded again; an object reloaded, linked
+ *                     binaries taken again and reloaded again; an object reloaded, linked;
+ *                     a library reloaded and built, its binary taken again
  *   recipes bytes DIR a build with "-I DIR/lat\xe9" (Latin-1, made here) and an object
  *                     with an embedded header named "h\xe9.h": reloaded, built, run
  *   recipes deep N    a library chain N deep, linked into an executable, reloaded, run
@@ -237,8 +238,17 @@ int main(int argc, char **argv) {
         build_or_die(rexe2, dev, NULL);
         print_type(rexe2, dev, "relinked again");
         run_int_kernel(ctx, dev, rexe2, "linked", 4, "linked again");
-        cl_program all[] = {rexe2, rexe, exe, b, ra, a, r2, r, p};
-        for (int i = 0; i < 9; i++) CHECK(clReleaseProgram(all[i]));
+        cl_program lb = compile_helper(ctx, dev);
+        cl_program lib = link2(ctx, dev, lb, NULL, "-create-library");
+        bin = take_binary(lib, &len, NULL);
+        cl_program rl = reload(ctx, dev, bin, len);
+        free(bin);
+        build_or_die(rl, dev, NULL);
+        bin = take_binary(rl, &len, NULL);
+        printf("library reloaded and built: binary taken\n");
+        free(bin);
+        cl_program all[] = {rl, lib, lb, rexe2, rexe, exe, b, ra, a, r2, r, p};
+        for (int i = 0; i < 12; i++) CHECK(clReleaseProgram(all[i]));
     } else if (!strcmp(mode, "bytes") && argc > 2) {
         char dir[4096], file[4200], opts[4200];
         snprintf(dir, sizeof dir, "%s/lat\xe9", argv[2]);
