@@ -24,7 +24,9 @@
  *                     application passed (any encoding); no NUL byte, at most
  *                     CLSHIM_RECIPE_MAX_OPTIONS bytes (links: CLSHIM_RECIPE_MAX_LINK_OPTIONS),
  *                     at most CLSHIM_RECIPE_MAX_DEBUG_WORDS words starting with "-g"
- *                     (a word starts the options or follows whitespace)
+ *                     and CLSHIM_RECIPE_MAX_DENORMS_WORDS starting with
+ *                     "-cl-denorms-are-zero" (a word starts the options or follows
+ *                     whitespace)
  *      text length u64, text (kinds 1 and 2: never empty; source holds no NUL byte)
  *      header count u32 (compiled objects only), per header: include name length u32,
  *                     include name, source length u64, source (not empty, no NUL). An
@@ -50,7 +52,8 @@
  *    recipe would break one gets the driver's own binary instead.
  *    The lengths are bounded by what drivers take from a compile (pocl 3.1 builds each
  *    header's path in a 1,024-byte buffer, gathers link options in a 512-byte one, and
- *    has 512 bytes of room for expanding "-g" options).
+ *    has 512 bytes of room for rewriting "-g" and "-cl-denorms-are-zero" into longer
+ *    options).
  * 2. The loader-layer entry points libclshim.so exports (clGetLayerInfo, clInitLayer,
  *    clInitLayerWithProperties, clDeinitLayer) follow the cl_loader_layers extension;
  *    clshim answers CL_LAYER_API_VERSION with CLSHIM_LAYER_API_VERSION.
@@ -78,6 +81,7 @@
 #define CLSHIM_RECIPE_MAX_OPTIONS 32768u
 #define CLSHIM_RECIPE_MAX_LINK_OPTIONS 511u
 #define CLSHIM_RECIPE_MAX_DEBUG_WORDS 4u
+#define CLSHIM_RECIPE_MAX_DENORMS_WORDS 8u
 #define CLSHIM_BINARY_HEADER_SIZE 32
 #define CLSHIM_BINARY_TRAILER_SIZE 8
 #define CLSHIM_BINARY_MAX_SOURCE (256u << 20)
@@ -162,10 +166,14 @@ static inline size_t clshim_recipe_fields(const unsigned char *p, size_t n, uint
     const unsigned char *opts = p + at;
     if (olen > (link ? CLSHIM_RECIPE_MAX_LINK_OPTIONS : CLSHIM_RECIPE_MAX_OPTIONS)) return 0;
     if (memchr(opts, 0, olen)) return 0;
-    uint32_t debug = 0;
-    for (uint32_t i = 0; i + 1 < olen; i++)
-        if ((i == 0 || clshim_space(opts[i - 1])) && opts[i] == '-' && opts[i + 1] == 'g') debug++;
-    if (debug > CLSHIM_RECIPE_MAX_DEBUG_WORDS) return 0;
+    uint32_t debug = 0, denorms = 0;
+    for (uint32_t i = 0; i + 1 < olen; i++) {
+        if (i > 0 && !clshim_space(opts[i - 1])) continue;
+        if (opts[i] == '-' && opts[i + 1] == 'g') debug++;
+        if (olen - i >= 20 && memcmp(opts + i, "-cl-denorms-are-zero", 20) == 0) denorms++;
+    }
+    if (debug > CLSHIM_RECIPE_MAX_DEBUG_WORDS || denorms > CLSHIM_RECIPE_MAX_DENORMS_WORDS)
+        return 0;
     at += olen;
     CLSHIM_NEED(8);
     uint64_t tlen = clshim_le64(p + at);

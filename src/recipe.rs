@@ -113,9 +113,11 @@ pub const MAX_OPTIONS: usize = 32 << 10;
 /// The longest link options: pocl 3.1 gathers a link's options into a fixed 512-byte
 /// buffer (`link_options[512]`, "buffer overflow detected" beyond it).
 pub const MAX_LINK_OPTIONS: usize = 511;
-/// The most option words starting with `-g`: pocl expands each into a 61-byte string
-/// inside the 512 bytes it adds to the options' length, and aborts past about 8.
+/// The most option words starting with `-g` and with `-cl-denorms-are-zero`: pocl
+/// rewrites each into a longer string (61 and 32 bytes) inside the 512 bytes it adds to
+/// the options' length, and aborts past about 8 and 42 of them.
 pub const MAX_DEBUG_WORDS: usize = 4;
+pub const MAX_DENORMS_WORDS: usize = 8;
 
 /// Why a recipe was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -173,9 +175,16 @@ pub fn name_ok(name: &[u8]) -> bool {
             .all(|c| !c.is_empty() && c != b"..")
 }
 
-/// The rule for options: no NUL byte, at most `limit` bytes, and at most
-/// [`MAX_DEBUG_WORDS`] words starting with `-g` (a word starts at the beginning or after
+/// How many words of `o` start with `prefix` (a word starts at the beginning or after
 /// whitespace).
+fn words_starting(o: &[u8], prefix: &[u8]) -> usize {
+    (0..o.len())
+        .filter(|&i| (i == 0 || is_c_space(o[i - 1])) && o[i..].starts_with(prefix))
+        .count()
+}
+
+/// The rule for options: no NUL byte, at most `limit` bytes, at most [`MAX_DEBUG_WORDS`]
+/// words starting with `-g` and [`MAX_DENORMS_WORDS`] with `-cl-denorms-are-zero`.
 fn options_ok(o: &[u8], limit: usize) -> Result<(), Broken> {
     if !no_nul(o) {
         return Err(Broken::Rule("NUL byte in options"));
@@ -183,11 +192,12 @@ fn options_ok(o: &[u8], limit: usize) -> Result<(), Broken> {
     if o.len() > limit {
         return Err(Broken::Rule("options longer than the driver takes"));
     }
-    let debug = (0..o.len())
-        .filter(|&i| (i == 0 || is_c_space(o[i - 1])) && o[i..].starts_with(b"-g"))
-        .count();
-    if debug > MAX_DEBUG_WORDS {
-        return Err(Broken::Rule("more -g options than the driver takes"));
+    if words_starting(o, b"-g") > MAX_DEBUG_WORDS
+        || words_starting(o, b"-cl-denorms-are-zero") > MAX_DENORMS_WORDS
+    {
+        return Err(Broken::Rule(
+            "more -g or -cl-denorms-are-zero options than the driver takes",
+        ));
     }
     Ok(())
 }
@@ -811,6 +821,13 @@ mod tests {
         assert!(opts(Kind::Linked, &vec![b' '; MAX_LINK_OPTIONS + 1]).is_err());
         assert_eq!(opts(Kind::Compiled, b"-g -g -g -DA=-g -g"), Ok(()));
         assert!(opts(Kind::Compiled, b"-g -g -g -g\x0b-gline").is_err());
+        let denorms = "-cl-denorms-are-zero ".repeat(MAX_DENORMS_WORDS);
+        assert_eq!(opts(Kind::Compiled, denorms.as_bytes()), Ok(()));
+        assert!(opts(
+            Kind::Compiled,
+            format!("{denorms}-cl-denorms-are-zero").as_bytes()
+        )
+        .is_err());
         assert_eq!(opts(Kind::Compiled, b"-I/tmp/\xe9 -DX=\xff"), Ok(()));
     }
 }

@@ -351,8 +351,9 @@ fn files_named(dir: &std::path::Path, prefix: &str) -> Vec<PathBuf> {
 /// A clshim binary is untrusted (anyone who can write the application's cache can hand
 /// one over): header include names that would leave the driver's folder (pocl writes each
 /// header at <its cache>/<temporary folder>/<name>), names and options longer than pocl
-/// takes (a 2,000-byte name overflows its path buffer, twelve -g options abort it, 800
-/// bytes of link options overflow its 512-byte buffer) are refused before the driver sees
+/// takes (a 2,000-byte name overflows its path buffer, twelve -g options or fifty
+/// -cl-denorms-are-zero abort it, 800 bytes of link options overflow its 512-byte
+/// buffer) are refused before the driver sees
 /// them, in version 2 and 3 alike, with the reason recorded, and clshim.h's parser refuses
 /// them too. pocl's cache and HOME are scratch folders: nothing is written outside them,
 /// and no file named in a hostile recipe appears anywhere.
@@ -446,7 +447,12 @@ fn hostile_names_and_options_never_reach_the_driver() {
         (
             "twelve -g options (abort pocl)",
             sealed(&obj("h.h", &debug), fp),
-            "-g options",
+            "-g or -cl-denorms-are-zero options",
+        ),
+        (
+            "fifty -cl-denorms-are-zero options (abort pocl)",
+            sealed(&obj("h.h", &"-cl-denorms-are-zero ".repeat(50)), fp),
+            "-cl-denorms-are-zero options",
         ),
         (
             "800 bytes of link options (overflow pocl)",
