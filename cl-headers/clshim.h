@@ -4,7 +4,7 @@
  *    pocl's program binary. Tools that inspect binary caches can recognise one with
  *    clshim_binary_parse(). Layout, every integer little-endian:
  *      offset  0  magic "CLSHIMB\0"                          8 bytes
- *      offset  8  format version (1 or 2)                     uint32
+ *      offset  8  format version (1, 2 or 3)                uint32
  *      offset 12  flags (0)                                   uint32
  *      offset 16  device fingerprint                          uint64
  *      offset 24  body length n                               uint64
@@ -14,19 +14,46 @@
  *    driver version and device version, each followed by one NUL byte.
  *    Version 1: the body is a program's source text (never empty, no NUL byte), rebuilt
  *    with whatever options the application passes.
- *    Version 2: the body is one recipe node, which says how to make the program again:
+ *    Versions 2 and 3: the body is a recipe, which says how to make the program again,
+ *    made of parts (nodes). One part:
  *      kind u32       1 executable built from source or IL (clBuildProgram),
  *                     2 compiled object (clCompileProgram), 3 library
  *                     (clLinkProgram -create-library), 4 linked executable
  *      text kind u32  0 none (links), 1 source, 2 IL
- *      options length u32, options (no NUL byte): the build, compile or link options
+ *      options length u32, options: the build, compile or link options, the bytes the
+ *                     application passed (any encoding); no NUL byte, at most
+ *                     CLSHIM_RECIPE_MAX_OPTIONS bytes (links: CLSHIM_RECIPE_MAX_LINK_OPTIONS),
+ *                     at most CLSHIM_RECIPE_MAX_DEBUG_WORDS words starting with "-g"
+ *                     and CLSHIM_RECIPE_MAX_DENORMS_WORDS starting with
+ *                     "-cl-denorms-are-zero" (a word starts the options or follows
+ *                     whitespace)
  *      text length u64, text (kinds 1 and 2: never empty; source holds no NUL byte)
  *      header count u32 (compiled objects only), per header: include name length u32,
- *                     include name, source length u64, source (neither empty nor NUL)
- *      input count u32 (links only, at least one), then each input node (a compiled
- *                     object or a library), nested at most CLSHIM_RECIPE_MAX_DEPTH deep
- *    A library's options name -create-library and a linked executable's do not. Nothing
- *    follows the top node. clshim refuses a binary that breaks any rule, as a whole.
+ *                     include name, source length u64, source (not empty, no NUL). An
+ *                     include name is 1 to CLSHIM_RECIPE_MAX_NAME bytes, relative (no
+ *                     leading '/'), its '/'-separated components neither empty nor "..",
+ *                     with no control character (0-31, 127): a driver writes the header
+ *                     at that name below a folder of its own, and it must stay there
+ *      input count u32 (links only, at least one), then the inputs (each a compiled
+ *                     object or a library)
+ *    Version 2 (read, no longer written): the body is one part, each input a part nested
+ *    in place, at most CLSHIM_RECIPE_MAX_DEPTH deep. Version 3 (written): part count u32,
+ *    then the parts in order, each input a part index u32 of an earlier part; the last
+ *    part is the program, every other part an input of a later one (a part shared by
+ *    several links is written once), and no chain of inputs is longer than
+ *    CLSHIM_RECIPE_MAX_DEPTH. In both, parts and headers together number at most
+ *    CLSHIM_RECIPE_MAX_PARTS, and nothing follows the recipe. A link is a library (kind 3)
+ *    exactly when a word of its options starts with "-create-library", words separated
+ *    by spaces only, as pocl reads them (so "-create-library" followed by a tab or a
+ *    vertical tab asks for a library); clshim records the kind the driver made, keeps no
+ *    recipe when the two disagree, and refuses a binary whose link the driver makes into
+ *    another kind than the recipe says. clshim refuses a
+ *    binary that breaks any rule, as a whole, and never writes one: a program whose
+ *    recipe would break one gets the driver's own binary instead.
+ *    The lengths are bounded by what drivers take from a compile (pocl 3.1 builds each
+ *    header's path in a 1,024-byte buffer, gathers link options in a 512-byte one, and
+ *    has 512 bytes of room for rewriting "-g" and "-cl-denorms-are-zero" into longer
+ *    options).
  * 2. The loader-layer entry points libclshim.so exports (clGetLayerInfo, clInitLayer,
  *    clInitLayerWithProperties, clDeinitLayer) follow the cl_loader_layers extension;
  *    clshim answers CL_LAYER_API_VERSION with CLSHIM_LAYER_API_VERSION.
@@ -41,7 +68,8 @@
 
 #define CLSHIM_BINARY_MAGIC "CLSHIMB"       /* plus its terminating NUL: 8 bytes */
 #define CLSHIM_BINARY_MAGIC_SIZE 8
-#define CLSHIM_BINARY_VERSION 2u        /* the version clshim writes */
+#define CLSHIM_BINARY_VERSION 3u        /* the version clshim writes */
+#define CLSHIM_BINARY_VERSION_TREE 2u   /* nested recipes; still read */
 #define CLSHIM_BINARY_VERSION_SOURCE 1u /* source only; still read */
 #define CLSHIM_RECIPE_EXECUTABLE 1u
 #define CLSHIM_RECIPE_COMPILED_OBJECT 2u
@@ -49,6 +77,11 @@
 #define CLSHIM_RECIPE_LINKED 4u
 #define CLSHIM_RECIPE_MAX_DEPTH 8
 #define CLSHIM_RECIPE_MAX_PARTS 4096u
+#define CLSHIM_RECIPE_MAX_NAME 255u
+#define CLSHIM_RECIPE_MAX_OPTIONS 32768u
+#define CLSHIM_RECIPE_MAX_LINK_OPTIONS 511u
+#define CLSHIM_RECIPE_MAX_DEBUG_WORDS 4u
+#define CLSHIM_RECIPE_MAX_DENORMS_WORDS 8u
 #define CLSHIM_BINARY_HEADER_SIZE 32
 #define CLSHIM_BINARY_TRAILER_SIZE 8
 #define CLSHIM_BINARY_MAX_SOURCE (256u << 20)
@@ -80,7 +113,9 @@ static inline uint32_t clshim_le32(const unsigned char *p) {
 
 /* A parsed clshim binary; every pointer points into the buffer that was parsed. For
  * version 1, kind is CLSHIM_RECIPE_EXECUTABLE, text_kind 1 and options NULL. For a link
- * (kinds 3 and 4) source is NULL; its inputs are nested recipe nodes in the body. */
+ * (kinds 3 and 4) source is NULL; its inputs are the other parts of the body. num_parts
+ * counts the recipe's parts and headers, as CLSHIM_RECIPE_MAX_PARTS bounds them (1 for
+ * version 1). */
 typedef struct {
     uint32_t version;
     uint64_t fingerprint;
@@ -92,23 +127,53 @@ typedef struct {
     size_t options_length;
     uint32_t num_headers;
     uint32_t num_inputs;
+    uint32_t num_parts;
 } clshim_binary;
 
-/* Checks the recipe node at p[0, n) (depth: its nesting level), filling *out with the
- * node's own fields when out is non-NULL; returns the node's length, or 0 if it breaks a
- * rule. *parts counts nodes and headers against CLSHIM_RECIPE_MAX_PARTS. */
-static inline size_t clshim_recipe_node(const unsigned char *p, size_t n, int depth,
-                                        uint32_t *parts, clshim_binary *out) {
+static inline int clshim_space(unsigned char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
+/* 1 if name[0, n) is an include name the format allows (see section 1). */
+static inline int clshim_name_ok(const unsigned char *name, size_t n) {
+    if (n == 0 || n > CLSHIM_RECIPE_MAX_NAME || name[0] == '/') return 0;
+    size_t start = 0;
+    for (size_t i = 0; i <= n; i++) {
+        if (i < n && (name[i] < 0x20 || name[i] == 0x7f)) return 0;
+        if (i == n || name[i] == '/') {
+            size_t len = i - start;
+            if (len == 0 || (len == 2 && name[start] == '.' && name[start + 1] == '.')) return 0;
+            start = i + 1;
+        }
+    }
+    return 1;
+}
+
+/* Checks the fields of the recipe part at p[0, n) up to its input count, filling *out
+ * with them; returns their length, or 0 if they break a rule. *parts counts the part
+ * and its headers against CLSHIM_RECIPE_MAX_PARTS. */
+static inline size_t clshim_recipe_fields(const unsigned char *p, size_t n, uint32_t *parts,
+                                          clshim_binary *out) {
     size_t at = 0;
 #define CLSHIM_NEED(k) do { if ((uint64_t)(k) > (uint64_t)(n - at)) return 0; } while (0)
-    if (depth > CLSHIM_RECIPE_MAX_DEPTH || ++*parts > CLSHIM_RECIPE_MAX_PARTS) return 0;
+    if (++*parts > CLSHIM_RECIPE_MAX_PARTS) return 0;
     CLSHIM_NEED(12);
     uint32_t kind = clshim_le32(p), text_kind = clshim_le32(p + 4), olen = clshim_le32(p + 8);
     at = 12;
     if (kind < 1 || kind > 4 || text_kind > 2) return 0;
+    int link = kind >= 3;
     CLSHIM_NEED(olen);
     const unsigned char *opts = p + at;
+    if (olen > (link ? CLSHIM_RECIPE_MAX_LINK_OPTIONS : CLSHIM_RECIPE_MAX_OPTIONS)) return 0;
     if (memchr(opts, 0, olen)) return 0;
+    uint32_t debug = 0, denorms = 0;
+    for (uint32_t i = 0; i + 1 < olen; i++) {
+        if (i > 0 && !clshim_space(opts[i - 1])) continue;
+        if (opts[i] == '-' && opts[i + 1] == 'g') debug++;
+        if (olen - i >= 20 && memcmp(opts + i, "-cl-denorms-are-zero", 20) == 0) denorms++;
+    }
+    if (debug > CLSHIM_RECIPE_MAX_DEBUG_WORDS || denorms > CLSHIM_RECIPE_MAX_DENORMS_WORDS)
+        return 0;
     at += olen;
     CLSHIM_NEED(8);
     uint64_t tlen = clshim_le64(p + at);
@@ -116,7 +181,6 @@ static inline size_t clshim_recipe_node(const unsigned char *p, size_t n, int de
     CLSHIM_NEED(tlen);
     const unsigned char *text = p + at;
     at += (size_t)tlen;
-    int link = kind >= 3;
     if (link ? (text_kind != 0 || tlen != 0) : (text_kind == 0 || tlen == 0)) return 0;
     if (text_kind == 1 && memchr(text, 0, (size_t)tlen)) return 0;
     CLSHIM_NEED(4);
@@ -129,7 +193,7 @@ static inline size_t clshim_recipe_node(const unsigned char *p, size_t n, int de
         uint32_t nl = clshim_le32(p + at);
         at += 4;
         CLSHIM_NEED(nl);
-        if (nl == 0 || memchr(p + at, 0, nl)) return 0;
+        if (!clshim_name_ok(p + at, nl)) return 0;
         at += nl;
         CLSHIM_NEED(8);
         uint64_t sl = clshim_le64(p + at);
@@ -141,39 +205,84 @@ static inline size_t clshim_recipe_node(const unsigned char *p, size_t n, int de
     CLSHIM_NEED(4);
     uint32_t ni = clshim_le32(p + at);
     at += 4;
-    if (link != (ni > 0)) return 0;
-    /* -create-library among the link options, as a whole word (separated by space, tab,
-     * newline, form feed or carriage return), exactly for libraries */
-#define CLSHIM_SPACE(c) ((c) == ' ' || (c) == '\t' || (c) == '\n' || (c) == '\f' || (c) == '\r')
+    if (link != (ni > 0) || ni > CLSHIM_RECIPE_MAX_PARTS) return 0;
+    /* a library exactly when a space-separated word of the options starts with
+     * -create-library */
     int library = 0;
-    for (size_t i = 0; i < olen;) {
-        while (i < olen && CLSHIM_SPACE(opts[i])) i++;
-        size_t w = i;
-        while (i < olen && !CLSHIM_SPACE(opts[i])) i++;
-        if (i - w == 15 && memcmp(opts + w, "-create-library", 15) == 0) library = 1;
-    }
+    for (size_t i = 0; i + 15 <= olen; i++)
+        if ((i == 0 || opts[i - 1] == ' ') && memcmp(opts + i, "-create-library", 15) == 0)
+            library = 1;
     if (link && library != (kind == CLSHIM_RECIPE_LIBRARY)) return 0;
-    for (uint32_t i = 0; i < ni; i++) {
-        CLSHIM_NEED(4);
+#undef CLSHIM_NEED
+    out->kind = kind;
+    out->text_kind = text_kind;
+    out->source = tlen ? (const char *)text : NULL;
+    out->source_length = (size_t)tlen;
+    out->options = (const char *)opts;
+    out->options_length = olen;
+    out->num_headers = nh;
+    out->num_inputs = ni;
+    return at;
+}
+
+/* Checks the version-2 recipe node at p[0, n) (depth: its nesting level) with its nested
+ * inputs, filling *out with the node's own fields when out is non-NULL; returns the
+ * node's length, or 0 if it breaks a rule. */
+static inline size_t clshim_recipe_node(const unsigned char *p, size_t n, int depth,
+                                        uint32_t *parts, clshim_binary *out) {
+    clshim_binary f;
+    if (depth > CLSHIM_RECIPE_MAX_DEPTH) return 0;
+    size_t at = clshim_recipe_fields(p, n, parts, &f);
+    if (!at) return 0;
+    for (uint32_t i = 0; i < f.num_inputs; i++) {
+        if (n - at < 4) return 0;
         uint32_t k = clshim_le32(p + at);
         if (k != CLSHIM_RECIPE_COMPILED_OBJECT && k != CLSHIM_RECIPE_LIBRARY) return 0;
         size_t used = clshim_recipe_node(p + at, n - at, depth + 1, parts, NULL);
         if (!used) return 0;
         at += used;
     }
-#undef CLSHIM_NEED
-#undef CLSHIM_SPACE
-    if (out) {
-        out->kind = kind;
-        out->text_kind = text_kind;
-        out->source = tlen ? (const char *)text : NULL;
-        out->source_length = (size_t)tlen;
-        out->options = (const char *)opts;
-        out->options_length = olen;
-        out->num_headers = nh;
-        out->num_inputs = ni;
-    }
+    if (out) *out = f;
     return at;
+}
+
+/* Checks a version-3 recipe body p[0, n) (every part, index and limit), filling *out
+ * with the last part's fields; 1 if it keeps every rule, else 0. */
+static inline int clshim_recipe_parts(const unsigned char *p, size_t n, clshim_binary *out) {
+    unsigned char kind[CLSHIM_RECIPE_MAX_PARTS], depth[CLSHIM_RECIPE_MAX_PARTS],
+        used[CLSHIM_RECIPE_MAX_PARTS];
+    if (n < 4) return 0;
+    uint32_t count = clshim_le32(p), parts = 0;
+    size_t at = 4;
+    if (count == 0 || count > CLSHIM_RECIPE_MAX_PARTS) return 0;
+    clshim_binary f;
+    memset(&f, 0, sizeof f);
+    for (uint32_t i = 0; i < count; i++) {
+        size_t len = clshim_recipe_fields(p + at, n - at, &parts, &f);
+        if (!len) return 0;
+        at += len;
+        unsigned d = 0;
+        for (uint32_t j = 0; j < f.num_inputs; j++) {
+            if (n - at < 4) return 0;
+            uint32_t x = clshim_le32(p + at);
+            at += 4;
+            if (x >= i) return 0;
+            if (kind[x] != CLSHIM_RECIPE_COMPILED_OBJECT && kind[x] != CLSHIM_RECIPE_LIBRARY)
+                return 0;
+            used[x] = 1;
+            if (depth[x] + 1u > d) d = depth[x] + 1u;
+        }
+        if (d > CLSHIM_RECIPE_MAX_DEPTH) return 0;
+        kind[i] = (unsigned char)f.kind;
+        depth[i] = (unsigned char)d;
+        used[i] = 0;
+    }
+    if (at != n) return 0;
+    for (uint32_t i = 0; i + 1 < count; i++)
+        if (!used[i]) return 0;
+    f.num_parts = parts;
+    *out = f;
+    return 1;
 }
 
 /* 1 if bytes [0, length) are a well-formed clshim binary of a version this header reads
@@ -184,7 +293,7 @@ static inline int clshim_binary_parse(const unsigned char *bytes, size_t length,
     if (!bytes || length < CLSHIM_BINARY_HEADER_SIZE + CLSHIM_BINARY_TRAILER_SIZE) return 0;
     if (memcmp(bytes, CLSHIM_BINARY_MAGIC, CLSHIM_BINARY_MAGIC_SIZE) != 0) return 0;
     uint32_t version = clshim_le32(bytes + 8);
-    if ((version != CLSHIM_BINARY_VERSION && version != CLSHIM_BINARY_VERSION_SOURCE) ||
+    if (version < CLSHIM_BINARY_VERSION_SOURCE || version > CLSHIM_BINARY_VERSION ||
         clshim_le32(bytes + 12) != 0)
         return 0;
     uint64_t n = clshim_le64(bytes + 24);
@@ -202,9 +311,13 @@ static inline int clshim_binary_parse(const unsigned char *bytes, size_t length,
         r.text_kind = 1;
         r.source = (const char *)b;
         r.source_length = (size_t)n;
-    } else {
+        r.num_parts = 1;
+    } else if (version == CLSHIM_BINARY_VERSION_TREE) {
         uint32_t parts = 0;
         if (clshim_recipe_node(b, (size_t)n, 0, &parts, &r) != (size_t)n) return 0;
+        r.num_parts = parts;
+    } else {
+        if (!clshim_recipe_parts(b, (size_t)n, &r)) return 0;
     }
     r.version = version;
     r.fingerprint = clshim_le64(bytes + 16);

@@ -108,7 +108,8 @@ fn check_clshim_binaries(
     route: Route,
     args: &LoadArgs,
 ) -> (Vec<Result<(), String>>, Option<Recipe>) {
-    let mut recipe: Option<Recipe> = None;
+    // Compared by their encoding: one pass over each recipe's distinct parts.
+    let mut recipe: Option<(Recipe, Vec<u8>)> = None;
     let mut verdicts = Vec::with_capacity(args.devices.len());
     for (i, &device) in args.devices.iter().enumerate() {
         let (ptr, len) = (args.binaries[i], args.lengths[i]);
@@ -124,22 +125,25 @@ fn check_clshim_binaries(
                 // decode_raw reads the rest only if the header declares that length.
                 Some(f) => match unsafe { container::decode_raw(ptr, len, f.fingerprint()) } {
                     Err(why) => Err(why.to_string()),
-                    Ok(r) => match &recipe {
-                        Some(s) if *s != r => {
-                            Err("a different recipe than for the other devices".to_string())
+                    Ok(r) => {
+                        let body = r.encode();
+                        match &recipe {
+                            Some((_, s)) if *s != body => {
+                                Err("a different recipe than for the other devices".to_string())
+                            }
+                            _ => {
+                                recipe = Some((r, body));
+                                Ok(())
+                            }
                         }
-                        _ => {
-                            recipe = Some(r);
-                            Ok(())
-                        }
-                    },
+                    }
                 },
             }
         };
         verdicts.push(verdict);
     }
     let all_ok = verdicts.iter().all(Result::is_ok);
-    (verdicts, if all_ok { recipe } else { None })
+    (verdicts, recipe.filter(|_| all_ok).map(|(r, _)| r))
 }
 
 /// Releases programs clshim made while recreating one (never the application's).
@@ -196,8 +200,10 @@ unsafe fn from_text(route: Route, context: cl_context, text: &Text) -> Result<cl
 /// Makes the program a recipe describes again, for `devices` of `context`: a build
 /// recipe becomes a program from its text (built later, by the application's
 /// `clBuildProgram`, with the recorded options); a compiled object is compiled again with
-/// its headers and options; a link compiles and links its inputs again. Every program
-/// made on the way that is not the result is released; on failure nothing is left.
+/// its headers and options; a link compiles and links its inputs again, each distinct
+/// input once however many links share it, and is refused unless the implementation
+/// makes of it what the recipe says (a library or an executable). Every program made on
+/// the way that is not the result is released; on failure nothing is left.
 ///
 /// # Safety
 /// `context` is a valid context and `devices` distinct devices of it (the implementation
@@ -207,6 +213,27 @@ unsafe fn recreate(
     context: cl_context,
     devices: &[cl_device_id],
     recipe: &Recipe,
+) -> Result<cl_program, String> {
+    let mut made = std::collections::HashMap::new();
+    // SAFETY: this function's contract.
+    let result = unsafe { recreate_part(route, context, devices, recipe, &mut made) };
+    let parts: Vec<cl_program> = made.into_values().collect();
+    // SAFETY: the inputs clshim made on the way, never handed out.
+    unsafe { release_all(route, &parts) };
+    result
+}
+
+/// One part of [`recreate`]: `made` holds the inputs made so far (by address of their
+/// recipe), for the caller to release.
+///
+/// # Safety
+/// As for [`recreate`].
+unsafe fn recreate_part(
+    route: Route,
+    context: cl_context,
+    devices: &[cl_device_id],
+    recipe: &Recipe,
+    made: &mut std::collections::HashMap<*const Recipe, cl_program>,
 ) -> Result<cl_program, String> {
     let n = devices.len() as cl_uint;
     let options = c_options(&recipe.options);
@@ -271,17 +298,19 @@ unsafe fn recreate(
             Ok(program)
         }
         Kind::Library | Kind::Linked => {
-            let mut inputs = Vec::new();
+            let mut inputs = Vec::with_capacity(recipe.inputs.len());
             for i in &recipe.inputs {
-                // SAFETY: the same context and devices (this function's contract).
-                match unsafe { recreate(route, context, devices, i) } {
-                    Ok(p) => inputs.push(p),
-                    Err(e) => {
-                        // SAFETY: inputs clshim just made, not handed out.
-                        unsafe { release_all(route, &inputs) };
-                        return Err(e);
+                let key = Arc::as_ptr(i);
+                let p = match made.get(&key) {
+                    Some(&p) => p,
+                    None => {
+                        // SAFETY: the same context and devices (this function's contract).
+                        let p = unsafe { recreate_part(route, context, devices, i, made) }?;
+                        made.insert(key, p);
+                        p
                     }
-                }
+                };
+                inputs.push(p);
             }
             let mut err = CL_INVALID_OPERATION;
             // SAFETY: a valid context (this function's contract).
@@ -303,14 +332,30 @@ unsafe fn recreate(
                 },
                 None => std::ptr::null_mut(),
             };
-            // SAFETY: inputs clshim just made, no longer needed.
-            unsafe { release_all(route, &inputs) };
             if program.is_null() || err != CL_SUCCESS {
                 if !program.is_null() {
                     // SAFETY: the program clshim just made, not handed out.
                     unsafe { release_all(route, &[program]) };
                 }
                 return Err(format!("linking it again failed ({})", status_name(err)));
+            }
+            let want = if recipe.kind == Kind::Library {
+                CL_PROGRAM_BINARY_TYPE_LIBRARY
+            } else {
+                CL_PROGRAM_BINARY_TYPE_EXECUTABLE
+            };
+            // SAFETY: the live program clshim just linked, for devices of its context.
+            let got: Vec<_> = devices
+                .iter()
+                .map(|&d| unsafe { query::binary_type(route, program, d) })
+                .collect();
+            if got.iter().any(|t| *t != Some(want)) {
+                // SAFETY: the program clshim just made, not handed out.
+                unsafe { release_all(route, &[program]) };
+                return Err(format!(
+                    "the implementation made no {} of the link's options",
+                    recipe.kind.name()
+                ));
             }
             Ok(program)
         }
@@ -523,11 +568,7 @@ pub unsafe fn create_with_binary(
 fn made_from(recipe: &Recipe) -> Vec<u8> {
     match recipe.kind {
         Kind::Built | Kind::Compiled => recipe.text.bytes().to_vec(),
-        Kind::Library | Kind::Linked => {
-            let mut b = Vec::new();
-            recipe.encode_into(&mut b);
-            b
-        }
+        Kind::Library | Kind::Linked => recipe.encode(),
     }
 }
 

@@ -171,7 +171,9 @@ impl BuildCall {
 struct Copied {
     /// The devices the call named (empty: all of the program's).
     devices: Vec<cl_device_id>,
-    options: Option<String>,
+    /// The options as the application passed them, byte for byte (what a recipe keeps;
+    /// records show them as text).
+    options: Option<Vec<u8>>,
     /// Link: the input programs' ids.
     inputs: Vec<u64>,
     /// Under `substitute`: what the program's recipe needs from the call's arguments
@@ -179,7 +181,7 @@ struct Copied {
     headers: Option<Vec<Header>>,
     input_recipes: Option<Vec<Arc<Recipe>>>,
     /// The application's options when they were replaced (the outer Option: replaced).
-    given: Option<Option<String>>,
+    given: Option<Option<Vec<u8>>>,
 }
 
 /// Whether a call that returned `ret` was accepted by the implementation, so that every
@@ -260,14 +262,13 @@ impl Pending {
                 let mut out = Vec::with_capacity(n);
                 for (&h, &name) in headers.iter().zip(&names) {
                     // SAFETY: an include name of an accepted compile: a NUL-terminated string.
-                    let name = unsafe { query::c_str(name) };
+                    let name = unsafe { query::c_bytes(name) };
                     // SAFETY: a header program of an accepted compile: live.
                     let source = unsafe { query::source(self.route, h) }.filter(|s| !s.is_empty());
                     match (name, source) {
-                        (Some(name), Some(source)) if !name.is_empty() => out.push(Header {
-                            name: name.into_bytes(),
-                            source,
-                        }),
+                        (Some(name), Some(source)) if !name.is_empty() => {
+                            out.push(Header { name, source })
+                        }
                         _ => return,
                     }
                 }
@@ -301,7 +302,12 @@ impl Pending {
         let Some(c) = self.copied.as_ref() else {
             return;
         };
-        let options = c.options.clone().unwrap_or_default().into_bytes();
+        if matches!(self.call.entry, Entry::Done) {
+            // A linked executable clshim made again at load: the build did nothing to it,
+            // and it keeps the recipe it was made from.
+            return;
+        }
+        let options = c.options.clone().unwrap_or_default();
         // Source first; a program made from IL (or recreated from one) has none.
         let il = || {
             // SAFETY: the live program (this function's contract).
@@ -331,29 +337,67 @@ impl Pending {
                 }),
                 _ => None,
             },
-            _ => c.input_recipes.as_ref().map(|inputs| Recipe {
-                kind: if Recipe::is_library_link(&options) {
-                    Kind::Library
-                } else {
-                    Kind::Linked
-                },
-                options: Some(options),
-                text: Text::None,
-                headers: Vec::new(),
-                inputs: inputs.clone(),
-            }),
+            // Whether the link made a library is the driver's answer, not clshim's reading
+            // of the options (drivers split and match options each their own way).
+            // SAFETY: the live program (this function's contract).
+            _ => match (c.input_recipes.as_ref(), unsafe { self.link_kind(program) }) {
+                (Some(inputs), Some(kind)) => Some(Recipe {
+                    kind,
+                    options: Some(options),
+                    text: Text::None,
+                    headers: Vec::new(),
+                    inputs: inputs.clone(),
+                }),
+                _ => None,
+            },
         };
-        match recipe.filter(|r| r.check().is_ok()) {
-            Some(r) => {
+        match recipe.map(|r| (r.check(), r)) {
+            Some((Ok(_), r)) => {
                 self.rt.programs.set_recipe(program, Arc::new(r));
             }
+            Some((Err(why), _)) => {
+                log::info!(
+                    "no recipe for program {:?}: {why}; its binary is the implementation's",
+                    program
+                );
+                self.rt.programs.refuse_recipe(program);
+            }
             None => {
-                // A recompiled program keeps no stale recipe from before.
-                if self.kind != Event::Link {
+                // A recompiled program keeps no stale recipe from before; but a program
+                // clshim made again from a recipe and the application built where the
+                // driver shows no text (a library made again) keeps the recipe it was
+                // made from: its next binary makes it again as it was loaded, for the
+                // application to build again, as it did.
+                let made_again = self.kind == Event::Build && origin == Some(Origin::ClshimBinary);
+                if self.kind != Event::Link && !made_again {
                     self.rt.programs.drop_recipe(program);
                 }
             }
         }
+    }
+
+    /// What the driver made of a link: a library or an executable, the same for every
+    /// device of the program (None if it says anything else).
+    ///
+    /// # Safety
+    /// `program` is live.
+    unsafe fn link_kind(&self, program: cl_program) -> Option<Kind> {
+        // SAFETY: the live program (this function's contract).
+        let devices = unsafe { query::devices(self.route, program) }?;
+        let mut kind = None;
+        for d in devices {
+            // SAFETY: the live program and one of its devices.
+            let k = match unsafe { query::binary_type(self.route, program, d) }? {
+                CL_PROGRAM_BINARY_TYPE_LIBRARY => Kind::Library,
+                CL_PROGRAM_BINARY_TYPE_EXECUTABLE => Kind::Linked,
+                _ => return None,
+            };
+            if kind.is_some_and(|seen| seen != k) {
+                return None;
+            }
+            kind = Some(k);
+        }
+        kind
     }
 
     /// Copies the application's arguments, as far as a call that ended with `ret` shows
@@ -380,10 +424,10 @@ impl Pending {
         if options_read(ret) {
             // SAFETY: the implementation read the options (it answered `ret`), so they are
             // NULL or NUL-terminated; the call has not returned.
-            c.options = unsafe { query::c_str(call.options) };
+            c.options = unsafe { query::c_bytes(call.options) };
             if let Some(given) = call.given_options {
                 // SAFETY: the application's own options string of the same call.
-                c.given = Some(unsafe { query::c_str(given) });
+                c.given = Some(unsafe { query::c_bytes(given) });
             }
         }
         if accepted(ret) && self.rt.config.binaries == BinaryPolicy::Substitute {
@@ -495,13 +539,16 @@ impl Pending {
         };
         let copied = self.copied.unwrap_or_default();
         let link = self.kind == Event::Link;
+        // Records show options as text: bytes that are not UTF-8 appear as U+FFFD there,
+        // while recipes keep them exactly.
+        let text = |b: &Vec<u8>| String::from_utf8_lossy(b).into_owned();
         let options_replaced = copied
             .given
             .clone()
             .filter(|g| *g != copied.options)
             .map(|given| schema::OptionsReplaced {
-                given,
-                used: copied.options.clone().unwrap_or_default(),
+                given: given.as_ref().map(text),
+                used: copied.options.as_ref().map(text).unwrap_or_default(),
             });
         let record = schema::Record::Build(schema::Build {
             event: self.kind,
@@ -509,7 +556,7 @@ impl Pending {
             program: info.map(|i| i.id),
             result,
             result_name: status_name(result),
-            options: copied.options,
+            options: copied.options.as_ref().map(text),
             is_async: self.is_async,
             kernels,
             devices: facts.iter().map(|f| f.describe(filter)).collect(),

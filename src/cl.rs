@@ -75,6 +75,7 @@ pub const CL_PROGRAM_BUILD_OPTIONS: cl_program_build_info = 0x1182;
 pub const CL_PROGRAM_BINARY_TYPE: cl_program_build_info = 0x1184;
 pub const CL_PROGRAM_BINARY_TYPE_NONE: cl_uint = 0;
 pub const CL_PROGRAM_BINARY_TYPE_EXECUTABLE: cl_uint = 4;
+pub const CL_PROGRAM_BINARY_TYPE_LIBRARY: cl_uint = 2;
 pub const CL_PROGRAM_IL: cl_program_info = 0x1169;
 
 // clGetDeviceInfo parameters and device types.

@@ -7,9 +7,10 @@
 //! `magic "CLSHIMB\0"` · `version u32` · `flags u32 (0)` · `device fingerprint u64` ·
 //! `body length u64` · `body` · `FNV-1a 64 checksum u64` of everything before it.
 //! Version 1's body is a program's source alone (rebuilt with whatever options the
-//! application passes); version 2's is a [`Recipe`] (the `recipe` module's encoding),
-//! which carries the options and, for compiled objects and linked programs, every part
-//! needed to make the program again. One checksum and one fingerprint cover every part.
+//! application passes); versions 2 and 3 carry a [`Recipe`] (the `recipe` module's
+//! encodings: 2 nests each link input in place, 3, written since, holds each distinct
+//! part once), with the options and, for compiled objects and linked programs, every
+//! part needed to make the program again. One checksum and one fingerprint cover every part.
 //! The layout is deterministic, so the size a `CL_PROGRAM_BINARY_SIZES` query reports always
 //! equals what the following `CL_PROGRAM_BINARIES` query writes.
 //!
@@ -27,7 +28,9 @@ use std::fmt;
 
 pub const MAGIC: &[u8; 8] = b"CLSHIMB\0";
 /// The version clshim writes for programs whose recipe it recorded.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
+/// Recipes with nested inputs, still read.
+pub const VERSION_TREE: u32 = 2;
 /// The source-only version, still read, and written for programs whose options clshim
 /// did not see.
 pub const VERSION_SOURCE: u32 = 1;
@@ -60,7 +63,7 @@ impl fmt::Display for Rejection {
                 write!(
                     f,
                     "clshim binary format version {version}, this clshim reads {VERSION_SOURCE} \
-                     and {VERSION}"
+                     to {VERSION}"
                 )
             }
             Rejection::BadFlags { flags } => write!(f, "unknown flags {flags:#x}"),
@@ -102,11 +105,9 @@ pub fn encode(source: &[u8], fingerprint: u64) -> Vec<u8> {
     envelope(VERSION_SOURCE, source, fingerprint)
 }
 
-/// A version-2 binary carrying `recipe`.
+/// A binary of the current version carrying `recipe`.
 pub fn encode_recipe(recipe: &Recipe, fingerprint: u64) -> Vec<u8> {
-    let mut body = Vec::with_capacity(recipe.weight());
-    recipe.encode_into(&mut body);
-    envelope(VERSION, &body, fingerprint)
+    envelope(VERSION, &recipe.encode(), fingerprint)
 }
 
 fn envelope(version: u32, body: &[u8], fingerprint: u64) -> Vec<u8> {
@@ -137,7 +138,7 @@ fn check_header(head: &[u8], total: usize) -> Result<usize, Rejection> {
         return Err(Rejection::Truncated { length: total });
     }
     let version = u32_at(head, 8);
-    if version != VERSION && version != VERSION_SOURCE {
+    if !(VERSION_SOURCE..=VERSION).contains(&version) {
         return Err(Rejection::OtherVersion { version });
     }
     let flags = u32_at(head, 12);
@@ -168,8 +169,10 @@ pub fn decode(bytes: &[u8], fingerprint: u64) -> Result<Recipe, Rejection> {
         return Err(Rejection::OtherDevice);
     }
     let inner = &body[HEADER..];
-    if u32_at(bytes, 8) == VERSION {
-        return Recipe::decode(inner).map_err(Rejection::Recipe);
+    match u32_at(bytes, 8) {
+        VERSION => return Recipe::decode(inner).map_err(Rejection::Recipe),
+        VERSION_TREE => return Recipe::decode_tree(inner).map_err(Rejection::Recipe),
+        _ => {}
     }
     if inner.is_empty() {
         return Err(Rejection::EmptySource);
@@ -278,12 +281,14 @@ mod tests {
             decode(&good[..good.len() - 1], 7),
             Err(Rejection::LengthMismatch { .. })
         ));
-        let mut v3 = good.clone();
-        v3[8] = 3;
-        assert_eq!(
-            decode(&v3, 7).err(),
-            Some(Rejection::OtherVersion { version: 3 })
-        );
+        for v in [0, 4] {
+            let mut other = good.clone();
+            other[8] = v;
+            assert_eq!(
+                decode(&other, 7).err(),
+                Some(Rejection::OtherVersion { version: v as u32 })
+            );
+        }
         let mut flags = good.clone();
         flags[12] = 1;
         assert_eq!(

@@ -2,7 +2,8 @@
 //! `CL_PROGRAM_BINARIES` queries (taking its binaries back is `binary_load`'s). Decided device by device: only devices the `DeviceFilter`
 //! selects, built successfully, are answered by clshim (`suppress`: no binary; `substitute`:
 //! a clshim binary carrying the program's recipe where one was recorded (built, compiled
-//! or linked under `substitute`), else its source alone); every other device
+//! or linked under `substitute`), else its source alone, except for a program whose
+//! recipe clshim refused to record); every other device
 //! gets the implementation's own answer. When no device needs the implementation, it is
 //! not asked at all, and that is what spares pocl its second compile. Whatever is answered,
 //! the sizes and the binaries the application receives agree.
@@ -85,6 +86,10 @@ pub unsafe fn plan(rt: &'static Runtime, route: Route, program: cl_program) -> O
     } else {
         None
     };
+    // A program whose recipe clshim refused to write gets the implementation's answer.
+    let refused = recipe.is_none()
+        && policy == BinaryPolicy::Substitute
+        && rt.programs.recipe_refused(program);
     let mut actions = Vec::with_capacity(devices.len());
     let mut substitutes = Vec::with_capacity(devices.len());
     for (i, &device) in devices.iter().enumerate() {
@@ -96,6 +101,7 @@ pub unsafe fn plan(rt: &'static Runtime, route: Route, program: cl_program) -> O
         let mut substitute = None;
         let answerable = selected
             && policy != BinaryPolicy::Pass
+            && !refused
             // SAFETY: the live program and one of its devices.
             && unsafe { query::built_for(route, program, device) };
         if answerable {

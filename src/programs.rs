@@ -4,8 +4,9 @@
 //! program and removed when the application releases its last reference, so the registry
 //! holds live programs, not history. Under `substitute` it also keeps each program's
 //! recipe (what it was made from, to write into its clshim binary) and, for programs
-//! clshim recreated from a clshim binary, how it must answer for them (`Loaded`); both go
-//! with the entry, and recipes are bounded in total size.
+//! clshim recreated from a clshim binary, how it must answer for them (`Loaded`), and
+//! which programs have a recipe clshim refused to write (their binary queries get the
+//! implementation's answer); all go with the entry, and recipes are bounded in total size.
 
 use crate::cl::cl_program;
 use crate::lock::Lock;
@@ -99,8 +100,10 @@ pub struct Registry {
 struct Inner {
     next_id: u64,
     map: HashMap<usize, ProgramInfo>,
-    recipes: HashMap<usize, Arc<Recipe>>,
+    /// Each recipe with its weight, counted once when kept.
+    recipes: HashMap<usize, (Arc<Recipe>, usize)>,
     recipe_bytes: usize,
+    refused: std::collections::HashSet<usize>,
     loaded: HashMap<usize, Loaded>,
 }
 
@@ -110,10 +113,15 @@ impl Inner {
         self.next_id
     }
 
-    fn forget_extras(&mut self, key: usize) {
-        if let Some(r) = self.recipes.remove(&key) {
-            self.recipe_bytes = self.recipe_bytes.saturating_sub(r.weight());
+    fn drop_recipe(&mut self, key: usize) {
+        if let Some((_, w)) = self.recipes.remove(&key) {
+            self.recipe_bytes = self.recipe_bytes.saturating_sub(w);
         }
+        self.refused.remove(&key);
+    }
+
+    fn forget_extras(&mut self, key: usize) {
+        self.drop_recipe(key);
         self.loaded.remove(&key);
     }
 }
@@ -183,26 +191,39 @@ impl Registry {
     pub fn set_recipe(&self, program: cl_program, recipe: Arc<Recipe>) -> bool {
         let w = recipe.weight();
         let mut inner = self.inner.lock();
-        if let Some(old) = inner.recipes.remove(&(program as usize)) {
-            inner.recipe_bytes = inner.recipe_bytes.saturating_sub(old.weight());
-        }
+        inner.drop_recipe(program as usize);
         if inner.recipe_bytes + w > MAX_RECIPE_BYTES {
             return false;
         }
         inner.recipe_bytes += w;
-        inner.recipes.insert(program as usize, recipe);
+        inner.recipes.insert(program as usize, (recipe, w));
         true
     }
 
+    /// Forgets the program's recipe (a recompile that could not record one).
     pub fn drop_recipe(&self, program: cl_program) {
+        self.inner.lock().drop_recipe(program as usize);
+    }
+
+    /// The program's recipe would break the rules of a clshim binary (the decoder's
+    /// limits, a name or options no driver should be handed): it keeps none, and its
+    /// binary queries get the implementation's answer, never a binary clshim would refuse.
+    pub fn refuse_recipe(&self, program: cl_program) {
         let mut inner = self.inner.lock();
-        if let Some(old) = inner.recipes.remove(&(program as usize)) {
-            inner.recipe_bytes = inner.recipe_bytes.saturating_sub(old.weight());
-        }
+        inner.drop_recipe(program as usize);
+        inner.refused.insert(program as usize);
+    }
+
+    pub fn recipe_refused(&self, program: cl_program) -> bool {
+        self.inner.lock().refused.contains(&(program as usize))
     }
 
     pub fn recipe(&self, program: cl_program) -> Option<Arc<Recipe>> {
-        self.inner.lock().recipes.get(&(program as usize)).cloned()
+        self.inner
+            .lock()
+            .recipes
+            .get(&(program as usize))
+            .map(|(r, _)| r.clone())
     }
 
     pub fn set_loaded(&self, program: cl_program, loaded: Loaded) {
@@ -241,7 +262,7 @@ mod tests {
                 linked: false,
             },
         );
-        assert_eq!(r.recipe(p), Some(recipe));
+        assert_eq!(r.recipe(p), Some(recipe.clone()));
         assert!(r.loaded(p).is_some() && any_loaded());
         r.created(p, Origin::Source, None, None);
         assert!(
@@ -253,6 +274,9 @@ mod tests {
             Vec::new(),
         ));
         assert!(!r.set_recipe(p, huge), "beyond the bound");
+        r.refuse_recipe(p);
+        assert!(r.recipe_refused(p) && r.recipe(p).is_none());
+        assert!(r.set_recipe(p, recipe.clone()) && !r.recipe_refused(p));
         r.released(p);
         assert_eq!(r.inner.lock().recipe_bytes, 0);
     }

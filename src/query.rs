@@ -123,6 +123,33 @@ pub unsafe fn kernel_names(route: Route, program: cl_program) -> Vec<String> {
         .collect()
 }
 
+/// The program's binary type for `device` (`CL_PROGRAM_BINARY_TYPE_*`).
+///
+/// # Safety
+/// As for [`devices`]; `device` must be one of the program's devices.
+pub unsafe fn binary_type(
+    route: Route,
+    program: cl_program,
+    device: cl_device_id,
+) -> Option<cl_uint> {
+    // SAFETY: a live program reachable through `route` (this function's contract).
+    let f: FnGetProgramBuildInfo = unsafe { route.entry(program, slot::GET_PROGRAM_BUILD_INFO) }?;
+    let mut t: cl_uint = 0;
+    // SAFETY: the program's own entry, one of its devices (this function's contract), and a
+    // local of the size given.
+    let ret = unsafe {
+        f(
+            program,
+            device,
+            CL_PROGRAM_BINARY_TYPE,
+            std::mem::size_of::<cl_uint>(),
+            &mut t as *mut _ as *mut c_void,
+            std::ptr::null_mut(),
+        )
+    };
+    (ret == CL_SUCCESS).then_some(t)
+}
+
 /// Whether the program was built successfully for `device`.
 ///
 /// # Safety
@@ -157,6 +184,15 @@ pub unsafe fn reference_count(route: Route, program: cl_program) -> Option<cl_ui
     // SAFETY: a live program reachable through `route` (this function's contract).
     let bytes = unsafe { info(route, program, CL_PROGRAM_REFERENCE_COUNT) }?;
     Some(cl_uint::from_ne_bytes(bytes.get(..4)?.try_into().ok()?))
+}
+
+/// The bytes of the C string `p`, exactly as given (NULL gives None).
+///
+/// # Safety
+/// `p` must be NULL or a NUL-terminated string.
+pub unsafe fn c_bytes(p: *const std::ffi::c_char) -> Option<Vec<u8>> {
+    // SAFETY: non-NULL, so NUL-terminated (this function's contract).
+    (!p.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes().to_vec())
 }
 
 /// Reads the C string `p` (NULL gives None).

@@ -24,7 +24,7 @@ fn the_c_header_parses_what_the_shim_writes() {
 
     let parsed = Command::new(&check).arg(&saved).output().unwrap();
     let text = stdout(&parsed);
-    assert!(text.starts_with("clshim binary v2, fingerprint "), "{text}");
+    assert!(text.starts_with("clshim binary v3, fingerprint "), "{text}");
     assert!(
         text.contains(", kind 1, options \"\", headers 0, inputs 0,"),
         "{text}"

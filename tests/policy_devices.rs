@@ -55,7 +55,7 @@ fn fake_two_devices_both_substituted() {
     for c in [&c0, &c1] {
         assert_eq!(c.source, src.as_bytes());
         assert!(
-            c.checksum_ok && c.version == 2 && c.options.as_deref() == Some(""),
+            c.checksum_ok && c.version == 3 && c.options.as_deref() == Some(""),
             "{c:?}"
         );
     }

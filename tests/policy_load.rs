@@ -61,30 +61,30 @@ fn pocl_bad_clshim_binaries_rejected() {
         ("flipped source byte", flipped, "checksum mismatch"),
         ("flipped checksum byte", flipped_sum, "checksum mismatch"),
         (
-            "version 3",
-            reseal_clshim_binary(patched(8, &3u32.to_le_bytes())),
-            "version 3",
+            "version 4",
+            reseal_clshim_binary(patched(8, &4u32.to_le_bytes())),
+            "version 4",
         ),
         // Parts that do not match the header or each other, resealed so that the checksum
         // holds and the recipe's own checks must catch them.
         (
             "options length beyond the body",
-            reseal_clshim_binary(patched(40, &0xffffu32.to_le_bytes())),
+            reseal_clshim_binary(patched(44, &0xffffu32.to_le_bytes())),
             "cut short",
         ),
         (
             "text length one short",
-            reseal_clshim_binary(patched(44, &((len - 68 - 1) as u64).to_le_bytes())),
+            reseal_clshim_binary(patched(48, &((len - 72 - 1) as u64).to_le_bytes())),
             "",
         ),
         (
             "unknown recipe kind",
-            reseal_clshim_binary(patched(32, &9u32.to_le_bytes())),
+            reseal_clshim_binary(patched(36, &9u32.to_le_bytes())),
             "unknown recipe kind 9",
         ),
         (
             "a link kind over a source text",
-            reseal_clshim_binary(patched(32, &4u32.to_le_bytes())),
+            reseal_clshim_binary(patched(36, &4u32.to_le_bytes())),
             "breaks a rule",
         ),
         (

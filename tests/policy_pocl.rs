@@ -160,7 +160,7 @@ fn pocl_substitute_round_trip_across_processes() {
     let bytes = read(&file);
     assert!(bytes.starts_with(CLSHIM_MAGIC), "{:?}", &bytes[..16]);
     let c = parse_clshim_binary(&bytes);
-    assert_eq!((c.version, c.flags, c.checksum_ok), (2, 0, true), "{c:?}");
+    assert_eq!((c.version, c.flags, c.checksum_ok), (3, 0, true), "{c:?}");
     assert_eq!(
         c.source,
         src.as_bytes(),

@@ -333,7 +333,7 @@ fn hashcat_compile_link_dlopen_disk_cache() {
     for f in &cached {
         let b = std::fs::read(f).unwrap();
         let c = parse_clshim_binary(&b);
-        assert_eq!((c.version, c.kind), (2, 4), "a linked recipe: {f:?}");
+        assert_eq!((c.version, c.kind), (3, 4), "a linked recipe: {f:?}");
     }
 
     // Warm: each program made again from its recipe and "built" (answered by clshim).

@@ -220,7 +220,7 @@ fn damaged_recipes_refused_whole() {
         let parsed = Command::new(&check).arg(&file).output().unwrap();
         let text = stdout(&parsed);
         assert!(
-            text.starts_with("clshim binary v2, ") && text.contains(&format!(", kind {kind}, ")),
+            text.starts_with("clshim binary v3, ") && text.contains(&format!(", kind {kind}, ")),
             "{mode}: {text}"
         );
         saved.push(bytes);
@@ -332,4 +332,268 @@ fn damaged_recipes_refused_whole() {
             assert_eq!(stdout(&parsed), "not a clshim binary\n", "{what}");
         }
     }
+}
+
+/// Every file below `dir` whose name starts with `prefix`.
+fn files_named(dir: &std::path::Path, prefix: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            found.extend(files_named(&p, prefix));
+        } else if e.file_name().to_string_lossy().starts_with(prefix) {
+            found.push(p);
+        }
+    }
+    found
+}
+
+/// A clshim binary is untrusted (anyone who can write the application's cache can hand
+/// one over): header include names that would leave the driver's folder (pocl writes each
+/// header at <its cache>/<temporary folder>/<name>), names and options longer than pocl
+/// takes (a 2,000-byte name overflows its path buffer, twelve -g options or fifty
+/// -cl-denorms-are-zero abort it, 800 bytes of link options overflow its 512-byte
+/// buffer) are refused before the driver sees
+/// them, in version 2 and 3 alike, with the reason recorded, and clshim.h's parser refuses
+/// them too. pocl's cache and HOME are scratch folders: nothing is written outside them,
+/// and no file named in a hostile recipe appears anywhere.
+#[test]
+fn hostile_names_and_options_never_reach_the_driver() {
+    let bin = client();
+    let check = build_c("header_check", &[]);
+    let d = scratch("recipes-hostile");
+    let home = d.path("home");
+    let cache = home.join("cache").join("kc");
+    std::fs::create_dir_all(&cache).unwrap();
+    let (home_s, cache_s) = (s(&home).to_string(), s(&cache).to_string());
+    let env = [
+        policy("substitute"),
+        ("HOME", home_s.as_str()),
+        ("POCL_CACHE_DIR", cache_s.as_str()),
+    ];
+    let saved = d.path("object");
+    let save = format!("--save={}", saved.display());
+    shimmed(Driver::Pocl, &bin, &["object", &save], &env).ok();
+    let fp = parse_clshim_binary(&read(&saved)).fingerprint;
+    let obj = |name: &str, options: &str| {
+        node(
+            2,
+            Some("int f(void) { return 1; }"),
+            options,
+            &[(name, "#define X 1\n")],
+            &[],
+        )
+    };
+    let v3 = |part: Vec<u8>| {
+        let mut b = 1u32.to_le_bytes().to_vec();
+        b.extend(part);
+        let mut s = sealed(&b, fp);
+        s[8..12].copy_from_slice(&3u32.to_le_bytes());
+        reseal_clshim_binary(s)
+    };
+    let long = |n: usize| {
+        (0..n)
+            .map(|i| if i % 100 == 99 { '/' } else { 'e' })
+            .collect::<String>()
+            + "scaped.h"
+    };
+    let name_rule = "header include name";
+    let debug = "-g ".repeat(12);
+    let link_options = format!(
+        "-create-library -enable-link-options {}",
+        "-cl ".repeat(200)
+    );
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "a name two folders up",
+            sealed(&obj("../../escaped-up.h", ""), fp),
+            name_rule,
+        ),
+        (
+            "a name one folder up",
+            sealed(&obj("../escaped-cache.h", ""), fp),
+            name_rule,
+        ),
+        (
+            "a name up in version 3",
+            v3(obj("sub/../../../escaped-v3.h", "")),
+            name_rule,
+        ),
+        (
+            "an absolute name",
+            sealed(&obj(&format!("{}/escaped-abs.h", s(&home)), ""), fp),
+            name_rule,
+        ),
+        (
+            "an empty component",
+            sealed(&obj("sub//escaped.h", ""), fp),
+            name_rule,
+        ),
+        (
+            "a control character",
+            sealed(&obj("escaped\n.h", ""), fp),
+            name_rule,
+        ),
+        (
+            "a name of 256 bytes",
+            sealed(&obj(&long(248), ""), fp),
+            name_rule,
+        ),
+        (
+            "a name of 2,000 bytes (overflows pocl)",
+            sealed(&obj(&long(1992), ""), fp),
+            name_rule,
+        ),
+        (
+            "twelve -g options (abort pocl)",
+            sealed(&obj("h.h", &debug), fp),
+            "-g or -cl-denorms-are-zero options",
+        ),
+        (
+            "fifty -cl-denorms-are-zero options (abort pocl)",
+            sealed(&obj("h.h", &"-cl-denorms-are-zero ".repeat(50)), fp),
+            "-cl-denorms-are-zero options",
+        ),
+        (
+            "800 bytes of link options (overflow pocl)",
+            sealed(&node(3, None, &link_options, &[], &[obj("h.h", "")]), fp),
+            "options longer",
+        ),
+    ];
+    for (what, bytes, reason) in &cases {
+        let file = d.path("bad");
+        std::fs::write(&file, bytes).unwrap();
+        let r = shimmed(Driver::Pocl, &bin, &["load", s(&file)], &env);
+        r.ok()
+            .has_line("load: CL_INVALID_BINARY status=CL_INVALID_BINARY program=no");
+        let l = r.one("binary_load");
+        assert_eq!(l["action"], "reject", "{what}: {l}");
+        let got = l["reason"].as_str().unwrap_or_default();
+        assert!(
+            got.starts_with("device 0: ") && got.contains(reason),
+            "{what}: reason {got:?} should name {reason:?}"
+        );
+        let parsed = Command::new(&check).arg(&file).output().unwrap();
+        assert_eq!(stdout(&parsed), "not a clshim binary\n", "{what}");
+        assert_eq!(files_named(&d, "escaped"), Vec::<PathBuf>::new(), "{what}");
+    }
+}
+
+/// Build options and include names are the application's bytes, whatever their encoding:
+/// a Latin-1 `-I` folder and a Latin-1 header name come back from a clshim binary exactly,
+/// so the reloaded programs build and run as without clshim.
+#[test]
+fn options_and_names_keep_their_bytes() {
+    let bin = client();
+    let d = scratch("recipes-bytes");
+    let base = plain(Driver::Pocl, &bin, &["bytes", s(&d)], &[]);
+    base.ok()
+        .has_line("latin-1 -I: 3 3 3 3 sum=12")
+        .has_line("latin-1 header: 5 15 25 35 sum=80");
+    let r = shimmed(
+        Driver::Pocl,
+        &bin,
+        &["bytes", s(&d)],
+        &[policy("substitute")],
+    );
+    r.ok();
+    assert_eq!(r.stdout(), base.stdout());
+    let loads = r.events("binary_load");
+    assert_eq!(loads.len(), 2, "{:#?}", r.records);
+    for l in loads {
+        assert_eq!(l["action"], "substitute", "{l}");
+    }
+}
+
+/// Every program made again from a recipe answers its next binary query with a clshim
+/// binary again: an executable reloaded and built, a linked executable reloaded and built
+/// (the build clshim answers itself), what is linked from a reloaded object, and a
+/// library reloaded and built (pocl 3.1 then has no kernels in it, so none is run).
+#[test]
+fn programs_made_again_keep_their_recipe() {
+    let bin = client();
+    let base = plain(Driver::Pocl, &bin, &["again"], &[]);
+    base.ok()
+        .has_line("relinked again type=EXECUTABLE")
+        .has_line("linked again: 5 15 25 35 sum=80");
+    let r = shimmed(Driver::Pocl, &bin, &["again"], &[policy("substitute")]);
+    r.ok();
+    assert_eq!(r.stdout(), base.stdout());
+    let queries = r.queries("CL_PROGRAM_BINARIES");
+    assert_eq!(queries.len(), 7, "{:#?}", r.records);
+    for q in queries {
+        assert_eq!(q["action"], "substitute", "{q}");
+    }
+    let loads = r.events("binary_load");
+    assert_eq!(loads.len(), 6, "{:#?}", r.records);
+    for l in loads {
+        assert_eq!(l["action"], "substitute", "{l}");
+    }
+}
+
+/// A library chain deeper than a clshim binary may nest: clshim writes no binary it would
+/// refuse itself, so the query gets pocl's own binary, which reloads as without clshim.
+#[test]
+fn a_recipe_beyond_the_limits_gets_the_drivers_binary() {
+    let bin = client();
+    let base = plain(Driver::Pocl, &bin, &["deep", "8"], &[]);
+    base.ok().has_line("deep: 5 15 25 35 sum=80");
+    let r = shimmed(Driver::Pocl, &bin, &["deep", "8"], &[policy("substitute")]);
+    r.ok();
+    assert_eq!(r.stdout(), base.stdout());
+    let q = r.queries("CL_PROGRAM_BINARIES");
+    assert_eq!(q.len(), 1, "{:#?}", r.records);
+    assert_eq!(q[0]["action"], "forward", "{}", q[0]);
+    assert_eq!(r.one("binary_load")["action"], "forward");
+}
+
+/// Inputs shared by several links are written once: 4 objects, then 6 levels of 4
+/// libraries each linking the 4 before, then an executable of the last 4. As a tree that
+/// is 4^7 objects (refused on reload); as parts, 29 parts of a few kilobytes, and it
+/// reloads. On the fake driver (the layout needs 25 links).
+#[test]
+fn shared_inputs_are_written_once() {
+    let bin = client();
+    let r = shimmed(
+        Driver::Fake,
+        &bin,
+        &["shared", "4", "6"],
+        &[ALL, policy("substitute")],
+    );
+    r.ok().has_line("shared: reloaded");
+    let size: usize = r
+        .line("shared: binary ")
+        .trim_start_matches("shared: binary ")
+        .trim_end_matches(" bytes")
+        .parse()
+        .unwrap();
+    assert!(size < 8_000, "{size} bytes");
+    assert_eq!(r.one("binary_load")["action"], "substitute");
+}
+
+/// pocl reads link options split at spaces only, so "-create-library" followed by a
+/// vertical tab makes a library: the recipe says so too (kind 3), and the reloaded
+/// program is a library that links as without clshim.
+#[test]
+fn a_library_is_what_the_driver_made() {
+    let bin = client();
+    let check = build_c("header_check", &[]);
+    let d = scratch("recipes-vtab");
+    let base = plain(Driver::Pocl, &bin, &["vtab"], &[]);
+    base.ok()
+        .has_line("library type=LIBRARY")
+        .has_line("reloaded type=LIBRARY");
+    let file = d.path("lib");
+    let save = format!("--save={}", file.display());
+    let r = shimmed(
+        Driver::Pocl,
+        &bin,
+        &["vtab", &save],
+        &[policy("substitute")],
+    );
+    r.ok();
+    assert_eq!(r.stdout(), base.stdout());
+    assert_eq!(r.one("binary_load")["action"], "substitute");
+    let parsed = stdout(&Command::new(&check).arg(&file).output().unwrap());
+    assert!(parsed.contains(", kind 3, "), "{parsed}");
 }

@@ -2,9 +2,10 @@
  *
  *   fuzz_binaries N SEED    N mutated clshim binaries for the first device, each loaded
  *
- * Each case starts from a valid clshim binary for the device (version 1, or a version-2
+ * Each case starts from a valid clshim binary for the device (version 1, a version-2
  * recipe: an executable built with options, a compiled object with a header, a linked
- * executable of an object and a library) and applies one to four
+ * executable of an object and a library; or a version-3 recipe whose parts are shared by
+ * index) and applies one to four
  * mutations (bit flips, byte writes, truncation, extension, edited length, version, flags
  * or fingerprint fields, an empty source, a NUL in the source, a claimed length other
  * than the buffer's), then, half the time, recomputes the checksum so that the fields
@@ -65,18 +66,29 @@ static void node(unsigned char *b, size_t *at, uint32_t kind, const char *text, 
     *at += inputs_len;
 }
 
-/* A sealed version-2 clshim binary for the device with fingerprint fp. */
-static unsigned char *recipe_binary(uint64_t fp, const unsigned char *body, size_t n, size_t *len) {
+/* A sealed clshim binary of `version` for the device with fingerprint fp. */
+static unsigned char *sealed(uint32_t version, uint64_t fp, const unsigned char *body, size_t n,
+                             size_t *len) {
     *len = 32 + n + 8;
     unsigned char *b = calloc(1, *len);
     memcpy(b, "CLSHIMB", 8);
-    clshim_le(b + 8, 2, 4);
+    clshim_le(b + 8, version, 4);
     clshim_le(b + 12, 0, 4);
     clshim_le(b + 16, fp, 8);
     clshim_le(b + 24, n, 8);
     memcpy(b + 32, body, n);
     clshim_le(b + 32 + n, fnv1a64(b, 32 + n), 8);
     return b;
+}
+
+static unsigned char *recipe_binary(uint64_t fp, const unsigned char *body, size_t n, size_t *len) {
+    return sealed(2, fp, body, n, len);
+}
+
+/* Appends an input index (a version-3 part's input) to b at *at. */
+static void index_of(unsigned char *b, size_t *at, uint32_t i) {
+    clshim_le(b + *at, i, 4);
+    *at += 4;
 }
 
 int main(int argc, char **argv) {
@@ -88,8 +100,8 @@ int main(int argc, char **argv) {
     pick_device(&plat, &dev);
     cl_context ctx = make_context(dev);
     uint64_t fp = clshim_fingerprint(dev);
-    unsigned char *bases[4];
-    size_t lens[4];
+    unsigned char *bases[5];
+    size_t lens[5];
     bases[0] = clshim_make_binary(dev, SRC, strlen(SRC), 0, &lens[0]);
     static unsigned char body[4096], obj[1024], lib[1024], ins[2048];
     size_t at = 0, no = 0, nl = 0, ni = 0;
@@ -108,11 +120,35 @@ int main(int argc, char **argv) {
     at = 0;
     node(body, &at, 4, NULL, "", NULL, NULL, 2, ins, ni);
     bases[3] = recipe_binary(fp, body, at, &lens[3]);
+    /* Version 3: the helper object is a part of its own, shared by the library and the
+     * executable (parts: helper, library of it, object, executable of all three). */
+    static unsigned char v3[4096];
+    at = 0;
+    clshim_le(v3, 4, 4);
+    at = 4;
+    memcpy(v3 + at, helper, nh - 4); /* the helper without its input count */
+    at += nh - 4;
+    clshim_le(v3 + at, 0, 4);
+    at += 4;
+    node(v3, &at, 3, NULL, "-create-library", NULL, NULL, 1, (const unsigned char *)"", 0);
+    index_of(v3, &at, 0);
+    memcpy(v3 + at, obj, no);
+    at += no;
+    node(v3, &at, 4, NULL, "", NULL, NULL, 3, (const unsigned char *)"", 0);
+    index_of(v3, &at, 2);
+    index_of(v3, &at, 1);
+    index_of(v3, &at, 0);
+    bases[4] = sealed(3, fp, v3, at, &lens[4]);
+    clshim_binary check;
+    if (!clshim_binary_parse(bases[4], lens[4], &check) || check.num_parts != 5) {
+        printf("the version-3 base does not parse\n");
+        return 1;
+    }
     size_t cap = lens[3] + 4096 + PAD;
     unsigned char *buf = malloc(cap);
-    long accepted = 0, rejected = 0, wrong = 0, by_base[4] = {0, 0, 0, 0};
+    long accepted = 0, rejected = 0, wrong = 0, by_base[5] = {0, 0, 0, 0, 0};
     for (long c = 0; c < n; c++) {
-        int which = (int)(next() % 4);
+        int which = (int)(next() % 5);
         const unsigned char *base = bases[which];
         size_t base_len = lens[which];
         memcpy(buf, base, base_len);
@@ -141,7 +177,7 @@ int main(int argc, char **argv) {
                 uint64_t v = (r >> 8 & 1) ? odd[(r >> 12) % 9] : (uint64_t)(len - 40 + (r >> 16) % 5 - 2);
                 clshim_le(buf + 24, v, 8);
             } break;
-            case 6: if (len >= 16) clshim_le(buf + 8 + 4 * (r >> 8 & 1), (r >> 12) % 3, 4); break;
+            case 6: if (len >= 16) clshim_le(buf + 8 + 4 * (r >> 8 & 1), (r >> 12) % 5, 4); break;
             case 7: if (len >= 24) clshim_le(buf + 16, (r >> 8 & 1) ? fp : next(), 8); break;
             case 8: { /* an empty source, declared so */
                 len = 40;
@@ -199,8 +235,8 @@ int main(int argc, char **argv) {
         }
         if (p) clReleaseProgram(p);
     }
-    printf("accepted by base: v1 %ld, executable %ld, object %ld, linked %ld\n", by_base[0],
-           by_base[1], by_base[2], by_base[3]);
+    printf("accepted by base: v1 %ld, executable %ld, object %ld, linked %ld, v3 linked %ld\n",
+           by_base[0], by_base[1], by_base[2], by_base[3], by_base[4]);
     printf("fuzz %ld cases: %ld accepted, %ld rejected, %ld wrong\n", n, accepted, rejected, wrong);
     return wrong != 0;
 }

@@ -10,9 +10,19 @@
  *                     of the reloaded object, reload it, link it with another object,
  *                     reload the executable, build it, run both kernels
  *   recipes il        an IL program (skipped, printing "il: unsupported", without IL)
+ *   recipes again     an executable and a linked executable reloaded and built, their
+ *                     binaries taken again and reloaded again; an object reloaded, linked;
+ *                     a library reloaded and built, its binary taken again
+ *   recipes bytes DIR a build with "-I DIR/lat\xe9" (Latin-1, made here) and an object
+ *                     with an embedded header named "h\xe9.h": reloaded, built, run
+ *   recipes deep N    a library chain N deep, linked into an executable, reloaded, run
+ *   recipes shared W D W objects, then D levels of W libraries each linking the W before,
+ *                     an executable of them all: prints its binary's size, reloads it
+ *   recipes vtab      a library linked with "-create-library\v", reloaded, linked, run
  *   recipes load FILE try to load FILE as a binary; prints the error and binary_status
  * --save=FILE (object, options) writes the first binary taken to FILE. */
 #include "cltest.h"
+#include <sys/stat.h>
 
 static const char *type_name(cl_program_binary_type t) {
     switch (t) {
@@ -197,6 +207,146 @@ int main(int argc, char **argv) {
         } else {
             printf("il: %s (no IL round trip written)\n", il);
         }
+    } else if (!strcmp(mode, "again")) {
+        /* Each reloaded program, re-built the way an application would, answers its next
+         * binary query with a binary that reloads again. */
+        cl_program p = source(ctx, "__kernel void val(__global int *out) { out[get_global_id(0)] = VAL; }\n");
+        build_or_die(p, dev, "-DVAL=7");
+        unsigned char *bin = take_binary(p, &len, NULL);
+        cl_program r = reload(ctx, dev, bin, len);
+        free(bin);
+        build_or_die(r, dev, NULL);
+        bin = take_binary(r, &len, NULL);
+        cl_program r2 = reload(ctx, dev, bin, len);
+        free(bin);
+        build_or_die(r2, dev, NULL);
+        run_int_kernel(ctx, dev, r2, "val", 4, "executable again");
+        cl_program a = compile_kernel(ctx, dev);
+        bin = take_binary(a, &len, NULL);
+        cl_program ra = reload(ctx, dev, bin, len);
+        free(bin);
+        cl_program b = compile_helper(ctx, dev);
+        cl_program exe = link2(ctx, dev, ra, b, NULL);
+        bin = take_binary(exe, &len, NULL);
+        cl_program rexe = reload(ctx, dev, bin, len);
+        free(bin);
+        build_or_die(rexe, dev, NULL);
+        print_type(rexe, dev, "relinked");
+        bin = take_binary(rexe, &len, NULL);
+        cl_program rexe2 = reload(ctx, dev, bin, len);
+        free(bin);
+        build_or_die(rexe2, dev, NULL);
+        print_type(rexe2, dev, "relinked again");
+        run_int_kernel(ctx, dev, rexe2, "linked", 4, "linked again");
+        cl_program lb = compile_helper(ctx, dev);
+        cl_program lib = link2(ctx, dev, lb, NULL, "-create-library");
+        bin = take_binary(lib, &len, NULL);
+        cl_program rl = reload(ctx, dev, bin, len);
+        free(bin);
+        build_or_die(rl, dev, NULL);
+        bin = take_binary(rl, &len, NULL);
+        printf("library reloaded and built: binary taken\n");
+        free(bin);
+        cl_program all[] = {rl, lib, lb, rexe2, rexe, exe, b, ra, a, r2, r, p};
+        for (int i = 0; i < 12; i++) CHECK(clReleaseProgram(all[i]));
+    } else if (!strcmp(mode, "bytes") && argc > 2) {
+        char dir[4096], file[4200], opts[4200];
+        snprintf(dir, sizeof dir, "%s/lat\xe9", argv[2]);
+        mkdir(dir, 0700);
+        snprintf(file, sizeof file, "%s/inc.h", dir);
+        FILE *f = fopen(file, "w");
+        if (!f) return 2;
+        fputs("#define INC 3\n", f);
+        fclose(f);
+        snprintf(opts, sizeof opts, "-I%s", dir);
+        cl_program p = source(ctx, "#include \"inc.h\"\n"
+                                   "__kernel void val(__global int *out) { out[get_global_id(0)] = INC; }\n");
+        build_or_die(p, dev, opts);
+        unsigned char *bin = take_binary(p, &len, NULL);
+        cl_program r = reload(ctx, dev, bin, len);
+        free(bin);
+        build_or_die(r, dev, NULL);
+        run_int_kernel(ctx, dev, r, "val", 4, "latin-1 -I");
+        cl_program hdr = source(ctx, "#define OFFSET 5\n");
+        cl_program a = source(ctx, "#include \"h\xe9.h\"\n"
+                                   "int helper(int x);\n"
+                                   "__kernel void linked(__global int *out) {\n"
+                                   "    int i = get_global_id(0);\n"
+                                   "    out[i] = helper(i) + OFFSET;\n"
+                                   "}\n");
+        const char *names[] = {"h\xe9.h"};
+        CHECK(clCompileProgram(a, 1, &dev, "", 1, &hdr, names, NULL, NULL));
+        bin = take_binary(a, &len, NULL);
+        cl_program ra = reload(ctx, dev, bin, len);
+        free(bin);
+        cl_program b = compile_helper(ctx, dev);
+        cl_program exe = link2(ctx, dev, ra, b, NULL);
+        run_int_kernel(ctx, dev, exe, "linked", 4, "latin-1 header");
+        cl_program all[] = {exe, b, ra, a, hdr, r, p};
+        for (int i = 0; i < 7; i++) CHECK(clReleaseProgram(all[i]));
+    } else if (!strcmp(mode, "deep") && argc > 2) {
+        int n = atoi(argv[2]);
+        cl_program lib = compile_helper(ctx, dev);
+        for (int i = 0; i < n; i++) {
+            cl_program next = link2(ctx, dev, lib, NULL, "-create-library");
+            CHECK(clReleaseProgram(lib));
+            lib = next;
+        }
+        cl_program a = compile_kernel(ctx, dev);
+        cl_program exe = link2(ctx, dev, a, lib, NULL);
+        unsigned char *bin = take_binary(exe, &len, NULL);
+        cl_program r = reload(ctx, dev, bin, len);
+        free(bin);
+        build_or_die(r, dev, NULL);
+        run_int_kernel(ctx, dev, r, "linked", 4, "deep");
+        cl_program all[] = {r, exe, a, lib};
+        for (int i = 0; i < 4; i++) CHECK(clReleaseProgram(all[i]));
+    } else if (!strcmp(mode, "shared") && argc > 3) {
+        int w = atoi(argv[2]), d = atoi(argv[3]);
+        cl_program level[64], next[64];
+        if (w < 1 || w > 64) return 2;
+        for (int i = 0; i < w; i++) {
+            char src[128];
+            snprintf(src, sizeof src, "int f%d(int x) { return x + %d; }\n", i, i);
+            level[i] = source(ctx, src);
+            CHECK(clCompileProgram(level[i], 1, &dev, "", 0, NULL, NULL, NULL, NULL));
+        }
+        for (int k = 0; k < d; k++) {
+            for (int i = 0; i < w; i++) {
+                cl_int err;
+                next[i] = clLinkProgram(ctx, 1, &dev, "-create-library", (cl_uint)w, level, NULL,
+                                        NULL, &err);
+                CHECK(err);
+            }
+            for (int i = 0; i < w; i++) {
+                CHECK(clReleaseProgram(level[i]));
+                level[i] = next[i];
+            }
+        }
+        cl_int err;
+        cl_program exe = clLinkProgram(ctx, 1, &dev, "", (cl_uint)w, level, NULL, NULL, &err);
+        CHECK(err);
+        unsigned char *bin = take_binary(exe, &len, NULL);
+        printf("shared: binary %zu bytes\n", len);
+        cl_program r = reload(ctx, dev, bin, len);
+        free(bin);
+        printf("shared: reloaded\n");
+        CHECK(clReleaseProgram(r));
+        CHECK(clReleaseProgram(exe));
+        for (int i = 0; i < w; i++) CHECK(clReleaseProgram(level[i]));
+    } else if (!strcmp(mode, "vtab")) {
+        cl_program b = compile_helper(ctx, dev);
+        cl_program lib = link2(ctx, dev, b, NULL, "-create-library\v");
+        print_type(lib, dev, "library");
+        unsigned char *bin = take_binary(lib, &len, save);
+        cl_program r = reload(ctx, dev, bin, len);
+        free(bin);
+        print_type(r, dev, "reloaded");
+        cl_program a = compile_kernel(ctx, dev);
+        cl_program exe = link2(ctx, dev, a, r, NULL);
+        run_int_kernel(ctx, dev, exe, "linked", 4, "linked");
+        cl_program all[] = {exe, a, r, lib, b};
+        for (int i = 0; i < 5; i++) CHECK(clReleaseProgram(all[i]));
     } else if (!strcmp(mode, "load") && argc > 2) {
         FILE *f = fopen(argv[2], "rb");
         if (!f) return 2;

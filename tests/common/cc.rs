@@ -14,7 +14,11 @@ static CC_LOCK: Mutex<()> = Mutex::new(());
 /// The headers the C test programs include: a change to one rebuilds them.
 fn shared_headers() -> Vec<PathBuf> {
     let c = repo_root().join("tests/c");
-    vec![c.join("cltest.h"), c.join("clshim_fingerprint.h")]
+    vec![
+        c.join("cltest.h"),
+        c.join("clshim_fingerprint.h"),
+        repo_root().join("cl-headers/clshim.h"),
+    ]
 }
 
 /// Compiles `src` into `out` with `cc -O1 -g -Wall FLAGS -o OUT SRC LIBS`. Recompiles when

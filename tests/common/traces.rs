@@ -141,10 +141,10 @@ pub struct ClshimBinary {
 pub const CLSHIM_MAGIC: &[u8; 8] = b"CLSHIMB\0";
 /// Bytes of a version-1 clshim binary around its source: 32 of header, 8 of checksum.
 pub const CLSHIM_V1_OVERHEAD: usize = 40;
-/// Bytes of a version-2 clshim binary of a program built from source with no options
-/// around its source: the envelope, and the recipe node's kind, text kind, options
-/// length, text length, header count and input count.
-pub const CLSHIM_OVERHEAD: usize = CLSHIM_V1_OVERHEAD + 4 + 4 + 4 + 8 + 4 + 4;
+/// Bytes of a clshim binary (version 3) of a program built from source with no options
+/// around its source: the envelope, the part count, and the recipe part's kind, text
+/// kind, options length, text length, header count and input count.
+pub const CLSHIM_OVERHEAD: usize = CLSHIM_V1_OVERHEAD + 4 + 4 + 4 + 4 + 8 + 4 + 4;
 
 pub fn fnv1a64_u64(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf29ce484222325;
@@ -168,12 +168,41 @@ pub fn parse_clshim_binary(b: &[u8]) -> ClshimBinary {
     assert_eq!(len + CLSHIM_V1_OVERHEAD, b.len(), "declared body length");
     let body = b.len() - 8;
     let version = u32_at(8);
+    // The fields of the recipe part at `at`: kind, options, text, and where its input
+    // count ends.
+    let part = |at: usize| {
+        let olen = u32_at(at + 8) as usize;
+        let options = String::from_utf8_lossy(&b[at + 12..at + 12 + olen]).into_owned();
+        let tlen = u64_at(at + 12 + olen) as usize;
+        let text = at + 20 + olen;
+        let mut end = text + tlen;
+        for _ in 0..u32_at(end) {
+            end += 4 + u32_at(end + 4) as usize;
+            end += 8 + u64_at(end + 4) as usize;
+        }
+        let inputs = u32_at(end + 4) as usize;
+        let end = end + 8;
+        (
+            u32_at(at),
+            options,
+            b[text..text + tlen].to_vec(),
+            end,
+            inputs,
+        )
+    };
     let (kind, options, source) = if version == 2 {
-        let olen = u32_at(40) as usize;
-        let options = String::from_utf8(b[44..44 + olen].to_vec()).unwrap();
-        let tlen = u64_at(44 + olen) as usize;
-        let at = 52 + olen;
-        (u32_at(32), Some(options), b[at..at + tlen].to_vec())
+        let (kind, options, text, _, _) = part(32);
+        (kind, Some(options), text)
+    } else if version == 3 {
+        // The program is the last part; each input is an index of 4 bytes.
+        let mut at = 36;
+        let mut last = None;
+        for _ in 0..u32_at(32) {
+            let (kind, options, text, end, inputs) = part(at);
+            at = end + 4 * inputs;
+            last = Some((kind, Some(options), text));
+        }
+        last.expect("a version-3 recipe has a part")
     } else {
         (1, None, b[32..body].to_vec())
     };

@@ -643,8 +643,15 @@ static cl_program f_LinkProgram(cl_context c, cl_uint n, const cl_device_id *d,
         p->ndev = (int)n;
         for (cl_uint i = 0; i < n; i++) p->devs[i] = d[i];
     }
+    /* A library, as pocl reads link options: a space-separated word starting with
+     * -create-library. */
+    int library = 0;
+    for (const char *o = options; o && (o = strstr(o, "-create-library")) != NULL; o++)
+        if (o == options || o[-1] == ' ') library = 1;
     cl_int r = build_like("clLinkProgram", p, 0, NULL, options, notify, ud,
-                          CL_PROGRAM_BINARY_TYPE_EXECUTABLE, CL_LINK_PROGRAM_FAILURE);
+                          library ? CL_PROGRAM_BINARY_TYPE_LIBRARY
+                                  : CL_PROGRAM_BINARY_TYPE_EXECUTABLE,
+                          CL_LINK_PROGRAM_FAILURE);
     if (err) *err = r;
     if (r == CL_LINK_PROGRAM_FAILURE) {
         /* The spec allows returning a program whose log says why; keep it simple: none. */

@@ -518,10 +518,12 @@ impl FileAcc {
             }
             Event::Link => {
                 let (hash, what, pending) = self.claim_inputs(&r, li);
+                // As pocl reads link options (and clshim's recipes): words split at spaces
+                // only, a library when one starts with -create-library.
                 let library = r
                     .options
                     .as_deref()
-                    .is_some_and(|o| o.split_whitespace().any(|w| w == "-create-library"));
+                    .is_some_and(|o| o.split(' ').any(|w| w.starts_with("-create-library")));
                 if let (true, false, Some(id)) = (library, r.failed(), r.program.clone()) {
                     // A library waits, with its inputs' time, for the link that takes it.
                     self.add_build_time(li, &r);
