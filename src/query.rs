@@ -133,7 +133,7 @@ pub unsafe fn binary_type(
     device: cl_device_id,
 ) -> Option<cl_uint> {
     // SAFETY: a live program reachable through `route` (this function's contract).
-    let f: FnGetProgramBuildInfo = unsafe { route.entry(program, slot::GET_PROGRAM_BUILD_INFO) }?;
+    let f = unsafe { route.get_program_build_info(program) }?;
     let mut t: cl_uint = 0;
     // SAFETY: the program's own entry, one of its devices (this function's contract), and a
     // local of the size given.
@@ -193,17 +193,4 @@ pub unsafe fn reference_count(route: Route, program: cl_program) -> Option<cl_ui
 pub unsafe fn c_bytes(p: *const std::ffi::c_char) -> Option<Vec<u8>> {
     // SAFETY: non-NULL, so NUL-terminated (this function's contract).
     (!p.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes().to_vec())
-}
-
-/// Reads the C string `p` (NULL gives None).
-///
-/// # Safety
-/// `p` must be NULL or a NUL-terminated string.
-pub unsafe fn c_str(p: *const std::ffi::c_char) -> Option<String> {
-    (!p.is_null()).then(|| {
-        // SAFETY: non-NULL, so NUL-terminated (this function's contract).
-        unsafe { std::ffi::CStr::from_ptr(p) }
-            .to_string_lossy()
-            .into_owned()
-    })
 }
