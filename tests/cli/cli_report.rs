@@ -3,7 +3,7 @@
 //! outputs, ranks, bad input and usage errors; and one real run: 4 MPI ranks of
 //! tests/c/mpi_build.c under `clshim run`, `mpiexec` and the real shim, then reported.
 
-mod common;
+use crate::common;
 
 use common::{gpu, one_line_err, pocl_cpu, report, s};
 use serde_json::{json, Value};

@@ -4,7 +4,7 @@
 //! different pid namespaces that share a pid. Each case must end quickly, skip what it
 //! cannot use with a reason, and report the rest.
 
-mod common;
+use crate::common;
 
 use common::s;
 

@@ -5,7 +5,7 @@
 //! from, and show nothing as "(unknown program)"; the exit summary names compiles and
 //! links apart.
 
-mod common;
+use crate::common;
 
 use common::{report, s};
 use serde_json::{json, Value};

@@ -25,7 +25,7 @@
 //! When `.venv/intel` is missing (cargo test run without `scripts/test`), the tests that
 //! need it say so on stderr and pass without checking anything.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

@@ -5,7 +5,7 @@
 //! pyopencl, which no longer caches binaries on pocl) and `.venv/old` (pyopencl 2023.1,
 //! which does). Every run gets its own cold `POCL_CACHE_DIR` and `XDG_CACHE_HOME`
 //! (pyopencl's binary cache lives under the latter) inside a scratch folder.
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

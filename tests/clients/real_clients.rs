@@ -18,7 +18,7 @@
 //! output and standard error must equal those of a run without clshim, and the records must
 //! show exactly what the client did and what clshim did about it. The benchmark of the same
 //! clients is bench/real_clients.sh.
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

@@ -9,7 +9,7 @@
 //! exit status 2 before the command starts. The source distribution carries what a
 //! machine with cargo needs to build the wheel again.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

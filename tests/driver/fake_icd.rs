@@ -4,7 +4,7 @@
 //! result code must reach the application unchanged, the driver must see the same calls,
 //! and the trace records (README, "Trace schema (version 1)") must say what happened.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

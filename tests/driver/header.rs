@@ -2,7 +2,7 @@
 //! binaries: its parser reads a binary the real shim wrote on pocl, and refuses a damaged
 //! one and pocl's own.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::process::Command;

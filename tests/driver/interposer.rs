@@ -3,7 +3,7 @@
 //! results with and without the shim, and the trace records say what happened (README,
 //! "Trace schema (version 1)").
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

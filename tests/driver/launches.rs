@@ -6,7 +6,7 @@
 //! after the kernel was released or while the process exits; refused launches; and the
 //! dispatch slots against the system's ICD header. Every C kernel is one statement.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

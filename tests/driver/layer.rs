@@ -6,7 +6,7 @@
 //! records a linked client, a client that `dlopen`s the loader and pyopencl's wheel exactly
 //! as the one door that reaches each of them does.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

@@ -7,7 +7,7 @@
 //! lose the record, on real pocl (which calls back before clBuildProgram returns) and on
 //! the fake ICD's callback threads.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

@@ -4,7 +4,7 @@
 //! clCreateProgramWithBinary, the cost of the queries, the query contract, and what the
 //! trace records say.
 
-mod common;
+use crate::common;
 
 use common::policy::*;
 use common::*;
