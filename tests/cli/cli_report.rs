@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::{gpu, one_line_err, pocl_cpu, report, s};
+use common::{gpu, needs, one_line_err, pocl_cpu, report, s, MPIEXEC};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -464,6 +464,9 @@ fn report_usage_errors_exit_2() {
 
 #[test]
 fn real_mpi_four_ranks_under_clshim_run() {
+    if !needs(&[MPIEXEC]) {
+        return;
+    }
     let prog = common::build_c("mpi_build", &[]);
     let d = common::scratch("mpi");
     let traces = d.join("traces");

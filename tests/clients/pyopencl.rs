@@ -122,6 +122,9 @@ fn brief(recs: &[Value]) -> String {
 /// trace (it no longer asks pocl for binaries, so there is no binary query to record).
 #[test]
 fn current_pyopencl_builds_are_traced() {
+    if !needs(&[PYOPENCL_CURRENT]) {
+        return;
+    }
     let (_root, caches, trace, _) = dirs("py-current");
     let r = run_small_kernel("current", &caches, &trace, None, "clshim_cur");
 
@@ -162,6 +165,9 @@ fn current_pyopencl_builds_are_traced() {
 /// cache folders) loads them, and the shim turns them back into a source build.
 #[test]
 fn old_pyopencl_substitute_round_trips_through_its_cache() {
+    if !needs(&[PYOPENCL_OLD]) {
+        return;
+    }
     let (_root, caches, trace1, trace2) = dirs("py-substitute");
 
     let r1 = run_small_kernel("old", &caches, &trace1, Some("substitute"), "clshim_sub");
@@ -251,6 +257,9 @@ fn old_pyopencl_substitute_round_trips_through_its_cache() {
 /// documented cost of `suppress` (README, "The binary policies"), and why `substitute` exists.
 #[test]
 fn old_pyopencl_suppress_warns_and_rebuilds_on_warm_run() {
+    if !needs(&[PYOPENCL_OLD]) {
+        return;
+    }
     let (_root, caches, trace1, trace2) = dirs("py-suppress");
 
     let r1 = run_small_kernel("old", &caches, &trace1, Some("suppress"), "clshim_sup");

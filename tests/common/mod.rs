@@ -12,13 +12,14 @@ pub mod command;
 pub mod driver;
 pub mod hardening;
 pub mod kernels;
+pub mod needs;
 pub mod policy;
 pub mod scratch;
 pub mod traces;
 
 // A test binary that uses nothing of a submodule would warn about its re-export.
 #[allow(unused_imports)]
-pub use {cc::*, command::*, driver::*, kernels::*, scratch::*, traces::*};
+pub use {cc::*, command::*, driver::*, kernels::*, needs::*, scratch::*, traces::*};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

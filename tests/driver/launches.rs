@@ -423,6 +423,9 @@ fn refused_first_launch_is_recorded_once_and_the_real_one_after_it() {
 
 #[test]
 fn pyopencl_workload_shows_first_launches() {
+    if !needs(&[PYOPENCL_CURRENT]) {
+        return;
+    }
     let dir = scratch("fl-pyopencl");
     let mut cmd = Command::new(venv_python("current"));
     clear_shim_env(&mut cmd, &[]);
