@@ -150,7 +150,6 @@ fn current_pyopencl_builds_are_traced() {
     }
     for b in &builds {
         assert_eq!(b["call"], "clBuildProgram");
-        assert!(b["seconds"].as_f64().unwrap() >= 0.0);
         assert_eq!(b["source"]["origin"], "source");
     }
     assert!(
