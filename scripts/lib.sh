@@ -31,7 +31,7 @@ CLSHIM_APT_PACKAGES=(
 #          of pyopencl 2023.1 (safe_sync), which would hide the warnings that matter.
 CLSHIM_VENV_REQS_current="pyopencl numpy"
 CLSHIM_VENV_REQS_old="pyopencl==2023.1 numpy<2 pytools<2024"
-# wheelbuild: the tools that build and check the clshim wheel (tests/wheel.rs builds it
+# wheelbuild: the tools that build and check the clshim wheel (tests/clients/wheel.rs builds it
 #          with `pip wheel --no-build-isolation` here, so a test run downloads nothing):
 #          maturin (the build backend), ziglang (links against glibc 2.17 for the
 #          manylinux tag), auditwheel (checks the tag).

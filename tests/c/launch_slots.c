@@ -1,5 +1,5 @@
 /* Prints the dispatch-table slot of every entry point clshim forwards through, as the
- * system's OpenCL ICD header lays the table out (tests/launches.rs compares them with
+ * system's OpenCL ICD header lays the table out (tests/driver/launches.rs compares them with
  * src/dispatch.rs). */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl_icd.h>

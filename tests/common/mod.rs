@@ -39,8 +39,8 @@ pub fn target_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// The running test binary's name without cargo's hash (`policy_query` for
-/// target/debug/deps/policy_query-0123abcd): names what one test binary builds for itself.
+/// The running test binary's name without cargo's hash (`driver` for
+/// target/debug/deps/driver-0123abcd): names what one test binary builds for itself.
 pub fn test_binary_name() -> String {
     let exe = std::env::current_exe().expect("current_exe");
     let stem = exe.file_stem().unwrap().to_string_lossy().into_owned();

@@ -34,7 +34,7 @@ fn the_c_header_parses_what_the_shim_writes() {
         text.contains(&format!("source {} bytes", bytes.len() - CLSHIM_OVERHEAD)),
         "{text}"
     );
-    // What tests/recipes.rs saves of each kind of program is parsed with its kind, and
+    // What tests/driver/recipes.rs saves of each kind of program is parsed with its kind, and
     // every damaged copy refused: see recipes.rs for the recipe kinds.
 
     let mut damaged = bytes.clone();
