@@ -470,6 +470,7 @@ fn real_mpi_four_ranks_under_clshim_run() {
     let prog = common::build_c("mpi_build", &[]);
     let d = common::scratch("mpi");
     let traces = d.join("traces");
+    common::shim_path(); // a fresh target/<profile>/libclshim.so beside the clshim executable
     let mut c = Command::new("mpiexec");
     c.args([
         "-n",
