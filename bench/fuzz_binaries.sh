@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The long run of the clshim-binary mutation fuzzer (tests/c/fuzz_binaries.c; the timed
-# test tests/fuzz_container.rs runs 10,000 cases): CASES mutated binaries per seed through
+# test tests/driver/fuzz_container.rs runs 10,000 cases): CASES mutated binaries per seed through
 # clCreateProgramWithBinary under the debug build of clshim (its checks of unsafe
 # preconditions on), on the fake ICD, then a smaller run on real pocl with two devices.
 # Every case must be answered as cl-headers/clshim.h says; prints one summary per seed.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Real clients benchmark: OpenCL software not written here (hashcat, CLBlast, clFFT,
-# Boost.Compute; the same four tests/real_clients.rs checks), each started on cold caches then again on the
+# Boost.Compute; the same four tests/clients/real_clients.rs checks), each started on cold caches then again on the
 # same warm caches, without clshim, under `clshim run --binaries pass` and under
 # `--binaries substitute`. Every cold run gets fresh caches (the client's own and pocl's
 # POCL_CACHE_DIR) under bench/out/real-clients/. Prints one row per client and

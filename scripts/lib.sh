@@ -31,7 +31,7 @@ CLSHIM_APT_PACKAGES=(
 #          of pyopencl 2023.1 (safe_sync), which would hide the warnings that matter.
 CLSHIM_VENV_REQS_current="pyopencl numpy"
 CLSHIM_VENV_REQS_old="pyopencl==2023.1 numpy<2 pytools<2024"
-# wheelbuild: the tools that build and check the clshim wheel (tests/wheel.rs builds it
+# wheelbuild: the tools that build and check the clshim wheel (tests/clients/wheel.rs builds it
 #          with `pip wheel --no-build-isolation` here, so a test run downloads nothing):
 #          maturin (the build backend), ziglang (links against glibc 2.17 for the
 #          manylinux tag), auditwheel (checks the tag).
@@ -84,6 +84,28 @@ ensure_cargo() {
         export PATH="$HOME/.cargo/bin:$PATH"
     fi
     command -v cargo >/dev/null 2>&1 || die "cargo not found: install a Rust toolchain (rustup) first"
+}
+
+# The minimum Rust version Cargo.toml declares (`rust-version`).
+clshim_rust_version() {
+    sed -n 's/^rust-version *= *"\([0-9.]*\)".*/\1/p' "$CLSHIM_ROOT/Cargo.toml" | head -n 1
+}
+
+# check_rust_version: checks every target with the declared minimum Rust version and the
+# committed lock file (`cargo +VERSION check --all-targets --locked`, into target/msrv so
+# the main build is left alone), installing that toolchain with rustup when it is missing.
+check_rust_version() {
+    local version; version="$(clshim_rust_version)"
+    [ -n "$version" ] || die "Cargo.toml declares no rust-version"
+    command -v rustup >/dev/null 2>&1 \
+        || die "rustup not found: it installs Rust $version, the declared minimum, for its check"
+    if ! rustup run "$version" cargo --version >/dev/null 2>&1; then
+        log "rust $version: installing (rustup, minimal profile)"
+        rustup toolchain install "$version" --profile minimal \
+            || die "rustup could not install Rust $version"
+    fi
+    log "cargo +$version check --all-targets --locked (the declared minimum Rust version)"
+    (cd "$CLSHIM_ROOT" && CARGO_TARGET_DIR=target/msrv cargo "+$version" check --all-targets --locked --quiet)
 }
 
 # The Python used to create the environments: $PYTHON, else python3.

@@ -1,5 +1,5 @@
 /* Hardening probe for clshim: real pocl through the system loader, one subcommand per
- * scenario of tests/hardening_processes.rs and tests/hardening_trace_files.rs.
+ * scenario of tests/hardening/hardening_processes.rs and tests/hardening/hardening_trace_files.rs.
  *   fork FORKS      a thread builds programs while main forks FORKS times; each child
  *                   builds its own program and queries its binary
  *   fork-idle       one build, then a fork with no other thread; the child builds

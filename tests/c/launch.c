@@ -1,4 +1,4 @@
-/* Kernel launches for tests/launches.rs: first launches with and without the shim.
+/* Kernel launches for tests/driver/launches.rs: first launches with and without the shim.
  *
  *   launch accuracy   a cold kernel: launch A (global 64, local 16: pocl compiles), B (global
  *                     128, local 16: a new configuration pocl does not compile again), A again

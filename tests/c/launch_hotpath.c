@@ -1,4 +1,4 @@
-/* Allocations on the path of a kernel launch already seen (tests/launches.rs): the program
+/* Allocations on the path of a kernel launch already seen (tests/driver/launches.rs): the program
  * launches one kernel once (its first launch), then points the queue's dispatch entry for
  * clEnqueueNDRangeKernel at a function that returns at once, so that N more launches of the
  * same kernel and configuration run nothing but the path to the driver (the loader's, or

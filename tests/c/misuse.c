@@ -1,4 +1,4 @@
-/* API misuse around the calls clshim intercepts, for tests/misuse.rs: each case prints
+/* API misuse around the calls clshim intercepts, for tests/driver/misuse.rs: each case prints
  * one line with what the application received (return value, errcode, binary_status,
  * handles made), so a run with clshim can be compared line by line with a run without.
  * The first two devices of the first platform are used (POCL_DEVICES="pthread pthread"

@@ -1,12 +1,15 @@
 //! Running the `clshim` command itself, and the device descriptions that hand-made trace
 //! records carry (a pocl CPU device clshim's default filter matches, a GPU it leaves).
 
-use super::{clear_shim_env, stderr};
+use super::{clear_shim_env, shim_path, stderr};
 use serde_json::{json, Value};
 use std::process::{Command, Output};
 
-/// The `clshim` executable of this build.
+/// The `clshim` executable of this build, with a fresh target/<profile>/libclshim.so beside
+/// it (`shim_path`), where `clshim run` finds it: `cargo test` on a fresh clone builds the
+/// executable but not that library.
 pub fn clshim() -> Command {
+    shim_path();
     Command::new(env!("CARGO_BIN_EXE_clshim"))
 }
 

@@ -2,23 +2,26 @@
 //! run a command with or without the shim (and with none of the caller's clshim settings),
 //! and, in the submodules, the one C compile helper (`cc`), the one scratch directory type
 //! (`scratch`), the one runner of a client on pocl or on the fake driver (`driver`), the
-//! kernel sources several tests build (`kernels`) and the readers of trace records and
-//! clshim binaries (`traces`). Every test binary includes all of it and uses a part, so
-//! unused items are expected (`dead_code` is allowed for that reason only).
+//! kernel sources several tests build (`kernels`), the readers of trace records and
+//! clshim binaries (`traces`) and of what pocl compiled (`kcache`), and what a test needs
+//! beyond Rust, a C compiler and pocl (`needs`). Every test binary includes all of it and
+//! uses a part, so unused items are expected (`dead_code` is allowed for that reason only).
 #![allow(dead_code)]
 
 pub mod cc;
 pub mod command;
 pub mod driver;
 pub mod hardening;
+pub mod kcache;
 pub mod kernels;
+pub mod needs;
 pub mod policy;
 pub mod scratch;
 pub mod traces;
 
 // A test binary that uses nothing of a submodule would warn about its re-export.
 #[allow(unused_imports)]
-pub use {cc::*, command::*, driver::*, kernels::*, scratch::*, traces::*};
+pub use {cc::*, command::*, driver::*, kcache::*, kernels::*, needs::*, scratch::*, traces::*};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -36,8 +39,8 @@ pub fn target_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// The running test binary's name without cargo's hash (`policy_query` for
-/// target/debug/deps/policy_query-0123abcd): names what one test binary builds for itself.
+/// The running test binary's name without cargo's hash (`driver` for
+/// target/debug/deps/driver-0123abcd): names what one test binary builds for itself.
 pub fn test_binary_name() -> String {
     let exe = std::env::current_exe().expect("current_exe");
     let stem = exe.file_stem().unwrap().to_string_lossy().into_owned();

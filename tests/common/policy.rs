@@ -1,4 +1,4 @@
-//! Helpers of the binary policy tests (tests/policy_*.rs): the policy variable, the fake
+//! Helpers of the binary policy tests (tests/policy/): the policy variable, the fake
 //! client's output lines, and the check of a `binary_query` record. Not re-exported by
 //! `common`: the policy tests `use common::policy::*`.
 

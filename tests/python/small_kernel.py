@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A small pyopencl program for the integration tests (tests/pyopencl.rs).
+"""A small pyopencl program for the integration tests (tests/clients/pyopencl.rs).
 
 Builds --kernels distinct kernels named <--name>_<k>, each of --statements statements,
 through `cl.Program(ctx, src).build()` (pyopencl's binary cache, where the release has

@@ -5,7 +5,7 @@
 //! pyopencl, which no longer caches binaries on pocl) and `.venv/old` (pyopencl 2023.1,
 //! which does). Every run gets its own cold `POCL_CACHE_DIR` and `XDG_CACHE_HOME`
 //! (pyopencl's binary cache lives under the latter) inside a scratch folder.
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;
@@ -122,6 +122,9 @@ fn brief(recs: &[Value]) -> String {
 /// trace (it no longer asks pocl for binaries, so there is no binary query to record).
 #[test]
 fn current_pyopencl_builds_are_traced() {
+    if !needs(&[PYOPENCL_CURRENT]) {
+        return;
+    }
     let (_root, caches, trace, _) = dirs("py-current");
     let r = run_small_kernel("current", &caches, &trace, None, "clshim_cur");
 
@@ -147,7 +150,6 @@ fn current_pyopencl_builds_are_traced() {
     }
     for b in &builds {
         assert_eq!(b["call"], "clBuildProgram");
-        assert!(b["seconds"].as_f64().unwrap() >= 0.0);
         assert_eq!(b["source"]["origin"], "source");
     }
     assert!(
@@ -162,6 +164,9 @@ fn current_pyopencl_builds_are_traced() {
 /// cache folders) loads them, and the shim turns them back into a source build.
 #[test]
 fn old_pyopencl_substitute_round_trips_through_its_cache() {
+    if !needs(&[PYOPENCL_OLD]) {
+        return;
+    }
     let (_root, caches, trace1, trace2) = dirs("py-substitute");
 
     let r1 = run_small_kernel("old", &caches, &trace1, Some("substitute"), "clshim_sub");
@@ -251,6 +256,9 @@ fn old_pyopencl_substitute_round_trips_through_its_cache() {
 /// documented cost of `suppress` (README, "The binary policies"), and why `substitute` exists.
 #[test]
 fn old_pyopencl_suppress_warns_and_rebuilds_on_warm_run() {
+    if !needs(&[PYOPENCL_OLD]) {
+        return;
+    }
     let (_root, caches, trace1, trace2) = dirs("py-suppress");
 
     let r1 = run_small_kernel("old", &caches, &trace1, Some("suppress"), "clshim_sup");

@@ -4,7 +4,7 @@
 //! kernel name when the program is unknown; the footnote saying what the interval
 //! covers; the pocl hint only where first launches on pocl CPU devices dominate.
 
-mod common;
+use crate::common;
 
 use common::{gpu, pocl_cpu, report, s};
 

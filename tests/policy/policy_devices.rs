@@ -2,7 +2,7 @@
 //! (tests/fake_icd/fake_icd.c): two devices, mixed device types and platforms decided per
 //! device, and the exact calls that reach the driver.
 
-mod common;
+use crate::common;
 
 use common::policy::*;
 use common::*;

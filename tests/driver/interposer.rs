@@ -3,7 +3,7 @@
 //! results with and without the shim, and the trace records say what happened
 //! (docs/trace-schema.md).
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

@@ -3,7 +3,7 @@
 //! directory names kept byte for byte, no symlink followed and owner-only permissions.
 //! The C side is tests/c/hardening.c; the fake driver is tests/fake_icd/fake_icd.c.
 
-mod common;
+use crate::common;
 
 use common::hardening::*;
 use common::*;

@@ -2,7 +2,7 @@
 //! binaries: its parser reads a binary the real shim wrote on pocl, and refuses a damaged
 //! one and pocl's own.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::process::Command;
@@ -34,7 +34,7 @@ fn the_c_header_parses_what_the_shim_writes() {
         text.contains(&format!("source {} bytes", bytes.len() - CLSHIM_OVERHEAD)),
         "{text}"
     );
-    // What tests/recipes.rs saves of each kind of program is parsed with its kind, and
+    // What tests/driver/recipes.rs saves of each kind of program is parsed with its kind, and
     // every damaged copy refused: see recipes.rs for the recipe kinds.
 
     let mut damaged = bytes.clone();

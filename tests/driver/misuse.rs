@@ -7,7 +7,7 @@
 //! lose the record, on real pocl (which calls back before clBuildProgram returns) and on
 //! the fake ICD's callback threads.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;
@@ -234,6 +234,9 @@ fn callbacks_releasing_on_driver_threads_fake_icd() {
 /// release, and "thread-before" runs the callback on its own thread while the call waits.
 #[test]
 fn memcheck_callbacks_releasing_the_program() {
+    if !needs(&[VALGRIND]) {
+        return;
+    }
     let fake = fake_icd();
     let dir = scratch("misuse-memcheck");
     for mode in ["release", "compile-release", "link-release"] {

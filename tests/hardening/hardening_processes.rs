@@ -3,14 +3,13 @@
 //! out of a process, and a memcheck run. The C side is tests/c/hardening.c; the fake
 //! driver is tests/fake_icd/fake_icd.c.
 
-mod common;
+use crate::common;
 
 use common::hardening::*;
 use common::*;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::os::unix::process::ExitStatusExt;
-use std::process::Command;
 
 /// Every build and query issued is recorded exactly once: one `build` per program id,
 /// two `binary_query` records (sizes, binaries) per program.
@@ -166,8 +165,8 @@ fn libc_sigterm() -> i32 {
 
 #[test]
 fn memcheck_finds_no_invalid_access_in_clshim() {
-    if Command::new("valgrind").arg("--version").output().is_err() {
-        panic!("valgrind is missing: scripts/test installs it");
+    if !needs(&[VALGRIND]) {
+        return;
     }
     let fake = fake_icd();
     let client = build_c("fake_client", &["-lpthread"]);

@@ -5,7 +5,7 @@
 //! from, and show nothing as "(unknown program)"; the exit summary names compiles and
 //! links apart.
 
-mod common;
+use crate::common;
 
 use common::{report, s};
 use serde_json::{json, Value};
@@ -16,6 +16,7 @@ fn real_compile_link_client_is_reported_under_its_kernel_name() {
     let prog = common::build_c("compile_link", &[]);
     let d = common::scratch("real-link");
     let traces = d.join("traces");
+    common::shim_path(); // a fresh target/<profile>/libclshim.so beside the clshim executable
     let mut c = Command::new(env!("CARGO_BIN_EXE_clshim"));
     c.args(["run", "--trace-dir"])
         .arg(&traces)

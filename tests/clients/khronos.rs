@@ -23,28 +23,18 @@
 //! Intel's runtime, pyopencl is checked here under preload mode on both platforms.
 //!
 //! When `.venv/intel` is missing (cargo test run without `scripts/test`), the tests that
-//! need it say so on stderr and pass without checking anything.
+//! need it say so on stderr and pass without checking anything (tests/common/needs.rs).
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The Khronos loader's directory, or None (after saying why) when the venv is missing.
+/// The Khronos loader's directory, or None (after `needs` said why) when the venv is missing.
 fn khronos_lib() -> Option<PathBuf> {
-    let lib = repo_root().join(".venv/intel/lib");
-    if lib.join("libOpenCL.so.1").is_file() && lib.join("libintelocl.so").is_file() {
-        Some(lib)
-    } else {
-        eprintln!(
-            "SKIPPED: {} has no Khronos loader and Intel CPU runtime: run scripts/test, \
-             which creates the `intel` venv (pip install intel-opencl-rt intel-cmplr-lib-rt)",
-            lib.display()
-        );
-        None
-    }
+    needs(&[INTEL_RUNTIME]).then(|| repo_root().join(".venv/intel/lib"))
 }
 
 /// A vendors directory naming pocl (the system's pocl.icd) and Intel's CPU runtime.
@@ -518,6 +508,9 @@ fn after_deinit_and_dlclose_a_late_call_skips_the_freed_table_and_nothing_is_los
 
 #[test]
 fn pyopencl_wheel_with_its_own_loader_sees_pocl_and_intel_under_preload() {
+    if !needs(&[PYOPENCL_CURRENT]) {
+        return;
+    }
     let Some(lib) = khronos_lib() else { return };
     let dir = scratch("khronos-pyopencl");
     let script = r#"

@@ -3,7 +3,7 @@
 //! given, the library is found beside the executable or in lib/, and every failure comes
 //! before the command starts.
 
-mod common;
+use crate::common;
 
 use common::{clshim, clshim_out, one_line_err, s};
 

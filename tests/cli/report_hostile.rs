@@ -4,7 +4,7 @@
 //! different pid namespaces that share a pid. Each case must end quickly, skip what it
 //! cannot use with a reason, and report the rest.
 
-mod common;
+use crate::common;
 
 use common::s;
 
@@ -128,9 +128,9 @@ fn fifo_and_device_links_are_skipped_not_read() {
     )
     .unwrap();
 
-    let t = Instant::now();
+    // Neither is opened (the messages say why): a read of either would never end, which
+    // `report` turns into a failure after 60 s.
     let o = report(&["--json", s(&d)]);
-    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
     assert_eq!(o.status.code(), Some(1), "{}", common::stderr(&o));
     let e = common::stderr(&o);
     assert!(

@@ -3,9 +3,9 @@
 //! outputs, ranks, bad input and usage errors; and one real run: 4 MPI ranks of
 //! tests/c/mpi_build.c under `clshim run`, `mpiexec` and the real shim, then reported.
 
-mod common;
+use crate::common;
 
-use common::{gpu, one_line_err, pocl_cpu, report, s};
+use common::{gpu, needs, one_line_err, pocl_cpu, report, s, MPIEXEC};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -464,9 +464,13 @@ fn report_usage_errors_exit_2() {
 
 #[test]
 fn real_mpi_four_ranks_under_clshim_run() {
+    if !needs(&[MPIEXEC]) {
+        return;
+    }
     let prog = common::build_c("mpi_build", &[]);
     let d = common::scratch("mpi");
     let traces = d.join("traces");
+    common::shim_path(); // a fresh target/<profile>/libclshim.so beside the clshim executable
     let mut c = Command::new("mpiexec");
     c.args([
         "-n",

@@ -6,7 +6,7 @@
 //! kernel's results: they must equal a run without clshim, line for line. Damaged recipes
 //! are refused as a whole with CL_INVALID_BINARY and a recorded reason.
 
-mod common;
+use crate::common;
 
 use common::policy::*;
 use common::*;

@@ -2,7 +2,7 @@
 //! corrupt, another version, flags or device) rejected on real pocl with the fallback to
 //! source working, and programs made from IL or from a driver's own binary forwarded.
 
-mod common;
+use crate::common;
 
 use common::policy::*;
 use common::*;

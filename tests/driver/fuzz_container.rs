@@ -4,7 +4,7 @@
 //! its recipe, or CL_INVALID_BINARY), starting from version-1 binaries, from version-2
 //! recipes of every kind and from a version-3 recipe with a shared part. `bench/fuzz_binaries.sh` runs the same fuzzer for long.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::path::PathBuf;

@@ -6,7 +6,7 @@
 //! records a linked client, a client that `dlopen`s the loader and pyopencl's wheel exactly
 //! as the one door that reaches each of them does.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;
@@ -188,6 +188,9 @@ fn both_modes_at_once_record_each_call_once() {
 
 #[test]
 fn pyopencl_wheel_under_the_layer() {
+    if !needs(&[PYOPENCL_CURRENT]) {
+        return;
+    }
     let dir = scratch("layer-pyopencl");
     let py = venv_python("current");
     let script = repo_root().join("tests/python/small_kernel.py");
@@ -343,6 +346,9 @@ fn clshim_run_default_records_a_dlopen_client_once() {
 /// preloaded symbols while the bundled loader also runs the layer.
 #[test]
 fn clshim_run_default_records_pyopencl_wheel_once() {
+    if !needs(&[PYOPENCL_OLD]) {
+        return;
+    }
     let py = venv_python("old");
     let script = repo_root().join("tests/python/small_kernel.py");
     let caches = |d: &Path| {

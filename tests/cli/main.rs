@@ -1,0 +1,12 @@
+//! The `clshim` command, one test binary: `clshim run` and `clshim report` (on trace files
+//! written here, hostile input, and real runs reported). Each module opens by saying what
+//! it checks; they share one link step and the harness in tests/common.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod cli_report;
+mod cli_run;
+mod report_first_launch;
+mod report_hostile;
+mod report_linked;

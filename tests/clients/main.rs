@@ -1,0 +1,11 @@
+//! Software and environments not written here, one test binary: pyopencl (the Python
+//! environments under .venv/), hashcat, CLBlast, clFFT and Boost.Compute, the Khronos
+//! loader with Intel's CPU runtime, and the clshim wheel; `scripts/test` installs them.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod khronos;
+mod pyopencl;
+mod real_clients;
+mod wheel;

@@ -1,0 +1,10 @@
+//! The binary policies (`CLSHIM_BINARIES`, `CLSHIM_DEVICES`), one test binary: on real
+//! pocl, on the fake driver's several devices, and binaries loaded back. Each module opens
+//! by saying what it checks; they share one link step and the harness in tests/common.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod policy_devices;
+mod policy_load;
+mod policy_pocl;
