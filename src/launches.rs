@@ -17,6 +17,7 @@
 //! whereas telling the last release needs the reference count, which OpenCL calls a hint,
 //! and a release clshim missed would leave the old identity in place.
 
+use crate::app_args::AppArray;
 use crate::cl::*;
 use crate::dispatch::{slot, Route};
 use crate::guard::{self, catch};
@@ -58,7 +59,8 @@ pub struct Dims {
 impl Dims {
     /// The configuration of a `clEnqueueNDRangeKernel` call, or None when the arguments are
     /// ones the implementation will refuse (no global size, 0 or more than 3 dimensions):
-    /// such a call is forwarded and not recorded.
+    /// such a call is forwarded and not recorded. The sizes are copied through the
+    /// unaligned-safe door: the application's arrays need not be aligned for `usize`.
     ///
     /// # Safety
     /// `global` and `local` must be NULL or hold `work_dim` sizes, as OpenCL requires.
@@ -73,12 +75,13 @@ impl Dims {
         }
         let n = work_dim as usize;
         let mut g = [0usize; 3];
-        // SAFETY: non-NULL, and holds `work_dim` sizes (this function's contract).
-        g[..n].copy_from_slice(unsafe { std::slice::from_raw_parts(global, n) });
+        // SAFETY: non-NULL, and holds `work_dim` sizes (this function's contract), of which
+        // `n` are copied.
+        unsafe { AppArray::new(global, n).copy_to(&mut g[..n]) };
         let l = (!local.is_null()).then(|| {
             let mut l = [0usize; 3];
             // SAFETY: non-NULL, and holds `work_dim` sizes (this function's contract).
-            l[..n].copy_from_slice(unsafe { std::slice::from_raw_parts(local, n) });
+            unsafe { AppArray::new(local, n).copy_to(&mut l[..n]) };
             l
         });
         Some(Dims {
@@ -336,7 +339,7 @@ unsafe fn queue_device(route: Route, queue: cl_command_queue) -> Option<usize> {
 
 /// One kernel launch of `work_dim` dimensions with the application's `global` and `local`
 /// sizes: `forward` makes the application's call with the event pointer it is given. A
-/// launch already seen goes straight through (reading the sizes in place, copying nothing);
+/// launch already seen goes straight through (its sizes copied to the stack, unaligned, allocating nothing);
 /// a first one is recorded. Arguments the implementation will refuse (no kernel, no global
 /// size, 0 or more than 3 dimensions) are forwarded and not recorded.
 ///
@@ -363,26 +366,17 @@ pub unsafe fn launch(
     let Some(device) = (unsafe { queue_device(route, queue) }) else {
         return forward(event);
     };
-    let identity = kernel_identity(kernel as usize);
-    if identity != 0 {
-        let n = work_dim as usize;
-        // SAFETY: non-NULL, and holds `work_dim` (1 to 3) sizes (this function's contract).
-        let g = unsafe { std::slice::from_raw_parts(global, n) };
-        // SAFETY: as for `global`, where given.
-        let l = (!local.is_null()).then(|| unsafe { std::slice::from_raw_parts(local, n) });
-        if seen(launch_key(identity, device, g, l)) {
-            return forward(event);
-        }
-    }
     // SAFETY: `global` and `local` NULL or of `work_dim` sizes (this function's contract).
-    match unsafe { Dims::nd_range(work_dim, global, local) } {
-        // SAFETY: the application's arguments; `forward` makes its call (this function's
-        // contract).
-        Some(dims) => unsafe {
-            first_launch(route, call, kernel, device, identity, dims, event, forward)
-        },
-        None => forward(event),
+    let Some(dims) = (unsafe { Dims::nd_range(work_dim, global, local) }) else {
+        return forward(event);
+    };
+    let identity = kernel_identity(kernel as usize);
+    if identity != 0 && seen(dims.key(identity, device)) {
+        return forward(event);
     }
+    // SAFETY: the application's arguments; `forward` makes its call (this function's
+    // contract).
+    unsafe { first_launch(route, call, kernel, device, identity, dims, event, forward) }
 }
 
 /// What the slow path learns about a kernel before forwarding.

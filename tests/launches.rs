@@ -297,6 +297,47 @@ fn enqueue_task_is_recorded_as_one_work_item() {
 }
 
 #[test]
+fn misaligned_size_arrays_are_read_safely_by_a_debug_build() {
+    // The application's offset, global and local arrays one byte off a size_t boundary
+    // (OpenCL does not require them aligned): the debug build that cargo test makes checks
+    // every alignment precondition, so reading them as slices aborted the process.
+    let dir = scratch("fl-misaligned");
+    let plain = run_launch(&dir, &["misaligned"], Mode::Plain, &[]);
+    assert!(
+        stdout(&plain).contains("misaligned: "),
+        "{}",
+        stdout(&plain)
+    );
+    for mode in [Mode::Preload, Mode::Layer] {
+        let _ = std::fs::remove_dir_all(dir.join("trace"));
+        let shim = run_launch(&dir, &["misaligned"], mode, &[]);
+        assert_eq!(stdout(&shim), stdout(&plain));
+        assert!(
+            !stderr(&shim).contains("internal error"),
+            "{}",
+            stderr(&shim)
+        );
+        let recs = first_launches(&dir);
+        let mut sizes: Vec<String> = recs
+            .iter()
+            .map(|r| format!("{} {}", r["global_size"], r["local_size"]))
+            .collect();
+        sizes.sort();
+        // Six configurations, each recorded once with the sizes the application passed.
+        let mut want = [
+            "[48,2] [16,1]",
+            "[48,2] null",
+            "[48] [16]",
+            "[32,4] [8,2]",
+            "[32,4] null",
+            "[32] [8]",
+        ];
+        want.sort();
+        assert_eq!(sizes, want);
+    }
+}
+
+#[test]
 fn kernel_of_a_program_clshim_never_saw() {
     // Program and kernel made through functions taken from the loader with dlsym (which
     // preload mode does not see); the launch goes through the ordinary symbol.
