@@ -166,7 +166,15 @@ const REFUSED_SALT: u64 = 0xA5A5_5EED_0FF1_A7E5;
 // address keeps its slot, and creating a kernel at a reused address overwrites the
 // identity. A full neighbourhood evicts an entry: identities can always be resolved again
 // from the kernel (its program and name), so eviction costs one slow launch, never a
-// wrong answer; readers check the slot still holds their address after reading it.
+// wrong answer.
+//
+// A slot's address and identity change together, as a unit: each slot has a sequence
+// number, odd while a writer changes the slot (writers take it with a compare-exchange, so
+// one writes at a time) and bumped when it is done. A reader reads the number, the pair,
+// and the number again, and uses the pair only if the number was even and unchanged; it
+// never waits (a slot being written reads as "not known"), so the launch path takes no
+// lock. Separate stores without this let two racing evictions leave one kernel's address
+// with another's identity, and that kernel's first launches skipped.
 
 const KERNEL_SLOTS: usize = 1 << 14;
 const PROBES: usize = 64;
@@ -178,10 +186,71 @@ const EMPTY_U64: AtomicU64 = AtomicU64::new(0);
 
 static KERNEL_KEYS: [AtomicUsize; KERNEL_SLOTS] = [EMPTY_USIZE; KERNEL_SLOTS];
 static KERNEL_IDS: [AtomicU64; KERNEL_SLOTS] = [EMPTY_U64; KERNEL_SLOTS];
+static KERNEL_SEQS: [AtomicU64; KERNEL_SLOTS] = [EMPTY_U64; KERNEL_SLOTS];
 
 #[inline(always)]
 fn home(x: u64, slots: usize) -> usize {
     (fold(x, K0) as usize) & (slots - 1)
+}
+
+/// Slot `i`'s (address, identity), read as one unit, or None while a writer changes it.
+#[inline(always)]
+fn read_kernel_slot(i: usize) -> Option<(usize, u64)> {
+    let before = KERNEL_SEQS[i].load(Ordering::Acquire);
+    if before & 1 == 1 {
+        return None;
+    }
+    let key = KERNEL_KEYS[i].load(Ordering::Relaxed);
+    let id = KERNEL_IDS[i].load(Ordering::Relaxed);
+    // The pair's loads happen before the second read of the number (a seqlock's reader).
+    std::sync::atomic::fence(Ordering::Acquire);
+    (KERNEL_SEQS[i].load(Ordering::Relaxed) == before).then_some((key, id))
+}
+
+/// Writes slot `i` as one unit: `change` sees the slot's (address, identity) and returns
+/// the pair to store, or None to leave it. Returns what `change` returned.
+fn write_kernel_slot(
+    i: usize,
+    change: impl FnOnce(usize, u64) -> Option<(usize, u64)>,
+) -> Option<(usize, u64)> {
+    let seq = &KERNEL_SEQS[i];
+    let mut spins = 0u32;
+    let taken = loop {
+        let s = seq.load(Ordering::Relaxed);
+        if s & 1 == 0
+            && seq
+                .compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            break s + 1;
+        }
+        // Another writer holds the slot for a few stores: wait for it (creations only,
+        // never the launch path).
+        spins += 1;
+        if spins % 64 == 0 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    };
+    // The pair's stores happen after the odd number is visible (a seqlock's writer).
+    std::sync::atomic::fence(Ordering::Release);
+    let old = (
+        KERNEL_KEYS[i].load(Ordering::Relaxed),
+        KERNEL_IDS[i].load(Ordering::Relaxed),
+    );
+    let new = change(old.0, old.1);
+    if let Some((key, id)) = new {
+        KERNEL_KEYS[i].store(key, Ordering::Relaxed);
+        #[cfg(test)]
+        tests::preempted_here();
+        KERNEL_IDS[i].store(id, Ordering::Relaxed);
+    }
+    // Unchanged, the slot gets its old number back: a reader that began before sees a
+    // pair that is still whole.
+    let done = if new.is_some() { taken + 1 } else { taken - 1 };
+    seq.store(done, Ordering::Release);
+    new
 }
 
 /// The identity of the kernel at `kernel`, or 0 when not known.
@@ -189,15 +258,12 @@ fn home(x: u64, slots: usize) -> usize {
 fn kernel_identity(kernel: usize) -> u64 {
     let mut i = home(kernel as u64, KERNEL_SLOTS);
     for _ in 0..PROBES {
-        let k = KERNEL_KEYS[i].load(Ordering::Acquire);
+        // A slot being written may be this kernel's: not known this time.
+        let Some((k, id)) = read_kernel_slot(i) else {
+            return 0;
+        };
         if k == kernel {
-            let id = KERNEL_IDS[i].load(Ordering::Acquire);
-            // Evicted meanwhile: the identity read may be the new occupant's.
-            return if KERNEL_KEYS[i].load(Ordering::Acquire) == kernel {
-                id
-            } else {
-                0
-            };
+            return id;
         }
         if k == 0 {
             return 0;
@@ -216,36 +282,25 @@ fn set_kernel_identity(kernel: usize, identity: u64) {
     let start = home(kernel as u64, KERNEL_SLOTS);
     let mut i = start;
     for _ in 0..PROBES {
-        let k = KERNEL_KEYS[i].load(Ordering::Acquire);
-        if k == kernel {
-            KERNEL_IDS[i].store(identity, Ordering::Release);
+        // A slot that may be this address's or free is decided again with the slot held,
+        // so a slot another writer filled meanwhile is seen.
+        let candidate = read_kernel_slot(i).is_none_or(|(k, _)| k == kernel || k == 0);
+        let mut free = false;
+        let wrote = candidate
+            && write_kernel_slot(i, |k, _| {
+                free = k == 0;
+                (k == kernel || (k == 0 && identity != 0)).then_some((kernel, identity))
+            })
+            .is_some();
+        if wrote || free {
+            // Written; or a free slot (past which the address is not) with nothing to forget.
             return;
-        }
-        if k == 0 {
-            if identity == 0 {
-                return;
-            }
-            match KERNEL_KEYS[i].compare_exchange(0, kernel, Ordering::AcqRel, Ordering::Acquire) {
-                // A slot never used before holds identity 0 until this store.
-                Ok(_) => {
-                    KERNEL_IDS[i].store(identity, Ordering::Release);
-                    return;
-                }
-                Err(other) if other == kernel => {
-                    KERNEL_IDS[i].store(identity, Ordering::Release);
-                    return;
-                }
-                Err(_) => {}
-            }
         }
         i = (i + 1) & (KERNEL_SLOTS - 1);
     }
     if identity != 0 {
-        // Evict the home slot's entry: first make it "unknown", then hand it over, so a
-        // reader of the old address sees 0 or its own identity, never the new one.
-        KERNEL_IDS[start].store(0, Ordering::Release);
-        KERNEL_KEYS[start].store(kernel, Ordering::Release);
-        KERNEL_IDS[start].store(identity, Ordering::Release);
+        // Evict the home slot's entry, replacing address and identity together.
+        write_kernel_slot(start, |_, _| Some((kernel, identity)));
     }
 }
 
@@ -697,6 +752,19 @@ pub unsafe fn kernels_written(
 mod tests {
     use super::*;
 
+    thread_local! {
+        /// Set by a test that wants a writer preempted between its two stores.
+        static YIELD_MID_WRITE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// Between a kernel slot's two stores: where a preempted writer leaves a torn pair
+    /// unless readers and other writers respect the slot's sequence number.
+    pub(super) fn preempted_here() {
+        if YIELD_MID_WRITE.with(|y| y.get()) {
+            std::thread::yield_now();
+        }
+    }
+
     fn key(identity: u64, device: usize, g: &[usize], l: Option<&[usize]>) -> u64 {
         let k = launch_key(identity, device, g, l);
         assert_eq!(k, dims(g, l).key(identity, device));
@@ -795,6 +863,78 @@ mod tests {
         assert_eq!(kernel_identity(addrs[0]), 0, "evicted");
         set_kernel_identity(addrs[0], 7);
         assert_eq!(kernel_identity(addrs[0]), 7, "resolved again");
+    }
+
+    #[test]
+    fn racing_evictions_never_pair_an_address_with_another_kernels_identity() {
+        // A neighbourhood full of other kernels, and writers whose kernels keep evicting its
+        // home slot from one another while readers look them up: every answer is 0 (ask
+        // again) or the address's own identity, during the race and after it. The home slot
+        // is chosen away from the other tests'.
+        let far = |h: usize, t: usize| h.abs_diff(t) > 4 * PROBES;
+        let others = [
+            home(0xF00D_0000, KERNEL_SLOTS),
+            home(0xDEAD_0000, KERNEL_SLOTS),
+        ];
+        let target = (0x7A11_0000_0000u64..)
+            .step_by(4096)
+            .map(|a| home(a, KERNEL_SLOTS))
+            .find(|&h| others.iter().all(|&t| far(h, t)) && far(h, 0) && far(h, KERNEL_SLOTS))
+            .unwrap();
+        const WRITERS: usize = 6;
+        let addrs: Vec<usize> = (0x7A11_0000_0000usize..)
+            .step_by(16)
+            .filter(|&a| home(a as u64, KERNEL_SLOTS) == target)
+            .take(PROBES + 2 * WRITERS)
+            .collect();
+        let own = |a: usize| (a as u64).rotate_left(17) | 1;
+        let (fillers, racers) = addrs.split_at(PROBES);
+        for &a in fillers {
+            set_kernel_identity(a, own(a));
+        }
+        let wrong = AtomicU64::new(0);
+        let done = AtomicBool::new(false);
+        const ROUNDS: usize = 5_000;
+        std::thread::scope(|s| {
+            let (wrong, done) = (&wrong, &done);
+            s.spawn(move || {
+                while !done.load(Ordering::Relaxed) {
+                    for &a in racers {
+                        let id = kernel_identity(a);
+                        if id != 0 && id != own(a) {
+                            wrong.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+            // Each writer is preempted between its stores (on a loaded machine the race is
+            // real but rare: 130 wrong answers in 63M lookups).
+            let writers: Vec<_> = (0..WRITERS)
+                .map(|w| {
+                    let mine = &racers[2 * w..2 * w + 2];
+                    s.spawn(move || {
+                        YIELD_MID_WRITE.with(|y| y.set(true));
+                        for r in 0..ROUNDS {
+                            let a = mine[r % 2];
+                            set_kernel_identity(a, own(a));
+                        }
+                    })
+                })
+                .collect();
+            for w in writers {
+                w.join().unwrap();
+            }
+            done.store(true, Ordering::Relaxed);
+        });
+        let after = addrs
+            .iter()
+            .filter(|&&a| ![0, own(a)].contains(&kernel_identity(a)))
+            .count();
+        assert_eq!(
+            (wrong.load(Ordering::Relaxed), after),
+            (0, 0),
+            "wrong answers during and after the race"
+        );
     }
 
     #[test]
