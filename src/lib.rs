@@ -37,3 +37,4 @@ pub mod record;
 pub mod runtime;
 pub mod schema;
 pub mod trace_file;
+pub mod wall_union;

@@ -21,6 +21,8 @@
  *   launch misaligned two-dimensional launches whose offset, global and local size arrays
  *                     lie one byte off a size_t boundary (first launches, then the same ones
  *                     again); prints what the kernel wrote
+ *   launch gated      six first launches held back by one user event, set 0.3 s later: all
+ *                     in flight together
  * Every kernel has a unique constant, so pocl's kernel cache never serves it (run with a
  * fresh POCL_CACHE_DIR). Prints "ok" last when everything the mode checks held. */
 #define _GNU_SOURCE
@@ -482,9 +484,30 @@ static int mode_misaligned(void) {
     return 0;
 }
 
+static int mode_gated(void) {
+    cl_program p = tiny_program("gated", 11);
+    cl_mem out = out_buf();
+    cl_kernel k = kernel_on(p, "gated", out);
+    cl_command_queue q = new_queue();
+    cl_int err;
+    cl_event gate = clCreateUserEvent(ctx, &err);
+    CHECK(err);
+    for (size_t g = 1; g <= 6; g++)
+        CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &g, NULL, 1, &gate, NULL));
+    usleep(300000);
+    CHECK(clSetUserEventStatus(gate, CL_COMPLETE));
+    CHECK(clFinish(q));
+    clReleaseEvent(gate);
+    clReleaseKernel(k);
+    clReleaseProgram(p);
+    clReleaseMemObject(out);
+    clReleaseCommandQueue(q);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: launch accuracy|events|threads N|recreate|task|unseen|inprogram|released|exit|refused|misaligned\n");
+        fprintf(stderr, "usage: launch accuracy|events|threads N|recreate|task|unseen|inprogram|released|exit|refused|misaligned|gated\n");
         return 2;
     }
     if (!strcmp(argv[1], "exit")) atexit(at_exit_release_gate); /* before any OpenCL call */
@@ -503,6 +526,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(m, "exit")) rc = mode_exit();
     else if (!strcmp(m, "refused")) rc = mode_refused();
     else if (!strcmp(m, "misaligned")) rc = mode_misaligned();
+    else if (!strcmp(m, "gated")) rc = mode_gated();
     else {
         fprintf(stderr, "unknown mode %s\n", m);
         return 2;
