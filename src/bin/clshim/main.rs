@@ -24,6 +24,8 @@ mod controls;
 #[path = "../../schema.rs"]
 #[allow(dead_code)]
 mod schema;
+#[path = "../../wall_union.rs"]
+mod wall_union;
 
 use std::io::Write;
 use std::process::ExitCode;
