@@ -80,21 +80,19 @@ impl<T: Copy> AppArray<T> {
         self.ptr
     }
 
-    /// Copies the first `out.len()` elements into `out`, allocating nothing (the launch
-    /// path's sizes, read on every launch).
+    /// Element `i`, read in place (the launch path's sizes, read on every launch: no
+    /// allocation, no copy of the rest).
     ///
     /// # Safety
-    /// The array is non-NULL, holds at least `out.len()` elements (`out.len() <= len()`, as
-    /// the OpenCL API requires of the application's arguments), and the call has not
-    /// returned to the application yet.
+    /// The array is non-NULL and holds more than `i` elements (`i < len()`, as the OpenCL
+    /// API requires of the application's arguments), and the call has not returned to
+    /// the application yet.
     #[inline(always)]
-    pub unsafe fn copy_to(&self, out: &mut [T]) {
-        debug_assert!(!self.ptr.is_null() && out.len() <= self.count);
-        for (i, o) in out.iter_mut().enumerate() {
-            // SAFETY: i < out.len() <= count elements, which the array holds (the caller's
-            // contract); unaligned, as the application's memory need not be aligned.
-            *o = unsafe { self.ptr.add(i).read_unaligned() };
-        }
+    pub unsafe fn at(&self, i: usize) -> T {
+        debug_assert!(!self.ptr.is_null() && i < self.count);
+        // SAFETY: i < count elements, which the array holds (the caller's contract);
+        // unaligned, as the application's memory need not be aligned.
+        unsafe { self.ptr.add(i).read_unaligned() }
     }
 
     /// A copy of the elements (empty for a NULL array).
@@ -247,10 +245,8 @@ mod tests {
         }
         // SAFETY: 3 usizes from raw[1], read unaligned.
         let a = unsafe { AppArray::new(raw.as_ptr().add(1) as *const usize, 3) };
-        let mut out = [0usize; 2];
-        // SAFETY: holds 3, of which 2 are copied.
-        unsafe { a.copy_to(&mut out) };
-        assert_eq!(out, [64, 2]);
+        // SAFETY: holds 3.
+        assert_eq!(unsafe { [a.at(0), a.at(2)] }, [64, 3]);
         // SAFETY: holds 3.
         assert_eq!(unsafe { a.read() }, vec![64, 2, 3]);
     }

@@ -142,6 +142,7 @@ pub type FnCreateProgramWithBinary = unsafe extern "C" fn(
 pub type FnCreateProgramWithIL =
     unsafe extern "C" fn(cl_context, *const c_void, usize, *mut cl_int) -> cl_program;
 pub type FnReleaseProgram = unsafe extern "C" fn(cl_program) -> cl_int;
+pub type FnReleaseCommandQueue = unsafe extern "C" fn(cl_command_queue) -> cl_int;
 pub type FnBuildProgram = unsafe extern "C" fn(
     cl_program,
     cl_uint,

@@ -16,6 +16,7 @@ pub mod slot {
     pub const GET_PLATFORM_INFO: usize = 1;
     pub const GET_DEVICE_INFO: usize = 3;
     pub const GET_CONTEXT_INFO: usize = 8;
+    pub const RELEASE_COMMAND_QUEUE: usize = 11;
     pub const GET_COMMAND_QUEUE_INFO: usize = 12;
     pub const CREATE_PROGRAM_WITH_SOURCE: usize = 26;
     pub const CREATE_PROGRAM_WITH_BINARY: usize = 27;
@@ -34,6 +35,13 @@ pub mod slot {
     pub const LINK_PROGRAM: usize = 99;
     pub const CLONE_KERNEL: usize = 137;
     pub const CREATE_PROGRAM_WITH_IL: usize = 138;
+}
+
+/// Where a door (preload, layer, macOS) finds its [`Route`], as a type: an entry point
+/// generic over it passes nothing for it, so its slow path can take exactly the
+/// application's arguments (and be reached with a jump).
+pub trait Door {
+    fn route() -> Route;
 }
 
 /// How to reach the implementation below clshim for one call.

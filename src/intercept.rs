@@ -7,7 +7,7 @@ use crate::app_args::{AppArray, AppBuffer, OutParam};
 use crate::binary_load;
 use crate::builds::{self, BuildCall, Entry};
 use crate::cl::*;
-use crate::dispatch::{slot, Route};
+use crate::dispatch::{slot, Door, Route};
 use crate::guard::{self, catch};
 use crate::policy;
 use crate::programs::Origin;
@@ -512,11 +512,25 @@ pub unsafe fn release_program(route: Route, program: cl_program) -> cl_int {
 // Kernel launches and kernel creation (first launches: `launches`).
 
 /// # Safety
+/// The application's argument to `clReleaseCommandQueue`.
+pub unsafe fn release_command_queue(route: Route, queue: cl_command_queue) -> cl_int {
+    // SAFETY: the application's queue, whose dispatch `route` knows how to find.
+    let Some(real) =
+        (unsafe { route.entry::<FnReleaseCommandQueue>(queue, slot::RELEASE_COMMAND_QUEUE) })
+    else {
+        return missing(queue, CL_INVALID_COMMAND_QUEUE);
+    };
+    // Before the release: once it is the last, a queue made at this address is another.
+    crate::launches::queue_releasing(queue);
+    // SAFETY: the application's own call, handed on unchanged.
+    unsafe { real(queue) }
+}
+
+/// # Safety
 /// The application's arguments to `clEnqueueNDRangeKernel`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn enqueue_nd_range_kernel(
-    route: Route,
+pub unsafe fn enqueue_nd_range_kernel<D: Door>(
     queue: cl_command_queue,
     kernel: cl_kernel,
     work_dim: cl_uint,
@@ -527,6 +541,52 @@ pub unsafe fn enqueue_nd_range_kernel(
     wait_list: *const cl_event,
     event: *mut cl_event,
 ) -> cl_int {
+    // SAFETY: the application's queue, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe {
+        D::route().entry::<FnEnqueueNDRangeKernel>(queue, slot::ENQUEUE_ND_RANGE_KERNEL)
+    }) else {
+        return missing(queue, CL_INVALID_COMMAND_QUEUE);
+    };
+    // A launch already seen is forwarded from here, its arguments as they came: the call
+    // can then be a jump to the implementation, with nothing saved for the slow path.
+    // SAFETY: the application's arguments (`global` and `local` NULL or of `work_dim`
+    // sizes, as OpenCL requires).
+    if unsafe { crate::launches::already_seen(queue, kernel, work_dim, global, local) } {
+        // SAFETY: the application's own call, handed on unchanged.
+        return unsafe {
+            real(
+                queue, kernel, work_dim, offset, global, local, num_events, wait_list, event,
+            )
+        };
+    }
+    // The same arguments on to the slow path, in the same convention: the call can be a
+    // jump too, with nothing set up for it beforehand.
+    // SAFETY: the application's arguments.
+    unsafe {
+        not_seen_nd_range::<D>(
+            queue, kernel, work_dim, offset, global, local, num_events, wait_list, event,
+        )
+    }
+}
+
+/// A `clEnqueueNDRangeKernel` that `launches::already_seen` could not tell seen.
+///
+/// # Safety
+/// The application's arguments to `clEnqueueNDRangeKernel`.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+unsafe extern "C" fn not_seen_nd_range<D: Door>(
+    queue: cl_command_queue,
+    kernel: cl_kernel,
+    work_dim: cl_uint,
+    offset: *const usize,
+    global: *const usize,
+    local: *const usize,
+    num_events: cl_uint,
+    wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    let route = D::route();
     // SAFETY: the application's queue, whose dispatch `route` knows how to find.
     let Some(real) =
         (unsafe { route.entry::<FnEnqueueNDRangeKernel>(queue, slot::ENQUEUE_ND_RANGE_KERNEL) })
@@ -570,6 +630,12 @@ pub unsafe fn enqueue_task(
     let Some(real) = (unsafe { route.entry::<FnEnqueueTask>(queue, slot::ENQUEUE_TASK) }) else {
         return missing(queue, CL_INVALID_COMMAND_QUEUE);
     };
+    let one = crate::launches::TASK_SIZE.as_ptr();
+    // SAFETY: the application's kernel and queue, with a task's one-dimensional size of 1.
+    if unsafe { crate::launches::already_seen(queue, kernel, 1, one, one) } {
+        // SAFETY: the application's own call, handed on unchanged.
+        return unsafe { real(queue, kernel, num_events, wait_list, event) };
+    }
     // SAFETY: the application's arguments, with a task's one-dimensional size of 1 (a
     // static); the closure makes the application's own call, with the event out-parameter
     // `launches` passes down.

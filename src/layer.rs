@@ -15,7 +15,7 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use crate::cl::*;
-use crate::dispatch::{slot, Route};
+use crate::dispatch::{slot, Door, Route};
 use crate::intercept;
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
@@ -463,9 +463,13 @@ unsafe extern "C" fn layer_clReleaseProgram(program: cl_program) -> cl_int {
     unsafe { intercept::release_program(route(), program) }
 }
 
-/// The kernel-launch and kernel-creation slots (first launches).
-fn launch_slots() -> [(usize, *const c_void); 5] {
+/// The kernel-launch, kernel-creation and queue-release slots (first launches).
+fn launch_slots() -> [(usize, *const c_void); 6] {
     [
+        (
+            slot::RELEASE_COMMAND_QUEUE,
+            layer_clReleaseCommandQueue as *const c_void,
+        ),
         (
             slot::ENQUEUE_ND_RANGE_KERNEL,
             layer_clEnqueueNDRangeKernel as *const c_void,
@@ -478,6 +482,12 @@ fn launch_slots() -> [(usize, *const c_void); 5] {
         ),
         (slot::CLONE_KERNEL, layer_clCloneKernel as *const c_void),
     ]
+}
+
+unsafe extern "C" fn layer_clReleaseCommandQueue(command_queue: cl_command_queue) -> cl_int {
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe { intercept::release_command_queue(route(), command_queue) }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -495,8 +505,7 @@ unsafe extern "C" fn layer_clEnqueueNDRangeKernel(
     // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
     // on to `intercept`, which reads no more than the implementation would.
     unsafe {
-        intercept::enqueue_nd_range_kernel(
-            route(),
+        intercept::enqueue_nd_range_kernel::<Layer>(
             queue,
             kernel,
             work_dim,
@@ -567,4 +576,14 @@ unsafe extern "C" fn layer_clCloneKernel(
     // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
     // on to `intercept`, which reads no more than the implementation would.
     unsafe { intercept::clone_kernel(route(), source_kernel, errcode_ret) }
+}
+
+/// This door, as a type (see [`Door`]).
+pub struct Layer;
+
+impl Door for Layer {
+    #[inline(always)]
+    fn route() -> Route {
+        route()
+    }
 }

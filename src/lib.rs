@@ -9,6 +9,7 @@
 //! `programs` and `dispatch` (where calls go). The `clshim` command compiles `controls` and `schema` in as its
 //! own modules, so its options and its reader use the library's definitions.
 
+pub mod address_table;
 pub mod app_args;
 pub mod binary_load;
 pub mod builds;

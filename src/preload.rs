@@ -6,7 +6,7 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use crate::cl::*;
-use crate::dispatch::Route;
+use crate::dispatch::{Door, Route};
 use crate::intercept;
 
 /// Where preloaded calls go: each object's own dispatch table (ICD platforms) ...
@@ -222,6 +222,13 @@ pub unsafe extern "C" fn clReleaseProgram(program: cl_program) -> cl_int {
 }
 
 #[cfg_attr(not(target_os = "macos"), no_mangle)]
+pub unsafe extern "C" fn clReleaseCommandQueue(command_queue: cl_command_queue) -> cl_int {
+    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
+    // on to `intercept`, which reads no more than the implementation would.
+    unsafe { intercept::release_command_queue(route(), command_queue) }
+}
+
+#[cfg_attr(not(target_os = "macos"), no_mangle)]
 pub unsafe extern "C" fn clEnqueueNDRangeKernel(
     queue: cl_command_queue,
     kernel: cl_kernel,
@@ -236,8 +243,7 @@ pub unsafe extern "C" fn clEnqueueNDRangeKernel(
     // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
     // on to `intercept`, which reads no more than the implementation would.
     unsafe {
-        intercept::enqueue_nd_range_kernel(
-            route(),
+        intercept::enqueue_nd_range_kernel::<Preload>(
             queue,
             kernel,
             work_dim,
@@ -312,4 +318,14 @@ pub unsafe extern "C" fn clCloneKernel(
     // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
     // on to `intercept`, which reads no more than the implementation would.
     unsafe { intercept::clone_kernel(route(), source_kernel, errcode_ret) }
+}
+
+/// This door, as a type (see [`Door`]).
+pub struct Preload;
+
+impl Door for Preload {
+    #[inline(always)]
+    fn route() -> Route {
+        route()
+    }
 }

@@ -564,6 +564,7 @@ fn dispatch_slots_match_the_system_icd_header() {
         ("GET_PLATFORM_INFO", slot::GET_PLATFORM_INFO),
         ("GET_DEVICE_INFO", slot::GET_DEVICE_INFO),
         ("GET_CONTEXT_INFO", slot::GET_CONTEXT_INFO),
+        ("RELEASE_COMMAND_QUEUE", slot::RELEASE_COMMAND_QUEUE),
         ("GET_COMMAND_QUEUE_INFO", slot::GET_COMMAND_QUEUE_INFO),
         (
             "CREATE_PROGRAM_WITH_SOURCE",

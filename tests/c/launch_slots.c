@@ -12,6 +12,7 @@ int main(void) {
     SLOT("GET_PLATFORM_INFO", clGetPlatformInfo);
     SLOT("GET_DEVICE_INFO", clGetDeviceInfo);
     SLOT("GET_CONTEXT_INFO", clGetContextInfo);
+    SLOT("RELEASE_COMMAND_QUEUE", clReleaseCommandQueue);
     SLOT("GET_COMMAND_QUEUE_INFO", clGetCommandQueueInfo);
     SLOT("CREATE_PROGRAM_WITH_SOURCE", clCreateProgramWithSource);
     SLOT("CREATE_PROGRAM_WITH_BINARY", clCreateProgramWithBinary);

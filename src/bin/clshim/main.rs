@@ -25,6 +25,7 @@ mod controls;
 #[allow(dead_code)]
 mod schema;
 #[path = "../../wall_union.rs"]
+#[allow(dead_code)]
 mod wall_union;
 
 use std::io::Write;
