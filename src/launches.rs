@@ -822,6 +822,16 @@ mod tests {
     }
 
     #[test]
+    fn a_released_queue_is_forgotten_so_its_address_is_asked_again() {
+        let (queue, device) = (0xC0DE_0000usize, 0xDE71_CE00usize);
+        QUEUES.set(queue, device as u64);
+        assert_eq!(QUEUES.get(queue), device as u64);
+        queue_releasing(queue as cl_command_queue);
+        assert_eq!(QUEUES.get(queue), 0, "asked again at the next launch");
+        assert_eq!(QUEUES.get_at_home(queue), 0);
+    }
+
+    #[test]
     fn kernel_identities_are_replaced_at_a_reused_address() {
         let addr = 0xDEAD_0000usize;
         assert_eq!(kernel_identity(addr), 0);
