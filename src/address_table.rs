@@ -17,6 +17,11 @@ use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 /// Slots probed from an address's home slot before its neighbourhood counts as full.
 pub const PROBES: usize = 64;
 
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY_USIZE: AtomicUsize = AtomicUsize::new(0);
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY_U64: AtomicU64 = AtomicU64::new(0);
+
 /// An address -> value map of `N` slots (a power of two).
 pub struct AddressTable<const N: usize> {
     keys: [AtomicUsize; N],
@@ -29,9 +34,9 @@ impl<const N: usize> AddressTable<N> {
     pub const fn new() -> Self {
         assert!(N.is_power_of_two() && N >= PROBES);
         AddressTable {
-            keys: [const { AtomicUsize::new(0) }; N],
-            values: [const { AtomicU64::new(0) }; N],
-            seqs: [const { AtomicU64::new(0) }; N],
+            keys: [EMPTY_USIZE; N],
+            values: [EMPTY_U64; N],
+            seqs: [EMPTY_U64; N],
         }
     }
 
@@ -144,7 +149,7 @@ impl<const N: usize> AddressTable<N> {
         for _ in 0..PROBES {
             // A slot that may be this address's or free is decided again with the slot
             // held, so a slot another writer filled meanwhile is seen.
-            let candidate = self.read(i).is_none_or(|(k, _)| k == address || k == 0);
+            let candidate = self.read(i).map_or(true, |(k, _)| k == address || k == 0);
             let mut free = false;
             let wrote = candidate
                 && self

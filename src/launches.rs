@@ -255,7 +255,10 @@ fn identity_of(program_id: Option<u64>, name: Option<&str>, kernel: usize) -> u6
 
 const SEEN_SLOTS: usize = 1 << 16;
 
-static SEEN: [AtomicU64; SEEN_SLOTS] = [const { AtomicU64::new(0) }; SEEN_SLOTS];
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY_U64: AtomicU64 = AtomicU64::new(0);
+
+static SEEN: [AtomicU64; SEEN_SLOTS] = [EMPTY_U64; SEEN_SLOTS];
 static SATURATED: AtomicBool = AtomicBool::new(false);
 
 /// Whether `key` was claimed.
