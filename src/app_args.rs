@@ -80,6 +80,21 @@ impl<T: Copy> AppArray<T> {
         self.ptr
     }
 
+    /// Element `i`, read in place (the launch path's sizes, read on every launch: no
+    /// allocation, no copy of the rest).
+    ///
+    /// # Safety
+    /// The array is non-NULL and holds more than `i` elements (`i < len()`, as the OpenCL
+    /// API requires of the application's arguments), and the call has not returned to
+    /// the application yet.
+    #[inline(always)]
+    pub unsafe fn at(&self, i: usize) -> T {
+        debug_assert!(!self.ptr.is_null() && i < self.count);
+        // SAFETY: i < count elements, which the array holds (the caller's contract);
+        // unaligned, as the application's memory need not be aligned.
+        unsafe { self.ptr.add(i).read_unaligned() }
+    }
+
     /// A copy of the elements (empty for a NULL array).
     ///
     /// # Safety
@@ -210,5 +225,21 @@ mod tests {
         let none = unsafe { n.read() };
         assert!(none.is_empty());
         assert!(AppArray::<u64>::empty().is_empty());
+    }
+
+    #[test]
+    fn arrays_are_read_at_any_alignment() {
+        // Three usizes one byte into a byte buffer: misaligned for usize.
+        let mut raw = [0u8; 1 + 3 * std::mem::size_of::<usize>()];
+        for (i, v) in [64usize, 2, 3].iter().enumerate() {
+            let at = 1 + i * std::mem::size_of::<usize>();
+            raw[at..at + std::mem::size_of::<usize>()].copy_from_slice(&v.to_ne_bytes());
+        }
+        // SAFETY: 3 usizes from raw[1], read unaligned.
+        let a = unsafe { AppArray::new(raw.as_ptr().add(1) as *const usize, 3) };
+        // SAFETY: holds 3.
+        assert_eq!(unsafe { [a.at(0), a.at(2)] }, [64, 3]);
+        // SAFETY: holds 3.
+        assert_eq!(unsafe { a.read() }, vec![64, 2, 3]);
     }
 }

@@ -13,6 +13,13 @@
 use crate::cl::*;
 use std::ffi::c_void;
 
+/// Where a door (preload, layer, macOS) finds its [`Route`], as a type: an entry point
+/// generic over it passes nothing for it, so its slow path can take exactly the
+/// application's arguments (and be reached with a jump).
+pub trait Door {
+    fn route() -> Route;
+}
+
 /// How to reach the implementation below clshim for one call.
 #[derive(Clone, Copy, Debug)]
 pub enum Route {

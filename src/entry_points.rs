@@ -65,6 +65,8 @@ macro_rules! table {
             // clCreateProgramWithIL nor clCloneKernel, and first launches are not recorded
             // there.
             intercepted {
+                11 => fn clReleaseCommandQueue(command_queue: cl_command_queue) -> cl_int
+                    as FnReleaseCommandQueue, release_command_queue;
                 34 => fn clCreateKernel(program: cl_program, kernel_name: *const c_char,
                     errcode_ret: *mut cl_int) -> cl_kernel
                     as FnCreateKernel, create_kernel;

@@ -8,7 +8,7 @@ use crate::app_args::{AppArray, AppBuffer, OutParam};
 use crate::binary_load;
 use crate::builds::{self, BuildCall, Entry};
 use crate::cl::*;
-use crate::dispatch::Route;
+use crate::dispatch::{Door, Route};
 use crate::guard::{self, catch};
 use crate::policy;
 use crate::programs::Origin;
@@ -26,8 +26,7 @@ fn missing(obj: Handle, invalid: cl_int) -> cl_int {
 
 /// # Safety
 /// The application's arguments to `clBuildProgram`.
-pub unsafe fn build_program(
-    route: Route,
+pub unsafe fn build_program<D: Door>(
     program: cl_program,
     num_devices: cl_uint,
     device_list: *const cl_device_id,
@@ -35,6 +34,7 @@ pub unsafe fn build_program(
     pfn_notify: BuildNotify,
     user_data: *mut c_void,
 ) -> cl_int {
+    let route = D::route();
     // SAFETY: the application's program, whose dispatch `route` knows how to find.
     let Some(real) = (unsafe { route.build_program(program) }) else {
         return missing(program, CL_INVALID_PROGRAM);
@@ -74,8 +74,7 @@ pub unsafe fn build_program(
 /// # Safety
 /// The application's arguments to `clCompileProgram`.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn compile_program(
-    route: Route,
+pub unsafe fn compile_program<D: Door>(
     program: cl_program,
     num_devices: cl_uint,
     device_list: *const cl_device_id,
@@ -86,6 +85,7 @@ pub unsafe fn compile_program(
     pfn_notify: BuildNotify,
     user_data: *mut c_void,
 ) -> cl_int {
+    let route = D::route();
     // SAFETY: the application's program, whose dispatch `route` knows how to find.
     let Some(real) = (unsafe { route.compile_program(program) }) else {
         return missing(program, CL_INVALID_PROGRAM);
@@ -116,8 +116,7 @@ pub unsafe fn compile_program(
 /// # Safety
 /// The application's arguments to `clLinkProgram`.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn link_program(
-    route: Route,
+pub unsafe fn link_program<D: Door>(
     context: cl_context,
     num_devices: cl_uint,
     device_list: *const cl_device_id,
@@ -128,6 +127,7 @@ pub unsafe fn link_program(
     user_data: *mut c_void,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
+    let route = D::route();
     // SAFETY: the application's `errcode_ret`, which OpenCL requires to be NULL or writable.
     let errcode = unsafe { OutParam::new(errcode_ret) };
     // SAFETY: the application's context, whose dispatch `route` knows how to find.
@@ -175,14 +175,14 @@ pub unsafe fn link_program(
 
 /// # Safety
 /// The application's arguments to `clGetProgramInfo`.
-pub unsafe fn get_program_info(
-    route: Route,
+pub unsafe fn get_program_info<D: Door>(
     program: cl_program,
     param: cl_program_info,
     size: usize,
     value: *mut c_void,
     size_ret: *mut usize,
 ) -> cl_int {
+    let route = D::route();
     // SAFETY: the application's program, whose dispatch `route` knows how to find.
     let Some(real) = (unsafe { route.get_program_info(program) }) else {
         return missing(program, CL_INVALID_PROGRAM);
@@ -253,8 +253,7 @@ pub unsafe fn get_program_info(
 ///
 /// # Safety
 /// The application's arguments to `clGetProgramBuildInfo`.
-pub unsafe fn get_program_build_info(
-    route: Route,
+pub unsafe fn get_program_build_info<D: Door>(
     program: cl_program,
     device: cl_device_id,
     param: cl_program_build_info,
@@ -262,6 +261,7 @@ pub unsafe fn get_program_build_info(
     value: *mut c_void,
     size_ret: *mut usize,
 ) -> cl_int {
+    let route = D::route();
     // SAFETY: the application's program, whose dispatch `route` knows how to find.
     let Some(real) = (unsafe { route.get_program_build_info(program) }) else {
         return missing(program, CL_INVALID_PROGRAM);
@@ -297,8 +297,7 @@ pub unsafe fn get_program_build_info(
 /// # Safety
 /// The application's arguments to `clCreateProgramWithBinary`.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn create_program_with_binary(
-    route: Route,
+pub unsafe fn create_program_with_binary<D: Door>(
     context: cl_context,
     num_devices: cl_uint,
     device_list: *const cl_device_id,
@@ -307,6 +306,7 @@ pub unsafe fn create_program_with_binary(
     binary_status: *mut cl_int,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
+    let route = D::route();
     // SAFETY: the application's `errcode_ret`, which OpenCL requires to be NULL or writable.
     let errcode = unsafe { OutParam::new(errcode_ret) };
     // SAFETY: the application's context, whose dispatch `route` knows how to find.
@@ -393,14 +393,14 @@ unsafe fn source_parts<'a>(
 
 /// # Safety
 /// The application's arguments to `clCreateProgramWithSource`.
-pub unsafe fn create_program_with_source(
-    route: Route,
+pub unsafe fn create_program_with_source<D: Door>(
     context: cl_context,
     count: cl_uint,
     strings: *const *const c_char,
     lengths: *const usize,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
+    let route = D::route();
     // SAFETY: the application's context, whose dispatch `route` knows how to find.
     let Some(real) = (unsafe { route.create_program_with_source(context) }) else {
         // SAFETY: the application's `errcode_ret`: NULL or writable.
@@ -449,13 +449,13 @@ fn register_created<'a>(
 
 /// # Safety
 /// The application's arguments to `clCreateProgramWithIL`.
-pub unsafe fn create_program_with_il(
-    route: Route,
+pub unsafe fn create_program_with_il<D: Door>(
     context: cl_context,
     il: *const c_void,
     length: usize,
     errcode_ret: *mut cl_int,
 ) -> cl_program {
+    let route = D::route();
     // SAFETY: the application's context, whose dispatch `route` knows how to find.
     let Some(real) = (unsafe { route.create_program_with_il(context) }) else {
         // SAFETY: the application's `errcode_ret`: NULL or writable.
@@ -476,7 +476,8 @@ pub unsafe fn create_program_with_il(
 
 /// # Safety
 /// The application's argument to `clReleaseProgram`.
-pub unsafe fn release_program(route: Route, program: cl_program) -> cl_int {
+pub unsafe fn release_program<D: Door>(program: cl_program) -> cl_int {
+    let route = D::route();
     // SAFETY: the application's program, whose dispatch `route` knows how to find.
     let Some(real) = (unsafe { route.release_program(program) }) else {
         return missing(program, CL_INVALID_PROGRAM);
@@ -501,11 +502,24 @@ pub unsafe fn release_program(route: Route, program: cl_program) -> cl_int {
 // Kernel launches and kernel creation (first launches: `launches`).
 
 /// # Safety
+/// The application's argument to `clReleaseCommandQueue`.
+pub unsafe fn release_command_queue<D: Door>(queue: cl_command_queue) -> cl_int {
+    let route = D::route();
+    // SAFETY: the application's queue, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe { route.release_command_queue(queue) }) else {
+        return missing(queue, CL_INVALID_COMMAND_QUEUE);
+    };
+    // Before the release: once it is the last, a queue made at this address is another.
+    crate::launches::queue_releasing(queue);
+    // SAFETY: the application's own call, handed on unchanged.
+    unsafe { real(queue) }
+}
+
+/// # Safety
 /// The application's arguments to `clEnqueueNDRangeKernel`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn enqueue_nd_range_kernel(
-    route: Route,
+pub unsafe fn enqueue_nd_range_kernel<D: Door>(
     queue: cl_command_queue,
     kernel: cl_kernel,
     work_dim: cl_uint,
@@ -516,6 +530,50 @@ pub unsafe fn enqueue_nd_range_kernel(
     wait_list: *const cl_event,
     event: *mut cl_event,
 ) -> cl_int {
+    // SAFETY: the application's queue, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe { D::route().enqueue_nd_range_kernel(queue) }) else {
+        return missing(queue, CL_INVALID_COMMAND_QUEUE);
+    };
+    // A launch already seen is forwarded from here, its arguments as they came: the call
+    // can then be a jump to the implementation, with nothing saved for the slow path.
+    // SAFETY: the application's arguments (`global` and `local` NULL or of `work_dim`
+    // sizes, as OpenCL requires).
+    if unsafe { crate::launches::already_seen(queue, kernel, work_dim, global, local) } {
+        // SAFETY: the application's own call, handed on unchanged.
+        return unsafe {
+            real(
+                queue, kernel, work_dim, offset, global, local, num_events, wait_list, event,
+            )
+        };
+    }
+    // The same arguments on to the slow path, in the same convention: the call can be a
+    // jump too, with nothing set up for it beforehand.
+    // SAFETY: the application's arguments.
+    unsafe {
+        not_seen_nd_range::<D>(
+            queue, kernel, work_dim, offset, global, local, num_events, wait_list, event,
+        )
+    }
+}
+
+/// A `clEnqueueNDRangeKernel` that `launches::already_seen` could not tell seen.
+///
+/// # Safety
+/// The application's arguments to `clEnqueueNDRangeKernel`.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+unsafe extern "C" fn not_seen_nd_range<D: Door>(
+    queue: cl_command_queue,
+    kernel: cl_kernel,
+    work_dim: cl_uint,
+    offset: *const usize,
+    global: *const usize,
+    local: *const usize,
+    num_events: cl_uint,
+    wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    let route = D::route();
     // SAFETY: the application's queue, whose dispatch `route` knows how to find.
     let Some(real) = (unsafe { route.enqueue_nd_range_kernel(queue) }) else {
         return missing(queue, CL_INVALID_COMMAND_QUEUE);
@@ -545,18 +603,24 @@ pub unsafe fn enqueue_nd_range_kernel(
 /// # Safety
 /// The application's arguments to `clEnqueueTask`.
 #[inline(always)]
-pub unsafe fn enqueue_task(
-    route: Route,
+pub unsafe fn enqueue_task<D: Door>(
     queue: cl_command_queue,
     kernel: cl_kernel,
     num_events: cl_uint,
     wait_list: *const cl_event,
     event: *mut cl_event,
 ) -> cl_int {
+    let route = D::route();
     // SAFETY: the application's queue, whose dispatch `route` knows how to find.
     let Some(real) = (unsafe { route.enqueue_task(queue) }) else {
         return missing(queue, CL_INVALID_COMMAND_QUEUE);
     };
+    let one = crate::launches::TASK_SIZE.as_ptr();
+    // SAFETY: the application's kernel and queue, with a task's one-dimensional size of 1.
+    if unsafe { crate::launches::already_seen(queue, kernel, 1, one, one) } {
+        // SAFETY: the application's own call, handed on unchanged.
+        return unsafe { real(queue, kernel, num_events, wait_list, event) };
+    }
     // SAFETY: the application's arguments, with a task's one-dimensional size of 1 (a
     // static); the closure makes the application's own call, with the event out-parameter
     // `launches` passes down.
@@ -577,12 +641,12 @@ pub unsafe fn enqueue_task(
 
 /// # Safety
 /// The application's arguments to `clCreateKernel`.
-pub unsafe fn create_kernel(
-    route: Route,
+pub unsafe fn create_kernel<D: Door>(
     program: cl_program,
     name: *const c_char,
     errcode_ret: *mut cl_int,
 ) -> cl_kernel {
+    let route = D::route();
     // SAFETY: the application's program, whose dispatch `route` knows how to find.
     let Some(real) = (unsafe { route.create_kernel(program) }) else {
         // SAFETY: the application's `errcode_ret`: NULL or writable.
@@ -599,13 +663,13 @@ pub unsafe fn create_kernel(
 
 /// # Safety
 /// The application's arguments to `clCreateKernelsInProgram`.
-pub unsafe fn create_kernels_in_program(
-    route: Route,
+pub unsafe fn create_kernels_in_program<D: Door>(
     program: cl_program,
     num_kernels: cl_uint,
     kernels: *mut cl_kernel,
     num_kernels_ret: *mut cl_uint,
 ) -> cl_int {
+    let route = D::route();
     // SAFETY: the application's program, whose dispatch `route` knows how to find.
     let Some(real) = (unsafe { route.create_kernels_in_program(program) }) else {
         return missing(program, CL_INVALID_PROGRAM);
@@ -630,7 +694,8 @@ pub unsafe fn create_kernels_in_program(
 
 /// # Safety
 /// The application's arguments to `clCloneKernel`.
-pub unsafe fn clone_kernel(route: Route, source: cl_kernel, errcode_ret: *mut cl_int) -> cl_kernel {
+pub unsafe fn clone_kernel<D: Door>(source: cl_kernel, errcode_ret: *mut cl_int) -> cl_kernel {
+    let route = D::route();
     // SAFETY: the application's kernel, whose dispatch `route` knows how to find.
     let Some(real) = (unsafe { route.clone_kernel(source) }) else {
         // SAFETY: the application's `errcode_ret`: NULL or writable.
@@ -646,20 +711,23 @@ pub unsafe fn clone_kernel(route: Route, source: cl_kernel, errcode_ret: *mut cl
 /// Makes a door's C functions from rows of `entry_points::table!`: each takes the
 /// application's arguments and hands them, with the door's route, to the function of this
 /// module that bears the row's accessor name. The door's arguments are the functions'
-/// attributes and the route: `door_functions { #[no_mangle] route: Route::Object }`.
+/// attributes and the door, the type whose `Door::route` names where its calls go:
+/// `door_functions { #[no_mangle] door: Preload }`. Each `intercept` entry takes its route
+/// from the door type rather than as an argument, so that a function can hand the
+/// application's arguments on exactly as they came (a launch's slow path is then a jump).
 macro_rules! door_functions {
     ($with:tt $($slot:literal => fn $name:ident $args:tt -> $ret:ty
         as $ty:ident, $acc:ident;)*) => {
         $($crate::intercept::door_functions!(@one $with $name $args $ret, $acc);)*
     };
-    (@one [$(#[$attr:meta])* route: $route:expr]
+    (@one [$(#[$attr:meta])* door: $door:ty]
         $name:ident ($($arg:ident: $argty:ty),* $(,)?) $ret:ty, $acc:ident) => {
         $(#[$attr])*
         #[allow(non_snake_case, clippy::too_many_arguments, clippy::missing_safety_doc)]
         pub unsafe extern "C" fn $name($($arg: $argty),*) -> $ret {
             // SAFETY: the application's arguments, valid as the OpenCL API requires of it;
             // passed on to `intercept`, which reads no more than the implementation would.
-            unsafe { $crate::intercept::$acc($route, $($arg),*) }
+            unsafe { $crate::intercept::$acc::<$door>($($arg),*) }
         }
     };
 }

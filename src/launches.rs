@@ -1,9 +1,10 @@
 //! First launches: the first time a kernel runs on a device with a given work-group
 //! configuration, where pocl compiles the size-specialised kernel that actually runs (after
 //! `clEnqueueNDRangeKernel` has returned, so a build record never shows it). This module
-//! owns the whole of it: a lock-free seen-set that keeps every later launch to a queue
-//! query, two table probes and a hash (no lock, no allocation); the kernel identities that
-//! tell a kernel re-created at a reused address from one already launched; and the event
+//! owns the whole of it: a lock-free seen-set that keeps every later launch to three table
+//! probes and a hash (no lock, no allocation, no call to the implementation); the kernel
+//! identities that tell a kernel re-created at a reused address from one already launched;
+//! the queues' devices, kept until the application releases the queue; and the event
 //! callback that times a first launch from its enqueue call to the command's completion,
 //! using only what was captured at enqueue time.
 //!
@@ -17,6 +18,8 @@
 //! whereas telling the last release needs the reference count, which OpenCL calls a hint,
 //! and a release clshim missed would leave the old identity in place.
 
+use crate::address_table::{AddressTable, PROBES};
+use crate::app_args::AppArray;
 use crate::cl::*;
 use crate::dispatch::Route;
 use crate::guard::{self, catch};
@@ -26,7 +29,7 @@ use crate::record::Start;
 use crate::runtime::{self, Runtime};
 use crate::schema::{self};
 use std::ffi::{c_char, c_void};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Which entry point launched the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,14 +54,38 @@ pub static TASK_SIZE: [usize; 1] = [1];
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Dims {
     work_dim: u32,
+    has_local: bool,
+    /// `work_dim` sizes, then zeros.
     global: [usize; 3],
-    local: Option<[usize; 3]>,
+    /// `work_dim` sizes when `has_local`, then zeros.
+    local: [usize; 3],
+}
+
+/// The first `n` (1 to 3) sizes of `array`, then zeros.
+///
+/// # Safety
+/// `array` is non-NULL and holds `n` sizes, in the intercepted call.
+#[inline(always)]
+unsafe fn sizes3(array: *const usize, n: usize) -> [usize; 3] {
+    // SAFETY: the caller's contract; `at` reads unaligned.
+    let a = unsafe { AppArray::new(array, n) };
+    // Element by element, each read only when the array holds it: a loop of `n` reads
+    // becomes a call to memcpy, a third of this path's cost.
+    // SAFETY: n >= 1 for the first, and each further read is within `n`.
+    unsafe {
+        [
+            a.at(0),
+            if n > 1 { a.at(1) } else { 0 },
+            if n > 2 { a.at(2) } else { 0 },
+        ]
+    }
 }
 
 impl Dims {
     /// The configuration of a `clEnqueueNDRangeKernel` call, or None when the arguments are
     /// ones the implementation will refuse (no global size, 0 or more than 3 dimensions):
-    /// such a call is forwarded and not recorded.
+    /// such a call is forwarded and not recorded. The sizes are read through the
+    /// unaligned-safe door: the application's arrays need not be aligned for `usize`.
     ///
     /// # Safety
     /// `global` and `local` must be NULL or hold `work_dim` sizes, as OpenCL requires.
@@ -72,19 +99,19 @@ impl Dims {
             return None;
         }
         let n = work_dim as usize;
-        let mut g = [0usize; 3];
-        // SAFETY: non-NULL, and holds `work_dim` sizes (this function's contract).
-        g[..n].copy_from_slice(unsafe { std::slice::from_raw_parts(global, n) });
-        let l = (!local.is_null()).then(|| {
-            let mut l = [0usize; 3];
-            // SAFETY: non-NULL, and holds `work_dim` sizes (this function's contract).
-            l[..n].copy_from_slice(unsafe { std::slice::from_raw_parts(local, n) });
-            l
-        });
+        let has_local = !local.is_null();
         Some(Dims {
             work_dim,
-            global: g,
-            local: l,
+            has_local,
+            // SAFETY: non-NULL, and holds `work_dim` (1 to 3) sizes (this function's
+            // contract).
+            global: unsafe { sizes3(global, n) },
+            local: if has_local {
+                // SAFETY: as for `global`.
+                unsafe { sizes3(local, n) }
+            } else {
+                [0; 3]
+            },
         })
     }
 
@@ -95,13 +122,15 @@ impl Dims {
         unsafe { Dims::nd_range(1, TASK_SIZE.as_ptr(), TASK_SIZE.as_ptr()) }.expect("one dimension")
     }
 
+    /// The seen-set key of this configuration of the kernel `identity` on `device`.
     fn key(&self, identity: u64, device: usize) -> u64 {
-        let n = self.work_dim as usize;
         launch_key(
             identity,
             device,
-            &self.global[..n],
-            self.local.as_ref().map(|l| &l[..n]),
+            self.work_dim,
+            self.has_local,
+            |i| self.global[i],
+            |i| self.local[i],
         )
     }
 
@@ -110,7 +139,7 @@ impl Dims {
         let n = self.work_dim as usize;
         (
             self.global[..n].to_vec(),
-            self.local.map(|l| l[..n].to_vec()),
+            self.has_local.then(|| self.local[..n].to_vec()),
         )
     }
 }
@@ -120,6 +149,8 @@ impl Dims {
 
 const K0: u64 = 0x9E37_79B9_7F4A_7C15;
 const K1: u64 = 0xD6E8_FEB8_6659_FD93;
+const K2: u64 = 0xA076_1D64_78BD_642F;
+const K3: u64 = 0xE703_7ED1_A0B4_28DB;
 
 #[inline(always)]
 fn fold(a: u64, b: u64) -> u64 {
@@ -127,32 +158,31 @@ fn fold(a: u64, b: u64) -> u64 {
     (p as u64) ^ ((p >> 64) as u64)
 }
 
+/// The seen-set key of a launch of the kernel `identity` on `device` with `work_dim`
+/// (1 to 3) global sizes `global(i)` and, when `has_local`, local sizes `local(i)`;
+/// never 0 (the empty slot). Each multiply takes two words (as wyhash does), so a
+/// one-dimensional launch costs two; the sizes are taken as the hash needs them, so the
+/// launch path reads them straight from the application's arrays into registers.
 #[inline(always)]
-fn mix(h: u64, v: u64) -> u64 {
-    fold(h ^ v, K0)
-}
-
-/// The seen-set key of one launch; never 0 (the empty slot). `global` and `local` hold
-/// `work_dim` sizes each.
-#[inline(always)]
-fn launch_key(identity: u64, device: usize, global: &[usize], local: Option<&[usize]>) -> u64 {
-    let mut h = mix(K1, identity);
-    h = mix(h, device as u64);
-    h = mix(h, global.len() as u64 | ((local.is_some() as u64) << 8));
-    for &g in global {
-        h = mix(h, g as u64);
+fn launch_key(
+    identity: u64,
+    device: usize,
+    work_dim: u32,
+    has_local: bool,
+    global: impl Fn(usize) -> usize,
+    local: impl Fn(usize) -> usize,
+) -> u64 {
+    let shape = u64::from(work_dim) | (u64::from(has_local) << 8);
+    let local = |i| if has_local { local(i) as u64 } else { 0 };
+    let mut h = fold(identity ^ shape ^ K0, device as u64 ^ K1);
+    h = fold(h ^ global(0) as u64 ^ K2, local(0) ^ K3);
+    if work_dim > 1 {
+        h = fold(h ^ global(1) as u64 ^ K2, local(1) ^ K3);
     }
-    if let Some(l) = local {
-        for &x in l {
-            h = mix(h, x as u64);
-        }
+    if work_dim > 2 {
+        h = fold(h ^ global(2) as u64 ^ K2, local(2) ^ K3);
     }
-    let h = fold(h, K1);
-    if h == 0 {
-        1
-    } else {
-        h
-    }
+    h.max(1)
 }
 
 /// Salt that turns a launch key into the key of "a refused first launch was recorded".
@@ -160,22 +190,23 @@ const REFUSED_SALT: u64 = 0xA5A5_5EED_0FF1_A7E5;
 
 // ---------------------------------------------------------------------------------------
 // The kernel table: kernel address -> identity (0: not known, resolve at the next launch).
-// Open addressing over fixed arrays of atomics in static memory: no allocation ever. An
-// address keeps its slot, and creating a kernel at a reused address overwrites the
-// identity. A full neighbourhood evicts an entry: identities can always be resolved again
-// from the kernel (its program and name), so eviction costs one slow launch, never a
-// wrong answer; readers check the slot still holds their address after reading it.
+// Creating a kernel at a reused address overwrites the identity; an evicted entry is
+// resolved again from the kernel (its program and name), so eviction costs one slow
+// launch, never a wrong answer.
+//
+// The queue table: queue address -> its device (0: not known, ask the implementation).
+// Asking costs pocl more than the rest of clshim's launch path together, and a queue's
+// device never changes; what can change is the queue at an address, once the
+// application has released it. So every clReleaseCommandQueue clshim sees forgets the
+// entry before the release is forwarded (a release that is not the last costs one more
+// question at the next launch): after the last release no launch can refill it, and a
+// queue made later at the same address is asked about afresh.
 
 const KERNEL_SLOTS: usize = 1 << 14;
-const PROBES: usize = 64;
+const QUEUE_SLOTS: usize = 1 << 12;
 
-#[allow(clippy::declare_interior_mutable_const)]
-const EMPTY_USIZE: AtomicUsize = AtomicUsize::new(0);
-#[allow(clippy::declare_interior_mutable_const)]
-const EMPTY_U64: AtomicU64 = AtomicU64::new(0);
-
-static KERNEL_KEYS: [AtomicUsize; KERNEL_SLOTS] = [EMPTY_USIZE; KERNEL_SLOTS];
-static KERNEL_IDS: [AtomicU64; KERNEL_SLOTS] = [EMPTY_U64; KERNEL_SLOTS];
+static KERNELS: AddressTable<KERNEL_SLOTS> = AddressTable::new();
+static QUEUES: AddressTable<QUEUE_SLOTS> = AddressTable::new();
 
 #[inline(always)]
 fn home(x: u64, slots: usize) -> usize {
@@ -185,66 +216,20 @@ fn home(x: u64, slots: usize) -> usize {
 /// The identity of the kernel at `kernel`, or 0 when not known.
 #[inline(always)]
 fn kernel_identity(kernel: usize) -> u64 {
-    let mut i = home(kernel as u64, KERNEL_SLOTS);
-    for _ in 0..PROBES {
-        let k = KERNEL_KEYS[i].load(Ordering::Acquire);
-        if k == kernel {
-            let id = KERNEL_IDS[i].load(Ordering::Acquire);
-            // Evicted meanwhile: the identity read may be the new occupant's.
-            return if KERNEL_KEYS[i].load(Ordering::Acquire) == kernel {
-                id
-            } else {
-                0
-            };
-        }
-        if k == 0 {
-            return 0;
-        }
-        i = (i + 1) & (KERNEL_SLOTS - 1);
-    }
-    0
+    KERNELS.get(kernel)
 }
 
 /// Sets the identity of the kernel at `kernel`. Identity 0 ("ask again") only overwrites
 /// an existing entry.
 fn set_kernel_identity(kernel: usize, identity: u64) {
-    if kernel == 0 {
-        return;
-    }
-    let start = home(kernel as u64, KERNEL_SLOTS);
-    let mut i = start;
-    for _ in 0..PROBES {
-        let k = KERNEL_KEYS[i].load(Ordering::Acquire);
-        if k == kernel {
-            KERNEL_IDS[i].store(identity, Ordering::Release);
-            return;
-        }
-        if k == 0 {
-            if identity == 0 {
-                return;
-            }
-            match KERNEL_KEYS[i].compare_exchange(0, kernel, Ordering::AcqRel, Ordering::Acquire) {
-                // A slot never used before holds identity 0 until this store.
-                Ok(_) => {
-                    KERNEL_IDS[i].store(identity, Ordering::Release);
-                    return;
-                }
-                Err(other) if other == kernel => {
-                    KERNEL_IDS[i].store(identity, Ordering::Release);
-                    return;
-                }
-                Err(_) => {}
-            }
-        }
-        i = (i + 1) & (KERNEL_SLOTS - 1);
-    }
-    if identity != 0 {
-        // Evict the home slot's entry: first make it "unknown", then hand it over, so a
-        // reader of the old address sees 0 or its own identity, never the new one.
-        KERNEL_IDS[start].store(0, Ordering::Release);
-        KERNEL_KEYS[start].store(kernel, Ordering::Release);
-        KERNEL_IDS[start].store(identity, Ordering::Release);
-    }
+    KERNELS.set(kernel, identity);
+}
+
+/// Before the application's `clReleaseCommandQueue` of `queue` is forwarded: its device
+/// is asked again at its next launch (if the queue lives on), and a queue made later at
+/// the same address is never taken for this one.
+pub fn queue_releasing(queue: cl_command_queue) {
+    QUEUES.set(queue as usize, 0);
 }
 
 /// A kernel's identity: its program's clshim id and its name (never 0).
@@ -271,10 +256,13 @@ fn identity_of(program_id: Option<u64>, name: Option<&str>, kernel: usize) -> u6
 
 const SEEN_SLOTS: usize = 1 << 16;
 
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY_U64: AtomicU64 = AtomicU64::new(0);
+
 static SEEN: [AtomicU64; SEEN_SLOTS] = [EMPTY_U64; SEEN_SLOTS];
 static SATURATED: AtomicBool = AtomicBool::new(false);
 
-#[inline(always)]
+/// Whether `key` was claimed.
 fn seen(key: u64) -> bool {
     let mut i = home(key, SEEN_SLOTS);
     for _ in 0..PROBES {
@@ -289,6 +277,13 @@ fn seen(key: u64) -> bool {
     }
     saturated();
     true
+}
+
+/// Whether `key` was claimed and lies in its home slot: the launch path's check, which
+/// calls nothing (a key past its home slot is found by [`seen`] on the slow path).
+#[inline(always)]
+fn seen_at_home(key: u64) -> bool {
+    SEEN[home(key, SEEN_SLOTS)].load(Ordering::Acquire) == key
 }
 
 #[cold]
@@ -316,9 +311,11 @@ fn claim(key: u64) -> bool {
 // ---------------------------------------------------------------------------------------
 // The launch path.
 
-/// The device of `queue`, asked of the implementation (a few nanoseconds in pocl).
-#[inline(always)]
-unsafe fn queue_device(route: Route, queue: cl_command_queue) -> Option<usize> {
+/// The device of `queue`, asked of the implementation.
+///
+/// # Safety
+/// `queue` is the application's queue of the call being intercepted.
+unsafe fn ask_queue_device(route: Route, queue: cl_command_queue) -> Option<usize> {
     // SAFETY: `queue` is the application's queue of the call being intercepted, asked of
     // the implementation through `route` as the application's own call will.
     unsafe {
@@ -335,17 +332,68 @@ unsafe fn queue_device(route: Route, queue: cl_command_queue) -> Option<usize> {
     }
 }
 
-/// One kernel launch of `work_dim` dimensions with the application's `global` and `local`
-/// sizes: `forward` makes the application's call with the event pointer it is given. A
-/// launch already seen goes straight through (reading the sizes in place, copying nothing);
-/// a first one is recorded. Arguments the implementation will refuse (no kernel, no global
-/// size, 0 or more than 3 dimensions) are forwarded and not recorded.
+/// Whether a launch of `kernel` on `queue` with `work_dim` of the application's `global`
+/// and `local` sizes was seen before, so that the caller forwards it as it is: its sizes
+/// read in place (unaligned), two table lookups (the kernel's identity, the queue's
+/// device) and a probe of the seen-set, each in its home slot, with no lock, no
+/// allocation and no call at all. False sends the call to [`launch`], which tells first launches from
+/// the rest (and forwards arguments the implementation will refuse).
+///
+/// # Safety
+/// The application's arguments; `global` and `local` must be NULL or hold `work_dim`
+/// sizes.
+#[inline(always)]
+pub unsafe fn already_seen(
+    queue: cl_command_queue,
+    kernel: cl_kernel,
+    work_dim: cl_uint,
+    global: *const usize,
+    local: *const usize,
+) -> bool {
+    if kernel.is_null() || global.is_null() || !(1..=3).contains(&work_dim) {
+        return false;
+    }
+    // Home slots only: anything else is for the slow path, so this path calls nothing
+    // and keeps to the registers the call came in with.
+    let identity = KERNELS.get_at_home(kernel as usize);
+    if identity == 0 {
+        return false;
+    }
+    let device = QUEUES.get_at_home(queue as usize) as usize;
+    if device == 0 {
+        return false;
+    }
+    let n = work_dim as usize;
+    // SAFETY: the application's arrays of `work_dim` sizes (this function's contract),
+    // `local` read only when non-NULL.
+    let (global, local) = unsafe { (AppArray::new(global, n), AppArray::new(local, n)) };
+    let key = launch_key(
+        identity,
+        device,
+        work_dim,
+        !local.is_null(),
+        // SAFETY: `launch_key` asks for sizes below `work_dim` only, and for local sizes
+        // only when `local` is non-NULL.
+        |i| unsafe { global.at(i) },
+        // SAFETY: as above.
+        |i| unsafe { local.at(i) },
+    );
+    seen_at_home(key)
+}
+
+/// One kernel launch that [`already_seen`] could not tell seen, of `work_dim` dimensions
+/// with the application's `global` and `local` sizes: `forward` makes the application's
+/// call with the event pointer it is given. The queue's device is asked of the
+/// implementation when not known yet (and kept), the kernel's identity resolved when not
+/// known, and a first launch recorded. Arguments the implementation will refuse (no
+/// kernel, no global size, 0 or more than 3 dimensions) are forwarded and not recorded.
 ///
 /// # Safety
 /// The application's arguments; `global` and `local` must be NULL or hold `work_dim`
 /// sizes; `forward` must make the application's call.
 #[allow(clippy::too_many_arguments)]
-#[inline(always)]
+#[cold]
+#[inline(never)]
 pub unsafe fn launch(
     route: Route,
     call: Call,
@@ -357,37 +405,35 @@ pub unsafe fn launch(
     event: *mut cl_event,
     forward: impl FnOnce(*mut cl_event) -> cl_int,
 ) -> cl_int {
-    if kernel.is_null() || global.is_null() || !(1..=3).contains(&work_dim) {
+    if kernel.is_null() {
         return forward(event);
     }
     // A copy of the library that does not record asks the driver nothing either.
     if !crate::copies::this_copy_records() {
         return forward(event);
     }
-    // SAFETY: the application's queue, whose dispatch `route` knows how to find.
-    let Some(device) = (unsafe { queue_device(route, queue) }) else {
+    // SAFETY: `global` and `local` NULL or of `work_dim` sizes (this function's contract).
+    let Some(dims) = (unsafe { Dims::nd_range(work_dim, global, local) }) else {
         return forward(event);
     };
     let identity = kernel_identity(kernel as usize);
-    if identity != 0 {
-        let n = work_dim as usize;
-        // SAFETY: non-NULL, and holds `work_dim` (1 to 3) sizes (this function's contract).
-        let g = unsafe { std::slice::from_raw_parts(global, n) };
-        // SAFETY: as for `global`, where given.
-        let l = (!local.is_null()).then(|| unsafe { std::slice::from_raw_parts(local, n) });
-        if seen(launch_key(identity, device, g, l)) {
-            return forward(event);
+    let device = match QUEUES.get(queue as usize) as usize {
+        0 => {
+            // SAFETY: the application's queue, whose dispatch `route` knows how to find.
+            let Some(asked) = (unsafe { ask_queue_device(route, queue) }) else {
+                return forward(event);
+            };
+            QUEUES.set(queue as usize, asked as u64);
+            asked
         }
+        known => known,
+    };
+    if identity != 0 && seen(dims.key(identity, device)) {
+        return forward(event);
     }
-    // SAFETY: `global` and `local` NULL or of `work_dim` sizes (this function's contract).
-    match unsafe { Dims::nd_range(work_dim, global, local) } {
-        // SAFETY: the application's arguments; `forward` makes its call (this function's
-        // contract).
-        Some(dims) => unsafe {
-            first_launch(route, call, kernel, device, identity, dims, event, forward)
-        },
-        None => forward(event),
-    }
+    // SAFETY: the application's arguments; `forward` makes its call (this function's
+    // contract).
+    unsafe { first_launch(route, call, kernel, device, identity, dims, event, forward) }
 }
 
 /// What the slow path learns about a kernel before forwarding.
@@ -706,9 +752,7 @@ mod tests {
     use super::*;
 
     fn key(identity: u64, device: usize, g: &[usize], l: Option<&[usize]>) -> u64 {
-        let k = launch_key(identity, device, g, l);
-        assert_eq!(k, dims(g, l).key(identity, device));
-        k
+        dims(g, l).key(identity, device)
     }
 
     fn dims(g: &[usize], l: Option<&[usize]>) -> Dims {
@@ -783,26 +827,13 @@ mod tests {
     }
 
     #[test]
-    fn a_full_neighbourhood_evicts_and_every_answer_stays_right() {
-        // PROBES + 1 addresses with one home slot: the last evicts the first, which then
-        // reads as unknown (resolved again at its next launch), never as another's identity.
-        let target = home(0xF00D_0000u64, KERNEL_SLOTS);
-        let addrs: Vec<usize> = (0xF00D_0000usize..)
-            .step_by(8)
-            .filter(|&a| home(a as u64, KERNEL_SLOTS) == target)
-            .take(PROBES + 1)
-            .collect();
-        for (n, &a) in addrs.iter().enumerate() {
-            set_kernel_identity(a, 1000 + n as u64);
-        }
-        for (n, &a) in addrs.iter().enumerate() {
-            let id = kernel_identity(a);
-            assert!(id == 0 || id == 1000 + n as u64, "address {n}: {id}");
-        }
-        assert_eq!(kernel_identity(addrs[PROBES]), 1000 + PROBES as u64);
-        assert_eq!(kernel_identity(addrs[0]), 0, "evicted");
-        set_kernel_identity(addrs[0], 7);
-        assert_eq!(kernel_identity(addrs[0]), 7, "resolved again");
+    fn a_released_queue_is_forgotten_so_its_address_is_asked_again() {
+        let (queue, device) = (0xC0DE_0000usize, 0xDE71_CE00usize);
+        QUEUES.set(queue, device as u64);
+        assert_eq!(QUEUES.get(queue), device as u64);
+        queue_releasing(queue as cl_command_queue);
+        assert_eq!(QUEUES.get(queue), 0, "asked again at the next launch");
+        assert_eq!(QUEUES.get_at_home(queue), 0);
     }
 
     #[test]

@@ -15,7 +15,7 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use crate::cl::*;
-use crate::dispatch::Route;
+use crate::dispatch::{Door, Route};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
@@ -238,12 +238,22 @@ pub unsafe extern "C" fn clDeinitLayer() -> cl_int {
 /// The layer's functions for the intercepted entry points: not exported, the loader
 /// reaches them through the table `init` hands it.
 mod own {
-    use super::route;
+    use super::Layer;
     use crate::cl::*;
     use crate::intercept::door_functions;
     use std::ffi::{c_char, c_void};
 
-    crate::entry_points::table!(intercepted => door_functions { route: route() });
+    crate::entry_points::table!(intercepted => door_functions { door: Layer });
+}
+
+/// This door, as a type (see [`Door`]): layer calls go to the loader's next table.
+pub struct Layer;
+
+impl Door for Layer {
+    #[inline(always)]
+    fn route() -> Route {
+        route()
+    }
 }
 
 /// Generates `OWN_SLOTS`: each intercepted entry point's slot and the layer's function for it.

@@ -14,6 +14,7 @@
 //! compiler names what nothing uses, except `config`, which the command's unit test reads
 //! to hold its options to what the library's parser takes.
 
+mod address_table;
 mod app_args;
 mod binary_load;
 mod builds;
@@ -43,4 +44,4 @@ mod record;
 mod runtime;
 mod trace_file;
 
-use clshim_format::{controls, hash, schema};
+use clshim_format::{controls, hash, schema, wall_union};

@@ -60,12 +60,22 @@ mod framework {
 /// clshim's interposing functions: not exported, dyld reaches them through the
 /// interpose tuples below.
 mod interposers {
-    use super::route;
+    use super::InterposeDoor;
     use crate::cl::*;
     use crate::intercept::door_functions;
     use std::ffi::{c_char, c_void};
 
-    crate::entry_points::table!(interposed => door_functions { route: route() });
+    crate::entry_points::table!(interposed => door_functions { door: InterposeDoor });
+}
+
+/// This door, as a type (see [`Door`]): interposed calls go to the framework's functions.
+pub struct InterposeDoor;
+
+impl crate::dispatch::Door for InterposeDoor {
+    #[inline(always)]
+    fn route() -> Route {
+        route()
+    }
 }
 
 /// An import's address as bound by dyld. Read through a volatile load: the compiler

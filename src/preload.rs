@@ -5,8 +5,19 @@
 //! `macos.rs` makes that platform's interposing functions.
 
 use crate::cl::*;
-use crate::dispatch::Route;
+use crate::dispatch::{Door, Route};
 use crate::intercept::door_functions;
 use std::ffi::{c_char, c_void};
 
-crate::entry_points::table!(intercepted => door_functions { #[no_mangle] route: Route::Object });
+crate::entry_points::table!(intercepted => door_functions { #[no_mangle] door: Preload });
+
+/// This door, as a type (see [`Door`]): every preloaded call goes through the dispatch
+/// table of the object it is made on.
+pub struct Preload;
+
+impl Door for Preload {
+    #[inline(always)]
+    fn route() -> Route {
+        Route::Object
+    }
+}

@@ -8,6 +8,7 @@ use crate::lock::Lock;
 use crate::process::Identity;
 use crate::schema::{self, Common, Event, Line, Record};
 use crate::trace_file::TraceFile;
+use crate::wall_union::WallUnion;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// When an event started, on both clocks: the wall clock for records, the monotonic one
@@ -28,6 +29,14 @@ impl Start {
 
     pub fn elapsed(&self) -> Duration {
         self.mono.elapsed()
+    }
+
+    /// Seconds from `earlier` to this start (negative if it came first).
+    fn since(&self, earlier: &Start) -> f64 {
+        match self.mono.checked_duration_since(earlier.mono) {
+            Some(d) => d.as_secs_f64(),
+            None => -earlier.mono.duration_since(self.mono).as_secs_f64(),
+        }
     }
 
     fn unix(&self) -> f64 {
@@ -57,14 +66,15 @@ pub struct Tally {
     pub loads: u64,
     pub rejected: u64,
     /// First launches of a kernel on a device and configuration (where pocl compiles the
-    /// kernel that runs), and their seconds from enqueue to completion.
+    /// kernel that runs), and the wall-clock time they covered from enqueue to
+    /// completion: launches in flight together overlap, and are counted once.
     pub first_launches: u64,
-    pub first_launch_seconds: f64,
+    pub first_launch_wall: WallUnion,
 }
 
 impl Tally {
-    /// Counts one record.
-    pub fn add(&mut self, record: &Record, seconds: f64) {
+    /// Counts one record, which started `at` seconds into the process's recording.
+    pub fn add(&mut self, record: &Record, at: f64, seconds: f64) {
         match record {
             Record::Build(b) => {
                 self.builds += 1;
@@ -97,7 +107,7 @@ impl Tally {
             }
             Record::FirstLaunch(_) => {
                 self.first_launches += 1;
-                self.first_launch_seconds += seconds;
+                self.first_launch_wall.add(at, seconds);
             }
         }
     }
@@ -218,7 +228,7 @@ impl Recorder {
             },
             &text,
         );
-        counts.add(record, seconds);
+        counts.add(record, start.since(began), seconds);
         drop(state);
         log::info!("{}", log_line(record, seconds));
     }
@@ -340,8 +350,9 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str) -> String {
     // not part of its share.
     if t.first_launches > 0 {
         s.push_str(&format!(
-            ", {} first launches {:.2} s",
-            t.first_launches, t.first_launch_seconds
+            ", {} first launches {:.2} s wall clock (overlapping ones counted once)",
+            t.first_launches,
+            t.first_launch_wall.total()
         ));
     }
     s.push_str(&format!("; policy {policy}"));
@@ -402,14 +413,22 @@ mod tests {
         };
         assert!(!summary_line(&id, &quiet, "substitute").contains("CLSHIM_BINARIES"));
         assert!(!s.contains("first launches"), "{s}");
+        // Three launches in flight together, 5.5 s of their own: 2.5 s of wall clock.
+        let mut wall = WallUnion::new();
+        for (at, seconds) in [(0.0, 2.0), (0.5, 2.0), (1.0, 1.5)] {
+            wall.add(at, seconds);
+        }
         let launched = Tally {
             first_launches: 3,
-            first_launch_seconds: 2.5,
+            first_launch_wall: wall,
             ..quiet
         };
         let s = summary_line(&id, &launched, "pass");
         assert!(
-            s.contains("(75% of 4.00 s), 3 first launches 2.50 s; policy pass"),
+            s.contains(
+                "(75% of 4.00 s), 3 first launches 2.50 s wall clock (overlapping ones counted \
+                 once); policy pass"
+            ),
             "{s}"
         );
         let linked = Tally {

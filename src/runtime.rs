@@ -43,7 +43,7 @@ fn init(route: Route) -> Runtime {
     }
     std::panic::set_hook(Box::new(|info| {
         stderr_line(&format!(
-            "clshim: internal error ({info}); the call was forwarded unchanged"
+            "clshim: internal error ({info}); unless the process aborts here, the call is forwarded unchanged"
         ));
     }));
     let recorder = Recorder::new(&config, route.mode_name());

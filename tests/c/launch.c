@@ -18,6 +18,11 @@
  *   launch exit       a first launch that completes while the process exits
  *   launch refused    a first launch the implementation refuses (arguments unset), then the
  *                     same configuration with its arguments set
+ *   launch misaligned two-dimensional launches whose offset, global and local size arrays
+ *                     lie one byte off a size_t boundary (first launches, then the same ones
+ *                     again); prints what the kernel wrote
+ *   launch gated      six first launches held back by one user event, set 0.3 s later: all
+ *                     in flight together
  * Every kernel has a unique constant, so pocl's kernel cache never serves it (run with a
  * fresh POCL_CACHE_DIR). Prints "ok" last when everything the mode checks held. */
 #define _GNU_SOURCE
@@ -432,9 +437,77 @@ static int mode_refused(void) {
     return 0;
 }
 
+/* A copy of `v` (n sizes) one byte into `bytes`: misaligned for size_t, as an application's
+ * packed struct or byte buffer may hold it. */
+static const size_t *misaligned(unsigned char *bytes, const size_t *v, int n) {
+    memcpy(bytes + 1, v, n * sizeof *v);
+    return (const size_t *)(void *)(bytes + 1);
+}
+
+static int mode_misaligned(void) {
+    cl_program p = tiny_program("packed", 10);
+    cl_mem out = out_buf();
+    cl_kernel k = kernel_on(p, "packed", out);
+    cl_command_queue q = new_queue();
+    static const cl_int zero[4096];
+    CHECK(clEnqueueWriteBuffer(q, out, CL_TRUE, 0, sizeof zero, zero, 0, NULL, NULL));
+    const size_t offsets[2][2] = {{8, 0}, {0, 0}}, globals[2][2] = {{48, 2}, {32, 4}},
+                 locals[2][2] = {{16, 1}, {8, 2}};
+    unsigned char o_bytes[1 + 2 * sizeof(size_t)], g_bytes[1 + 2 * sizeof(size_t)],
+        l_bytes[1 + 2 * sizeof(size_t)];
+    for (int round = 0; round < 2; round++) /* first launches, then launches already seen */
+        for (int c = 0; c < 2; c++) {
+            CHECK(clEnqueueNDRangeKernel(q, k, 2, misaligned(o_bytes, offsets[c], 2),
+                                         misaligned(g_bytes, globals[c], 2),
+                                         misaligned(l_bytes, locals[c], 2), 0, NULL, NULL));
+            /* Without a local size too, and as a one-dimensional launch. */
+            CHECK(clEnqueueNDRangeKernel(q, k, 2, NULL, misaligned(g_bytes, globals[c], 2), NULL,
+                                         0, NULL, NULL));
+            CHECK(clEnqueueNDRangeKernel(q, k, 1, misaligned(o_bytes, offsets[c], 1),
+                                         misaligned(g_bytes, globals[c], 1),
+                                         misaligned(l_bytes, locals[c], 1), 0, NULL, NULL));
+        }
+    CHECK(clFinish(q));
+    static cl_int got[4096];
+    CHECK(clEnqueueReadBuffer(q, out, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL));
+    long sum = 0;
+    int written = 0;
+    for (int i = 0; i < 4096; i++) {
+        sum += got[i];
+        written += got[i] != 0;
+    }
+    printf("misaligned: %d written, sum %ld, out[8] %d, out[55] %d\n", written, sum, got[8], got[55]);
+    clReleaseKernel(k);
+    clReleaseProgram(p);
+    clReleaseMemObject(out);
+    clReleaseCommandQueue(q);
+    return 0;
+}
+
+static int mode_gated(void) {
+    cl_program p = tiny_program("gated", 11);
+    cl_mem out = out_buf();
+    cl_kernel k = kernel_on(p, "gated", out);
+    cl_command_queue q = new_queue();
+    cl_int err;
+    cl_event gate = clCreateUserEvent(ctx, &err);
+    CHECK(err);
+    for (size_t g = 1; g <= 6; g++)
+        CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &g, NULL, 1, &gate, NULL));
+    usleep(300000);
+    CHECK(clSetUserEventStatus(gate, CL_COMPLETE));
+    CHECK(clFinish(q));
+    clReleaseEvent(gate);
+    clReleaseKernel(k);
+    clReleaseProgram(p);
+    clReleaseMemObject(out);
+    clReleaseCommandQueue(q);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: launch accuracy|events|threads N|recreate|task|unseen|inprogram|released|exit|refused\n");
+        fprintf(stderr, "usage: launch accuracy|events|threads N|recreate|task|unseen|inprogram|released|exit|refused|misaligned|gated\n");
         return 2;
     }
     if (!strcmp(argv[1], "exit")) atexit(at_exit_release_gate); /* before any OpenCL call */
@@ -452,6 +525,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(m, "inprogram")) rc = mode_inprogram();
     else if (!strcmp(m, "exit")) rc = mode_exit();
     else if (!strcmp(m, "refused")) rc = mode_refused();
+    else if (!strcmp(m, "misaligned")) rc = mode_misaligned();
+    else if (!strcmp(m, "gated")) rc = mode_gated();
     else {
         fprintf(stderr, "unknown mode %s\n", m);
         return 2;

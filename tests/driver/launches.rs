@@ -315,6 +315,90 @@ fn enqueue_task_is_recorded_as_one_work_item() {
 }
 
 #[test]
+fn misaligned_size_arrays_are_read_safely_by_a_debug_build() {
+    // The application's offset, global and local arrays one byte off a size_t boundary
+    // (OpenCL does not require them aligned): the debug build that cargo test makes checks
+    // every alignment precondition, so reading them as slices aborted the process.
+    let dir = scratch("fl-misaligned");
+    let plain = run_launch(&dir, &["misaligned"], Mode::Plain, &[]);
+    assert!(
+        stdout(&plain).contains("misaligned: "),
+        "{}",
+        stdout(&plain)
+    );
+    for mode in [Mode::Preload, Mode::Layer] {
+        let _ = std::fs::remove_dir_all(dir.join("trace"));
+        let shim = run_launch(&dir, &["misaligned"], mode, &[]);
+        assert_eq!(stdout(&shim), stdout(&plain));
+        assert!(
+            !stderr(&shim).contains("internal error"),
+            "{}",
+            stderr(&shim)
+        );
+        let recs = first_launches(&dir);
+        let mut sizes: Vec<String> = recs
+            .iter()
+            .map(|r| format!("{} {}", r["global_size"], r["local_size"]))
+            .collect();
+        sizes.sort();
+        // Six configurations, each recorded once with the sizes the application passed.
+        let mut want = [
+            "[48,2] [16,1]",
+            "[48,2] null",
+            "[48] [16]",
+            "[32,4] [8,2]",
+            "[32,4] null",
+            "[32] [8]",
+        ];
+        want.sort();
+        assert_eq!(sizes, want);
+    }
+}
+
+#[test]
+fn exit_summary_counts_overlapping_first_launches_once() {
+    // Six first launches held back by one user event are in flight together: their own
+    // seconds (each record's) overlap, and the exit summary gives the wall-clock time they
+    // covered, which is their union, not their sum.
+    let dir = scratch("fl-gated");
+    let out = run_launch(&dir, &["gated"], Mode::Preload, &[]);
+    let recs = first_launches(&dir);
+    assert_eq!(recs.len(), 6, "{recs:#?}");
+    let span = |r: &Value| {
+        let ts = r["ts"].as_f64().unwrap();
+        (ts, ts + r["seconds"].as_f64().unwrap())
+    };
+    let mut spans: Vec<(f64, f64)> = recs.iter().map(span).collect();
+    spans.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap());
+    // All in flight at once: the latest start comes before the earliest end.
+    let latest_start = spans.iter().map(|s| s.0).fold(f64::MIN, f64::max);
+    let earliest_end = spans.iter().map(|s| s.1).fold(f64::MAX, f64::min);
+    assert!(latest_start < earliest_end, "{spans:?}");
+    let own: f64 = spans.iter().map(|s| s.1 - s.0).sum();
+    let union = spans.iter().map(|s| s.1).fold(f64::MIN, f64::max) - spans[0].0;
+    let text = stderr(&out);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("clshim: pid"))
+        .unwrap_or_else(|| panic!("no summary:\n{text}"));
+    let said: f64 = line
+        .split(", 6 first launches ")
+        .nth(1)
+        .and_then(|t| {
+            let unit = " s wall clock (overlapping ones counted once)";
+            t.find(unit).map(|i| &t[..i])
+        })
+        .unwrap_or_else(|| panic!("{line}"))
+        .parse()
+        .unwrap();
+    assert!(
+        (said - union).abs() < 0.02,
+        "{said} vs union {union}: {line}"
+    );
+    assert!(said < own - 0.1, "{said} vs own seconds {own}: {line}");
+}
+
+#[test]
 fn kernel_of_a_program_clshim_never_saw() {
     // Program and kernel made through functions taken from the loader with dlsym (which
     // preload mode does not see); the launch goes through the ordinary symbol.

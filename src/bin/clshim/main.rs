@@ -15,11 +15,11 @@ mod report;
 mod run;
 mod traces;
 
-// The controls, the trace schema and the stable hash, shared with the library through their own crate:
+// The controls, the trace schema, the stable hash and the wall-clock union, shared with the library through their own crate:
 // the command never links the library crate, which would bring the interposer along (its
 // exported entry points keep it alive), whose getrandom call the manylinux_2_17 wheel's
 // glibc does not have.
-use clshim_format::{controls, hash, schema};
+use clshim_format::{controls, hash, schema, wall_union};
 
 use std::io::Write;
 use std::process::ExitCode;

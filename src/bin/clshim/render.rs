@@ -13,7 +13,10 @@ use std::fmt::Write as _;
 pub const LAUNCH_INTERVAL: &str =
     "a first launch's seconds run from the enqueue call until the command completed: \
      the kernel's run, on pocl the compile of its size-specialised work-group function, \
-     and on an in-order queue any wait for earlier commands";
+     and on an in-order queue any wait for earlier commands. Launches of one process in \
+     flight together are counted once: launch seconds are the wall-clock time they \
+     covered, each launch adding only what no earlier one did (its own seconds stay in \
+     its record)";
 
 impl QueryHint {
     pub fn text(&self) -> String {
@@ -323,7 +326,7 @@ impl Report {
         if launches {
             let _ = writeln!(
                 o,
-                "first launches {} s: {} ({:.0}% of build time plus first launches)",
+                "first launches {} s wall clock: {} ({:.0}% of build time plus first launches)",
                 secs(t.launch_seconds),
                 plural(t.launches, "first launch", "first launches"),
                 100.0 * share(t.launch_seconds, t.build_seconds + t.query_seconds)

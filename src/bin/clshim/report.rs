@@ -12,6 +12,7 @@
 //! in `render`, the timeline in `chrome`.
 
 use crate::traces::{self, Event, Id, Identity, Problem, Record};
+use crate::wall_union::WallUnion;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -430,6 +431,10 @@ struct FileAcc {
     /// Every first launch on a pocl CPU device: a second one of the same kernel on the
     /// same device by the same writer was launched with other sizes.
     launched: BTreeSet<Launched>,
+    /// Per writer (a process), the wall-clock time its first launches covered, all and
+    /// on pocl CPU devices: launches in flight together count once. Each launch adds to
+    /// the sums only the time no earlier one covered.
+    launch_walls: Vec<(WallUnion, WallUnion)>,
     totals: Totals,
     /// pocl-CPU binary-query seconds, all and those forwarded: which count depends on
     /// the file's policy.
@@ -486,6 +491,7 @@ impl FileAcc {
         let li = self.locals.index(&r);
         if li == self.ranks.len() {
             self.ranks.push(RankAcc::default());
+            self.launch_walls.push(Default::default());
         }
         self.threads.insert((li, r.tid()));
         let mut source = None;
@@ -641,14 +647,17 @@ impl FileAcc {
                 }
             }
             _ => {
-                slot.launch += r.seconds;
+                let (wall, pocl_wall) = &mut self.launch_walls[li];
+                let added = wall.add(r.ts, r.seconds);
+                slot.launch += added;
                 row.launches += 1;
-                row.launch_seconds += r.seconds;
+                row.launch_seconds += added;
                 t.launches += 1;
-                t.launch_seconds += r.seconds;
+                t.launch_seconds += added;
                 counts.launches += 1;
                 if r.any_pocl_cpu() {
-                    t.pocl_cpu_launch_seconds += r.seconds;
+                    let added = pocl_wall.add(r.ts, r.seconds);
+                    t.pocl_cpu_launch_seconds += added;
                     let key = Launched {
                         writer: li,
                         kernel: r.kernel.as_deref().unwrap_or("").to_string(),
@@ -661,7 +670,7 @@ impl FileAcc {
                     };
                     if !self.launched.insert(key) {
                         t.pocl_cpu_relaunches += 1;
-                        t.pocl_cpu_relaunch_seconds += r.seconds;
+                        t.pocl_cpu_relaunch_seconds += added;
                     }
                 }
             }

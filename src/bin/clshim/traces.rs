@@ -205,20 +205,13 @@ pub struct Record<'a> {
     pub kernel: Option<Text<'a>>,
     #[serde(default, borrow)]
     pub device: Option<Device<'a>>,
-    // Shown in the timeline only: a value of another shape is dropped, not the record.
-    #[serde(default, deserialize_with = "lenient")]
+    // A value of another shape skips the record, as sizes that disagree do (`launch_sizes`).
+    #[serde(default)]
     pub work_dim: Option<u64>,
-    #[serde(default, deserialize_with = "lenient")]
+    #[serde(default)]
     pub global_size: Option<Vec<u64>>,
-    #[serde(default, deserialize_with = "lenient")]
+    #[serde(default)]
     pub local_size: Option<Vec<u64>>,
-}
-
-fn lenient<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned>(
-    d: D,
-) -> Result<Option<T>, D::Error> {
-    let v = serde_json::Value::deserialize(d)?;
-    Ok(serde_json::from_value(v).ok())
 }
 
 impl Record<'_> {
@@ -509,7 +502,65 @@ pub fn parse_line(line: &[u8], complete: bool) -> Result<Option<Record<'_>>, Str
             r.seconds
         ));
     }
+    if r.event == Event::FirstLaunch {
+        launch_sizes(&r)?;
+    }
     Ok(Some(r))
+}
+
+/// Largest work-group (work-items in one group) a plausible accepted launch has: devices
+/// report at most a few thousand (CL_DEVICE_MAX_WORK_GROUP_SIZE).
+const WORK_GROUP_MAX: u64 = 1 << 32;
+
+/// A first launch's sizes as clshim writes them: `work_dim` of 1 to 3, that many global
+/// sizes, and no local size or that many. A launch the implementation accepted has a
+/// global work-item count that fits 64 bits and work-groups of 1 to [`WORK_GROUP_MAX`]
+/// work-items (a refused launch keeps whatever sizes the application passed).
+fn launch_sizes(r: &Record<'_>) -> Result<(), String> {
+    let dim = match r.work_dim {
+        Some(d @ 1..=3) => d as usize,
+        Some(d) => {
+            return Err(format!(
+                "implausible first_launch work_dim {d} (expected 1 to 3)"
+            ))
+        }
+        None => return Err("first_launch without work_dim".into()),
+    };
+    let global = r.global_size.as_deref().unwrap_or(&[]);
+    if global.len() != dim {
+        return Err(format!(
+            "first_launch global_size of {} sizes for work_dim {dim}",
+            global.len()
+        ));
+    }
+    if let Some(local) = r.local_size.as_deref().filter(|l| l.len() != dim) {
+        return Err(format!(
+            "first_launch local_size of {} sizes for work_dim {dim}",
+            local.len()
+        ));
+    }
+    if r.result_name.as_deref().is_some_and(|n| n != "CL_SUCCESS") {
+        return Ok(());
+    }
+    if global
+        .iter()
+        .try_fold(1u64, |p, &g| p.checked_mul(g))
+        .is_none()
+    {
+        return Err(format!(
+            "implausible first_launch global_size {global:?} (more work-items than 64 bits count)"
+        ));
+    }
+    if let Some(local) = r.local_size.as_deref() {
+        let group = local.iter().try_fold(1u64, |p, &l| p.checked_mul(l));
+        if !group.is_some_and(|g| (1..=WORK_GROUP_MAX).contains(&g)) {
+            return Err(format!(
+                "implausible first_launch local_size {local:?} (expected work-groups of 1 to \
+                 {WORK_GROUP_MAX} work-items)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Reads one file record by record: `f` gets each usable record with its line number,
@@ -637,15 +688,83 @@ mod tests {
     }
 
     #[test]
+    fn first_launch_sizes_that_disagree_or_are_absurd_are_refused() {
+        let rec = |fields: &str| {
+            format!(
+                r#"{{"schema":1,"event":"first_launch","pid":1,"ts":1.75e9,"seconds":0.1,{fields}}}"#
+            )
+        };
+        for (fields, why) in [
+            (r#""work_dim":1,"global_size":[64],"local_size":[16]"#, None),
+            (
+                r#""work_dim":3,"global_size":[8,4,2],"local_size":null"#,
+                None,
+            ),
+            (r#""work_dim":2,"global_size":[8,4]"#, None),
+            // A refused launch keeps the application's sizes, however odd.
+            (
+                r#""work_dim":1,"global_size":[18446744073709551615],"local_size":[0],"result_name":"CL_INVALID_WORK_GROUP_SIZE""#,
+                None,
+            ),
+            (
+                r#""work_dim":2,"global_size":[64],"local_size":[16]"#,
+                Some("global_size of 1 sizes for work_dim 2"),
+            ),
+            (
+                r#""work_dim":1,"global_size":[64],"local_size":[16,1]"#,
+                Some("local_size of 2 sizes"),
+            ),
+            (
+                r#""work_dim":4,"global_size":[1,1,1,1]"#,
+                Some("work_dim 4"),
+            ),
+            (r#""work_dim":0,"global_size":[]"#, Some("work_dim 0")),
+            (r#""global_size":[64]"#, Some("without work_dim")),
+            (r#""work_dim":1"#, Some("global_size of 0 sizes")),
+            (
+                r#""work_dim":1,"global_size":[1.5]"#,
+                Some("not a schema 1 record"),
+            ),
+            (
+                r#""work_dim":1,"global_size":[-64]"#,
+                Some("not a schema 1 record"),
+            ),
+            (
+                r#""work_dim":"1","global_size":[64]"#,
+                Some("not a schema 1 record"),
+            ),
+            (
+                r#""work_dim":3,"global_size":[4294967296,4294967296,2],"result_name":"CL_SUCCESS""#,
+                Some("more work-items than 64 bits count"),
+            ),
+            (
+                r#""work_dim":1,"global_size":[64],"local_size":[0]"#,
+                Some("implausible first_launch local_size [0]"),
+            ),
+            (
+                r#""work_dim":2,"global_size":[64,64],"local_size":[131072,65536]"#,
+                Some("implausible first_launch local_size"),
+            ),
+        ] {
+            let line = rec(fields);
+            match (parse_line(line.as_bytes(), true), why) {
+                (Ok(Some(_)), None) => {}
+                (Err(e), Some(w)) => assert!(e.contains(w), "{fields}: {e}"),
+                (got, _) => panic!("{fields}: {:?}", got.map(|r| r.map(|r| r.global_size))),
+            }
+        }
+    }
+
+    #[test]
     fn program_ids_and_escaped_strings() {
-        let line = r#"{"schema":1,"event":"first_launch","pid":1,"ts":1.75e9,"seconds":0.1,"program":"7","kernel":"k\u0031","device":{"type":"CPU","platform":"Portable Computing Language"},"inputs":[1,null,"x"],"global_size":[1.5],"work_dim":2}"#;
+        let line = r#"{"schema":1,"event":"first_launch","pid":1,"ts":1.75e9,"seconds":0.1,"program":"7","kernel":"k\u0031","device":{"type":"CPU","platform":"Portable Computing Language"},"inputs":[1,null,"x"],"global_size":[15,2],"work_dim":2}"#;
         let r = parse_line(line.as_bytes(), true).unwrap().unwrap();
         assert_eq!(r.event, Event::FirstLaunch);
         assert_eq!(r.program, Some(Id::Text("7".into())));
         assert_eq!(r.kernel.as_deref(), Some("k1"));
         assert!(r.any_pocl_cpu());
         assert_eq!(r.inputs.unwrap().len(), 3);
-        assert_eq!((r.work_dim, r.global_size), (Some(2), None));
+        assert_eq!((r.work_dim, r.global_size), (Some(2), Some(vec![15, 2])));
     }
     /// The names a deserialised struct reads: serde hands them to `deserialize_struct`.
     fn field_names<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
