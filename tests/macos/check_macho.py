@@ -2,8 +2,8 @@
 one line per difference on stderr) unless:
 
 - the file is a 64-bit Mach-O dylib for the expected CPU;
-- its exports are exactly the four loader-layer entry points (on macOS the preload
-  functions stay unexported: dyld reaches them through __interpose);
+- its exports are exactly the four loader-layer entry points and the copies' claim
+  (on macOS the preload functions stay unexported: dyld reaches them through __interpose);
 - __DATA,__interpose holds exactly one tuple per interposed framework function, each
   pairing clshim's `macos::interposers::<name>` with a weak import of the framework's
   `_<name>`;
@@ -20,6 +20,9 @@ import subprocess
 import sys
 
 LAYER_EXPORTS = {"_clGetLayerInfo", "_clInitLayer", "_clInitLayerWithProperties", "_clDeinitLayer"}
+# The claim through which copies of the library loaded in one process agree which records.
+CLAIM_EXPORT = "_clshim_claim_recorder_v1"
+EXPORTS = LAYER_EXPORTS | {CLAIM_EXPORT}
 INTERPOSED = {
     "clBuildProgram", "clCompileProgram", "clLinkProgram", "clGetProgramInfo",
     "clGetProgramBuildInfo",
@@ -74,8 +77,8 @@ def main():
         m = re.match(r"0x[0-9A-Fa-f]+\s+(\S+)", line)
         if m:
             exports.add(m.group(1))
-    if exports != LAYER_EXPORTS:
-        extra, missing = sorted(exports - LAYER_EXPORTS), sorted(LAYER_EXPORTS - exports)
+    if exports != EXPORTS:
+        extra, missing = sorted(exports - EXPORTS), sorted(EXPORTS - exports)
         errors.append(f"exports differ: unexpected {extra[:8]}{'...' if len(extra) > 8 else ''}, missing {missing}")
 
     # Binds: address -> (dylib, symbol, weak).
@@ -130,7 +133,7 @@ def main():
             print(f"{name} ({cpu}): {e}", file=sys.stderr)
         sys.exit(1)
     libs = ", ".join(sorted(n.split("/")[-1] + (" (weak)" if c == "LC_LOAD_WEAK_DYLIB" else "") for c, n in loads))
-    print(f"{cpu}: {len(exports)} exports (layer entry points), {len(tuples)} interpose tuples -> weak OpenCL imports, loads {libs}")
+    print(f"{cpu}: {len(exports)} exports (layer entry points and the claim), {len(tuples)} interpose tuples -> weak OpenCL imports, loads {libs}")
 
 
 if __name__ == "__main__":
