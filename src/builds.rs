@@ -46,7 +46,7 @@ pub enum Entry {
 
 /// A build, compile or link call: the one form in which the entry points hand the
 /// forwarded call to the code that times it ([`run`]). The application's arrays and strings
-/// are not read until the implementation has accepted the call (see [`Pending::copy_args`]).
+/// are not read until the implementation has accepted the call (see [`AwaitingBuildEnd::copy_args`]).
 #[derive(Clone, Copy)]
 pub struct BuildCall {
     pub entry: Entry,
@@ -206,7 +206,7 @@ fn options_read(ret: cl_int) -> bool {
 }
 
 /// What is known about a build when it starts; completed into a record when it ends.
-pub struct Pending {
+pub struct AwaitingBuildEnd {
     rt: &'static Runtime,
     route: Route,
     kind: Event,
@@ -227,10 +227,15 @@ pub struct Seen {
     kernels: Vec<String>,
 }
 
-impl Pending {
-    /// The call's arguments are kept, not read (see [`Pending::copy_args`]).
-    fn new(rt: &'static Runtime, route: Route, call: BuildCall, is_async: bool) -> Pending {
-        Pending {
+impl AwaitingBuildEnd {
+    /// The call's arguments are kept, not read (see [`AwaitingBuildEnd::copy_args`]).
+    fn new(
+        rt: &'static Runtime,
+        route: Route,
+        call: BuildCall,
+        is_async: bool,
+    ) -> AwaitingBuildEnd {
+        AwaitingBuildEnd {
             rt,
             route,
             kind: call.kind(),
@@ -576,7 +581,7 @@ struct Fired {
 }
 
 struct AsyncState {
-    pending: Option<Pending>,
+    pending: Option<AwaitingBuildEnd>,
     /// Set when the callback fired before the call returned.
     fired: Option<Fired>,
     /// The call's status, once it returned.
@@ -598,13 +603,13 @@ pub struct AsyncBuild {
 
 // SAFETY: user_data is opaque to clshim and handed back to the application unchanged, on
 // whatever thread the implementation calls back on, exactly as without clshim. The raw
-// argument pointers in Pending are read only under the state lock, while the call is in
+// argument pointers in AwaitingBuildEnd are read only under the state lock, while the call is in
 // progress.
 unsafe impl Send for AsyncBuild {}
 // SAFETY: as above; the mutable state is behind `state`'s lock.
 unsafe impl Sync for AsyncBuild {}
 // SAFETY: as above: the argument pointers are read only while the call is in progress.
-unsafe impl Send for Pending {}
+unsafe impl Send for AwaitingBuildEnd {}
 // SAFETY: the handles it holds are opaque values passed back to the implementation.
 unsafe impl Send for Seen {}
 
@@ -724,7 +729,7 @@ pub unsafe fn run(
         // SAFETY: the application's call and callback, unchanged.
         return unsafe { call.forward(user_fn, user_data) };
     };
-    let mut pending = Pending::new(rt, route, call, user_fn.is_some());
+    let mut pending = AwaitingBuildEnd::new(rt, route, call, user_fn.is_some());
     let Some(user_fn) = user_fn else {
         // SAFETY: the application's call, unchanged (no callback).
         let (ret, program) = unsafe { call.forward(None, user_data) };

@@ -1,12 +1,13 @@
 //! First launches: the first time a kernel runs on a device with a given work-group
 //! configuration, where pocl compiles the size-specialised kernel that actually runs (after
 //! `clEnqueueNDRangeKernel` has returned, so a build record never shows it). This module
-//! owns the whole of it: a lock-free seen-set that keeps every later launch to three table
-//! probes and a hash (no lock, no allocation, no call to the implementation); the kernel
-//! identities that tell a kernel re-created at a reused address from one already launched;
-//! the queues' devices, kept until the application releases the queue; and the event
-//! callback that times a first launch from its enqueue call to the command's completion,
-//! using only what was captured at enqueue time.
+//! owns the whole of it but the tables (`launch_tables`): the launch keys, whose seen-set
+//! keeps every later launch to three table probes and a hash (no lock, no allocation, no
+//! call to the implementation); the kernel identities that tell a kernel re-created at a
+//! reused address from one already launched; the queues' devices, kept until the
+//! application releases the queue; and the event callback that times a first launch from
+//! its enqueue call to the command's completion, using only what was captured at enqueue
+//! time.
 //!
 //! A launch is keyed by (kernel identity, device, work_dim, global size, local size or
 //! none). A kernel's identity is a hash of its program's clshim id and its name, set when
@@ -18,18 +19,21 @@
 //! whereas telling the last release needs the reference count, which OpenCL calls a hint,
 //! and a release clshim missed would leave the old identity in place.
 
-use crate::address_table::{AddressTable, PROBES};
 use crate::app_args::AppArray;
 use crate::cl::*;
 use crate::dispatch::Route;
 use crate::guard::{self, catch};
 use crate::hash::Fnv1a;
+use crate::launch_tables::{
+    claim, fold, kernel_identity, kernel_identity_at_home, queue_device, queue_device_at_home,
+    seen, seen_at_home, set_kernel_identity, set_queue_device, K0, K1, K2, K3,
+};
 use crate::query::info_bytes;
 use crate::record::Start;
 use crate::runtime::{self, Runtime};
 use crate::schema::{self};
 use std::ffi::{c_char, c_void};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Which entry point launched the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,20 +148,6 @@ impl Dims {
     }
 }
 
-// ---------------------------------------------------------------------------------------
-// Hashing: a folded 64x64->128 multiply, fast enough for the hot path and well mixed.
-
-const K0: u64 = 0x9E37_79B9_7F4A_7C15;
-const K1: u64 = 0xD6E8_FEB8_6659_FD93;
-const K2: u64 = 0xA076_1D64_78BD_642F;
-const K3: u64 = 0xE703_7ED1_A0B4_28DB;
-
-#[inline(always)]
-fn fold(a: u64, b: u64) -> u64 {
-    let p = (a as u128).wrapping_mul(b as u128);
-    (p as u64) ^ ((p >> 64) as u64)
-}
-
 /// The seen-set key of a launch of the kernel `identity` on `device` with `work_dim`
 /// (1 to 3) global sizes `global(i)` and, when `has_local`, local sizes `local(i)`;
 /// never 0 (the empty slot). Each multiply takes two words (as wyhash does), so a
@@ -188,48 +178,11 @@ fn launch_key(
 /// Salt that turns a launch key into the key of "a refused first launch was recorded".
 const REFUSED_SALT: u64 = 0xA5A5_5EED_0FF1_A7E5;
 
-// ---------------------------------------------------------------------------------------
-// The kernel table: kernel address -> identity (0: not known, resolve at the next launch).
-// Creating a kernel at a reused address overwrites the identity; an evicted entry is
-// resolved again from the kernel (its program and name), so eviction costs one slow
-// launch, never a wrong answer.
-//
-// The queue table: queue address -> its device (0: not known, ask the implementation).
-// Asking costs pocl more than the rest of clshim's launch path together, and a queue's
-// device never changes; what can change is the queue at an address, once the
-// application has released it. So every clReleaseCommandQueue clshim sees forgets the
-// entry before the release is forwarded (a release that is not the last costs one more
-// question at the next launch): after the last release no launch can refill it, and a
-// queue made later at the same address is asked about afresh.
-
-const KERNEL_SLOTS: usize = 1 << 14;
-const QUEUE_SLOTS: usize = 1 << 12;
-
-static KERNELS: AddressTable<KERNEL_SLOTS> = AddressTable::new();
-static QUEUES: AddressTable<QUEUE_SLOTS> = AddressTable::new();
-
-#[inline(always)]
-fn home(x: u64, slots: usize) -> usize {
-    (fold(x, K0) as usize) & (slots - 1)
-}
-
-/// The identity of the kernel at `kernel`, or 0 when not known.
-#[inline(always)]
-fn kernel_identity(kernel: usize) -> u64 {
-    KERNELS.get(kernel)
-}
-
-/// Sets the identity of the kernel at `kernel`. Identity 0 ("ask again") only overwrites
-/// an existing entry.
-fn set_kernel_identity(kernel: usize, identity: u64) {
-    KERNELS.set(kernel, identity);
-}
-
 /// Before the application's `clReleaseCommandQueue` of `queue` is forwarded: its device
 /// is asked again at its next launch (if the queue lives on), and a queue made later at
 /// the same address is never taken for this one.
 pub fn queue_releasing(queue: cl_command_queue) {
-    QUEUES.set(queue as usize, 0);
+    set_queue_device(queue as usize, 0);
 }
 
 /// A kernel's identity: its program's clshim id and its name (never 0).
@@ -248,64 +201,6 @@ fn identity_of(program_id: Option<u64>, name: Option<&str>, kernel: usize) -> u6
         0 => 1,
         x => x,
     }
-}
-
-// ---------------------------------------------------------------------------------------
-// The seen-set: launch keys already recorded. Same scheme as the kernel table; a full
-// neighbourhood counts as seen, so the hot path stays bounded and nothing more is recorded.
-
-const SEEN_SLOTS: usize = 1 << 16;
-
-#[allow(clippy::declare_interior_mutable_const)]
-const EMPTY_U64: AtomicU64 = AtomicU64::new(0);
-
-static SEEN: [AtomicU64; SEEN_SLOTS] = [EMPTY_U64; SEEN_SLOTS];
-static SATURATED: AtomicBool = AtomicBool::new(false);
-
-/// Whether `key` was claimed.
-fn seen(key: u64) -> bool {
-    let mut i = home(key, SEEN_SLOTS);
-    for _ in 0..PROBES {
-        let v = SEEN[i].load(Ordering::Acquire);
-        if v == key {
-            return true;
-        }
-        if v == 0 {
-            return false;
-        }
-        i = (i + 1) & (SEEN_SLOTS - 1);
-    }
-    saturated();
-    true
-}
-
-/// Whether `key` was claimed and lies in its home slot: the launch path's check, which
-/// calls nothing (a key past its home slot is found by [`seen`] on the slow path).
-#[inline(always)]
-fn seen_at_home(key: u64) -> bool {
-    SEEN[home(key, SEEN_SLOTS)].load(Ordering::Acquire) == key
-}
-
-#[cold]
-fn saturated() {
-    if !SATURATED.swap(true, Ordering::Relaxed) {
-        log::warn!("clshim: the first-launch table is full; later first launches are not recorded");
-    }
-}
-
-/// Claims `key`: true for exactly one caller, however many threads race for it.
-fn claim(key: u64) -> bool {
-    let mut i = home(key, SEEN_SLOTS);
-    for _ in 0..PROBES {
-        match SEEN[i].compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return true,
-            Err(v) if v == key => return false,
-            Err(_) => {}
-        }
-        i = (i + 1) & (SEEN_SLOTS - 1);
-    }
-    saturated();
-    false
 }
 
 // ---------------------------------------------------------------------------------------
@@ -355,11 +250,11 @@ pub unsafe fn already_seen(
     }
     // Home slots only: anything else is for the slow path, so this path calls nothing
     // and keeps to the registers the call came in with.
-    let identity = KERNELS.get_at_home(kernel as usize);
+    let identity = kernel_identity_at_home(kernel as usize);
     if identity == 0 {
         return false;
     }
-    let device = QUEUES.get_at_home(queue as usize) as usize;
+    let device = queue_device_at_home(queue as usize) as usize;
     if device == 0 {
         return false;
     }
@@ -417,13 +312,13 @@ pub unsafe fn launch(
         return forward(event);
     };
     let identity = kernel_identity(kernel as usize);
-    let device = match QUEUES.get(queue as usize) as usize {
+    let device = match queue_device(queue as usize) as usize {
         0 => {
             // SAFETY: the application's queue, whose dispatch `route` knows how to find.
             let Some(asked) = (unsafe { ask_queue_device(route, queue) }) else {
                 return forward(event);
             };
-            QUEUES.set(queue as usize, asked as u64);
+            set_queue_device(queue as usize, asked as u64);
             asked
         }
         known => known,
@@ -538,7 +433,7 @@ unsafe fn first_launch(
 
 /// A first launch waiting for its command to complete: everything the record needs,
 /// captured at enqueue time, so the callback touches nothing the application may free.
-struct Pending {
+struct AwaitingCompletion {
     rt: &'static Runtime,
     start: Start,
     enqueue_result: cl_int,
@@ -546,7 +441,7 @@ struct Pending {
     record: schema::FirstLaunch,
 }
 
-impl Pending {
+impl AwaitingCompletion {
     fn finish(self, seconds: f64, status: cl_int) {
         // A command that ended abnormally reports a negative status to CL_COMPLETE callbacks.
         let result = if status < 0 {
@@ -606,7 +501,7 @@ unsafe fn after(
         result: ret,
         result_name: status_name(ret),
     };
-    let pending = Pending {
+    let pending = AwaitingCompletion {
         rt,
         start,
         enqueue_result: ret,
@@ -645,15 +540,15 @@ fn callback_refused(code: cl_int) {
 
 /// clshim's CL_COMPLETE callback. It runs on whatever thread the implementation chooses
 /// (pocl: with the event locked, so it must not call OpenCL), possibly after the process
-/// began to exit or the kernel and program were released: it reads only its own `Pending`
+/// began to exit or the kernel and program were released: it reads only its own `AwaitingCompletion`
 /// and the process-wide recorder, which lives until the process ends.
 unsafe extern "C" fn on_complete(_event: cl_event, status: cl_int, data: *mut c_void) {
     if data.is_null() {
         return;
     }
-    // SAFETY: `data` is the `Pending` box clshim registered with this callback; the
+    // SAFETY: `data` is the `AwaitingCompletion` box clshim registered with this callback; the
     // implementation calls it once, so the box is taken back once.
-    let pending = unsafe { Box::from_raw(data as *mut Pending) };
+    let pending = unsafe { Box::from_raw(data as *mut AwaitingCompletion) };
     let seconds = pending.start.elapsed().as_secs_f64();
     catch(move || pending.finish(seconds, status));
 }
@@ -793,47 +688,13 @@ mod tests {
     }
 
     #[test]
-    fn one_claim_wins_among_racing_threads() {
-        for round in 0..50u64 {
-            let key = Dims::task().key(0xABC0 + round, 0x77);
-            let winners: usize = std::thread::scope(|s| {
-                let hs: Vec<_> = (0..8)
-                    .map(|_| s.spawn(move || claim(key) as usize))
-                    .collect();
-                hs.into_iter().map(|h| h.join().unwrap()).sum()
-            });
-            assert_eq!(winners, 1, "round {round}");
-            assert!(seen(key));
-        }
-    }
-
-    #[test]
-    fn colliding_keys_probe_past_each_other() {
-        // Keys with the same home slot: each is found, and unclaimed ones are not.
-        let target = home(Dims::task().key(1, 1), SEEN_SLOTS);
-        let mut same: Vec<u64> = (0u64..)
-            .map(|i| Dims::task().key(1_000_000 + i, 3))
-            .filter(|&k| home(k, SEEN_SLOTS) == target)
-            .take(4)
-            .collect();
-        let last = same.pop().unwrap();
-        for &k in &same {
-            assert!(claim(k));
-        }
-        for &k in &same {
-            assert!(seen(k));
-        }
-        assert!(!seen(last));
-    }
-
-    #[test]
     fn a_released_queue_is_forgotten_so_its_address_is_asked_again() {
         let (queue, device) = (0xC0DE_0000usize, 0xDE71_CE00usize);
-        QUEUES.set(queue, device as u64);
-        assert_eq!(QUEUES.get(queue), device as u64);
+        set_queue_device(queue, device as u64);
+        assert_eq!(queue_device(queue), device as u64);
         queue_releasing(queue as cl_command_queue);
-        assert_eq!(QUEUES.get(queue), 0, "asked again at the next launch");
-        assert_eq!(QUEUES.get_at_home(queue), 0);
+        assert_eq!(queue_device(queue), 0, "asked again at the next launch");
+        assert_eq!(queue_device_at_home(queue), 0);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! lives in `intercept` (one path for both modes, and the one door to the application's
 //! memory, through `app_args`), `builds` (timing, callbacks), `policy`
 //! (answering binary queries), `binary_load` (taking clshim binaries back, `container`
-//! their format, `recipe` what they carry), `launches` (first kernel launches), `record`
+//! their format, `recipe` what they carry), `launches` (first kernel launches; `launch_tables` and
+//! `address_table` its lock-free tables), `record`
 //! and `trace_file` (output), `controls` and `config` (the user's choices), `devices`,
 //! `programs` and `dispatch` (where calls go), `copies` (one recording copy of the library
 //! per process). `controls`, `schema` and `hash` come from the
@@ -27,6 +28,7 @@ mod dispatch;
 mod entry_points;
 mod guard;
 mod intercept;
+mod launch_tables;
 mod launches;
 mod layer;
 mod lock;

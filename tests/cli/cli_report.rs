@@ -199,23 +199,30 @@ fn report_table_shows_where_the_time_went_per_program_and_rank() {
         out.contains("4 ranks, 4 processes on 1 host; 4 files, 28 records, 0 skipped"),
         "{out}"
     );
-    // Programs: kernel names, short hash, 4 ranks, min/median/max.
+    // Programs: kernel names, short hash, 4 ranks, median (min/median/max with --wide).
     let line = out
         .lines()
         .find(|l| l.contains("axpy,dot"))
         .expect("program row");
     assert!(line.contains("1f2e3d4c5b6a"), "{line}");
+    let wide = common::stdout(&report(&["--wide", s(&d)]));
+    let wide_line = wide
+        .lines()
+        .find(|l| l.contains("axpy,dot"))
+        .expect("program row");
     assert!(
-        line.contains("0.700 / 0.700 / 2.100"),
-        "build stats: {line}"
+        wide_line.contains("0.700 / 0.700 / 2.100"),
+        "build stats: {wide_line}"
     );
     assert!(
-        line.contains("1.601 / 1.601 / 4.801"),
-        "query stats: {line}"
+        wide_line.contains("1.601 / 1.601 / 4.801"),
+        "query stats: {wide_line}"
     );
     assert!(line.contains("pass") && line.contains("forward"), "{line}");
     let cols: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(cols[2], "4", "ranks column: {line}");
+    assert_eq!(cols[4], "0.700", "median build s: {line}");
+    assert_eq!(cols[6], "1.601", "median query s: {line}");
     assert!(out.lines().any(|l| l.contains("stencil")));
     // Programs are sorted slowest first.
     assert!(out.find("axpy,dot").unwrap() < out.find("stencil").unwrap());
@@ -566,20 +573,29 @@ fn report_groups_per_rank_unique_sources_by_kernel_names() {
         "3 sources, 3 ranks: {}",
         rows[0]
     );
-    assert!(rows[0].contains("1.000 / 2.000 / 3.000"), "{}", rows[0]);
-    // Said in words: each rank compiles its own variant, and why.
-    assert!(
-        out.contains("note: rhs (3 sources on 3 ranks): the same kernel names were built from different sources on different ranks,"),
-        "{out}"
-    );
-    assert!(
-        out.contains("so each rank compiles its own variant"),
-        "{out}"
-    );
-    assert!(
-        out.contains("Constants or shapes baked into the kernel text"),
-        "{out}"
-    );
+    assert_eq!(cols[5], "2.000", "median build s: {}", rows[0]);
+    let wide = common::stdout(&report(&["--wide", s(&d)]));
+    let wide_row = wide
+        .lines()
+        .find(|l| l.trim_start().starts_with("rhs "))
+        .unwrap();
+    assert!(wide_row.contains("1.000 / 2.000 / 3.000"), "{wide_row}");
+    // Said in words: each rank compiles its own variant, and why (laid out as written
+    // with --wide, wrapped at 120 columns without).
+    for text in [&wide, &flat(&out)] {
+        assert!(
+            text.contains("note: rhs (3 sources on 3 ranks): the same kernel names were built from different sources on different ranks,"),
+            "{text}"
+        );
+        assert!(
+            text.contains("so each rank compiles its own variant"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Constants or shapes baked into the kernel text"),
+            "{text}"
+        );
+    }
     let json: Value = serde_json::from_str(&common::stdout(&report(&["--json", s(&d)]))).unwrap();
     let prog = &json["programs"][0];
     assert_eq!(prog["ranks"], 3);
@@ -644,10 +660,14 @@ fn report_names_linked_programs_and_counts_their_compiles_once() {
             .to_string()
     };
     let linked = row("linked ");
+    let wide = common::stdout(&report(&["--wide", s(&d)]));
     assert!(
-        linked.contains("link of 1 compiled + 1 library"),
-        "{linked}"
+        wide.lines().any(|l| l.trim_start().starts_with("linked ")
+            && l.contains("link of 1 compiled + 1 library")),
+        "{wide}"
     );
+    // Fitted to 120 columns, the source is shortened.
+    assert!(linked.contains("link of 1 compiled +…"), "{linked}");
     // Per rank 2 compiles + 2 links (the library's and its own), 1.0 + 0.5 + 0.1 + 0.2 s.
     let cols: Vec<&str> = linked
         .split("  ")
@@ -655,15 +675,34 @@ fn report_names_linked_programs_and_counts_their_compiles_once() {
         .filter(|c| !c.is_empty())
         .collect();
     assert_eq!(cols[2..4], ["2", "8"], "ranks, builds of both: {linked}");
-    assert!(linked.contains("1.800 / 1.800 / 1.800"), "{linked}");
+    // Both ranks took the same time: one value, the same with --wide as min / med / max.
+    assert_eq!(cols[4], "1.800", "{linked}");
+    let wide_row = |name: &str| -> String {
+        wide.lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no row {name}:\n{wide}"))
+            .to_string()
+    };
+    assert!(
+        wide_row("linked ").contains("1.800 / 1.800 / 1.800"),
+        "{wide}"
+    );
     let other = row("other ");
     assert!(other.contains("link of 1 compiled"), "{other}");
     assert!(
-        other.contains("0.300 / 0.300 / 0.300"),
+        other.contains(" 0.300 "),
         "shared input counted once: {other}"
     );
+    assert!(
+        wide_row("other ").contains("0.300 / 0.300 / 0.300"),
+        "{wide}"
+    );
     let never = row("(compiled, no link recorded)");
-    assert!(never.contains("0.400 / 0.400 / 0.400"), "{never}");
+    assert!(never.contains(" 0.400 "), "{never}");
+    assert!(
+        wide_row("(compiled, no link recorded)").contains("0.400 / 0.400 / 0.400"),
+        "{wide}"
+    );
     // Every second is in exactly one row: 2 ranks x 2.5 s of build time.
     assert!(out.contains("builds 5.000 s"), "{out}");
 
@@ -689,8 +728,9 @@ fn report_names_linked_programs_and_counts_their_compiles_once() {
         .map(|p| p["build_seconds"]["total"].as_f64().unwrap())
         .sum();
     assert!((sum - 5.0).abs() < 1e-9, "{sum}");
-    // With --by-source the linked row still names what it was linked from.
-    let split = common::stdout(&report(&["--by-source", s(&d)]));
+    // With --by-source the linked row still names what it was linked from (in full with
+    // --wide).
+    let split = common::stdout(&report(&["--by-source", "--wide", s(&d)]));
     assert!(
         split.lines().any(|l| l.trim_start().starts_with("linked ")
             && l.contains("link of 1 compiled + 1 library")),
@@ -707,22 +747,26 @@ fn report_hint_names_queries_forwarded_under_substitute() {
     compile_link_job(&d, "substitute", 2.0);
     let out = common::stdout(&report(&[s(&d)]));
     println!("{out}");
-    assert!(
-        !out.contains("hint: binary queries on pocl CPU devices took"),
-        "{out}"
-    );
-    assert!(
-        out.contains("hint: under substitute, 4 binary queries on pocl CPU devices that CLSHIM_DEVICES selects were still forwarded: 44% of build time (4.002 s of 9.002 s),"),
-        "{out}"
-    );
-    assert!(
-        out.contains("1 linked program ('linked'), 4.002 s: clshim had no recipe to rebuild these (an input it did not see made, headers not made from source, or its recipe memory full), so it forwarded them."),
-        "{out}"
-    );
-    assert!(
-        out.contains("or build such programs from one source with clBuildProgram"),
-        "{out}"
-    );
+    let wide = common::stdout(&report(&["--wide", s(&d)]));
+    // As written with --wide, wrapped at 120 columns without.
+    for text in [&wide, &flat(&out)] {
+        assert!(
+            !text.contains("hint: binary queries on pocl CPU devices took"),
+            "{text}"
+        );
+        assert!(
+            text.contains("hint: under substitute, 4 binary queries on pocl CPU devices that CLSHIM_DEVICES selects were still forwarded: 44% of build time (4.002 s of 9.002 s),"),
+            "{text}"
+        );
+        assert!(
+            text.contains("1 linked program ('linked'), 4.002 s: clshim had no recipe to rebuild these (an input it did not see made, headers not made from source, or its recipe memory full), so it forwarded them."),
+            "{text}"
+        );
+        assert!(
+            text.contains("or build such programs from one source with clBuildProgram"),
+            "{text}"
+        );
+    }
     let v: Value = serde_json::from_str(&common::stdout(&report(&["--json", s(&d)]))).unwrap();
     let h = &v["forwarded_hint"];
     assert_eq!(h["binary_queries"], 4, "{h}");
@@ -768,4 +812,124 @@ fn report_reads_binary_queries_with_an_unknown_device() {
         out.contains("hint: binary queries on pocl CPU devices took 67%"),
         "{out}"
     );
+}
+
+/// The widest report these tests make: 4 ranks on one node, each building two programs
+/// of long kernel names from a source of its own (pyopencl < 2024.2.3 makes every cold
+/// build's source unique), querying their binaries on pocl's CPU driver and launching
+/// every kernel once: every column, the variants note, the first-launch footnote and
+/// both hints. Rank r takes r + 1 times as long.
+fn wide_job(dir: &Path) {
+    let programs: [&[&str]; 2] = [
+        &[
+            "advance_particles_with_reflecting_boundaries_and_drag",
+            "deposit_charge_on_staggered_grid",
+        ],
+        &["solve_poisson_equation_red_black_gauss_seidel_sweep"],
+    ];
+    for rank in 0..4i64 {
+        let f = (rank + 1) as f64;
+        let mut p = Proc::new(
+            "compute-node-0042.cluster.example.org",
+            Some(rank),
+            7100 + rank as u64,
+            1_750_000_000.0,
+            "pass",
+        );
+        let dev = pocl_cpu();
+        for (i, kernels) in programs.iter().enumerate() {
+            let hash = format!("fnv1a64:{i:08}{rank:08}");
+            let id = p.build(kernels, &hash, 0.5 * f, &dev);
+            p.query(id, "CL_PROGRAM_BINARY_SIZES", 1.0 * f, &dev);
+            p.query(id, "CL_PROGRAM_BINARIES", 0.001, &dev);
+            for k in kernels.iter() {
+                let mut v = p.common("first_launch", "clEnqueueNDRangeKernel", 3.0 * f, &dev);
+                let o = v.as_object_mut().unwrap();
+                o.remove("devices");
+                o.insert("device".into(), dev.clone());
+                o.insert("program".into(), json!(id));
+                o.insert("kernel".into(), json!(k));
+                o.insert("work_dim".into(), json!(1));
+                o.insert("global_size".into(), json!([1 << 20]));
+                o.insert("local_size".into(), Value::Null);
+                p.lines.push(v.to_string());
+            }
+        }
+        p.write(dir);
+    }
+}
+
+/// The text with every run of whitespace made one space: what a wrapped line says.
+pub fn flat(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The words of the text from its first line starting with `from` on (the prose: the
+/// note, the footnote and the hints), whatever the line breaks.
+fn words_from(text: &str, from: &str) -> Vec<String> {
+    let at = text.find(&format!("\n{from}")).expect(from);
+    text[at..].split_whitespace().map(str::to_string).collect()
+}
+
+#[test]
+fn report_fits_120_columns_unless_wide() {
+    let d = common::scratch("fits");
+    wide_job(&d);
+    let o = report(&[s(&d)]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let out = common::stdout(&o);
+    println!("{out}");
+    for l in out.lines() {
+        assert!(l.chars().count() <= 120, "{} chars: {l}", l.chars().count());
+    }
+    // Everything is there: both programs (names shortened), 4 ranks, both hints, the
+    // note and the footnote.
+    assert!(out.contains("4 ranks, 4 processes on 1 host"), "{out}");
+    let row = |out: &str, k: &str| -> String {
+        out.lines()
+            .find(|l| l.trim_start().starts_with(k))
+            .unwrap_or_else(|| panic!("no row for {k}: {out}"))
+            .to_string()
+    };
+    let first = row(&out, "advance_particles");
+    assert!(first.contains('…'), "shortened: {first}");
+    assert!(
+        first.contains("pass") && first.contains("forward"),
+        "{first}"
+    );
+    // Seconds are medians across the 4 ranks (rank r: (r + 1) x 0.5 s, 1.001 s, 2 x 3 s).
+    let cols: Vec<&str> = first.split_whitespace().collect();
+    assert!(
+        cols.windows(3).any(|w| w == ["4", "4", "1.250"]),
+        "4 ranks, 4 builds, median build 1.250 s: {first}"
+    );
+    assert!(first.contains(" 2.501 "), "median query s: {first}");
+    assert!(first.contains(" 15.000 "), "median first-launch s: {first}");
+    assert!(!first.contains(" / "), "no min / med / max: {first}");
+    row(&out, "solve_poisson");
+    assert!(out.contains("note: "), "{out}");
+    assert!(out.contains("\nlaunches: "), "{out}");
+    assert!(
+        out.contains("hint: binary queries on pocl CPU devices took"),
+        "{out}"
+    );
+    assert!(
+        out.contains("hint: first launches on pocl CPU devices"),
+        "{out}"
+    );
+
+    let o = report(&["--wide", s(&d)]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let wide = common::stdout(&o);
+    println!("{wide}");
+    assert!(wide.lines().any(|l| l.chars().count() > 120), "{wide}");
+    // The full table: kernel names as far as the wide table shows them (40 chars), and
+    // min / median / max across ranks.
+    let first = row(&wide, "advance_particles_with_reflecting_bound…");
+    assert!(first.contains("0.500 / 1.250 / 2.000"), "{first}");
+    assert!(first.contains("1.001 / 2.501 / 4.001"), "{first}");
+    assert!(first.contains("6.000 / 15.000 / 24.000"), "{first}");
+    assert!(wide.contains("build s (min / med / max)"), "{wide}");
+    // Fitting only wraps the prose: the same words, in the same order.
+    assert_eq!(words_from(&out, "note: "), words_from(&wide, "note: "));
 }

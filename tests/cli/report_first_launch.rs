@@ -6,6 +6,7 @@
 
 use crate::common;
 
+use crate::cli_report::flat;
 use common::{gpu, pocl_cpu, report, s};
 
 use serde_json::{json, Value};
@@ -138,12 +139,13 @@ fn first_launches_per_program_and_rank_in_table_and_json() {
         ),
         "{out}"
     );
-    let header = out.lines().find(|l| l.contains("kernels")).unwrap();
+    let wide = common::stdout(&report(&["--wide", s(&d)]));
+    let header = wide.lines().find(|l| l.contains("kernels")).unwrap();
     assert!(
         header.contains("launches  first launch s (min / med / max)"),
         "{header}"
     );
-    let row = out
+    let row = wide
         .lines()
         .find(|l| l.trim_start().starts_with("axpy,dot"))
         .unwrap();
@@ -156,11 +158,22 @@ fn first_launches_per_program_and_rank_in_table_and_json() {
         ["4.500", "/", "8.250", "/", "12.000"],
         "{row}"
     );
-    let scale = out
+    let scale = wide
         .lines()
         .find(|l| l.trim_start().starts_with("scale "))
         .unwrap();
     assert!(scale.contains("0.500 / 1.000 / 1.500"), "{scale}");
+    // Fitted to 120 columns: the medians.
+    let header = out.lines().find(|l| l.contains("kernels")).unwrap();
+    assert!(header.contains("launches  launch s"), "{header}");
+    let row = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("axpy,dot"))
+        .unwrap();
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    // kernels source ranks builds b queries q share launches l
+    assert_eq!(cols[2], "2", "{row}");
+    assert_eq!(&cols[8..10], ["10", "8.250"], "5 launches per rank: {row}");
     // Ranks: launches and launch seconds; the total includes them.
     let ranks: Vec<&str> = out
         .lines()
@@ -177,18 +190,20 @@ fn first_launches_per_program_and_rank_in_table_and_json() {
     assert_eq!(tail(ranks[1]), "6 5.000 5.500", "{}", ranks[1]);
     assert_eq!(tail(ranks[2]), "6 13.500 14.000", "{}", ranks[2]);
     // The footnote says what the interval includes; the hint names the setting and
-    // its cost.
-    assert!(
-        out.contains("from the enqueue call until the command completed"),
-        "{out}"
-    );
-    assert!(out.contains("in-order queue"), "{out}");
-    assert!(
-        out.contains("hint: first launches on pocl CPU devices took 95%"),
-        "{out}"
-    );
-    assert!(out.contains("POCL_WORK_GROUP_SPECIALIZATION=0"), "{out}");
-    assert!(out.contains("slower"), "{out}");
+    // its cost (as written with --wide, wrapped at 120 columns without).
+    for text in [&wide, &flat(&out)] {
+        assert!(
+            text.contains("from the enqueue call until the command completed"),
+            "{text}"
+        );
+        assert!(text.contains("in-order queue"), "{text}");
+        assert!(
+            text.contains("hint: first launches on pocl CPU devices took 95%"),
+            "{text}"
+        );
+        assert!(text.contains("POCL_WORK_GROUP_SPECIALIZATION=0"), "{text}");
+        assert!(text.contains("slower"), "{text}");
+    }
 
     let v: Value = serde_json::from_slice(&report(&["--json", s(&d)]).stdout).unwrap();
     assert_eq!(v["first_launches"], 12);
@@ -224,10 +239,14 @@ fn first_launches_per_program_and_rank_in_table_and_json() {
     // dot at 1000 and 4096 after 1024, axpy at 2048 after 1024: 3 per rank.
     assert_eq!(v["first_launch_hint"]["relaunches"], 6);
     assert!(close(&v["first_launch_hint"]["relaunch_seconds"], 4.4999));
-    assert!(
-        out.contains("6 of them (4.500 s) launched a kernel already launched with other sizes"),
-        "{out}"
-    );
+    for text in [&wide, &flat(&out)] {
+        assert!(
+            text.contains(
+                "6 of them (4.500 s) launched a kernel already launched with other sizes"
+            ),
+            "{text}"
+        );
+    }
     assert!(v["hint"].is_null(), "no binary queries here");
 }
 
@@ -439,7 +458,12 @@ fn overlapping_first_launches_count_the_wall_clock_time_they_covered() {
         "{text}"
     );
     assert!(
-        text.contains("in flight together are counted once"),
+        flat(&text).contains("in flight together are counted once"),
         "{text}"
+    );
+    let wide = common::stdout(&report(&["--wide", s(&d)]));
+    assert!(
+        wide.contains("in flight together are counted once"),
+        "{wide}"
     );
 }

@@ -1,6 +1,6 @@
 //! Command-line parsing for the `clshim` command, by hand (no parser crate). This module
 //! owns the grammar of `clshim run [options] -- COMMAND [ARGS…]` and
-//! `clshim report [--json] [--by-source] [--chrome FILE] DIR` and the help text. The
+//! `clshim report [--json] [--wide] [--by-source] [--chrome FILE] DIR` and the help text. The
 //! values of the options that set `CLSHIM_*` variables are checked by the grammar
 //! `controls` defines, the one the library reads them with, and their help lines
 //! come from there too; a refused value is a one-line usage error, exit status 2. It turns the arguments into plain
@@ -18,7 +18,7 @@ pub fn usage_text() -> String {
 
 const USAGE_HEAD: &str = "\
 usage: clshim run [options] [--] COMMAND [ARGS...]
-       clshim report [--json] [--by-source] [--chrome FILE] DIR
+       clshim report [--json] [--wide] [--by-source] [--chrome FILE] DIR
        clshim --help | --version
 
 clshim run: run COMMAND with libclshim.so interposed (preloaded with LD_PRELOAD and
@@ -39,6 +39,8 @@ clshim report: summarise every trace file (*.jsonl) in DIR: per program and per 
 build and binary-query seconds. Exit status 0 when every record was read, 1 when
 something was skipped (reported on stderr as FILE:LINE: reason), 2 on usage errors.
   --json              print the aggregates as one JSON document instead of a table
+  --wide              the full table (min / median / max across ranks, whole names),
+                      not fitted to 120 columns
   --by-source         one program row per source hash, not per set of kernel names
   --chrome FILE       also write a Chrome trace-event timeline (Perfetto, chrome://tracing)
 ";
@@ -105,6 +107,8 @@ impl Mode {
 #[derive(Debug, Default)]
 pub struct ReportOpts {
     pub json: bool,
+    /// The full table, not fitted to a terminal's width.
+    pub wide: bool,
     pub by_source: bool,
     pub chrome: Option<PathBuf>,
     pub dir: PathBuf,
@@ -293,6 +297,7 @@ fn parse_report(args: Vec<OsString>) -> Result<Command, UsageError> {
             let (name, inline) = split_eq(&s);
             match name {
                 "--json" if inline.is_none() => o.json = true,
+                "--wide" if inline.is_none() => o.wide = true,
                 "--by-source" if inline.is_none() => o.by_source = true,
                 "--chrome" => {
                     let v = value(name, inline, &mut it)?;
@@ -318,7 +323,7 @@ fn parse_report(args: Vec<OsString>) -> Result<Command, UsageError> {
     match dir {
         Some(d) => o.dir = d,
         None => return usage(
-            "report: no trace directory given (usage: clshim report [--json] [--by-source] [--chrome FILE] DIR)",
+            "report: no trace directory given (usage: clshim report [--json] [--wide] [--by-source] [--chrome FILE] DIR)",
         ),
     }
     Ok(Command::Report(o))
@@ -407,8 +412,14 @@ mod tests {
             panic!()
         };
         assert!(o.json);
+        assert!(!o.wide);
         assert_eq!(o.chrome, Some(PathBuf::from("t.json")));
         assert_eq!(o.dir, PathBuf::from("d"));
+        let Command::Report(o) = parse(args(&["report", "--wide", "d"])).unwrap() else {
+            panic!()
+        };
+        assert!(o.wide && !o.json);
+        assert!(parse(args(&["report", "--wide=1", "d"])).is_err());
     }
 
     /// Every value `clshim run` accepts for a control the library takes without a warning,

@@ -91,7 +91,7 @@ fn report_main(o: cli::ReportOpts) -> ExitCode {
         s.push('\n');
         s
     } else {
-        rep.text()
+        rep.text(o.wide)
     };
     let mut out = std::io::stdout().lock();
     if out

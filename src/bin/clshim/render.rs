@@ -1,5 +1,10 @@
 //! The two renderings of a [`Report`]: the text table (with its legend and hints) and
-//! the `--json` document. Nothing here aggregates; `report` computes every number.
+//! the `--json` document. Nothing here aggregates; `report` computes every number. The
+//! text fits [`WIDTH`] columns unless `--wide` asks for the full table: kernel names,
+//! sources, policies and hosts are shortened with an ellipsis as far as needed, each
+//! seconds column shows the median across ranks (one value where one rank ran it), and
+//! notes and hints are wrapped; the hints' own texts, which the JSON carries, are not
+//! changed, only laid out again.
 
 use crate::report::{
     share, ForwardedHint, ForwardedKind, LaunchHint, ProgramKey, ProgramKind, ProgramRow,
@@ -8,6 +13,9 @@ use crate::report::{
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
+
+/// The columns the default text fits in: a terminal's width, not a full-screen one's.
+pub const WIDTH: usize = 120;
 
 /// What a first launch's seconds cover, said in the table's footnote and the JSON.
 pub const LAUNCH_INTERVAL: &str =
@@ -184,6 +192,16 @@ fn mmm(s: &Stats) -> String {
     format!("{} / {} / {}", secs(s.min), secs(s.median), secs(s.max))
 }
 
+/// A seconds cell: min / median / max in the wide table, else the median alone (which is
+/// the one value where one rank ran the program).
+fn stats_cell(s: &Stats, wide: bool) -> String {
+    if wide {
+        mmm(s)
+    } else {
+        secs(s.median)
+    }
+}
+
 fn stats_json(s: &Stats) -> Value {
     json!({"min": s.min, "median": s.median, "max": s.max, "total": s.total})
 }
@@ -192,26 +210,64 @@ fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-/// One column: header, right-aligned or not.
+/// One column: header, right-aligned or not, and how narrow an ellipsis may make it
+/// when the table must fit a width (None: never shortened).
 struct Column {
     header: &'static str,
     right: bool,
+    shortest: Option<usize>,
 }
 
 const fn col(header: &'static str, right: bool) -> Column {
-    Column { header, right }
+    Column {
+        header,
+        right,
+        shortest: None,
+    }
 }
 
-fn table(out: &mut String, cols: &[Column], rows: &[Vec<String>]) {
+/// A column whose cells may be shortened with an ellipsis, down to `shortest` chars.
+const fn clipped(header: &'static str, shortest: usize) -> Column {
+    Column {
+        header,
+        right: false,
+        shortest: Some(shortest),
+    }
+}
+
+/// Column widths: each column's widest cell, then, while the line is wider than `fit`,
+/// the column that may still lose the most chars (above its shortest) loses one: names
+/// keep more of their length than the columns allowed to be narrow.
+fn widths(cols: &[Column], rows: &[Vec<String>], fit: Option<usize>) -> Vec<usize> {
     let mut w: Vec<usize> = cols.iter().map(|c| c.header.chars().count()).collect();
     for r in rows {
         for (i, c) in r.iter().enumerate() {
             w[i] = w[i].max(c.chars().count());
         }
     }
+    let Some(fit) = fit else { return w };
+    // A leading space, two between columns.
+    let line = |w: &[usize]| 1 + w.iter().sum::<usize>() + 2 * w.len().saturating_sub(1);
+    while line(&w) > fit {
+        let shrink = (0..cols.len())
+            .filter_map(|i| Some((i, w[i].checked_sub(cols[i].shortest?)?)))
+            .filter(|&(_, slack)| slack > 0)
+            .max_by_key(|&(i, slack)| (slack, std::cmp::Reverse(i)))
+            .map(|(i, _)| i);
+        match shrink {
+            Some(i) => w[i] -= 1,
+            None => break,
+        }
+    }
+    w
+}
+
+fn table(out: &mut String, cols: &[Column], rows: &[Vec<String>], fit: Option<usize>) {
+    let w = widths(cols, rows, fit);
     let line = |out: &mut String, cells: Vec<&str>| {
         let mut s = String::from(" ");
         for (i, c) in cells.iter().enumerate() {
+            let c = &clip(c, w[i]);
             let pad = w[i] - c.chars().count();
             let last = i + 1 == cells.len();
             if cols[i].right {
@@ -234,6 +290,83 @@ fn table(out: &mut String, cols: &[Column], rows: &[Vec<String>]) {
     for r in rows {
         line(out, r.iter().map(String::as_str).collect());
     }
+}
+
+/// Lays prose (a note, a hint, a footnote) out for the text: unchanged in the wide
+/// report; else lines broken by hand inside a sentence (a continuation line after one
+/// that ends neither in `.` nor `:`) are joined again, and every line is wrapped at
+/// [`WIDTH`].
+fn prose(text: &str, wide: bool) -> String {
+    if wide {
+        return text.to_string();
+    }
+    let mut lines: Vec<String> = Vec::new();
+    for l in text.split('\n') {
+        match lines.last_mut() {
+            Some(prev)
+                if l.starts_with(' ') && !l.trim().is_empty() && !prev.ends_with(['.', ':']) =>
+            {
+                prev.push(' ');
+                prev.push_str(l.trim_start());
+            }
+            _ => lines.push(l.to_string()),
+        }
+    }
+    lines
+        .iter()
+        .map(|l| wrap(l, WIDTH))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// One line wrapped at `width` chars, at spaces (a word wider than a line is cut). The
+/// continuation lines are indented like the line, or under the text after a short
+/// label (`hint: `, `note: `, `launches: `).
+fn wrap(line: &str, width: usize) -> String {
+    if line.chars().count() <= width {
+        return line.to_string();
+    }
+    let body = line.trim_start();
+    let lead = line.len() - body.len();
+    let indent = match line.find(": ") {
+        _ if lead > 0 => lead,
+        Some(i) if i <= 10 && !line[..i].contains(' ') => i + 2,
+        _ => 4,
+    };
+    let mut out = String::new();
+    let mut cur = line[..lead].to_string();
+    let mut n = lead;
+    let mut empty = true;
+    for word in body.split(' ').filter(|w| !w.is_empty()) {
+        let mut word: Vec<char> = word.chars().collect();
+        loop {
+            if !empty && n + 1 + word.len() > width {
+                out.push_str(&cur);
+                out.push('\n');
+                cur = " ".repeat(indent);
+                n = indent;
+                empty = true;
+            }
+            let room = width.saturating_sub(n + usize::from(!empty)).max(1);
+            if word.len() <= room {
+                if !empty {
+                    cur.push(' ');
+                    n += 1;
+                }
+                cur.extend(&word);
+                n += word.len();
+                empty = false;
+                break;
+            }
+            // Wider than a whole line: cut it.
+            cur.extend(&word[..room]);
+            n += room;
+            empty = false;
+            word.drain(..room);
+        }
+    }
+    out.push_str(&cur);
+    out
 }
 
 /// The source column: a linked program says what it was linked from (with the number
@@ -300,14 +433,14 @@ impl Report {
         }
     }
 
-    pub fn text(&self) -> String {
+    /// The text report: fitted to [`WIDTH`] columns, or the full table when `wide`.
+    pub fn text(&self, wide: bool) -> String {
         let t = &self.totals;
         let launches = t.launches > 0;
+        let fit = (!wide).then_some(WIDTH);
         let mut o = String::new();
-        let _ = writeln!(
-            o,
-            "clshim report: {}: {}, {} on {}; {}, {}, {} skipped",
-            self.dir,
+        let head = format!(
+            "{}, {} on {}; {}, {}, {} skipped",
             plural(self.ranks.len(), "rank", "ranks"),
             plural(self.processes, "process", "processes"),
             plural(self.hosts.len(), "host", "hosts"),
@@ -315,6 +448,18 @@ impl Report {
             plural(self.records, "record", "records"),
             self.skipped,
         );
+        let line = format!("clshim report: {}: {head}", self.dir);
+        if wide || line.chars().count() <= WIDTH {
+            let _ = writeln!(o, "{line}");
+        } else {
+            // A long directory: the counts on a line of their own.
+            let _ = writeln!(
+                o,
+                "{}",
+                prose(&format!("clshim report: {}:", self.dir), wide)
+            );
+            let _ = writeln!(o, "{}", prose(&format!("    {head}"), wide));
+        }
         let _ = writeln!(
             o,
             "build time {} s: builds {} s, binary queries {} s ({:.0}%)",
@@ -336,7 +481,11 @@ impl Report {
         if self.programs.is_empty() {
             o.push_str("No program builds, binary queries or first launches recorded.\n");
         } else {
-            o.push_str("Programs (slowest first; seconds are per-rank sums, min / median / max across ranks)\n");
+            o.push_str(if wide {
+                "Programs (slowest first; seconds are per-rank sums, min / median / max across ranks)\n"
+            } else {
+                "Programs (slowest first; seconds are per-rank sums, the median across ranks; --wide shows min / median / max)\n"
+            });
             let rows: Vec<Vec<String>> = self
                 .programs
                 .iter()
@@ -346,37 +495,47 @@ impl Report {
                         clip(&source_cell(p), 48),
                         p.ranks.to_string(),
                         (p.builds + p.compiles + p.links).to_string(),
-                        mmm(&p.build),
+                        stats_cell(&p.build, wide),
                         p.queries.to_string(),
-                        mmm(&p.query),
+                        stats_cell(&p.query, wide),
                         format!("{:.0}%", 100.0 * p.query_share()),
                     ];
                     if launches {
                         row.push(p.launches.to_string());
-                        row.push(mmm(&p.launch));
+                        row.push(stats_cell(&p.launch, wide));
                     }
                     row.push(join(&p.policies));
                     row.push(join(&p.actions));
                     row
                 })
                 .collect();
+            let (build_s, query_s, query_share, launch_s) = if wide {
+                (
+                    "build s (min / med / max)",
+                    "query s (min / med / max)",
+                    "query share",
+                    "first launch s (min / med / max)",
+                )
+            } else {
+                ("build s", "query s", "query %", "launch s")
+            };
             let mut cols = vec![
-                col("kernels", false),
-                col("source", false),
+                clipped("kernels", 16),
+                clipped("source", 9),
                 col("ranks", true),
                 col("builds", true),
-                col("build s (min / med / max)", true),
+                col(build_s, true),
                 col("queries", true),
-                col("query s (min / med / max)", true),
-                col("query share", true),
+                col(query_s, true),
+                col(query_share, true),
             ];
             if launches {
                 cols.push(col("launches", true));
-                cols.push(col("first launch s (min / med / max)", true));
+                cols.push(col(launch_s, true));
             }
-            cols.push(col("policy", false));
-            cols.push(col("action", false));
-            table(&mut o, &cols, &rows);
+            cols.push(clipped("policy", 6));
+            cols.push(clipped("action", 7));
+            table(&mut o, &cols, &rows, fit);
             let failed: usize = self.programs.iter().map(|p| p.failed).sum();
             if failed > 0 {
                 let _ = writeln!(
@@ -423,7 +582,7 @@ impl Report {
                 .collect();
             let mut cols = vec![
                 col("rank", true),
-                col("host", false),
+                clipped("host", 8),
                 col("processes", true),
                 col("builds", true),
                 col("build s", true),
@@ -436,18 +595,18 @@ impl Report {
             }
             cols.push(col("total s", true));
             cols.push(col("", false));
-            table(&mut o, &cols, &rows);
+            table(&mut o, &cols, &rows, fit);
         }
         if let Some(n) = self.variants_note() {
             o.push('\n');
-            o.push_str(&n);
+            o.push_str(&prose(&n, wide));
             o.push('\n');
         }
         if launches {
-            let _ = writeln!(
-                o,
-                "\nlaunches: the first launch of each kernel per device and work-group sizes;\n          {LAUNCH_INTERVAL}."
+            let n = format!(
+                "launches: the first launch of each kernel per device and work-group sizes;\n          {LAUNCH_INTERVAL}."
             );
+            let _ = writeln!(o, "\n{}", prose(&n, wide));
         }
         let name = |i: usize| clip(&self.program_name(&self.programs[i].key), 40);
         for h in [
@@ -459,7 +618,7 @@ impl Report {
         .flatten()
         {
             o.push('\n');
-            o.push_str(&h);
+            o.push_str(&prose(&h, wide));
             o.push('\n');
         }
         if self.skipped > 0 {

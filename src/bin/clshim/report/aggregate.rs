@@ -1,16 +1,14 @@
 //! Aggregation for `clshim report`: turns the records of a trace directory into the
-//! answer to "where does kernel-build time go across my ranks?". This module owns the
-//! grouping rules (programs by kernel names, or source hash plus kernel names, across
+//! sums that answer "where does kernel-build time go across my ranks?". This module owns
+//! the grouping rules (programs by kernel names, or source hash plus kernel names, across
 //! processes; binary queries and first launches joined to the build of the same
 //! program in the same process; compiles and libraries joined to the first link that
 //! takes them; ranks by the records' `rank`, else by process: host
-//! plus `instance`, or host plus pid), the statistics (min / median / max across
-//! ranks, shares, ranks far slower than the median) and the hints. Files are read in
+//! plus `instance`, or host plus pid) and the per-program, per-rank sums. Files are read in
 //! parallel, each streamed record by record into small per-program and per-rank
 //! accumulators ([`FileAcc`], merged into an [`Aggregate`]), so memory depends on the
-//! number of programs, ranks and threads, not on the number of records. Rendering is
-//! in `render`, the timeline in `chrome`.
-
+//! number of programs, ranks and threads, not on the number of records. The rows and
+//! statistics are `rows`', the hints `hints`', rendering `render`'s, the timeline `chrome`'s.
 use crate::traces::{self, Event, Id, Identity, Problem, Record};
 use crate::wall_union::WallUnion;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -20,18 +18,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// A rank is "far slower" when its total exceeds both of these relative to the median.
 pub const SLOW_FACTOR: f64 = 1.5;
 pub const SLOW_MARGIN_S: f64 = 0.5;
-/// The binary-query hint is printed when pocl-CPU binary queries under `pass` exceed
-/// this share of build time.
-pub const HINT_SHARE: f64 = 0.2;
-/// The forwarded-query hint is printed when binary queries forwarded to pocl CPU devices
-/// the filter selects, in processes under another policy than `pass`, exceed this share
-/// of build time.
-pub const FORWARDED_HINT_SHARE: f64 = 0.05;
-/// Programs the forwarded-query hint names, per kind.
-pub const FORWARDED_HINT_PROGRAMS: usize = 3;
-/// The first-launch hint is printed when first launches on pocl CPU devices exceed this
-/// share of build, binary-query and first-launch time together.
-pub const LAUNCH_HINT_SHARE: f64 = 0.5;
 /// Problems kept per file and in all (the count of skipped lines stays exact).
 pub const PROBLEMS_PER_FILE: usize = 100;
 pub const PROBLEMS_LISTED: usize = 1000;
@@ -103,7 +89,7 @@ pub fn median(sorted: &[f64]) -> f64 {
 }
 
 impl Stats {
-    fn of(mut v: Vec<f64>) -> Stats {
+    pub(super) fn of(mut v: Vec<f64>) -> Stats {
         if v.is_empty() {
             return Stats::default();
         }
@@ -125,26 +111,17 @@ pub fn share(part: f64, rest: f64) -> f64 {
     }
 }
 
-/// `part` as a fraction of `whole` (0 when there is no whole).
-fn fraction(part: f64, whole: f64) -> f64 {
-    if whole > 0.0 {
-        part / whole
-    } else {
-        0.0
-    }
-}
-
 /// Seconds of one program in one rank.
 #[derive(Debug, Clone, Copy, Default)]
-struct Slot {
-    build: f64,
-    query: f64,
-    launch: f64,
+pub(super) struct Slot {
+    pub(super) build: f64,
+    pub(super) query: f64,
+    pub(super) launch: f64,
     /// The rank built, compiled or linked the program (not only queried or launched it).
-    built: bool,
+    pub(super) built: bool,
     /// A digest of the first source the rank built it from: ranks whose first sources
     /// differ each compiled their own variant (a fixed size, not a set per rank).
-    first_source: Option<u64>,
+    pub(super) first_source: Option<u64>,
 }
 
 impl Slot {
@@ -169,7 +146,7 @@ impl Slot {
 /// A compiled object or a library whose build time waits for the link that names it as
 /// an input: a compile comes before its link, and only the link knows the kernel names.
 #[derive(Debug, Default)]
-struct Pending {
+struct AwaitingLink {
     /// The writer (file-local index) that compiled it.
     writer: usize,
     seconds: f64,
@@ -179,8 +156,8 @@ struct Pending {
     options: BTreeSet<String>,
 }
 
-impl Pending {
-    fn add(&mut self, o: Pending) {
+impl AwaitingLink {
+    fn add(&mut self, o: AwaitingLink) {
         self.seconds += o.seconds;
         self.compiles += o.compiles;
         self.links += o.links;
@@ -203,28 +180,28 @@ enum Made {
 struct Object {
     made: Made,
     hash: Option<String>,
-    pending: Option<Pending>,
+    pending: Option<AwaitingLink>,
 }
 
 /// Call counts and the sets shown in a program row.
 #[derive(Debug, Default)]
-struct Counts {
-    builds: usize,
-    compiles: usize,
-    links: usize,
-    queries: usize,
-    launches: usize,
-    failed: usize,
-    policies: BTreeSet<String>,
-    actions: BTreeSet<String>,
-    options: BTreeSet<String>,
-    sources: BTreeSet<String>,
+pub(super) struct Counts {
+    pub(super) builds: usize,
+    pub(super) compiles: usize,
+    pub(super) links: usize,
+    pub(super) queries: usize,
+    pub(super) launches: usize,
+    pub(super) failed: usize,
+    pub(super) policies: BTreeSet<String>,
+    pub(super) actions: BTreeSet<String>,
+    pub(super) options: BTreeSet<String>,
+    pub(super) sources: BTreeSet<String>,
     /// What linked programs were made from (`link of 2 compiled`).
-    origins: BTreeSet<String>,
+    pub(super) origins: BTreeSet<String>,
     /// Binary-query seconds forwarded to a selected pocl CPU device under a policy
     /// other than `pass` (kept only for files under such a policy).
-    forwarded_seconds: f64,
-    forwarded_queries: usize,
+    pub(super) forwarded_seconds: f64,
+    pub(super) forwarded_queries: usize,
 }
 
 impl Counts {
@@ -246,23 +223,23 @@ impl Counts {
 }
 
 #[derive(Debug, Default)]
-struct ProgAcc {
-    per_rank: HashMap<RankKey, Slot>,
-    counts: Counts,
+pub(super) struct ProgAcc {
+    pub(super) per_rank: HashMap<RankKey, Slot>,
+    pub(super) counts: Counts,
 }
 
 /// Sums for one rank.
 #[derive(Debug, Default, Clone)]
-struct RankAcc {
-    hosts: BTreeSet<String>,
-    pids: BTreeSet<u64>,
-    processes: BTreeSet<ProcessId>,
-    builds: usize,
-    build_seconds: f64,
-    queries: usize,
-    query_seconds: f64,
-    launches: usize,
-    launch_seconds: f64,
+pub(super) struct RankAcc {
+    pub(super) hosts: BTreeSet<String>,
+    pub(super) pids: BTreeSet<u64>,
+    pub(super) processes: BTreeSet<ProcessId>,
+    pub(super) builds: usize,
+    pub(super) build_seconds: f64,
+    pub(super) queries: usize,
+    pub(super) query_seconds: f64,
+    pub(super) launches: usize,
+    pub(super) launch_seconds: f64,
 }
 
 impl RankAcc {
@@ -503,9 +480,9 @@ impl FileAcc {
                 self.add_build_time(li, &r);
                 let obj = self.object(r.program.clone().unwrap(), Made::Compiled);
                 obj.hash = r.hash().map(str::to_string);
-                let p = obj.pending.get_or_insert_with(|| Pending {
+                let p = obj.pending.get_or_insert_with(|| AwaitingLink {
                     writer: li,
-                    ..Pending::default()
+                    ..AwaitingLink::default()
                 });
                 p.seconds += r.seconds;
                 p.compiles += 1;
@@ -700,13 +677,13 @@ impl FileAcc {
     /// what they were (`link of 2 compiled`), and the build time they were waiting
     /// with. An input shared by several links is claimed by the first of them: its
     /// compile is counted once, in the first program it was linked into.
-    fn claim_inputs(&mut self, r: &Record, li: usize) -> (Option<String>, String, Pending) {
+    fn claim_inputs(&mut self, r: &Record, li: usize) -> (Option<String>, String, AwaitingLink) {
         let mut hashes = Vec::new();
         let mut all_hashed = true;
         let (mut compiled, mut libraries, mut binaries, mut unrecorded) = (0, 0, 0, 0);
-        let mut pending = Pending {
+        let mut pending = AwaitingLink {
             writer: li,
-            ..Pending::default()
+            ..AwaitingLink::default()
         };
         for id in r.inputs.iter().flatten() {
             let obj = id.as_ref().and_then(|i| self.objects.get_mut(i));
@@ -774,7 +751,7 @@ impl FileAcc {
     /// At the end of a file: compiled objects and libraries no recorded link took get
     /// rows of their own, so their time is shown and named.
     fn finish(&mut self) {
-        let mut left: Vec<(Option<String>, Made, Pending)> = self
+        let mut left: Vec<(Option<String>, Made, AwaitingLink)> = self
             .objects
             .values_mut()
             .filter_map(|o| o.pending.take().map(|p| (o.hash.clone(), o.made, p)))
@@ -836,8 +813,8 @@ pub struct Aggregate {
     pub files: Vec<FileInfo>,
     /// Files listed, including those that could not be read.
     pub listed: usize,
-    progs: HashMap<ProgramKey, ProgAcc>,
-    ranks: BTreeMap<RankKey, RankAcc>,
+    pub(super) progs: HashMap<ProgramKey, ProgAcc>,
+    pub(super) ranks: BTreeMap<RankKey, RankAcc>,
     pub processes: BTreeSet<ProcessId>,
     pub hosts: BTreeSet<String>,
     pub totals: Totals,
@@ -1118,357 +1095,6 @@ pub fn read(paths: &[PathBuf], by_source: bool) -> Aggregate {
     agg
 }
 
-// ------------------------------------------------------------------- the report
-
-#[derive(Debug)]
-pub struct ProgramRow {
-    pub key: ProgramKey,
-    /// Ranks with at least one build, compile or link of the program.
-    pub ranks: usize,
-    pub builds: usize,
-    pub compiles: usize,
-    pub links: usize,
-    pub queries: usize,
-    pub launches: usize,
-    pub failed: usize,
-    /// Per-rank sums of build/compile/link seconds, across the ranks that touched it.
-    pub build: Stats,
-    /// Per-rank sums of binary-query seconds, across the same ranks.
-    pub query: Stats,
-    /// Per-rank sums of first-launch seconds, across the same ranks.
-    pub launch: Stats,
-    pub policies: BTreeSet<String>,
-    pub actions: BTreeSet<String>,
-    pub options: BTreeSet<String>,
-    /// What the row's linked programs were made from (`link of 2 compiled`).
-    pub origins: BTreeSet<String>,
-    /// Source hashes seen for the row (more than one when rows group by kernel names and
-    /// ranks built different sources, as pyopencl < 2024.2.3 does: it makes every cold
-    /// build's source unique).
-    pub sources: BTreeSet<String>,
-    /// Distinct sources the ranks that built the row first built it from: above 1, the
-    /// ranks compiled different variants of the same kernels and shared no build.
-    pub rank_variants: usize,
-    /// Binary queries (and their seconds) forwarded to a selected pocl CPU device under a
-    /// policy other than `pass`.
-    pub forwarded_queries: usize,
-    pub forwarded_seconds: f64,
-}
-
-impl ProgramRow {
-    /// What kind of program the row is, for the forwarded-query hint.
-    pub fn kind(&self) -> ProgramKind {
-        if !self.origins.is_empty() || self.links > 0 {
-            ProgramKind::Linked
-        } else if self.builds + self.compiles == 0 {
-            ProgramKind::Unseen
-        } else {
-            ProgramKind::Built
-        }
-    }
-}
-
-/// Kinds of programs whose binary queries clshim may forward under `substitute`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ProgramKind {
-    /// Linked from compiled objects or libraries.
-    Linked,
-    /// Made from a binary, or built where clshim did not see it.
-    Unseen,
-    /// Built from source that clshim saw.
-    Built,
-}
-
-impl ProgramRow {
-    /// Binary-query seconds / (build + binary-query seconds).
-    pub fn query_share(&self) -> f64 {
-        share(self.query.total, self.build.total)
-    }
-
-    pub fn total(&self) -> f64 {
-        self.build.total + self.query.total + self.launch.total
-    }
-}
-
-#[derive(Debug)]
-pub struct RankRow {
-    pub key: RankKey,
-    /// `3`, `host:pid`, or `host:pid#instance` when processes share a host and pid.
-    pub label: String,
-    pub hosts: BTreeSet<String>,
-    pub pids: BTreeSet<u64>,
-    pub processes: usize,
-    pub builds: usize,
-    pub build_seconds: f64,
-    pub queries: usize,
-    pub query_seconds: f64,
-    pub launches: usize,
-    pub launch_seconds: f64,
-    pub slow: bool,
-}
-
-impl RankRow {
-    pub fn total(&self) -> f64 {
-        self.build_seconds + self.query_seconds + self.launch_seconds
-    }
-}
-
-/// The binary-query hint: pocl compiles a second time to answer them.
-#[derive(Debug)]
-pub struct QueryHint {
-    pub pocl_cpu_query_seconds: f64,
-    /// Build plus binary-query seconds.
-    pub total_seconds: f64,
-}
-
-impl QueryHint {
-    pub fn share(&self) -> f64 {
-        fraction(self.pocl_cpu_query_seconds, self.total_seconds)
-    }
-}
-
-/// The forwarded-query hint: under a policy meant to answer binary queries, some on
-/// selected pocl CPU devices were still forwarded (pocl compiled a second time).
-#[derive(Debug)]
-pub struct ForwardedHint {
-    /// The policies of the processes concerned.
-    pub policies: BTreeSet<String>,
-    pub queries: usize,
-    pub seconds: f64,
-    /// Build plus binary-query seconds.
-    pub total_seconds: f64,
-    /// Per kind, slowest first.
-    pub kinds: Vec<ForwardedKind>,
-}
-
-/// One kind of program whose binary queries were still forwarded.
-#[derive(Debug)]
-pub struct ForwardedKind {
-    pub kind: ProgramKind,
-    pub seconds: f64,
-    /// Its slowest programs (at most [`FORWARDED_HINT_PROGRAMS`]), as indices of program rows.
-    pub rows: Vec<usize>,
-    /// How many more programs of the kind there are.
-    pub more: usize,
-}
-
-impl ForwardedHint {
-    pub fn share(&self) -> f64 {
-        fraction(self.seconds, self.total_seconds)
-    }
-}
-
-/// The first-launch hint: pocl compiles a size-specialised kernel at first launch.
-#[derive(Debug)]
-pub struct LaunchHint {
-    pub pocl_cpu_launch_seconds: f64,
-    /// First launches of kernels already launched with other sizes.
-    pub relaunches: usize,
-    pub relaunch_seconds: f64,
-    /// Build, binary-query and first-launch seconds.
-    pub total_seconds: f64,
-}
-
-impl LaunchHint {
-    pub fn share(&self) -> f64 {
-        fraction(self.pocl_cpu_launch_seconds, self.total_seconds)
-    }
-}
-
-#[derive(Debug)]
-pub struct Report {
-    pub dir: String,
-    pub files: usize,
-    pub records: usize,
-    pub skipped: usize,
-    pub problems: Vec<String>,
-    pub hosts: BTreeSet<String>,
-    pub processes: usize,
-    pub programs: Vec<ProgramRow>,
-    pub ranks: Vec<RankRow>,
-    pub median_rank_seconds: f64,
-    pub totals: Totals,
-    pub hint: Option<QueryHint>,
-    pub forwarded_hint: Option<ForwardedHint>,
-    pub launch_hint: Option<LaunchHint>,
-}
-
-/// Labels of rank rows; `host:pid` gets the instance's first 8 digits only where two
-/// processes share it.
-pub fn rank_labels<'a>(keys: impl Iterator<Item = &'a RankKey> + Clone) -> Vec<String> {
-    let mut seen: HashMap<(&str, u64), usize> = HashMap::new();
-    for k in keys.clone() {
-        if let RankKey::Process { host, pid, .. } = k {
-            *seen.entry((host, *pid)).or_default() += 1;
-        }
-    }
-    keys.map(|k| match k {
-        RankKey::Rank(r) => r.to_string(),
-        RankKey::Process {
-            host,
-            pid,
-            instance,
-        } => match instance {
-            Some(i) if seen[&(host.as_str(), *pid)] > 1 => {
-                format!("{host}:{pid}#{}", i.chars().take(8).collect::<String>())
-            }
-            _ => format!("{host}:{pid}"),
-        },
-    })
-    .collect()
-}
-
-impl Aggregate {
-    /// The report's rows and hints.
-    pub fn report(&self, dir: &str) -> Report {
-        let mut programs: Vec<ProgramRow> = self
-            .progs
-            .iter()
-            .map(|(key, a)| {
-                let slots: Vec<&Slot> = a.per_rank.values().collect();
-                let stat = |f: fn(&Slot) -> f64| Stats::of(slots.iter().map(|s| f(s)).collect());
-                let c = &a.counts;
-                let firsts: BTreeSet<u64> = slots.iter().filter_map(|s| s.first_source).collect();
-                ProgramRow {
-                    rank_variants: firsts.len(),
-                    forwarded_queries: c.forwarded_queries,
-                    forwarded_seconds: c.forwarded_seconds,
-                    key: key.clone(),
-                    ranks: slots.iter().filter(|s| s.built).count(),
-                    builds: c.builds,
-                    compiles: c.compiles,
-                    links: c.links,
-                    queries: c.queries,
-                    launches: c.launches,
-                    failed: c.failed,
-                    build: stat(|s| s.build),
-                    query: stat(|s| s.query),
-                    launch: stat(|s| s.launch),
-                    policies: c.policies.clone(),
-                    actions: c.actions.clone(),
-                    options: c.options.clone(),
-                    origins: c.origins.clone(),
-                    sources: c.sources.clone(),
-                }
-            })
-            .collect();
-        programs.sort_by(|a, b| {
-            b.total()
-                .total_cmp(&a.total())
-                .then_with(|| a.key.cmp(&b.key))
-        });
-
-        let labels = rank_labels(self.ranks.keys());
-        let mut ranks: Vec<RankRow> = self
-            .ranks
-            .iter()
-            .zip(labels)
-            .map(|((key, r), label)| RankRow {
-                key: key.clone(),
-                label,
-                hosts: r.hosts.clone(),
-                pids: r.pids.clone(),
-                processes: r.processes.len(),
-                builds: r.builds,
-                build_seconds: r.build_seconds,
-                queries: r.queries,
-                query_seconds: r.query_seconds,
-                launches: r.launches,
-                launch_seconds: r.launch_seconds,
-                slow: false,
-            })
-            .collect();
-        let mut totals: Vec<f64> = ranks.iter().map(RankRow::total).collect();
-        totals.sort_by(f64::total_cmp);
-        let med = median(&totals);
-        if ranks.len() > 1 {
-            for r in &mut ranks {
-                r.slow = r.total() > SLOW_FACTOR * med && r.total() > med + SLOW_MARGIN_S;
-            }
-        }
-        let t = self.totals;
-        let build_query = t.build_seconds + t.query_seconds;
-        let hint = (build_query > 0.0 && t.pocl_cpu_pass_query_seconds / build_query > HINT_SHARE)
-            .then_some(QueryHint {
-                pocl_cpu_query_seconds: t.pocl_cpu_pass_query_seconds,
-                total_seconds: build_query,
-            });
-        let forwarded_hint = (build_query > 0.0
-            && t.pocl_cpu_forwarded_query_seconds / build_query > FORWARDED_HINT_SHARE)
-            .then(|| forwarded_hint(&programs, &t, build_query));
-        let all = build_query + t.launch_seconds;
-        let launch_hint = (all > 0.0 && t.pocl_cpu_launch_seconds / all > LAUNCH_HINT_SHARE)
-            .then_some(LaunchHint {
-                pocl_cpu_launch_seconds: t.pocl_cpu_launch_seconds,
-                relaunches: t.pocl_cpu_relaunches,
-                relaunch_seconds: t.pocl_cpu_relaunch_seconds,
-                total_seconds: all,
-            });
-        let Problems { listed, more } = self.problems();
-        let mut problems: Vec<String> = listed.iter().map(|p| p.to_string()).collect();
-        if more > 0 {
-            problems.push(format!("... {more} more skipped, not listed"));
-        }
-        Report {
-            dir: dir.to_string(),
-            files: self.listed,
-            records: self.records,
-            skipped: self.skipped,
-            problems,
-            hosts: self.hosts.clone(),
-            processes: self.processes.len(),
-            programs,
-            ranks,
-            median_rank_seconds: med,
-            totals: t,
-            hint,
-            forwarded_hint,
-            launch_hint,
-        }
-    }
-}
-
-/// The forwarded queries by kind of program, slowest kind first; programs are named by
-/// their index in `programs`.
-fn forwarded_hint(programs: &[ProgramRow], t: &Totals, total_seconds: f64) -> ForwardedHint {
-    let mut by_kind: BTreeMap<ProgramKind, (f64, Vec<usize>)> = BTreeMap::new();
-    let mut policies = BTreeSet::new();
-    for (i, p) in programs.iter().enumerate() {
-        if p.forwarded_queries > 0 {
-            let e = by_kind.entry(p.kind()).or_default();
-            e.0 += p.forwarded_seconds;
-            e.1.push(i);
-            policies.extend(p.policies.iter().filter(|p| *p != "pass").cloned());
-        }
-    }
-    let mut kinds: Vec<ForwardedKind> = by_kind
-        .into_iter()
-        .map(|(k, (secs, mut rows))| {
-            rows.sort_by(|&a, &b| {
-                programs[b]
-                    .forwarded_seconds
-                    .total_cmp(&programs[a].forwarded_seconds)
-            });
-            let more = rows.len().saturating_sub(FORWARDED_HINT_PROGRAMS);
-            rows.truncate(FORWARDED_HINT_PROGRAMS);
-            ForwardedKind {
-                kind: k,
-                seconds: secs,
-                rows,
-                more,
-            }
-        })
-        .collect();
-    kinds.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
-    ForwardedHint {
-        policies,
-        queries: t.pocl_cpu_forwarded_queries,
-        seconds: t.pocl_cpu_forwarded_query_seconds,
-        total_seconds,
-        kinds,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1478,25 +1104,5 @@ mod tests {
         assert_eq!(median(&[]), 0.0);
         assert_eq!(median(&[1.0, 2.0, 10.0]), 2.0);
         assert_eq!(median(&[1.0, 2.0, 4.0, 10.0]), 3.0);
-    }
-
-    #[test]
-    fn labels_show_instances_only_where_needed() {
-        let p = |pid, i: Option<&str>| RankKey::Process {
-            host: "h".into(),
-            pid,
-            instance: i.map(str::to_string),
-        };
-        let keys = [
-            RankKey::Rank(2),
-            p(1, Some("00112233aabbccdd")),
-            p(1, Some("ffeeddccbbaa9988")),
-            p(2, Some("0123456789abcdef")),
-            p(3, None),
-        ];
-        assert_eq!(
-            rank_labels(keys.iter()),
-            ["2", "h:1#00112233", "h:1#ffeeddcc", "h:2", "h:3"]
-        );
     }
 }

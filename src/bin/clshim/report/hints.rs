@@ -1,0 +1,167 @@
+//! The report's hints: when the trace shows a cost clshim or a setting can remove
+//! (binary queries pocl answers by compiling again, queries still forwarded under a
+//! policy meant to answer them, first launches that compile size-specialised kernels),
+//! this module decides from the totals and rows whether to say so, with the figures the
+//! hint's text quotes. The thresholds live here; the texts are `render`'s.
+
+use super::aggregate::Totals;
+use super::rows::{ProgramKind, ProgramRow};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The binary-query hint is printed when pocl-CPU binary queries under `pass` exceed
+/// this share of build time.
+pub const HINT_SHARE: f64 = 0.2;
+/// The forwarded-query hint is printed when binary queries forwarded to pocl CPU devices
+/// the filter selects, in processes under another policy than `pass`, exceed this share
+/// of build time.
+pub const FORWARDED_HINT_SHARE: f64 = 0.05;
+/// Programs the forwarded-query hint names, per kind.
+pub const FORWARDED_HINT_PROGRAMS: usize = 3;
+/// The first-launch hint is printed when first launches on pocl CPU devices exceed this
+/// share of build, binary-query and first-launch time together.
+pub const LAUNCH_HINT_SHARE: f64 = 0.5;
+
+/// `part` as a fraction of `whole` (0 when there is no whole).
+fn fraction(part: f64, whole: f64) -> f64 {
+    if whole > 0.0 {
+        part / whole
+    } else {
+        0.0
+    }
+}
+
+/// The binary-query hint: pocl compiles a second time to answer them.
+#[derive(Debug)]
+pub struct QueryHint {
+    pub pocl_cpu_query_seconds: f64,
+    /// Build plus binary-query seconds.
+    pub total_seconds: f64,
+}
+
+impl QueryHint {
+    pub fn share(&self) -> f64 {
+        fraction(self.pocl_cpu_query_seconds, self.total_seconds)
+    }
+}
+
+/// The forwarded-query hint: under a policy meant to answer binary queries, some on
+/// selected pocl CPU devices were still forwarded (pocl compiled a second time).
+#[derive(Debug)]
+pub struct ForwardedHint {
+    /// The policies of the processes concerned.
+    pub policies: BTreeSet<String>,
+    pub queries: usize,
+    pub seconds: f64,
+    /// Build plus binary-query seconds.
+    pub total_seconds: f64,
+    /// Per kind, slowest first.
+    pub kinds: Vec<ForwardedKind>,
+}
+
+/// One kind of program whose binary queries were still forwarded.
+#[derive(Debug)]
+pub struct ForwardedKind {
+    pub kind: ProgramKind,
+    pub seconds: f64,
+    /// Its slowest programs (at most [`FORWARDED_HINT_PROGRAMS`]), as indices of program rows.
+    pub rows: Vec<usize>,
+    /// How many more programs of the kind there are.
+    pub more: usize,
+}
+
+impl ForwardedHint {
+    pub fn share(&self) -> f64 {
+        fraction(self.seconds, self.total_seconds)
+    }
+}
+
+/// The first-launch hint: pocl compiles a size-specialised kernel at first launch.
+#[derive(Debug)]
+pub struct LaunchHint {
+    pub pocl_cpu_launch_seconds: f64,
+    /// First launches of kernels already launched with other sizes.
+    pub relaunches: usize,
+    pub relaunch_seconds: f64,
+    /// Build, binary-query and first-launch seconds.
+    pub total_seconds: f64,
+}
+
+impl LaunchHint {
+    pub fn share(&self) -> f64 {
+        fraction(self.pocl_cpu_launch_seconds, self.total_seconds)
+    }
+}
+
+/// The hints a report carries, each present when its threshold is passed.
+pub(super) struct Hints {
+    pub query: Option<QueryHint>,
+    pub forwarded: Option<ForwardedHint>,
+    pub launch: Option<LaunchHint>,
+}
+
+/// The hints for these rows (sorted, as the report shows them) and totals.
+pub(super) fn hints(programs: &[ProgramRow], t: &Totals) -> Hints {
+    let build_query = t.build_seconds + t.query_seconds;
+    let hint = (build_query > 0.0 && t.pocl_cpu_pass_query_seconds / build_query > HINT_SHARE)
+        .then_some(QueryHint {
+            pocl_cpu_query_seconds: t.pocl_cpu_pass_query_seconds,
+            total_seconds: build_query,
+        });
+    let forwarded_hint = (build_query > 0.0
+        && t.pocl_cpu_forwarded_query_seconds / build_query > FORWARDED_HINT_SHARE)
+        .then(|| forwarded_hint(programs, t, build_query));
+    let all = build_query + t.launch_seconds;
+    let launch_hint =
+        (all > 0.0 && t.pocl_cpu_launch_seconds / all > LAUNCH_HINT_SHARE).then_some(LaunchHint {
+            pocl_cpu_launch_seconds: t.pocl_cpu_launch_seconds,
+            relaunches: t.pocl_cpu_relaunches,
+            relaunch_seconds: t.pocl_cpu_relaunch_seconds,
+            total_seconds: all,
+        });
+    Hints {
+        query: hint,
+        forwarded: forwarded_hint,
+        launch: launch_hint,
+    }
+}
+
+/// The forwarded queries by kind of program, slowest kind first; programs are named by
+/// their index in `programs`.
+fn forwarded_hint(programs: &[ProgramRow], t: &Totals, total_seconds: f64) -> ForwardedHint {
+    let mut by_kind: BTreeMap<ProgramKind, (f64, Vec<usize>)> = BTreeMap::new();
+    let mut policies = BTreeSet::new();
+    for (i, p) in programs.iter().enumerate() {
+        if p.forwarded_queries > 0 {
+            let e = by_kind.entry(p.kind()).or_default();
+            e.0 += p.forwarded_seconds;
+            e.1.push(i);
+            policies.extend(p.policies.iter().filter(|p| *p != "pass").cloned());
+        }
+    }
+    let mut kinds: Vec<ForwardedKind> = by_kind
+        .into_iter()
+        .map(|(k, (secs, mut rows))| {
+            rows.sort_by(|&a, &b| {
+                programs[b]
+                    .forwarded_seconds
+                    .total_cmp(&programs[a].forwarded_seconds)
+            });
+            let more = rows.len().saturating_sub(FORWARDED_HINT_PROGRAMS);
+            rows.truncate(FORWARDED_HINT_PROGRAMS);
+            ForwardedKind {
+                kind: k,
+                seconds: secs,
+                rows,
+                more,
+            }
+        })
+        .collect();
+    kinds.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+    ForwardedHint {
+        policies,
+        queries: t.pocl_cpu_forwarded_queries,
+        seconds: t.pocl_cpu_forwarded_query_seconds,
+        total_seconds,
+        kinds,
+    }
+}
