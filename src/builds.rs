@@ -15,7 +15,7 @@
 //! it, and a build whose callback exits is still recorded (at exit, with the status the
 //! callback saw).
 
-use crate::app_args::AppArray;
+use crate::app_args::{AppArray, AppCStr};
 use crate::cl::*;
 use crate::config::BinaryPolicy;
 use crate::devices::DeviceFacts;
@@ -262,7 +262,7 @@ impl Pending {
                 let mut out = Vec::with_capacity(n);
                 for (&h, &name) in headers.iter().zip(&names) {
                     // SAFETY: an include name of an accepted compile: a NUL-terminated string.
-                    let name = unsafe { query::c_bytes(name) };
+                    let name = unsafe { AppCStr::new(name) }.bytes().map(<[u8]>::to_vec);
                     // SAFETY: a header program of an accepted compile: live.
                     let source = unsafe { query::source(self.route, h) }.filter(|s| !s.is_empty());
                     match (name, source) {
@@ -424,10 +424,12 @@ impl Pending {
         if options_read(ret) {
             // SAFETY: the implementation read the options (it answered `ret`), so they are
             // NULL or NUL-terminated; the call has not returned.
-            c.options = unsafe { query::c_bytes(call.options) };
+            c.options = unsafe { AppCStr::new(call.options) }
+                .bytes()
+                .map(<[u8]>::to_vec);
             if let Some(given) = call.given_options {
                 // SAFETY: the application's own options string of the same call.
-                c.given = Some(unsafe { query::c_bytes(given) });
+                c.given = Some(unsafe { AppCStr::new(given) }.bytes().map(<[u8]>::to_vec));
             }
         }
         if accepted(ret) && self.rt.config.binaries == BinaryPolicy::Substitute {
