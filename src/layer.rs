@@ -281,3 +281,51 @@ macro_rules! own_slots {
     };
 }
 crate::entry_points::table!(intercepted => own_slots);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The loader's memory need not be aligned for what clshim writes into it: every
+    /// answer is written (and the property list read) through `app_args`, unaligned.
+    #[test]
+    fn the_loaders_memory_is_read_and_written_at_any_alignment() {
+        let mut raw = [0u8; 64];
+        let base = raw.as_mut_ptr();
+        // SAFETY: every pointer below lies inside `raw`, one byte off alignment.
+        unsafe {
+            let value = base.add(1) as *mut c_void;
+            let size_ret = base.add(9) as *mut usize;
+            assert_eq!(
+                clGetLayerInfo(CL_LAYER_API_VERSION, 4, value, size_ret),
+                CL_SUCCESS
+            );
+            assert_eq!(size_ret.read_unaligned(), 4);
+            assert_eq!(
+                (value as *const cl_uint).read_unaligned(),
+                CL_LAYER_API_VERSION_100
+            );
+            assert_eq!(
+                clGetLayerInfo(CL_LAYER_NAME, 2, value, size_ret),
+                CL_INVALID_VALUE
+            );
+            // The layer keeps the first table it is given: one that lives on.
+            let table: &'static [*const c_void] = Box::leak(vec![std::ptr::null(); 4].into());
+            let num_ret = base.add(17) as *mut cl_uint;
+            let table_ret = base.add(25) as *mut *const *const c_void;
+            let properties = base.add(41) as *mut u64;
+            properties.write_unaligned(0x4242);
+            assert_eq!(
+                clInitLayerWithProperties(4, table.as_ptr(), num_ret, table_ret, properties),
+                CL_INVALID_VALUE
+            );
+            properties.write_unaligned(0);
+            assert_eq!(
+                clInitLayerWithProperties(4, table.as_ptr(), num_ret, table_ret, properties),
+                CL_SUCCESS
+            );
+            assert_eq!(num_ret.read_unaligned(), 4);
+            assert!(!table_ret.read_unaligned().is_null());
+        }
+    }
+}
