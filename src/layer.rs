@@ -223,16 +223,20 @@ fn pin_in_memory() {
     if PINNED.swap(true, Ordering::Relaxed) {
         return;
     }
-    // SAFETY: dladdr fills `info` for an address inside this library; dli_fname is a
-    // NUL-terminated path owned by dyld, used at once.
-    unsafe {
-        let mut info: libc::Dl_info = std::mem::zeroed();
-        if libc::dladdr(clInitLayer as *const c_void, &mut info) != 0 && !info.dli_fname.is_null() {
+    // SAFETY: Dl_info is plain C data (pointers and integers), for which all zeroes is a
+    // valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: an address inside this library and a writable Dl_info to fill.
+    let found = unsafe { libc::dladdr(clInitLayer as *const c_void, &mut info) } != 0;
+    if found && !info.dli_fname.is_null() {
+        // SAFETY: dli_fname is the NUL-terminated path dladdr just gave, owned by dyld and
+        // used at once; NOLOAD only takes a reference to a library already loaded.
+        unsafe {
             libc::dlopen(
                 info.dli_fname,
                 libc::RTLD_LAZY | libc::RTLD_NOLOAD | libc::RTLD_NODELETE,
-            );
-        }
+            )
+        };
     }
 }
 
