@@ -4,12 +4,18 @@
 //! of `binary_status`); an [`AppArray`] is an array with the count the application gave
 //! (device lists, input programs, binaries and their lengths), read only when the caller
 //! states that the implementation accepted the call, and never beyond that count; an
-//! [`AppBuffer`] is a `param_value` with its size. Each is made once, in `unsafe`, from
+//! [`AppBuffer`] is a `param_value` with its size; an [`OutArray`] is an array the
+//! implementation fills for the application (`binary_status`); an [`AppBytes`] is a run of
+//! bytes with its length (a binary, an IL module, a source string given with a length) and
+//! an [`AppCStr`] a NUL-terminated string (a source string without a length, build
+//! options, a kernel name), both read as borrowed slices that live as long as the call.
+//! Each is made once, in `unsafe`, from
 //! what the OpenCL API requires of applications, so that what reads or writes through it
 //! can check NULL and size in one place. Writes and reads are element by element and
 //! unaligned: nothing requires the application's memory to be aligned for its type.
 
-use std::ffi::c_void;
+use std::ffi::{c_char, c_void, CStr};
+use std::marker::PhantomData;
 
 /// An out-parameter the application may pass as NULL.
 pub struct OutParam<T> {
@@ -36,6 +42,113 @@ impl<T: Copy> OutParam<T> {
     /// The pointer, to hand on unchanged to the implementation.
     pub fn as_ptr(&self) -> *mut T {
         self.ptr
+    }
+
+    /// What the implementation wrote there, None when the application omitted it.
+    ///
+    /// # Safety
+    /// The implementation wrote it (it returned success for a call that writes it).
+    pub unsafe fn written(&self) -> Option<T> {
+        // SAFETY: non-NULL, so writable for one T (`new`'s contract), and written (this
+        // function's contract); unaligned, as the application's memory need not be aligned.
+        (!self.ptr.is_null()).then(|| unsafe { self.ptr.read_unaligned() })
+    }
+}
+
+/// An array the application gave for the implementation to fill, one element per entry
+/// of its count (`binary_status`), or NULL.
+pub struct OutArray<T> {
+    ptr: *mut T,
+    count: usize,
+}
+
+impl<T: Copy> OutArray<T> {
+    /// # Safety
+    /// `ptr` is NULL or writable for `count` `T`s (the implementation accepted the count,
+    /// so the OpenCL API requires the array to hold it), for as long as the `OutArray`
+    /// lives (the intercepted call).
+    pub unsafe fn new(ptr: *mut T, count: usize) -> OutArray<T> {
+        OutArray { ptr, count }
+    }
+
+    /// Writes element `i`, unless the array is NULL or `i` is beyond its count.
+    pub fn set(&self, i: usize, value: T) {
+        if !self.ptr.is_null() && i < self.count {
+            // SAFETY: i < count elements, writable (`new`'s contract); unaligned, as the
+            // application's memory need not be aligned.
+            unsafe { self.ptr.add(i).write_unaligned(value) };
+        }
+    }
+}
+
+/// The application's bytes, with the length it gave: read as a slice that lives as long
+/// as the call (`'a`), never beyond that length, and only up to what a slice can hold.
+#[derive(Clone, Copy)]
+pub struct AppBytes<'a> {
+    ptr: *const u8,
+    len: usize,
+    call: PhantomData<&'a [u8]>,
+}
+
+impl<'a> AppBytes<'a> {
+    /// # Safety
+    /// `ptr` is NULL or readable for `len` bytes (what the OpenCL API requires of the
+    /// application for the argument, and what the implementation may read) until the
+    /// intercepted call returns, which `'a` does not outlast. Nothing is read here.
+    pub unsafe fn new(ptr: *const u8, len: usize) -> AppBytes<'a> {
+        AppBytes {
+            ptr,
+            len,
+            call: PhantomData,
+        }
+    }
+
+    /// The length the application gave.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The first `n` bytes; None when NULL, shorter than `n`, or longer than a slice can be.
+    pub fn prefix(&self, n: usize) -> Option<&'a [u8]> {
+        if self.ptr.is_null() || n > self.len || n > isize::MAX as usize {
+            return None;
+        }
+        // SAFETY: n <= len bytes, readable until the call returns (`new`'s contract), which
+        // 'a does not outlast; at most isize::MAX bytes. u8 has no alignment to keep.
+        Some(unsafe { std::slice::from_raw_parts(self.ptr, n) })
+    }
+
+    /// All `len` bytes (None as for [`AppBytes::prefix`]).
+    pub fn whole(&self) -> Option<&'a [u8]> {
+        self.prefix(self.len)
+    }
+}
+
+/// The application's NUL-terminated string (or NULL), read as a slice that lives as long
+/// as the call.
+#[derive(Clone, Copy)]
+pub struct AppCStr<'a> {
+    ptr: *const c_char,
+    call: PhantomData<&'a [u8]>,
+}
+
+impl<'a> AppCStr<'a> {
+    /// # Safety
+    /// `ptr` is NULL or a NUL-terminated string (what the OpenCL API requires of the
+    /// argument) that stays unchanged until the intercepted call returns, which `'a` does
+    /// not outlast. Nothing is read here.
+    pub unsafe fn new(ptr: *const c_char) -> AppCStr<'a> {
+        AppCStr {
+            ptr,
+            call: PhantomData,
+        }
+    }
+
+    /// The string's bytes without its NUL; None for NULL.
+    pub fn bytes(&self) -> Option<&'a [u8]> {
+        // SAFETY: non-NULL, so NUL-terminated and unchanged until the call returns (`new`'s
+        // contract), which 'a does not outlast.
+        (!self.ptr.is_null()).then(|| unsafe { CStr::from_ptr(self.ptr) }.to_bytes())
     }
 }
 
@@ -210,6 +323,44 @@ mod tests {
         assert!(b.write(&[1u8; 16]));
         assert_eq!(raw[0], 0);
         assert_eq!(raw[16], 1);
+    }
+
+    #[test]
+    fn bytes_read_no_further_than_their_length() {
+        let raw = *b"abcdef";
+        // SAFETY: 6 live bytes, claimed as 4.
+        let b = unsafe { AppBytes::new(raw.as_ptr(), 4) };
+        assert_eq!(b.prefix(2), Some(&b"ab"[..]));
+        assert_eq!(b.whole(), Some(&b"abcd"[..]));
+        assert_eq!(b.prefix(5), None);
+        // SAFETY: NULL is never read.
+        let none = unsafe { AppBytes::new(std::ptr::null(), 8) };
+        assert_eq!(none.prefix(0), None);
+        // SAFETY: a claim beyond any slice is never read.
+        let huge = unsafe { AppBytes::new(raw.as_ptr(), usize::MAX) };
+        assert_eq!(huge.whole(), None);
+        assert_eq!(huge.prefix(3), Some(&b"abc"[..]));
+        // SAFETY: a NUL-terminated literal, and NULL.
+        let (s, n) = unsafe {
+            (
+                AppCStr::new(b"opt\0".as_ptr() as *const c_char),
+                AppCStr::new(std::ptr::null()),
+            )
+        };
+        assert_eq!(s.bytes(), Some(&b"opt"[..]));
+        assert_eq!(n.bytes(), None);
+    }
+
+    #[test]
+    fn out_arrays_write_within_their_count() {
+        let mut raw = [0i32; 3];
+        // SAFETY: 3 writable, claimed as 2.
+        let a = unsafe { OutArray::new(raw.as_mut_ptr(), 2) };
+        a.set(0, 5);
+        a.set(2, 9); // beyond the count: not written
+        assert_eq!(raw, [5, 0, 0]);
+        // SAFETY: NULL is never written.
+        unsafe { OutArray::<i32>::new(std::ptr::null_mut(), 4) }.set(0, 1);
     }
 
     #[test]

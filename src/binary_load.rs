@@ -9,11 +9,12 @@
 //! application's arrays than it did. What a clshim binary carries, and how it is checked,
 //! is `container`'s.
 
-use crate::app_args::AppArray;
+use crate::app_args::{AppArray, AppBytes};
 use crate::cl::*;
 use crate::container;
 use crate::devices::describe_all;
 use crate::dispatch::Route;
+use crate::owned_program::OwnedProgram;
 use crate::programs::{Loaded, Origin};
 use crate::query;
 use crate::recipe::{Kind, Recipe, Text};
@@ -27,19 +28,19 @@ use std::sync::Arc;
 /// or refused for its binaries alone, copied once clshim has checked them as the OpenCL
 /// specification requires: at least one device, at most as many as the context has, each
 /// of the context and named once, and a non-NULL binary of non-zero length for each.
-struct LoadArgs {
+struct LoadArgs<'a> {
     devices: Vec<cl_device_id>,
     lengths: Vec<usize>,
-    binaries: Vec<*const u8>,
+    binaries: Vec<AppBytes<'a>>,
     context_devices: Vec<cl_device_id>,
 }
 
-impl LoadArgs {
+impl<'a> LoadArgs<'a> {
     /// # Safety
     /// The implementation answered the call with success or `CL_INVALID_BINARY` (so
     /// `context` is a valid context and the arrays hold what the count says, up to the
     /// context's number of devices).
-    unsafe fn check(route: Route, call: &BinaryCall) -> Option<LoadArgs> {
+    unsafe fn check(route: Route, call: &BinaryCall) -> Option<LoadArgs<'a>> {
         let n = call.devices.len();
         if n == 0 || call.devices.is_null() || call.lengths.is_null() || call.binaries.is_null() {
             return None;
@@ -66,6 +67,13 @@ impl LoadArgs {
             .all(|(i, d)| context_devices.contains(d) && !devices[..i].contains(d))
             && lengths.iter().all(|&l| l > 0)
             && binaries.iter().all(|b| !b.is_null());
+        let binaries = binaries
+            .iter()
+            .zip(&lengths)
+            // SAFETY: binary i of lengths[i] bytes, which the OpenCL API requires to be
+            // readable for the call (the implementation read them as well); 'a is the call.
+            .map(|(&b, &l)| unsafe { AppBytes::new(b, l) })
+            .collect();
         valid.then_some(LoadArgs {
             devices,
             lengths,
@@ -75,29 +83,13 @@ impl LoadArgs {
     }
 
     fn any_clshim(&self) -> bool {
-        // SAFETY: each binary is non-NULL; raw_is_clshim reads at most 8 of its `len`
-        // bytes, which the implementation was given to read.
-        self.binaries
-            .iter()
-            .zip(&self.lengths)
-            .any(|(&b, &l)| unsafe { container::raw_is_clshim(b, l) })
+        self.binaries.iter().any(container::app_is_clshim)
     }
 
-    /// The binaries as byte slices, for hashing what a program was made from: only after
-    /// the implementation accepted them, and only lengths a slice can have.
-    ///
-    /// # Safety
-    /// The implementation accepted the binaries (made a program of them).
-    unsafe fn slices(&self) -> Vec<&[u8]> {
-        self.binaries
-            .iter()
-            .zip(&self.lengths)
-            .filter(|(_, &l)| l <= isize::MAX as usize)
-            // SAFETY: `check` found the binary non-NULL, of non-zero length, and the
-            // implementation accepted it (this function's contract), so it is readable for
-            // its length; no slice longer than isize::MAX is made.
-            .map(|(&b, &l)| unsafe { std::slice::from_raw_parts(b, l) })
-            .collect()
+    /// The binaries as byte slices, for hashing what a program was made from (called only
+    /// once the implementation made a program of them): only lengths a slice can have.
+    fn slices(&self) -> Vec<&'a [u8]> {
+        self.binaries.iter().filter_map(AppBytes::whole).collect()
     }
 }
 
@@ -112,18 +104,14 @@ fn check_clshim_binaries(
     let mut recipe: Option<(Recipe, Vec<u8>)> = None;
     let mut verdicts = Vec::with_capacity(args.devices.len());
     for (i, &device) in args.devices.iter().enumerate() {
-        let (ptr, len) = (args.binaries[i], args.lengths[i]);
-        // SAFETY: checked non-NULL; read no further than its header allows.
-        let verdict = if !unsafe { container::raw_is_clshim(ptr, len) } {
+        let binary = &args.binaries[i];
+        let verdict = if !container::app_is_clshim(binary) {
             Err("a native binary beside clshim binaries".to_string())
         } else {
             // SAFETY: a device of the context (LoadArgs::check).
             match unsafe { rt.devices.get(route, device) } {
                 None => Err("the device could not be queried".to_string()),
-                // SAFETY: non-NULL and `len` bytes given to the implementation
-                // (LoadArgs::check);
-                // decode_raw reads the rest only if the header declares that length.
-                Some(f) => match unsafe { container::decode_raw(ptr, len, f.fingerprint()) } {
+                Some(f) => match container::decode_app(binary, f.fingerprint()) {
                     Err(why) => Err(why.to_string()),
                     Ok(r) => {
                         let body = r.encode();
@@ -146,20 +134,6 @@ fn check_clshim_binaries(
     (verdicts, recipe.filter(|_| all_ok).map(|(r, _)| r))
 }
 
-/// Releases programs clshim made while recreating one (never the application's).
-///
-/// # Safety
-/// Each is a live program clshim made and holds the only reference to.
-unsafe fn release_all(route: Route, programs: &[cl_program]) {
-    for &p in programs {
-        // SAFETY: a live program (this function's contract).
-        if let Some(release) = unsafe { route.release_program(p) } {
-            // SAFETY: its own clReleaseProgram, dropping clshim's only reference.
-            unsafe { release(p) };
-        }
-    }
-}
-
 /// A NUL-terminated copy of options (the recipe's rules exclude NUL bytes).
 fn c_options(options: &Option<Vec<u8>>) -> CString {
     CString::new(options.clone().unwrap_or_default()).unwrap_or_default()
@@ -169,7 +143,11 @@ fn c_options(options: &Option<Vec<u8>>) -> CString {
 ///
 /// # Safety
 /// `context` is a valid context (the implementation accepted it).
-unsafe fn from_text(route: Route, context: cl_context, text: &Text) -> Result<cl_program, String> {
+unsafe fn from_text(
+    route: Route,
+    context: cl_context,
+    text: &Text,
+) -> Result<OwnedProgram, String> {
     let mut err = CL_INVALID_OPERATION;
     let program = match text {
         Text::Source(src) => {
@@ -194,7 +172,8 @@ unsafe fn from_text(route: Route, context: cl_context, text: &Text) -> Result<cl
     if program.is_null() {
         return Err(format!("making the program failed ({})", status_name(err)));
     }
-    Ok(program)
+    // SAFETY: the live program the implementation just made for clshim, never handed out.
+    Ok(unsafe { OwnedProgram::new(route, program) })
 }
 
 /// Makes the program a recipe describes again, for `devices` of `context`: a build
@@ -203,7 +182,8 @@ unsafe fn from_text(route: Route, context: cl_context, text: &Text) -> Result<cl
 /// its headers and options; a link compiles and links its inputs again, each distinct
 /// input once however many links share it, and is refused unless the implementation
 /// makes of it what the recipe says (a library or an executable). Every program made on
-/// the way that is not the result is released; on failure nothing is left.
+/// the way that is not the result is released (each is an [`OwnedProgram`]); on failure
+/// nothing is left.
 ///
 /// # Safety
 /// `context` is a valid context and `devices` distinct devices of it (the implementation
@@ -213,18 +193,15 @@ unsafe fn recreate(
     context: cl_context,
     devices: &[cl_device_id],
     recipe: &Recipe,
-) -> Result<cl_program, String> {
+) -> Result<OwnedProgram, String> {
+    // The inputs made on the way, released when this returns.
     let mut made = std::collections::HashMap::new();
     // SAFETY: this function's contract.
-    let result = unsafe { recreate_part(route, context, devices, recipe, &mut made) };
-    let parts: Vec<cl_program> = made.into_values().collect();
-    // SAFETY: the inputs clshim made on the way, never handed out.
-    unsafe { release_all(route, &parts) };
-    result
+    unsafe { recreate_part(route, context, devices, recipe, &mut made) }
 }
 
 /// One part of [`recreate`]: `made` holds the inputs made so far (by address of their
-/// recipe), for the caller to release.
+/// recipe), which the caller releases by dropping it.
 ///
 /// # Safety
 /// As for [`recreate`].
@@ -233,8 +210,8 @@ unsafe fn recreate_part(
     context: cl_context,
     devices: &[cl_device_id],
     recipe: &Recipe,
-    made: &mut std::collections::HashMap<*const Recipe, cl_program>,
-) -> Result<cl_program, String> {
+    made: &mut std::collections::HashMap<*const Recipe, OwnedProgram>,
+) -> Result<OwnedProgram, String> {
     let n = devices.len() as cl_uint;
     let options = c_options(&recipe.options);
     match recipe.kind {
@@ -248,15 +225,10 @@ unsafe fn recreate_part(
                 // SAFETY: a valid context (this function's contract).
                 match unsafe { from_text(route, context, &Text::Source(h.source.clone())) } {
                     Ok(p) => headers.push(p),
-                    Err(e) => {
-                        // SAFETY: programs clshim just made, not handed out.
-                        unsafe { release_all(route, &headers) };
-                        // SAFETY: as above.
-                        unsafe { release_all(route, &[program]) };
-                        return Err(format!("header: {e}"));
-                    }
+                    Err(e) => return Err(format!("header: {e}")),
                 }
             }
+            let header_handles: Vec<cl_program> = headers.iter().map(OwnedProgram::get).collect();
             let names: Vec<CString> = recipe
                 .headers
                 .iter()
@@ -266,16 +238,16 @@ unsafe fn recreate_part(
             let (header_list, name_list) = if headers.is_empty() {
                 (std::ptr::null(), std::ptr::null())
             } else {
-                (headers.as_ptr(), name_ptrs.as_ptr())
+                (header_handles.as_ptr(), name_ptrs.as_ptr())
             };
             // SAFETY: the live program clshim just made.
-            let ret = match unsafe { route.compile_program(program) } {
+            let ret = match unsafe { route.compile_program(program.get()) } {
                 // SAFETY: the program's own entry; the devices of its context (this
                 // function's contract); clshim's own options, headers and names, alive for
                 // the call, with no callback.
                 Some(compile) => unsafe {
                     compile(
-                        program,
+                        program.get(),
                         n,
                         devices.as_ptr(),
                         options.as_ptr(),
@@ -288,11 +260,9 @@ unsafe fn recreate_part(
                 },
                 None => CL_INVALID_OPERATION,
             };
-            // SAFETY: header programs clshim just made, no longer needed.
-            unsafe { release_all(route, &headers) };
+            // The header programs are no longer needed.
+            drop(headers);
             if ret != CL_SUCCESS {
-                // SAFETY: the program clshim just made, not handed out.
-                unsafe { release_all(route, &[program]) };
                 return Err(format!("compiling it again failed ({})", status_name(ret)));
             }
             Ok(program)
@@ -302,12 +272,11 @@ unsafe fn recreate_part(
             for i in &recipe.inputs {
                 let key = Arc::as_ptr(i);
                 let p = match made.get(&key) {
-                    Some(&p) => p,
+                    Some(p) => p.get(),
                     None => {
                         // SAFETY: the same context and devices (this function's contract).
                         let p = unsafe { recreate_part(route, context, devices, i, made) }?;
-                        made.insert(key, p);
-                        p
+                        made.entry(key).or_insert(p).get()
                     }
                 };
                 inputs.push(p);
@@ -332,13 +301,13 @@ unsafe fn recreate_part(
                 },
                 None => std::ptr::null_mut(),
             };
-            if program.is_null() || err != CL_SUCCESS {
-                if !program.is_null() {
-                    // SAFETY: the program clshim just made, not handed out.
-                    unsafe { release_all(route, &[program]) };
-                }
-                return Err(format!("linking it again failed ({})", status_name(err)));
-            }
+            // SAFETY: when not NULL, the live program the implementation just linked for
+            // clshim, never handed out.
+            let linked = (!program.is_null()).then(|| unsafe { OwnedProgram::new(route, program) });
+            let program = match linked {
+                Some(p) if err == CL_SUCCESS => p,
+                _ => return Err(format!("linking it again failed ({})", status_name(err))),
+            };
             let want = if recipe.kind == Kind::Library {
                 CL_PROGRAM_BINARY_TYPE_LIBRARY
             } else {
@@ -347,11 +316,9 @@ unsafe fn recreate_part(
             // SAFETY: the live program clshim just linked, for devices of its context.
             let got: Vec<_> = devices
                 .iter()
-                .map(|&d| unsafe { query::binary_type(route, program, d) })
+                .map(|&d| unsafe { query::binary_type(route, program.get(), d) })
                 .collect();
             if got.iter().any(|t| *t != Some(want)) {
-                // SAFETY: the program clshim just made, not handed out.
-                unsafe { release_all(route, &[program]) };
                 return Err(format!(
                     "the implementation made no {} of the link's options",
                     recipe.kind.name()
@@ -425,9 +392,8 @@ pub unsafe fn create_with_binary(
         crate::guard::catch(|| {
             let (devices, lengths, slices) = match args {
                 Some(a) if !driver_program.is_null() => {
-                    // SAFETY: the implementation made a program of these binaries.
-                    let slices = unsafe { a.slices() };
-                    (&a.devices[..], a.lengths.clone(), slices)
+                    // The implementation made a program of these binaries.
+                    (&a.devices[..], a.lengths.clone(), a.slices())
                 }
                 Some(a) => (&a.devices[..], a.lengths.clone(), Vec::new()),
                 None => (&[][..], Vec::new(), Vec::new()),
@@ -474,8 +440,8 @@ pub unsafe fn create_with_binary(
     // to clshim's answer.
     if !driver_program.is_null() {
         // SAFETY: a live program the implementation just made, that the application never
-        // saw: clshim holds its only reference.
-        unsafe { release_all(route, &[driver_program]) };
+        // saw: clshim holds its only reference. Released here.
+        drop(unsafe { OwnedProgram::new(route, driver_program) });
     }
     // The recipe is made again now, so that a refusal (a part the implementation no
     // longer compiles) is the load's CL_INVALID_BINARY, never a partial program.
@@ -551,12 +517,12 @@ pub unsafe fn create_with_binary(
             "substitute",
             None,
             lengths_json,
-            Some((program, Origin::ClshimBinary, &[&made_from(&recipe)])),
+            Some((program.get(), Origin::ClshimBinary, &[&made_from(&recipe)])),
         );
-        remember(rt, program, recipe);
+        remember(rt, program.get(), recipe);
     });
     Created {
-        program,
+        program: program.into_raw(),
         errcode: CL_SUCCESS,
         statuses: Some(vec![CL_SUCCESS; args.devices.len()]),
     }

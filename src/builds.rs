@@ -15,13 +15,13 @@
 //! it, and a build whose callback exits is still recorded (at exit, with the status the
 //! callback saw).
 
-use crate::app_args::AppArray;
+use crate::app_args::{AppArray, AppCStr};
 use crate::cl::*;
 use crate::config::BinaryPolicy;
 use crate::devices::DeviceFacts;
 use crate::dispatch::Route;
 use crate::guard::{catch, outside};
-use crate::lock::Lock;
+use crate::lock::{ForkOrder, Lock};
 use crate::programs::{Origin, ProgramInfo};
 use crate::query;
 use crate::recipe::{Header, Kind, Recipe, Text};
@@ -29,7 +29,7 @@ use crate::record::Start;
 use crate::runtime::Runtime;
 use crate::schema::{self, Event};
 use std::ffi::{c_char, c_void};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// The implementation's entry point a build call is forwarded to.
@@ -267,7 +267,7 @@ impl AwaitingBuildEnd {
                 let mut out = Vec::with_capacity(n);
                 for (&h, &name) in headers.iter().zip(&names) {
                     // SAFETY: an include name of an accepted compile: a NUL-terminated string.
-                    let name = unsafe { query::c_bytes(name) };
+                    let name = unsafe { AppCStr::new(name) }.bytes().map(<[u8]>::to_vec);
                     // SAFETY: a header program of an accepted compile: live.
                     let source = unsafe { query::source(self.route, h) }.filter(|s| !s.is_empty());
                     match (name, source) {
@@ -429,10 +429,12 @@ impl AwaitingBuildEnd {
         if options_read(ret) {
             // SAFETY: the implementation read the options (it answered `ret`), so they are
             // NULL or NUL-terminated; the call has not returned.
-            c.options = unsafe { query::c_bytes(call.options) };
+            c.options = unsafe { AppCStr::new(call.options) }
+                .bytes()
+                .map(<[u8]>::to_vec);
             if let Some(given) = call.given_options {
                 // SAFETY: the application's own options string of the same call.
-                c.given = Some(unsafe { query::c_bytes(given) });
+                c.given = Some(unsafe { AppCStr::new(given) }.bytes().map(<[u8]>::to_vec));
             }
         }
         if accepted(ret) && self.rt.config.binaries == BinaryPolicy::Substitute {
@@ -586,7 +588,7 @@ struct AsyncState {
     fired: Option<Fired>,
     /// The call's status, once it returned.
     returned: Option<cl_int>,
-    /// Whether the build is in FIRED_EARLY.
+    /// Whether the build is in `fired_early()`.
     listed: bool,
     /// Whether the callback has been called (it holds the implementation's reference).
     called: bool,
@@ -615,8 +617,16 @@ unsafe impl Send for Seen {}
 
 /// Builds whose callback fired before their call returned, waiting for that return to
 /// write their record. If the application's callback ends the process with `exit()`, the
-/// exit handler writes them with the status the callback saw.
-static FIRED_EARLY: Lock<Vec<(u32, Arc<AsyncBuild>)>> = Lock::new(Vec::new());
+/// exit handler writes them with the status the callback saw. Each with the pid that
+/// listed it.
+type FiredEarly = Lock<Vec<(u32, Arc<AsyncBuild>)>>;
+
+/// The list, held across fork (registered with the fork handlers at first use, which holds
+/// no lock).
+fn fired_early() -> &'static FiredEarly {
+    static FIRED_EARLY: OnceLock<&'static FiredEarly> = OnceLock::new();
+    FIRED_EARLY.get_or_init(|| Lock::new_fork_held(ForkOrder::FiredEarly, Vec::new()))
+}
 
 fn await_return(ctx: &Arc<AsyncBuild>) {
     static HANDLER: std::sync::Once = std::sync::Once::new();
@@ -625,24 +635,19 @@ fn await_return(ctx: &Arc<AsyncBuild>) {
     HANDLER.call_once(|| unsafe {
         libc::atexit(record_fired_at_exit);
     });
-    FIRED_EARLY
+    fired_early()
         .lock()
         .push((std::process::id(), Arc::clone(ctx)));
 }
 
 fn returned(ctx: &Arc<AsyncBuild>) {
-    FIRED_EARLY.lock().retain(|(_, c)| !Arc::ptr_eq(c, ctx));
-}
-
-/// Fork handlers (see runtime.rs): the child must not inherit the list's lock held.
-pub fn lock_for_fork() {
-    FIRED_EARLY.hold_for_fork();
+    fired_early().lock().retain(|(_, c)| !Arc::ptr_eq(c, ctx));
 }
 
 extern "C" fn record_fired_at_exit() {
     catch(|| {
         // A thread stuck holding a lock while the process exits must not hang the exit.
-        let Some(mut list) = FIRED_EARLY.try_lock_for(Duration::from_millis(200)) else {
+        let Some(mut list) = fired_early().try_lock_for(Duration::from_millis(200)) else {
             return;
         };
         let pid = std::process::id();

@@ -19,9 +19,10 @@
 //! length (within the limit, equal to the bytes present), the checksum, the device, and
 //! the source itself (not empty, no NUL byte: `encode` never writes either, and a source
 //! build of an empty text reads a dangling pointer in some drivers). An application's
-//! binary is read through [`decode_raw`], which reads the header first and the rest only
+//! binary is read through [`decode_app`], from `app_args`'s view of it,, which reads the header first and the rest only
 //! when the length it claims is the one the header declares.
 
+use crate::app_args::AppBytes;
 use crate::hash::fnv1a64;
 use crate::recipe::{Broken, Kind, Recipe, Text};
 use std::fmt;
@@ -189,39 +190,25 @@ pub fn decode(bytes: &[u8], fingerprint: u64) -> Result<Recipe, Rejection> {
     })
 }
 
-/// Whether the application's binary `(ptr, len)` claims to be a clshim binary: reads at
-/// most the magic's 8 bytes, and nothing when `len` is shorter.
-///
-/// # Safety
-/// `ptr` must be NULL or readable for `min(len, 8)` bytes (what a driver reads too).
-pub unsafe fn raw_is_clshim(ptr: *const u8, len: usize) -> bool {
-    !ptr.is_null()
-        && len >= MAGIC.len()
-        // SAFETY: non-NULL and `len` >= 8, so readable for the magic's 8 bytes (this
-        // function's contract).
-        && is_clshim(unsafe { std::slice::from_raw_parts(ptr, MAGIC.len()) })
+/// Whether the application's binary claims to be a clshim binary: reads at most the
+/// magic's 8 bytes, and nothing when it is shorter.
+pub fn app_is_clshim(binary: &AppBytes) -> bool {
+    binary.prefix(MAGIC.len()).is_some_and(is_clshim)
 }
 
-/// [`decode`] of the application's binary `(ptr, len)`: reads the header first, and the
-/// whole binary only when `len` is the length the header declares (so never more than
-/// `MAX_SOURCE` and the header and trailer, whatever `len` claims).
-///
-/// # Safety
-/// `ptr` must be NULL or readable for `len` bytes.
-pub unsafe fn decode_raw(
-    ptr: *const u8,
-    len: usize,
-    fingerprint: u64,
-) -> Result<Recipe, Rejection> {
-    if ptr.is_null() || len < HEADER + TRAILER {
+/// [`decode`] of the application's binary: reads the header first, and the whole binary
+/// only when its length is the one the header declares (so never more than `MAX_SOURCE`
+/// and the header and trailer, whatever length the application claims).
+pub fn decode_app(binary: &AppBytes, fingerprint: u64) -> Result<Recipe, Rejection> {
+    let len = binary.len();
+    let Some(header) = binary.prefix(HEADER).filter(|_| len >= HEADER + TRAILER) else {
         return Err(Rejection::Truncated { length: len });
-    }
-    // SAFETY: non-NULL and `len` >= HEADER, so readable for the header (this function's
-    // contract).
-    check_header(unsafe { std::slice::from_raw_parts(ptr, HEADER) }, len)?;
-    // SAFETY: readable for `len` bytes (this function's contract), which check_header
-    // found to be the length the header declares, bounded by MAX_SOURCE.
-    decode(unsafe { std::slice::from_raw_parts(ptr, len) }, fingerprint)
+    };
+    check_header(header, len)?;
+    // check_header found `len` to be the length the header declares, bounded by
+    // MAX_SOURCE, so `whole` is that many bytes.
+    let whole = binary.whole().ok_or(Rejection::Truncated { length: len })?;
+    decode(whole, fingerprint)
 }
 
 #[cfg(test)]
@@ -327,32 +314,32 @@ mod tests {
     }
 
     #[test]
-    fn raw_binaries_are_read_no_further_than_their_header_allows() {
+    fn app_binaries_are_read_no_further_than_their_header_allows() {
         let good = encode(SRC, 7);
-        // SAFETY: every pointer below is a live buffer of at least the length given.
-        unsafe {
-            assert!(raw_is_clshim(good.as_ptr(), good.len()));
-            assert!(!raw_is_clshim(good.as_ptr(), 7));
-            assert!(!raw_is_clshim(std::ptr::null(), 100));
-            assert_eq!(
-                src_of(decode_raw(good.as_ptr(), good.len(), 7)),
-                Ok(SRC.to_vec())
+        // SAFETY: every pointer below is a live buffer of at least the length given, or
+        // NULL, or claims a length that only the header check may look at.
+        let app = |ptr: *const u8, len: usize| unsafe { AppBytes::new(ptr, len) };
+        assert!(app_is_clshim(&app(good.as_ptr(), good.len())));
+        assert!(!app_is_clshim(&app(good.as_ptr(), 7)));
+        assert!(!app_is_clshim(&app(std::ptr::null(), 100)));
+        assert_eq!(
+            src_of(decode_app(&app(good.as_ptr(), good.len()), 7)),
+            Ok(SRC.to_vec())
+        );
+        // A length far beyond the buffer: only the header is read, and it declares
+        // another length.
+        for claim in [usize::MAX, isize::MAX as usize + 1, good.len() + 1] {
+            assert!(
+                matches!(
+                    decode_app(&app(good.as_ptr(), claim), 7),
+                    Err(Rejection::LengthMismatch { .. })
+                ),
+                "{claim}"
             );
-            // A length far beyond the buffer: only the header is read, and it declares
-            // another length.
-            for claim in [usize::MAX, isize::MAX as usize + 1, good.len() + 1] {
-                assert!(
-                    matches!(
-                        decode_raw(good.as_ptr(), claim, 7),
-                        Err(Rejection::LengthMismatch { .. })
-                    ),
-                    "{claim}"
-                );
-            }
-            assert!(matches!(
-                decode_raw(good.as_ptr(), 12, 7),
-                Err(Rejection::Truncated { .. })
-            ));
         }
+        assert!(matches!(
+            decode_app(&app(good.as_ptr(), 12), 7),
+            Err(Rejection::Truncated { .. })
+        ));
     }
 }

@@ -7,7 +7,7 @@ use crate::cl::*;
 use crate::config::DeviceFilter;
 use crate::dispatch::Route;
 use crate::hash::Fnv1a;
-use crate::lock::Lock;
+use crate::lock::{ForkOrder, Lock};
 use crate::query::info_bytes;
 use crate::schema::{self, POCL_PLATFORM};
 use std::collections::HashMap;
@@ -110,9 +110,17 @@ pub unsafe fn query(route: Route, device: cl_device_id) -> Option<DeviceFacts> {
 }
 
 /// Device facts by device handle, filled on first use.
-#[derive(Default)]
 pub struct DeviceCache {
-    map: Lock<HashMap<usize, Arc<DeviceFacts>>>,
+    /// Held across fork (registered with the fork handlers).
+    map: &'static Lock<HashMap<usize, Arc<DeviceFacts>>>,
+}
+
+impl Default for DeviceCache {
+    fn default() -> DeviceCache {
+        DeviceCache {
+            map: Lock::new_fork_held(ForkOrder::Devices, HashMap::new()),
+        }
+    }
 }
 
 impl DeviceCache {
@@ -134,12 +142,6 @@ impl DeviceCache {
                 .or_insert(facts)
                 .clone(),
         )
-    }
-
-    /// Held across `fork()` by the fork handlers (runtime.rs), released by
-    /// `lock::release_after_fork`.
-    pub fn lock_for_fork(&'static self) {
-        self.map.hold_for_fork();
     }
 }
 

@@ -4,7 +4,7 @@
 //! nested call) the call is still forwarded unchanged, and exactly once. Each door
 //! (`preload`, `layer`, `macos`) makes its C functions for them with `door_functions!`.
 
-use crate::app_args::{AppArray, AppBuffer, OutParam};
+use crate::app_args::{AppArray, AppBuffer, AppBytes, AppCStr, OutArray, OutParam};
 use crate::binary_load;
 use crate::builds::{self, BuildCall, Entry};
 use crate::cl::*;
@@ -347,12 +347,13 @@ pub unsafe fn create_program_with_binary<D: Door>(
     };
     // SAFETY: the application's arguments; `real` its implementation's entry point.
     let created = unsafe { binary_load::create_with_binary(rt, route, real, &call, binary_status) };
-    if let (Some(statuses), false) = (&created.statuses, binary_status.is_null()) {
-        for (i, &s) in statuses.iter().take(n).enumerate() {
-            // SAFETY: statuses come back only for a call whose `num_devices` devices the
-            // implementation accepted (or refused only for their binaries), for which
-            // OpenCL requires `binary_status` to hold one status per device.
-            unsafe { OutParam::new(binary_status.add(i)) }.set(s);
+    if let Some(statuses) = &created.statuses {
+        // SAFETY: statuses come back only for a call whose `num_devices` devices the
+        // implementation accepted (or refused only for their binaries), for which OpenCL
+        // requires `binary_status` to be NULL or hold one status per device.
+        let out = unsafe { OutArray::new(binary_status, n) };
+        for (i, &s) in statuses.iter().enumerate() {
+            out.set(i, s);
         }
     }
     errcode.set(created.errcode);
@@ -376,17 +377,17 @@ unsafe fn source_parts<'a>(
         if s.is_null() {
             continue;
         }
-        let len = match lengths.get(i) {
-            Some(&l) if l != 0 => l,
+        let part = match lengths.get(i) {
+            // SAFETY: a string of `l` bytes that the implementation accepted, read before
+            // the call returns (this function's contract).
+            Some(&l) if l != 0 => unsafe { AppBytes::new(s as *const u8, l) }.whole(),
             // SAFETY: a string given without a length is NUL-terminated (OpenCL's rule, which
-            // the implementation that accepted it relied on too).
-            _ => unsafe { std::ffi::CStr::from_ptr(s) }.to_bytes().len(),
+            // the implementation that accepted it relied on too), read before the call
+            // returns (this function's contract).
+            _ => unsafe { AppCStr::new(s) }.bytes(),
         };
-        if len > isize::MAX as usize {
-            continue; // no slice can be that long; the implementation took it all the same
-        }
-        // SAFETY: a string of `len` bytes that the implementation accepted.
-        parts.push(unsafe { std::slice::from_raw_parts(s as *const u8, len) });
+        // None only for a length no slice can have; the implementation took it all the same.
+        parts.extend(part);
     }
     parts
 }
@@ -468,7 +469,10 @@ pub unsafe fn create_program_with_il<D: Door>(
         register_created(route, program, Origin::Il, || {
             // SAFETY: called only for a program the implementation made of these `length`
             // bytes (so they are readable), before the call returns.
-            vec![unsafe { std::slice::from_raw_parts(il as *const u8, length) }]
+            unsafe { AppBytes::new(il as *const u8, length) }
+                .whole()
+                .into_iter()
+                .collect()
         });
     }
     program
@@ -678,9 +682,9 @@ pub unsafe fn create_kernels_in_program<D: Door>(
     let ret = unsafe { real(program, num_kernels, kernels, num_kernels_ret) };
     if ret == CL_SUCCESS && !kernels.is_null() {
         catch(|| {
-            // SAFETY: the implementation just wrote `num_kernels_ret` (when given).
-            let said =
-                (!num_kernels_ret.is_null()).then(|| unsafe { num_kernels_ret.read_unaligned() });
+            // SAFETY: the application's `num_kernels_ret` (NULL or writable, as OpenCL
+            // requires), which the implementation just wrote when given: it succeeded.
+            let said = unsafe { OutParam::new(num_kernels_ret).written() };
             // SAFETY: the program is live: the call succeeded on it.
             let n = unsafe { crate::launches::kernels_written(route, program, said, num_kernels) };
             // SAFETY: the implementation wrote `n` (at most `num_kernels`) kernels into the

@@ -19,7 +19,7 @@
 //! whereas telling the last release needs the reference count, which OpenCL calls a hint,
 //! and a release clshim missed would leave the old identity in place.
 
-use crate::app_args::AppArray;
+use crate::app_args::{AppArray, AppCStr, OutParam};
 use crate::cl::*;
 use crate::dispatch::Route;
 use crate::guard::{self, catch};
@@ -412,9 +412,9 @@ unsafe fn first_launch(
     let start = Start::now();
     let ret = forward(event_ptr);
     let ev = if ret == CL_SUCCESS {
-        // SAFETY: the application's event out-parameter (or clshim's local), which the
-        // implementation wrote on success.
-        unsafe { event_ptr.read_unaligned() }
+        // SAFETY: the application's event out-parameter (or clshim's local), non-NULL and
+        // writable as OpenCL requires, which the implementation wrote on success.
+        unsafe { OutParam::new(event_ptr).written() }.unwrap_or(std::ptr::null_mut())
     } else {
         std::ptr::null_mut()
     };
@@ -583,8 +583,9 @@ pub unsafe fn kernel_created(
     };
     catch(|| {
         let id = rt.programs.lookup(program).id;
-        // SAFETY: non-NULL, so a C string (this function's contract).
-        let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy();
+        // SAFETY: a C string (this function's contract), read before the call returns.
+        let name = unsafe { AppCStr::new(name) }.bytes().unwrap_or_default();
+        let name = String::from_utf8_lossy(name);
         set_kernel_identity(
             kernel as usize,
             identity_of(Some(id), Some(&name), kernel as usize),

@@ -14,6 +14,7 @@
 //! are written as they happen, and its exit summary stay intact.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
+use crate::app_args::{AppArray, AppBuffer, OutParam};
 use crate::cl::*;
 use crate::dispatch::{Door, Route};
 use std::ffi::c_void;
@@ -76,26 +77,26 @@ pub unsafe extern "C" fn clGetLayerInfo(
     param_value: *mut c_void,
     param_value_size_ret: *mut usize,
 ) -> cl_int {
-    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
-    // on to `intercept`, which reads no more than the implementation would.
-    unsafe {
-        const NAME: &[u8] = b"clshim: OpenCL build and binary-query timing\0";
-        let (src, len): (*const u8, usize) = match param_name {
-            CL_LAYER_API_VERSION => (&CL_LAYER_API_VERSION_100 as *const cl_uint as *const u8, 4),
-            CL_LAYER_NAME => (NAME.as_ptr(), NAME.len()),
-            _ => return CL_INVALID_VALUE,
-        };
-        if !param_value.is_null() {
-            if param_value_size < len {
-                return CL_INVALID_VALUE;
-            }
-            std::ptr::copy_nonoverlapping(src, param_value as *mut u8, len);
-        }
-        if !param_value_size_ret.is_null() {
-            *param_value_size_ret = len;
-        }
-        CL_SUCCESS
+    const NAME: &[u8] = b"clshim: OpenCL build and binary-query timing\0";
+    let version = CL_LAYER_API_VERSION_100.to_ne_bytes();
+    let answer: &[u8] = match param_name {
+        CL_LAYER_API_VERSION => &version,
+        CL_LAYER_NAME => NAME,
+        _ => return CL_INVALID_VALUE,
+    };
+    // SAFETY: the loader's `param_value` of `param_value_size` bytes and its
+    // `param_value_size_ret`, each NULL or writable as the OpenCL API requires.
+    let (value, size_ret) = unsafe {
+        (
+            AppBuffer::new(param_value, param_value_size),
+            OutParam::new(param_value_size_ret),
+        )
+    };
+    if !value.as_ptr().is_null() && !value.write(answer) {
+        return CL_INVALID_VALUE; // too small for the answer
     }
+    size_ret.set(answer.len());
+    CL_SUCCESS
 }
 
 #[no_mangle]
@@ -105,10 +106,10 @@ pub unsafe extern "C" fn clInitLayer(
     num_entries_ret: *mut cl_uint,
     layer_dispatch_ret: *mut *const *const c_void,
 ) -> cl_int {
-    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
-    // on to `intercept`, which reads no more than the implementation would.
-    unsafe {
-        crate::guard::catch(|| {
+    crate::guard::catch(|| {
+        // SAFETY: the loader's arguments, as the layer protocol defines them (`init`'s
+        // contract).
+        unsafe {
             init(
                 BY_INIT_LAYER,
                 num_entries,
@@ -116,9 +117,9 @@ pub unsafe extern "C" fn clInitLayer(
                 num_entries_ret,
                 layer_dispatch_ret,
             )
-        })
-        .unwrap_or(CL_OUT_OF_HOST_MEMORY)
-    }
+        }
+    })
+    .unwrap_or(CL_OUT_OF_HOST_MEMORY)
 }
 
 /// The Khronos loader's newer entry. clshim knows no layer property (the list's only
@@ -133,21 +134,25 @@ pub unsafe extern "C" fn clInitLayerWithProperties(
     layer_dispatch_ret: *mut *const *const c_void,
     properties: *const u64,
 ) -> cl_int {
-    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
-    // on to `intercept`, which reads no more than the implementation would.
-    unsafe {
-        if !properties.is_null() && *properties != 0 {
+    if !properties.is_null() {
+        // SAFETY: a non-NULL property list ends with a 0, so it holds at least one element,
+        // and the loader keeps it for the call.
+        let first = unsafe { AppArray::new(properties, 1).at(0) };
+        if first != 0 {
             static WARNED: AtomicBool = AtomicBool::new(false);
             if !WARNED.swap(true, Ordering::Relaxed) {
                 crate::logger::stderr_line(&format!(
                     "clshim: the OpenCL loader initialised the layer with a property clshim does \
-                 not know ({:#x}); refusing, so this process runs without clshim",
-                    *properties
+                 not know ({first:#x}); refusing, so this process runs without clshim"
                 ));
             }
             return CL_INVALID_VALUE;
         }
-        crate::guard::catch(|| {
+    }
+    crate::guard::catch(|| {
+        // SAFETY: the loader's arguments, as the layer protocol defines them (`init`'s
+        // contract).
+        unsafe {
             init(
                 BY_INIT_LAYER_WITH_PROPERTIES,
                 num_entries,
@@ -155,11 +160,17 @@ pub unsafe extern "C" fn clInitLayerWithProperties(
                 num_entries_ret,
                 layer_dispatch_ret,
             )
-        })
-        .unwrap_or(CL_OUT_OF_HOST_MEMORY)
-    }
+        }
+    })
+    .unwrap_or(CL_OUT_OF_HOST_MEMORY)
 }
 
+/// Answers the loader's initialisation with clshim's table.
+///
+/// # Safety
+/// The loader's arguments: `target_dispatch` NULL or a table of `num_entries` entries that
+/// the loader keeps until it unloads the layer; `num_entries_ret` and `layer_dispatch_ret`
+/// NULL or writable.
 unsafe fn init(
     by: u8,
     num_entries: cl_uint,
@@ -167,34 +178,40 @@ unsafe fn init(
     num_entries_ret: *mut cl_uint,
     layer_dispatch_ret: *mut *const *const c_void,
 ) -> cl_int {
-    // SAFETY: the application's arguments, valid as the OpenCL API requires of it; passed
-    // on to `intercept`, which reads no more than the implementation would.
-    unsafe {
-        if target_dispatch.is_null() || num_entries_ret.is_null() || layer_dispatch_ret.is_null() {
-            return CL_INVALID_VALUE;
-        }
-        let n = num_entries as usize;
-        #[cfg(target_os = "macos")]
-        pin_in_memory();
-        // The first loader's table serves every call; a second loader (two in one process)
-        // gets the same functions.
-        if NEXT_TABLE.load(Ordering::Acquire) == 0 {
-            NEXT_LEN.store(n, Ordering::Release);
-            NEXT_TABLE.store(target_dispatch as usize, Ordering::Release);
-            PROTOCOL.store(by, Ordering::Relaxed);
-        }
-        let mut table: Vec<*const c_void> = std::slice::from_raw_parts(target_dispatch, n).to_vec();
-        for &(i, f) in OWN_SLOTS {
-            if i < n {
-                table[i] = f;
-            }
-        }
-        // The loader keeps the table until it unloads the layer; clshim never frees it, so a
-        // late call through a copy of it still lands in code and data that exist.
-        *layer_dispatch_ret = Box::leak(table.into_boxed_slice()).as_ptr();
-        *num_entries_ret = num_entries;
-        CL_SUCCESS
+    if target_dispatch.is_null() || num_entries_ret.is_null() || layer_dispatch_ret.is_null() {
+        return CL_INVALID_VALUE;
     }
+    let n = num_entries as usize;
+    #[cfg(target_os = "macos")]
+    pin_in_memory();
+    // The first loader's table serves every call; a second loader (two in one process)
+    // gets the same functions.
+    if NEXT_TABLE.load(Ordering::Acquire) == 0 {
+        NEXT_LEN.store(n, Ordering::Release);
+        NEXT_TABLE.store(target_dispatch as usize, Ordering::Release);
+        PROTOCOL.store(by, Ordering::Relaxed);
+    }
+    // SAFETY: the loader's table of `num_entries` entries, non-NULL (checked above), read
+    // during the call (this function's contract).
+    let mut table = unsafe { AppArray::new(target_dispatch, n).read() };
+    for &(i, f) in OWN_SLOTS {
+        if i < n {
+            table[i] = f;
+        }
+    }
+    // SAFETY: the loader's out-parameters, non-NULL (checked above) and writable (this
+    // function's contract).
+    let (num_ret, table_ret) = unsafe {
+        (
+            OutParam::new(num_entries_ret),
+            OutParam::new(layer_dispatch_ret),
+        )
+    };
+    // The loader keeps the table until it unloads the layer; clshim never frees it, so a
+    // late call through a copy of it still lands in code and data that exist.
+    table_ret.set(Box::leak(table.into_boxed_slice()).as_ptr());
+    num_ret.set(num_entries);
+    CL_SUCCESS
 }
 
 /// macOS has no `-z nodelete`: the first initialisation takes a never-released reference
@@ -206,16 +223,20 @@ fn pin_in_memory() {
     if PINNED.swap(true, Ordering::Relaxed) {
         return;
     }
-    // SAFETY: dladdr fills `info` for an address inside this library; dli_fname is a
-    // NUL-terminated path owned by dyld, used at once.
-    unsafe {
-        let mut info: libc::Dl_info = std::mem::zeroed();
-        if libc::dladdr(clInitLayer as *const c_void, &mut info) != 0 && !info.dli_fname.is_null() {
+    // SAFETY: Dl_info is plain C data (pointers and integers), for which all zeroes is a
+    // valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: an address inside this library and a writable Dl_info to fill.
+    let found = unsafe { libc::dladdr(clInitLayer as *const c_void, &mut info) } != 0;
+    if found && !info.dli_fname.is_null() {
+        // SAFETY: dli_fname is the NUL-terminated path dladdr just gave, owned by dyld and
+        // used at once; NOLOAD only takes a reference to a library already loaded.
+        unsafe {
             libc::dlopen(
                 info.dli_fname,
                 libc::RTLD_LAZY | libc::RTLD_NOLOAD | libc::RTLD_NODELETE,
-            );
-        }
+            )
+        };
     }
 }
 
@@ -264,3 +285,51 @@ macro_rules! own_slots {
     };
 }
 crate::entry_points::table!(intercepted => own_slots);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The loader's memory need not be aligned for what clshim writes into it: every
+    /// answer is written (and the property list read) through `app_args`, unaligned.
+    #[test]
+    fn the_loaders_memory_is_read_and_written_at_any_alignment() {
+        let mut raw = [0u8; 64];
+        let base = raw.as_mut_ptr();
+        // SAFETY: every pointer below lies inside `raw`, one byte off alignment.
+        unsafe {
+            let value = base.add(1) as *mut c_void;
+            let size_ret = base.add(9) as *mut usize;
+            assert_eq!(
+                clGetLayerInfo(CL_LAYER_API_VERSION, 4, value, size_ret),
+                CL_SUCCESS
+            );
+            assert_eq!(size_ret.read_unaligned(), 4);
+            assert_eq!(
+                (value as *const cl_uint).read_unaligned(),
+                CL_LAYER_API_VERSION_100
+            );
+            assert_eq!(
+                clGetLayerInfo(CL_LAYER_NAME, 2, value, size_ret),
+                CL_INVALID_VALUE
+            );
+            // The layer keeps the first table it is given: one that lives on.
+            let table: &'static [*const c_void] = Box::leak(vec![std::ptr::null(); 4].into());
+            let num_ret = base.add(17) as *mut cl_uint;
+            let table_ret = base.add(25) as *mut *const *const c_void;
+            let properties = base.add(41) as *mut u64;
+            properties.write_unaligned(0x4242);
+            assert_eq!(
+                clInitLayerWithProperties(4, table.as_ptr(), num_ret, table_ret, properties),
+                CL_INVALID_VALUE
+            );
+            properties.write_unaligned(0);
+            assert_eq!(
+                clInitLayerWithProperties(4, table.as_ptr(), num_ret, table_ret, properties),
+                CL_SUCCESS
+            );
+            assert_eq!(num_ret.read_unaligned(), 4);
+            assert!(!table_ret.read_unaligned().is_null());
+        }
+    }
+}

@@ -35,6 +35,7 @@ mod lock;
 mod logger;
 #[cfg(target_os = "macos")]
 mod macos;
+mod owned_program;
 mod policy;
 #[cfg(not(target_os = "macos"))]
 mod preload;

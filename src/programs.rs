@@ -9,7 +9,7 @@
 //! implementation's answer); all go with the entry, and recipes are bounded in total size.
 
 use crate::cl::cl_program;
-use crate::lock::Lock;
+use crate::lock::{ForkOrder, Lock};
 use crate::recipe::Recipe;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -91,9 +91,17 @@ impl ProgramInfo {
     }
 }
 
-#[derive(Default)]
 pub struct Registry {
-    inner: Lock<Inner>,
+    /// Held across fork (registered with the fork handlers).
+    inner: &'static Lock<Inner>,
+}
+
+impl Default for Registry {
+    fn default() -> Registry {
+        Registry {
+            inner: Lock::new_fork_held(ForkOrder::Programs, Inner::default()),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -233,12 +241,6 @@ impl Registry {
 
     pub fn loaded(&self, program: cl_program) -> Option<Loaded> {
         self.inner.lock().loaded.get(&(program as usize)).cloned()
-    }
-
-    /// Held across `fork()` by the fork handlers (runtime.rs), released by
-    /// `lock::release_after_fork`.
-    pub fn lock_for_fork(&'static self) {
-        self.inner.hold_for_fork();
     }
 }
 

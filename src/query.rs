@@ -185,12 +185,3 @@ pub unsafe fn reference_count(route: Route, program: cl_program) -> Option<cl_ui
     let bytes = unsafe { info(route, program, CL_PROGRAM_REFERENCE_COUNT) }?;
     Some(cl_uint::from_ne_bytes(bytes.get(..4)?.try_into().ok()?))
 }
-
-/// The bytes of the C string `p`, exactly as given (NULL gives None).
-///
-/// # Safety
-/// `p` must be NULL or a NUL-terminated string.
-pub unsafe fn c_bytes(p: *const std::ffi::c_char) -> Option<Vec<u8>> {
-    // SAFETY: non-NULL, so NUL-terminated (this function's contract).
-    (!p.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes().to_vec())
-}

@@ -4,7 +4,7 @@
 //! tallies together, held only to append a line.
 
 use crate::config::Config;
-use crate::lock::Lock;
+use crate::lock::{ForkOrder, Lock};
 use crate::process::Identity;
 use crate::schema::{self, Common, Event, Line, Record};
 use crate::trace_file::TraceFile;
@@ -126,7 +126,8 @@ struct State {
 }
 
 pub struct Recorder {
-    state: Lock<State>,
+    /// Held across fork (registered with the fork handlers).
+    state: &'static Lock<State>,
     policy: &'static str,
     devices_filter: &'static str,
     mode: &'static str,
@@ -150,12 +151,15 @@ pub fn tid() -> i64 {
 impl Recorder {
     pub fn new(config: &Config, mode: &'static str) -> Recorder {
         Recorder {
-            state: Lock::new(State {
-                identity: Identity::current(),
-                began: Start::now(),
-                file: TraceFile::new(config.trace_dir.clone(), config.trace_mode),
-                tally: Tally::default(),
-            }),
+            state: Lock::new_fork_held(
+                ForkOrder::Recorder,
+                State {
+                    identity: Identity::current(),
+                    began: Start::now(),
+                    file: TraceFile::new(config.trace_dir.clone(), config.trace_mode),
+                    tally: Tally::default(),
+                },
+            ),
             policy: config.binaries.name(),
             devices_filter: config.devices.name(),
             mode,
@@ -241,12 +245,6 @@ impl Recorder {
             return None;
         }
         Some(summary_line(&state.identity, &state.tally, self.policy))
-    }
-
-    /// Held across `fork()` by the fork handlers (runtime.rs), released by
-    /// `lock::release_after_fork`.
-    pub fn lock_for_fork(&'static self) {
-        self.state.hold_for_fork();
     }
 }
 

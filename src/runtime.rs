@@ -77,17 +77,12 @@ extern "C" fn at_exit() {
     });
 }
 
-// Fork handlers: hold every clshim lock across fork() so the child never inherits one
-// that another thread held at the instant of the fork (lock.rs says why those locks are
-// std mutexes). clshim never forks, nor holds a
+// Fork handlers: hold every lock registered as fork-held (`Lock::new_fork_held`) across
+// fork() so the child never inherits one that another thread held at the instant of the
+// fork (lock.rs says why those locks are std mutexes). clshim never forks, nor holds a
 // lock while calling into the implementation, so the forking thread never holds one.
 extern "C" fn before_fork() {
-    if let Some(rt) = RUNTIME.get() {
-        rt.recorder.lock_for_fork();
-        rt.programs.lock_for_fork();
-        rt.devices.lock_for_fork();
-        crate::builds::lock_for_fork();
-    }
+    crate::lock::hold_all_for_fork();
 }
 
 extern "C" fn after_fork_parent() {
