@@ -27,19 +27,10 @@ use crate::hash::fnv1a64;
 use crate::recipe::{Broken, Kind, Recipe, Text};
 use std::fmt;
 
-pub const MAGIC: &[u8; 8] = b"CLSHIMB\0";
-/// The version clshim writes for programs whose recipe it recorded.
-pub const VERSION: u32 = 3;
-/// Recipes with nested inputs, still read.
-pub const VERSION_TREE: u32 = 2;
-/// The source-only version, still read, and written for programs whose options clshim
-/// did not see.
-pub const VERSION_SOURCE: u32 = 1;
-const HEADER: usize = 8 + 4 + 4 + 8 + 8;
-const TRAILER: usize = 8;
-/// The largest source a clshim binary may carry: far beyond any real kernel source, and
-/// small enough that a corrupt length can never make clshim allocate without bound.
-pub const MAX_SOURCE: usize = 256 << 20;
+use clshim_format::binary::{HEADER, TRAILER};
+pub use clshim_format::binary::{MAGIC, VERSION, VERSION_SOURCE, VERSION_TREE};
+/// The largest source a clshim binary may carry (the envelope's limit on a body).
+pub const MAX_SOURCE: usize = clshim_format::binary::MAX_BODY;
 
 /// Why a binary that starts like a clshim binary was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -102,7 +102,7 @@ pub struct Recipe {
 pub const MAX_DEPTH: usize = 8;
 pub const MAX_PARTS: usize = 4096;
 /// The longest encoded recipe (the container's limit on a body).
-pub const MAX_BODY: usize = crate::container::MAX_SOURCE;
+pub const MAX_BODY: usize = clshim_format::binary::MAX_BODY;
 /// The longest header include name. pocl writes each header at
 /// `<its cache>/<temporary folder>/<name>` and builds that path in a 1,024-byte buffer
 /// (`POCL_FILENAME_LENGTH`); a longer name overflows it (a crash at about 1,000 bytes).

@@ -4,9 +4,8 @@
 //! the ranks far slower than the median. The hints it carries are decided in `hints`;
 //! how rows are printed is `render`'s.
 
-use super::aggregate::{median, share, Aggregate, Problems, RankKey, Slot, Stats, Totals};
+use super::aggregate::{median, share, Aggregate, RankKey, Slot, Stats};
 use super::aggregate::{ProgramKey, SLOW_FACTOR, SLOW_MARGIN_S};
-use super::hints::{hints, ForwardedHint, Hints, LaunchHint, QueryHint};
 use std::collections::{BTreeSet, HashMap};
 
 #[derive(Debug)]
@@ -102,24 +101,6 @@ impl RankRow {
     }
 }
 
-#[derive(Debug)]
-pub struct Report {
-    pub dir: String,
-    pub files: usize,
-    pub records: usize,
-    pub skipped: usize,
-    pub problems: Vec<String>,
-    pub hosts: BTreeSet<String>,
-    pub processes: usize,
-    pub programs: Vec<ProgramRow>,
-    pub ranks: Vec<RankRow>,
-    pub median_rank_seconds: f64,
-    pub totals: Totals,
-    pub hint: Option<QueryHint>,
-    pub forwarded_hint: Option<ForwardedHint>,
-    pub launch_hint: Option<LaunchHint>,
-}
-
 /// Labels of rank rows; `host:pid` gets the instance's first 8 digits only where two
 /// processes share it.
 pub fn rank_labels<'a>(keys: impl Iterator<Item = &'a RankKey> + Clone) -> Vec<String> {
@@ -146,8 +127,8 @@ pub fn rank_labels<'a>(keys: impl Iterator<Item = &'a RankKey> + Clone) -> Vec<S
 }
 
 impl Aggregate {
-    /// The report's rows and hints.
-    pub fn report(&self, dir: &str) -> Report {
+    /// The program rows, most time first.
+    pub(super) fn program_rows(&self) -> Vec<ProgramRow> {
         let mut programs: Vec<ProgramRow> = self
             .progs
             .iter()
@@ -184,7 +165,11 @@ impl Aggregate {
                 .total_cmp(&a.total())
                 .then_with(|| a.key.cmp(&b.key))
         });
+        programs
+    }
 
+    /// The rank rows (slow ones marked) and the median of their totals.
+    pub(super) fn rank_rows(&self) -> (Vec<RankRow>, f64) {
         let labels = rank_labels(self.ranks.keys());
         let mut ranks: Vec<RankRow> = self
             .ranks
@@ -213,33 +198,7 @@ impl Aggregate {
                 r.slow = r.total() > SLOW_FACTOR * med && r.total() > med + SLOW_MARGIN_S;
             }
         }
-        let t = self.totals;
-        let Hints {
-            query: hint,
-            forwarded: forwarded_hint,
-            launch: launch_hint,
-        } = hints(&programs, &t);
-        let Problems { listed, more } = self.problems();
-        let mut problems: Vec<String> = listed.iter().map(|p| p.to_string()).collect();
-        if more > 0 {
-            problems.push(format!("... {more} more skipped, not listed"));
-        }
-        Report {
-            dir: dir.to_string(),
-            files: self.listed,
-            records: self.records,
-            skipped: self.skipped,
-            problems,
-            hosts: self.hosts.clone(),
-            processes: self.processes.len(),
-            programs,
-            ranks,
-            median_rank_seconds: med,
-            totals: t,
-            hint,
-            forwarded_hint,
-            launch_hint,
-        }
+        (ranks, med)
     }
 }
 
