@@ -1,7 +1,7 @@
 //! `clshim unsubstitute`: the way back from `substitute`, on real pocl. A cache filled
 //! under `substitute` holds clshim binaries; without clshim pocl refuses them with
 //! `CL_INVALID_BINARY`, and an application with no fallback then fails on every run (the
-//! strict C client here, tests/c/strict_cache.c, as hashcat does), while pyopencl 2023.1
+//! strict C client here, tests/c/strict_cache.c, and hashcat), while pyopencl 2023.1
 //! warns and builds from source on every run. The command must list exactly the files
 //! holding clshim binaries, remove them only with `--remove`, and after that the
 //! application runs without clshim as if its cache were cold. A hostile tree (links out,
@@ -395,4 +395,76 @@ fn other_filesystems_only_when_asked() {
     std::fs::remove_dir_all(&mine).unwrap();
     assert!(!inside && reported, "not entered by default");
     assert!(crossed, "entered with --cross-filesystems: {}", stdout(&o));
+}
+
+/// hashcat 6.2.6 has no fallback: with its kernel cache filled under `substitute` it stops
+/// with `CL_INVALID_BINARY` on every run without clshim (exit status 255); after
+/// `clshim unsubstitute --remove` on its cache it builds from source and cracks the hash.
+/// The slowest test here: pocl compiles hashcat's kernels for about 20 s on a cold cache.
+#[test]
+fn hashcat_stops_until_its_cache_is_cleared() {
+    let hashcat = Path::new("/usr/bin/hashcat");
+    assert!(
+        hashcat.exists(),
+        "/usr/bin/hashcat is missing: scripts/test installs the Debian package hashcat"
+    );
+    let dir = scratch("unsub-hashcat");
+    let home = dir.join("home");
+    let cache = home.join("cache/hashcat");
+    let run_hashcat = |shim: bool| {
+        let mut c = Command::new(hashcat);
+        // md5("123") by brute force over three digits, on CPU devices, writing nothing
+        // outside its XDG folders (as tests/real_clients.rs runs it).
+        c.args([
+            "-m",
+            "0",
+            "-a",
+            "3",
+            "--force",
+            "-O",
+            "-D",
+            "1",
+            "--quiet",
+            "--potfile-disable",
+            "--logfile-disable",
+            "202cb962ac59075b964b07152d234b70",
+            "?d?d?d",
+        ])
+        .env("HOME", &home)
+        .env("XDG_CACHE_HOME", home.join("cache"))
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("POCL_CACHE_DIR", dir.join("pocl"));
+        run_app(c, shim)
+    };
+    let cracked = "202cb962ac59075b964b07152d234b70:123\n";
+    let filled = run_hashcat(true);
+    assert_eq!(stdout(&filled), cracked, "{}", stderr(&filled));
+    let kernels = files_under(&cache);
+    assert_eq!(kernels.len(), 3, "{kernels:?}");
+
+    let refused = run_hashcat(false);
+    assert_eq!(refused.status.code(), Some(255), "{}", stdout(&refused));
+    assert!(
+        stderr(&refused).contains("clCreateProgramWithBinary(): CL_INVALID_BINARY"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(
+        files_under(&cache),
+        kernels,
+        "hashcat leaves its cache as it is"
+    );
+
+    let o = unsubstitute(&["--remove", s(&cache)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(listed(&o, "is"), kernels);
+    assert!(files_under(&cache).is_empty());
+
+    let mended = run_hashcat(false);
+    assert!(mended.status.success(), "{}", stderr(&mended));
+    assert_eq!(stdout(&mended), cracked);
+    for k in files_under(&cache) {
+        assert!(!holds_magic(&k), "pocl's own binary: {k:?}");
+    }
 }
