@@ -1,5 +1,5 @@
-//! The `clshim` command, one test binary: `clshim run` and `clshim report` (on trace files
-//! written here, hostile input, and real runs reported). Each module opens by saying what
+//! The `clshim` command, one test binary: `clshim run`, `clshim report` (on trace files
+//! written here, hostile input, and real runs reported) and `clshim unsubstitute`. Each module opens by saying what
 //! it checks; they share one link step and the harness in tests/common.
 
 #[path = "../common/mod.rs"]
@@ -10,3 +10,4 @@ mod cli_run;
 mod report_first_launch;
 mod report_hostile;
 mod report_linked;
+mod unsubstitute;

@@ -1,10 +1,11 @@
 //! Command-line parsing for the `clshim` command, by hand (no parser crate). This module
 //! owns the grammar of `clshim run [options] -- COMMAND [ARGS…]` and
-//! `clshim report [--json] [--wide] [--by-source] [--chrome FILE] DIR` and the help text. The
+//! `clshim report [--json] [--wide] [--by-source] [--chrome FILE] DIR`,
+//! `clshim unsubstitute [--remove] [--cross-filesystems] DIR...` and the help text. The
 //! values of the options that set `CLSHIM_*` variables are checked by the grammar
 //! `controls` defines, the one the library reads them with, and their help lines
 //! come from there too; a refused value is a one-line usage error, exit status 2. It turns the arguments into plain
-//! structures ([`RunOpts`], [`ReportOpts`]) and never touches the environment or files.
+//! structures ([`RunOpts`], [`ReportOpts`], [`UnsubstituteOpts`]) and never touches the environment or files.
 
 use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
@@ -19,6 +20,7 @@ pub fn usage_text() -> String {
 const USAGE_HEAD: &str = "\
 usage: clshim run [options] [--] COMMAND [ARGS...]
        clshim report [--json] [--wide] [--by-source] [--chrome FILE] DIR
+       clshim unsubstitute [--remove] [--cross-filesystems] DIR...
        clshim --help | --version
 
 clshim run: run COMMAND with libclshim.so interposed (preloaded with LD_PRELOAD and
@@ -43,6 +45,15 @@ something was skipped (reported on stderr as FILE:LINE: reason), 2 on usage erro
                       not fitted to 120 columns
   --by-source         one program row per source hash, not per set of kernel names
   --chrome FILE       also write a Chrome trace-event timeline (Perfetto, chrome://tracing)
+
+clshim unsubstitute: the way back from --binaries substitute. List every file under each
+DIR (an application's binary cache) that is a clshim binary ('is') or holds one in the
+application's own format ('contains'); never follows symbolic links, opens only regular
+files, stays on each DIR's filesystem. Exit status 0 when some were found (and, with
+--remove, all removed), 1 when none were found, 2 when a DIR cannot be walked, 3 when
+some could not be removed.
+  --remove            remove the files listed (a pyopencl cache entry goes whole)
+  --cross-filesystems also enter directories on other filesystems under DIR
 ";
 
 /// A command-line problem: printed as one line after `clshim: `, exit status 2.
@@ -63,6 +74,7 @@ fn usage<T>(msg: impl Into<String>) -> Result<T, UsageError> {
 pub enum Command {
     Run(RunOpts),
     Report(ReportOpts),
+    Unsubstitute(UnsubstituteOpts),
     Help,
     Version,
     /// Hidden: README's control table, rendered from `controls`.
@@ -114,6 +126,16 @@ pub struct ReportOpts {
     pub dir: PathBuf,
 }
 
+/// `clshim unsubstitute`: list (and with `remove`, remove) the files under `dirs` that
+/// hold clshim binaries.
+#[derive(Debug, Default)]
+pub struct UnsubstituteOpts {
+    pub remove: bool,
+    pub cross_filesystems: bool,
+    /// Never empty.
+    pub dirs: Vec<PathBuf>,
+}
+
 pub const MODES: &[&str] = &["both", "preload", "layer"];
 
 /// Parses the arguments after the program name.
@@ -125,11 +147,12 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
     match sub.to_str() {
         Some("run") => parse_run(it.collect()),
         Some("report") => parse_report(it.collect()),
+        Some("unsubstitute") => parse_unsubstitute(it.collect()),
         Some("-h" | "--help" | "help") => Ok(Command::Help),
         Some("-V" | "--version") => Ok(Command::Version),
         Some("--controls-table") => Ok(Command::ControlsTable),
         _ => usage(format!(
-            "unknown subcommand '{}' (expected 'run' or 'report')",
+            "unknown subcommand '{}' (expected 'run', 'report' or 'unsubstitute')",
             sub.to_string_lossy()
         )),
     }
@@ -329,6 +352,41 @@ fn parse_report(args: Vec<OsString>) -> Result<Command, UsageError> {
     Ok(Command::Report(o))
 }
 
+fn parse_unsubstitute(args: Vec<OsString>) -> Result<Command, UsageError> {
+    let mut o = UnsubstituteOpts::default();
+    let mut only_positional = false;
+    for arg in args {
+        let s = arg.to_string_lossy();
+        if !only_positional && s == "--" {
+            only_positional = true;
+            continue;
+        }
+        if !only_positional && s.starts_with('-') && s != "-" {
+            match &*s {
+                "--remove" => o.remove = true,
+                "--cross-filesystems" => o.cross_filesystems = true,
+                "-h" | "--help" => return Ok(Command::Help),
+                _ => {
+                    return usage(format!(
+                        "unsubstitute: unknown option '{s}' (try 'clshim --help')"
+                    ))
+                }
+            }
+            continue;
+        }
+        if arg.is_empty() {
+            return usage("unsubstitute: empty directory name");
+        }
+        o.dirs.push(arg.into());
+    }
+    if o.dirs.is_empty() {
+        return usage(
+            "unsubstitute: no directory given (usage: clshim unsubstitute [--remove] [--cross-filesystems] DIR...)",
+        );
+    }
+    Ok(Command::Unsubstitute(o))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -396,6 +454,11 @@ mod tests {
             &["report"],
             &["report", "a", "b"],
             &["report", "--chrome"],
+            &["unsubstitute"],
+            &["unsubstitute", "--remove"],
+            &["unsubstitute", "--frob", "d"],
+            &["unsubstitute", "--remove=yes", "d"],
+            &["unsubstitute", ""],
             &["frob"],
         ] {
             assert!(parse(args(bad)).is_err(), "{bad:?} parsed");
@@ -420,6 +483,23 @@ mod tests {
         };
         assert!(o.wide && !o.json);
         assert!(parse(args(&["report", "--wide=1", "d"])).is_err());
+    }
+
+    #[test]
+    fn unsubstitute_options() {
+        let Command::Unsubstitute(o) =
+            parse(args(&["unsubstitute", "a", "--remove", "--", "--b"])).unwrap()
+        else {
+            panic!()
+        };
+        assert!(o.remove && !o.cross_filesystems);
+        assert_eq!(o.dirs, [PathBuf::from("a"), PathBuf::from("--b")]);
+        let Command::Unsubstitute(o) =
+            parse(args(&["unsubstitute", "--cross-filesystems", "d"])).unwrap()
+        else {
+            panic!()
+        };
+        assert!(!o.remove && o.cross_filesystems);
     }
 
     /// Every value `clshim run` accepts for a control the library takes without a warning,

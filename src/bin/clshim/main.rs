@@ -1,11 +1,15 @@
-//! The `clshim` command: launch programs under the shim (`clshim run`) and report on the
-//! traces they wrote (`clshim report`). This file only dispatches: it parses the
+//! The `clshim` command: launch programs under the shim (`clshim run`), report on the
+//! traces they wrote (`clshim report`), and clear clshim binaries out of applications'
+//! caches (`clshim unsubstitute`). This file only dispatches: it parses the
 //! arguments (`cli`), then hands over to `run` (which replaces this process with the
 //! user's command) or to the report path (`traces` reads, `report` aggregates,
-//! `render` prints, `chrome` writes the timeline), and maps outcomes to exit statuses:
+//! `render` prints, `chrome` writes the timeline) or to `unsubstitute` (which walks the
+//! directories and asks `binary_scan` about each file), and maps outcomes to exit statuses:
 //! 0 success, 1 report with skipped input, 2 usage error; `run` failures use 1, or 126
-//! / 127 like a shell when the command cannot be executed or found.
+//! / 127 like a shell when the command cannot be executed or found; `unsubstitute` says
+//! its own (see its module).
 
+mod binary_scan;
 mod chrome;
 mod cli;
 mod inherited_signals;
@@ -14,6 +18,7 @@ mod render;
 mod report;
 mod run;
 mod traces;
+mod unsubstitute;
 
 // The controls, the trace schema, the stable hash and the wall-clock union, shared with the library through their own crate:
 // the command never links the library crate, which would bring the interposer along (its
@@ -49,6 +54,7 @@ fn main() -> ExitCode {
             ExitCode::from(e.status as u8)
         }
         Ok(cli::Command::Report(o)) => report_main(o),
+        Ok(cli::Command::Unsubstitute(o)) => unsubstitute::main(o),
     }
 }
 
