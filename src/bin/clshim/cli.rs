@@ -77,6 +77,7 @@ pub struct RunOpts {
     pub trace_mode: Option<String>,
     pub log: Option<String>,
     pub summary: Option<bool>,
+    pub sources: Option<bool>,
     pub lib: Option<PathBuf>,
     pub mode: Mode,
     /// The command and its arguments; never empty.
@@ -261,11 +262,15 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
                     _ => Mode::Both,
                 };
             }
-            "--summary" | "--no-summary" | "--layer" if inline.is_some() => {
+            "--summary" | "--no-summary" | "--sources" | "--no-sources" | "--layer"
+                if inline.is_some() =>
+            {
                 return usage(format!("option {name} takes no value"));
             }
             "--summary" => o.summary = Some(true),
             "--no-summary" => o.summary = Some(false),
+            "--sources" => o.sources = Some(true),
+            "--no-sources" => o.sources = Some(false),
             "--layer" => o.mode = Mode::Layer,
             "-h" | "--help" => return Ok(Command::Help),
             _ => return usage(format!("run: unknown option '{s}' (try 'clshim --help')")),

@@ -713,6 +713,14 @@ mod tests {
                     given: None,
                     used: "-O".into(),
                 }),
+                kept: Some(schema::Kept {
+                    source: Some("0000000000000000-1".into()),
+                    options: None,
+                    headers: vec![schema::KeptHeader {
+                        name: "h.h".into(),
+                        source: "0000000000000001-2".into(),
+                    }],
+                }),
             })
         };
         let records = [
@@ -775,6 +783,12 @@ mod tests {
             ppid: 1,
             size: Some(1),
             rank_source: None,
+            caches: &[schema::CacheDir {
+                cache: "pocl".into(),
+                path: "/p".into(),
+                from: None,
+                fs: Some("nfs".into()),
+            }],
         };
         let mut lines = vec![serde_json::to_string(&Line {
             common: common(Event::Process),
