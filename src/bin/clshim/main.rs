@@ -6,14 +6,18 @@
 //! 0 success, 1 report with skipped input, 2 usage error; `run` failures use 1, or 126
 //! / 127 like a shell when the command cannot be executed or found.
 
+mod build_facts;
+mod caches;
 mod chrome;
 mod cli;
 mod inherited_signals;
+mod linediff;
 mod macos_env;
 mod render;
 mod report;
 mod run;
 mod traces;
+mod variants;
 
 // The controls, the trace schema and the stable hash, shared with the library through their own crate:
 // the command never links the library crate, which would bring the interposer along (its
@@ -86,12 +90,18 @@ fn report_main(o: cli::ReportOpts) -> ExitCode {
         }
     }
     let rep = agg.report(&dir);
+    let programs = variants::programs(&agg.facts, &o.dir);
+    let flags = caches::flags(&agg.facts);
     let text = if o.json {
-        let mut s = serde_json::to_string_pretty(&rep.json()).expect("report JSON");
+        let mut v = rep.json();
+        v["variants"] = variants::json(&programs);
+        v["caches"] = caches::json(&agg.facts, &flags);
+        let mut s = serde_json::to_string_pretty(&v).expect("report JSON");
         s.push('\n');
         s
     } else {
-        rep.text()
+        let kept = variants::kept_any(&agg.facts);
+        rep.text() + &variants::text(&programs, kept) + &caches::text(&flags)
     };
     let mut out = std::io::stdout().lock();
     if out

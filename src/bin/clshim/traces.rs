@@ -58,6 +58,8 @@ pub struct Device<'a> {
     pub r#type: Option<Text<'a>>,
     #[serde(default, borrow)]
     pub platform: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub driver: Option<Text<'a>>,
     /// Whether `CLSHIM_DEVICES` selected the device (the binary policy acts on it).
     #[serde(default)]
     pub matched: Option<bool>,
@@ -75,6 +77,17 @@ impl Device<'_> {
 pub struct Source<'a> {
     #[serde(default, borrow)]
     pub hash: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub origin: Option<Text<'a>>,
+}
+
+/// A build record's kept texts (`CLSHIM_TRACE_SOURCES=1`): references into `sources/`.
+#[derive(Debug, Deserialize)]
+pub struct Kept<'a> {
+    #[serde(default, borrow)]
+    pub source: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub options: Option<Text<'a>>,
 }
 
 /// A JSON string that borrows from the line unless it holds escapes (serde's own
@@ -175,6 +188,13 @@ pub struct Record<'a> {
     pub host: Option<Text<'a>>,
     #[serde(default, borrow)]
     pub policy: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub exe: Option<Text<'a>>,
+    /// The compiler caches the process would use (a value of another shape is dropped).
+    #[serde(default, deserialize_with = "lenient")]
+    pub caches: Option<Vec<crate::schema::CacheDir>>,
+    #[serde(default, borrow)]
+    pub kept: Option<Kept<'a>>,
     // program events
     #[serde(default)]
     pub program: Option<Id>,
