@@ -1,6 +1,6 @@
 //! Command-line parsing for the `clshim` command, by hand (no parser crate). This module
 //! owns the grammar of `clshim run [options] -- COMMAND [ARGS…]` and
-//! `clshim report [--json] [--by-source] [--chrome FILE] DIR` and the help text. The
+//! `clshim report [--json] [--by-source] [--chrome FILE] [--against OLD] DIR` and the help text. The
 //! values of the options that set `CLSHIM_*` variables are checked by the grammar
 //! `controls` defines, the one the library reads them with, and their help lines
 //! come from there too; a refused value is a one-line usage error, exit status 2. It turns the arguments into plain
@@ -18,7 +18,7 @@ pub fn usage_text() -> String {
 
 const USAGE_HEAD: &str = "\
 usage: clshim run [options] [--] COMMAND [ARGS...]
-       clshim report [--json] [--by-source] [--chrome FILE] DIR
+       clshim report [--json] [--by-source] [--chrome FILE] [--against OLD] DIR
        clshim --help | --version
 
 clshim run: run COMMAND with libclshim.so interposed (preloaded with LD_PRELOAD and
@@ -41,6 +41,11 @@ something was skipped (reported on stderr as FILE:LINE: reason), 2 on usage erro
   --json              print the aggregates as one JSON document instead of a table
   --by-source         one program row per source hash, not per set of kernel names
   --chrome FILE       also write a Chrome trace-event timeline (Perfetto, chrome://tracing)
+  --against OLD       instead, compare DIR with OLD, an earlier run's trace directory:
+                      per program what changed, which cache missed, time gained or lost
+The report says why programs built on every rank (the variants of each and what differs
+between them; with `clshim run --sources` the differing lines) and flags shared or
+network cache directories.
 ";
 
 /// A command-line problem: printed as one line after `clshim: `, exit status 2.
@@ -108,6 +113,8 @@ pub struct ReportOpts {
     pub json: bool,
     pub by_source: bool,
     pub chrome: Option<PathBuf>,
+    /// `--against OLD`: compare DIR with an earlier run's trace directory.
+    pub against: Option<PathBuf>,
     pub dir: PathBuf,
 }
 
@@ -306,6 +313,13 @@ fn parse_report(args: Vec<OsString>) -> Result<Command, UsageError> {
                     }
                     o.chrome = Some(v.into());
                 }
+                "--against" => {
+                    let v = value(name, inline, &mut it)?;
+                    if v.is_empty() {
+                        return usage("--against: empty directory name");
+                    }
+                    o.against = Some(v.into());
+                }
                 "-h" | "--help" => return Ok(Command::Help),
                 _ => {
                     return usage(format!(
@@ -323,7 +337,7 @@ fn parse_report(args: Vec<OsString>) -> Result<Command, UsageError> {
     match dir {
         Some(d) => o.dir = d,
         None => return usage(
-            "report: no trace directory given (usage: clshim report [--json] [--by-source] [--chrome FILE] DIR)",
+            "report: no trace directory given (usage: clshim report [--json] [--by-source] [--chrome FILE] [--against OLD] DIR)",
         ),
     }
     Ok(Command::Report(o))

@@ -38,6 +38,8 @@ pub struct TextDiff {
     pub changes: Vec<Change>,
     /// The differing token pairs (old, new), for the classification and the JSON.
     pub tokens: Vec<(String, String)>,
+    /// Whether a run-unique token differs too (besides what `kind` says).
+    pub also_run_unique: bool,
 }
 
 fn lines(t: &str) -> Vec<&str> {
@@ -236,11 +238,15 @@ pub fn diff(old: &str, new: &str) -> TextDiff {
         i = ai + 1;
         j = bj + 1;
     }
+    // A run-unique token (pyopencl's defeat-cache line) rides along with whatever else
+    // differs: the kind is what remains without it.
+    let also_run_unique = tokens.iter().any(|(x, y)| run_unique(x, y));
+    let rest: Vec<&(String, String)> = tokens.iter().filter(|(x, y)| !run_unique(x, y)).collect();
     let kind = if other || tokens.is_empty() {
         TextKind::Other
-    } else if tokens.iter().all(|(x, y)| run_unique(x, y)) {
+    } else if rest.is_empty() {
         TextKind::RunUnique
-    } else if tokens.iter().all(|(x, y)| is_number(x) && is_number(y)) {
+    } else if rest.iter().all(|(x, y)| is_number(x) && is_number(y)) {
         TextKind::Numeric
     } else {
         TextKind::Other
@@ -249,6 +255,7 @@ pub fn diff(old: &str, new: &str) -> TextDiff {
         kind,
         changes,
         tokens,
+        also_run_unique,
     }
 }
 
@@ -291,6 +298,12 @@ mod tests {
         assert_eq!(d.kind, TextKind::RunUnique);
         let d = diff("int t = 1796094501;", "int t = 1796094555;");
         assert_eq!(d.kind, TextKind::RunUnique);
+        let d = diff(
+            "x = 64;\nint pyopencl_defeat_cache_0a1b2c3d4e5f = 0;",
+            "x = 128;\nint pyopencl_defeat_cache_9f8e7d6c5b4a = 0;",
+        );
+        assert_eq!(d.kind, TextKind::Numeric);
+        assert!(d.also_run_unique);
     }
 
     #[test]

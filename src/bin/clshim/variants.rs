@@ -167,6 +167,12 @@ pub fn compare(base: &Variant, base_dir: &Path, other: &Variant, other_dir: &Pat
             if t.changes.len() == 1 { "line" } else { "lines" }
         ),
     };
+    if t.also_run_unique && d.kind != Kind::RunUnique {
+        d.words.push_str(
+            "; a token that changes every run differs too (a cache defeated on purpose: pyopencl \
+             before 2024.2.3)",
+        );
+    }
     if options_differ {
         d.words.push_str(&format!(
             "; the options differ too ({})",
