@@ -58,11 +58,15 @@ pub struct Facts {
     pub nvidia: bool,
 }
 
+/// The writer of a file's `process` record (rank, pid, instance), whether it runs Python,
+/// and its caches.
+type Header = (Option<i64>, u64, Option<String>, bool, Vec<CacheDir>);
+
 /// One file's part, with writers (rank or process) by file-local index.
 #[derive(Default)]
 pub struct FileFacts {
     host: Option<String>,
-    header: Option<(Option<i64>, u64, Option<String>, bool, Vec<CacheDir>)>,
+    header: Option<Header>,
     writers: Vec<(Option<i64>, u64, Option<String>)>,
     /// Fingerprint of (writer, variant) -> entry.
     index: HashMap<u64, usize>,
@@ -97,25 +101,23 @@ impl FileFacts {
 
     pub fn add(&mut self, r: &Record) {
         match r.event {
-            Event::Process => {
-                if self.header.is_none() {
-                    self.host = r.host.as_deref().map(str::to_string);
-                    let python = r.exe.as_deref().is_some_and(|e| e.contains("python"));
-                    self.header = Some((
-                        r.rank,
-                        r.pid,
-                        r.instance.as_deref().map(str::to_string),
-                        python,
-                        r.caches.clone().unwrap_or_default(),
-                    ));
-                }
+            Event::Process if self.header.is_none() => {
+                self.host = r.host.as_deref().map(str::to_string);
+                let python = r.exe.as_deref().is_some_and(|e| e.contains("python"));
+                self.header = Some((
+                    r.rank,
+                    r.pid,
+                    r.instance.as_deref().map(str::to_string),
+                    python,
+                    r.caches.clone().unwrap_or_default(),
+                ));
             }
-            Event::BinaryQuery => {
-                if r.param.as_deref() == Some("CL_PROGRAM_BINARIES") && !r.failed() {
-                    let w = self.writer(r);
-                    if let Some(&e) = r.program.clone().and_then(|p| self.by_id.get(&(w, p))) {
-                        self.queried.insert(e);
-                    }
+            Event::BinaryQuery
+                if r.param.as_deref() == Some("CL_PROGRAM_BINARIES") && !r.failed() =>
+            {
+                let w = self.writer(r);
+                if let Some(&e) = r.program.clone().and_then(|p| self.by_id.get(&(w, p))) {
+                    self.queried.insert(e);
                 }
             }
             Event::Build | Event::Compile | Event::Link => self.add_build(r),

@@ -54,6 +54,9 @@ impl Flag {
     }
 }
 
+/// A directory's filesystem and the ranks that would use it.
+type Seen = (Option<String>, BTreeSet<RankKey>);
+
 fn relevant(cache: &str, python: bool, nvidia: bool) -> bool {
     match cache {
         "pyopencl" => python,
@@ -63,10 +66,8 @@ fn relevant(cache: &str, python: bool, nvidia: bool) -> bool {
 }
 
 pub fn flags(facts: &Facts) -> Vec<Flag> {
-    let mut shared: BTreeMap<(String, String, String), (Option<String>, BTreeSet<RankKey>)> =
-        BTreeMap::new();
-    let mut network: BTreeMap<(String, String), (Option<String>, BTreeSet<RankKey>)> =
-        BTreeMap::new();
+    let mut shared: BTreeMap<(String, String, String), Seen> = BTreeMap::new();
+    let mut network: BTreeMap<(String, String), Seen> = BTreeMap::new();
     for p in &facts.processes {
         for c in &p.caches {
             if !relevant(&c.cache, p.python, facts.nvidia) || c.path.ends_with("/uncached") {
@@ -143,7 +144,7 @@ pub fn text(flags: &[Flag]) -> String {
 }
 
 pub fn json(facts: &Facts, flags: &[Flag]) -> Value {
-    let mut dirs: BTreeMap<(String, String), (Option<String>, BTreeSet<RankKey>)> = BTreeMap::new();
+    let mut dirs: BTreeMap<(String, String), Seen> = BTreeMap::new();
     for p in &facts.processes {
         for c in &p.caches {
             dirs.entry((c.cache.clone(), c.path.clone()))

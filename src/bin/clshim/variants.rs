@@ -13,8 +13,8 @@ use std::fmt::Write;
 use std::path::Path;
 
 /// Programs shown in the text, variants per program, changed lines per variant.
-pub const PROGRAMS_SHOWN: usize = 10;
-pub const VARIANTS_SHOWN: usize = 4;
+pub const PROGRAMS_SHOWN: usize = 6;
+pub const VARIANTS_SHOWN: usize = 3;
 pub const CHANGES_SHOWN: usize = 3;
 /// Widest line of the text.
 pub const WIDTH: usize = 120;
@@ -32,6 +32,18 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// A few words, for counting the kinds of many variants.
+    pub fn words(self) -> &'static str {
+        match self {
+            Kind::Numeric => "numeric literals",
+            Kind::RunUnique => "a run-unique token",
+            Kind::Options => "options",
+            Kind::Device => "device or driver",
+            Kind::Text => "text",
+            Kind::NotKept => "sources not kept",
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Kind::Numeric => "numeric_literals",
@@ -356,10 +368,19 @@ pub fn text(programs: &[Program], kept_any: bool) -> String {
             }
         }
         if p.variants.len() > VARIANTS_SHOWN {
+            let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+            for v in &p.variants[1..] {
+                if let Some(d) = &v.difference {
+                    *kinds.entry(d.kind.words()).or_default() += 1;
+                }
+            }
+            let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} ({n})")).collect();
             let _ = writeln!(
                 o,
-                "    ... {} more variants (--json lists them)",
-                p.variants.len() - VARIANTS_SHOWN
+                "    ... {} more variants (--json lists them); all {} others differ from A by: {}",
+                p.variants.len() - VARIANTS_SHOWN,
+                p.variants.len() - 1,
+                kinds.join(", ")
             );
         }
     }
