@@ -16,47 +16,54 @@
 //! `CUDA_CACHE_PATH`, else `~/.nv/ComputeCache`.
 
 use crate::schema::CacheDir;
-use std::ffi::CString;
+use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// A variable's value when set and not blank.
-fn var(name: &str) -> Option<PathBuf> {
-    std::env::var_os(name)
+fn value(get: &impl Fn(&str) -> Option<OsString>, name: &str) -> Option<PathBuf> {
+    get(name)
         .filter(|v| !v.as_bytes().iter().all(u8::is_ascii_whitespace))
         .map(PathBuf::from)
 }
 
-fn off(name: &str) -> bool {
-    std::env::var(name).is_ok_and(|v| {
+/// pocl's reading of a boolean option set off.
+fn off(get: &impl Fn(&str) -> Option<OsString>, name: &str) -> bool {
+    get(name).is_some_and(|v| {
         matches!(
-            v.trim().to_ascii_lowercase().as_str(),
+            v.to_string_lossy().trim().to_ascii_lowercase().as_str(),
             "0" | "false" | "no" | "off"
         )
     })
 }
 
-fn entry(cache: &str, path: PathBuf, from: Option<&str>) -> CacheDir {
-    CacheDir {
-        cache: cache.to_string(),
-        fs: fs_type(&path),
-        path: path.to_string_lossy().into_owned(),
-        from: from.map(str::to_string),
+/// The cache directories in effect for this process, with their filesystems.
+pub fn current() -> Vec<CacheDir> {
+    let mut dirs = derive(|n| std::env::var_os(n));
+    for d in &mut dirs {
+        d.fs = fs_type(Path::new(&d.path));
     }
+    dirs
 }
 
-/// The cache directories in effect for this process.
-pub fn current() -> Vec<CacheDir> {
-    let home = var("HOME");
-    let xdg = var("XDG_CACHE_HOME");
+/// The cache directories the variables `get` gives lead to (no filesystem yet).
+fn derive(get: impl Fn(&str) -> Option<OsString>) -> Vec<CacheDir> {
+    let entry = |cache: &str, path: PathBuf, from: Option<&str>| CacheDir {
+        cache: cache.to_string(),
+        path: path.to_string_lossy().into_owned(),
+        from: from.map(str::to_string),
+        fs: None,
+    };
+    let home = value(&get, "HOME");
+    let xdg = value(&get, "XDG_CACHE_HOME");
     let mut out = Vec::with_capacity(3);
 
-    let leaf = if off("POCL_KERNEL_CACHE") {
+    let leaf = if off(&get, "POCL_KERNEL_CACHE") {
         "pocl/uncached"
     } else {
         "pocl/kcache"
     };
-    out.push(if let Some(p) = var("POCL_CACHE_DIR") {
+    out.push(if let Some(p) = value(&get, "POCL_CACHE_DIR") {
         entry("pocl", p, Some("POCL_CACHE_DIR"))
     } else if let Some(x) = &xdg {
         entry("pocl", x.join(leaf), Some("XDG_CACHE_HOME"))
@@ -78,7 +85,7 @@ pub fn current() -> Vec<CacheDir> {
         out.push(entry("pyopencl", p, Some(from)));
     }
 
-    if let Some(p) = var("CUDA_CACHE_PATH") {
+    if let Some(p) = value(&get, "CUDA_CACHE_PATH") {
         out.push(entry("cuda", p, Some("CUDA_CACHE_PATH")));
     } else if let Some(h) = &home {
         out.push(entry("cuda", h.join(".nv/ComputeCache"), Some("HOME")));
@@ -160,6 +167,49 @@ mod tests {
         assert_eq!(magic_name(0x6969), "nfs");
         assert_eq!(magic_name(0x0bd00bd0), "lustre");
         assert_eq!(magic_name(0x1234), "0x1234");
+    }
+
+    fn derived(pairs: &[(&str, &str)]) -> Vec<(String, String, Option<String>)> {
+        derive(|n| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == n)
+                .map(|(_, v)| OsString::from(v))
+        })
+        .into_iter()
+        .map(|d| (d.cache, d.path, d.from))
+        .collect()
+    }
+
+    #[test]
+    fn directories_are_derived_as_their_owners_derive_them() {
+        let own = |c: &str, p: &str, f: Option<&str>| (c.into(), p.into(), f.map(Into::into));
+        assert_eq!(
+            derived(&[("HOME", "/h")]),
+            [
+                own("pocl", "/h/.cache/pocl/kcache", Some("HOME")),
+                own("pyopencl", "/h/.cache/pyopencl", Some("HOME")),
+                own("cuda", "/h/.nv/ComputeCache", Some("HOME")),
+            ]
+        );
+        assert_eq!(
+            derived(&[
+                ("HOME", "/h"),
+                ("XDG_CACHE_HOME", "/x"),
+                ("POCL_KERNEL_CACHE", "0"),
+                ("CUDA_CACHE_PATH", "/c"),
+            ]),
+            [
+                own("pocl", "/x/pocl/uncached", Some("XDG_CACHE_HOME")),
+                own("pyopencl", "/x/pyopencl", Some("XDG_CACHE_HOME")),
+                own("cuda", "/c", Some("CUDA_CACHE_PATH")),
+            ]
+        );
+        assert_eq!(
+            derived(&[("POCL_CACHE_DIR", "/p"), ("XDG_CACHE_HOME", " ")]),
+            [own("pocl", "/p", Some("POCL_CACHE_DIR"))]
+        );
+        assert_eq!(derived(&[]), [own("pocl", "/tmp/pocl/kcache", None)]);
     }
 
     #[test]

@@ -353,3 +353,101 @@ fn hostile_sources_directories_cost_the_application_nothing() {
     assert!(!kept.is_empty() && kept.len() < 16 + 16, "{kept:?}");
     assert_eq!(records(&full), 1 + 16);
 }
+
+// ------------------------------------------------------------ hand-made traces, headers
+
+fn line(v: Value) -> String {
+    v.to_string() + "\n"
+}
+
+/// Two ranks of one host whose pocl cache is one directory on NFS, building one kernel
+/// from different sources that were not kept: the report flags the shared directory and
+/// the network filesystem, and says `--sources` would show the difference.
+#[test]
+fn shared_and_network_caches_are_flagged_and_unkept_sources_named() {
+    let d = common::scratch("why-caches");
+    for rank in 0..2 {
+        let base = serde_json::json!({"schema": 1, "pid": 100 + rank, "rank": rank, "tid": 1,
+                                      "instance": format!("{rank:016x}")});
+        let mut process = base.clone();
+        let extra = serde_json::json!({"event": "process", "ts": 1.75e9, "seconds": 0.0,
+            "host": "n1", "exe": "/usr/bin/python3", "argv": [], "ppid": 1, "size": 2,
+            "rank_source": "PMI_RANK", "clshim_version": "0", "mode": "preload",
+            "policy": "pass", "devices_filter": "pocl-cpu",
+            "caches": [{"cache": "pocl", "path": "/home/u/.cache/pocl/kcache",
+                        "from": "HOME", "fs": "nfs"},
+                       {"cache": "cuda", "path": "/home/u/.nv/ComputeCache",
+                        "from": "HOME", "fs": "nfs"}]});
+        let mut build = base.clone();
+        let b = serde_json::json!({"event": "build", "ts": 1.75e9 + 1.0, "seconds": 2.0,
+            "program": 1, "call": "clBuildProgram", "result": 0, "result_name": "CL_SUCCESS",
+            "options": null, "async": false, "kernels": ["k"], "devices": [common::pocl_cpu()],
+            "source": {"origin": "source", "hash": format!("fnv1a64:{:016x}", rank + 1),
+                       "length": 10}});
+        for (t, e) in [(&mut process, extra), (&mut build, b)] {
+            t.as_object_mut()
+                .unwrap()
+                .extend(e.as_object().unwrap().clone());
+        }
+        std::fs::write(
+            d.join(format!("clshim-n1-r{rank}-p{}.jsonl", 100 + rank)),
+            line(process) + &line(build),
+        )
+        .unwrap();
+    }
+    let o = report(&[s(&d)]);
+    let out = common::stdout(&o);
+    assert!(
+        out.contains("pocl's kernel cache /home/u/.cache/pocl/kcache (nfs) is shared by ranks 0-1 on host n1"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "pocl's kernel cache /home/u/.cache/pocl/kcache is on nfs, a network filesystem"
+        ),
+        "{out}"
+    );
+    // No NVIDIA device built anything: CUDA's cache is not flagged.
+    assert!(!out.contains("CUDA"), "{out}");
+    assert!(out.contains("run with `clshim run --sources`"), "{out}");
+    let v = report_json(&[s(&d)]);
+    assert_eq!(difference(&v["variants"], "k")["kind"], "sources_not_kept");
+}
+
+/// A compile's embedded header is kept, by its include name, with the source and the
+/// options of the compile.
+#[test]
+fn compile_headers_are_kept() {
+    let d = common::scratch("why-headers");
+    let mut c = Command::new(common::build_c("compile_link", &[]));
+    common::clear_shim_env(&mut c, &[]);
+    c.arg("--seed=7")
+        .env("LD_PRELOAD", common::shim_path())
+        .env("CLSHIM_TRACE_DIR", &d)
+        .env("CLSHIM_TRACE_SOURCES", "1")
+        .env("CLSHIM_SUMMARY", "0");
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let file = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .unwrap();
+    let text = std::fs::read_to_string(file).unwrap();
+    let compile: Value = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["event"] == "compile" && !r["kept"]["headers"].is_null())
+        .expect("a compile with kept headers");
+    let h = &compile["kept"]["headers"][0];
+    assert_eq!(h["name"], "offset.h");
+    let kept = |r: &Value, ext: &str| {
+        std::fs::read_to_string(
+            d.join("sources")
+                .join(format!("{}.{ext}", r.as_str().unwrap())),
+        )
+        .unwrap()
+    };
+    assert!(kept(&h["source"], "h").contains("#define OFFSET 7"));
+    assert!(kept(&compile["kept"]["source"], "cl").contains("#include \"offset.h\""));
+}
