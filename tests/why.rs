@@ -451,3 +451,21 @@ fn compile_headers_are_kept() {
     assert!(kept(&h["source"], "h").contains("#define OFFSET 7"));
     assert!(kept(&compile["kept"]["source"], "cl").contains("#include \"offset.h\""));
 }
+
+/// `--against` takes a directory, needs both to exist, and draws no timeline.
+#[test]
+fn against_usage_errors_exit_2() {
+    let d = common::scratch("why-usage");
+    let o = report(&[s(&d), "--against"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = report(&[s(&d), "--against", "/nonexistent/old"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(common::stderr(&o).contains("/nonexistent/old"));
+    let o = report(&["--chrome", "t.json", "--against", s(&d), s(&d)]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        common::stderr(&o).contains("--against"),
+        "{}",
+        common::stderr(&o)
+    );
+}

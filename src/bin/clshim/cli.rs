@@ -334,6 +334,9 @@ fn parse_report(args: Vec<OsString>) -> Result<Command, UsageError> {
         }
         dir = Some(arg.into());
     }
+    if o.against.is_some() && o.chrome.is_some() {
+        return usage("report: --against compares two runs and draws no timeline (drop --chrome)");
+    }
     match dir {
         Some(d) => o.dir = d,
         None => return usage(

@@ -317,6 +317,35 @@ mod tests {
         assert_eq!(diff("same", "same").changes.len(), 0);
     }
 
+    /// Random small texts: never a panic, and every changed line is one of the texts'.
+    #[test]
+    fn random_texts_diff_without_panicking() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let alphabet = [
+            "a", "b1", "12", " ", "\n", "x_ff", "0x1f", ".5e-3", ";", "\u{e9}", "\t",
+        ];
+        for _ in 0..3000 {
+            let mut text = || {
+                let n = (next() % 24) as usize;
+                (0..n)
+                    .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                    .collect::<String>()
+            };
+            let (a, b) = (text(), text());
+            let d = diff(&a, &b);
+            assert_eq!(d.changes.is_empty(), a == b, "{a:?} {b:?}");
+            for c in &d.changes {
+                assert!(c.old_line >= 1 && c.new_line >= 1);
+            }
+        }
+    }
+
     #[test]
     fn huge_texts_are_bounded() {
         let a: String = (0..5000).map(|i| format!("a{i}\n")).collect();
