@@ -114,8 +114,23 @@ fn option_change(a: Option<&str>, b: Option<&str>) -> String {
     }
 }
 
+/// A variant's kept source text, if it was kept in `dir`.
+fn text_of(v: &Variant, dir: &Path) -> Option<String> {
+    v.kept.as_deref().and_then(|r| read_kept(dir, r, "cl"))
+}
+
 /// What differs from `base` (in `base_dir`) to `other` (in `other_dir`).
 pub fn compare(base: &Variant, base_dir: &Path, other: &Variant, other_dir: &Path) -> Difference {
+    let texts = || (text_of(base, base_dir), text_of(other, other_dir));
+    compare_texts(base, other, texts)
+}
+
+/// As [`compare`], with the kept texts read only when the sources differ.
+fn compare_texts(
+    base: &Variant,
+    other: &Variant,
+    texts: impl FnOnce() -> (Option<String>, Option<String>),
+) -> Difference {
     let options_differ = base.options != other.options;
     let devices_differ = base.devices != other.devices;
     let same_text = base.hash.is_some() && base.hash == other.hash;
@@ -143,16 +158,7 @@ pub fn compare(base: &Variant, base_dir: &Path, other: &Variant, other_dir: &Pat
         }
         return d;
     }
-    let texts = (
-        base.kept
-            .as_deref()
-            .and_then(|r| read_kept(base_dir, r, "cl")),
-        other
-            .kept
-            .as_deref()
-            .and_then(|r| read_kept(other_dir, r, "cl")),
-    );
-    let (Some(a), Some(b)) = texts else {
+    let (Some(a), Some(b)) = texts() else {
         d.kind = Kind::NotKept;
         d.words =
             "the source texts differ (run with --sources, CLSHIM_TRACE_SOURCES=1, to see how)"
@@ -245,11 +251,18 @@ pub fn programs(facts: &Facts, dir: &Path) -> Vec<Program> {
             }
         }
         let base = vs[0].0.clone();
+        // The base text is read once for the whole group.
+        let mut base_text: Option<Option<String>> = None;
         let variants = vs
             .into_iter()
             .enumerate()
             .map(|(i, (variant, tally))| Shown {
-                difference: (i > 0).then(|| compare(&base, dir, &variant, dir)),
+                difference: (i > 0).then(|| {
+                    compare_texts(&base, &variant, || {
+                        let b = base_text.get_or_insert_with(|| text_of(&base, dir)).clone();
+                        (b, text_of(&variant, dir))
+                    })
+                }),
                 variant,
                 tally,
             })
@@ -439,4 +452,55 @@ pub fn json(programs: &[Program]) -> Value {
 /// Whether any build record of the run referenced a kept source.
 pub fn kept_any(facts: &Facts) -> bool {
     facts.variants.keys().any(|v| v.kept.is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn variant(hash: &str, options: &str, devices: &str) -> Variant {
+        Variant {
+            kernels: vec!["k".into()],
+            hash: Some(hash.into()),
+            kept: None,
+            options: Some(options.into()),
+            options_kept: None,
+            devices: devices.into(),
+            served: false,
+        }
+    }
+
+    #[test]
+    fn options_devices_and_unkept_texts() {
+        let none = || -> (Option<String>, Option<String>) { panic!("no text needed") };
+        let a = variant("h1", "-DN=1 -O2", "cpu (3.1)");
+        let d = compare_texts(&a, &variant("h1", "-O2 -DN=2", "cpu (3.1)"), none);
+        assert_eq!(d.kind, Kind::Options);
+        assert!(d.words.contains("[--DN=1-] {+-DN=2+}"), "{}", d.words);
+        let d = compare_texts(&a, &variant("h1", "-DN=1 -O2", "cpu (4.0)"), none);
+        assert_eq!(d.kind, Kind::Device);
+        assert!(d.words.contains("cpu (3.1) vs cpu (4.0)"), "{}", d.words);
+        let d = compare_texts(&a, &variant("h2", "-DN=1 -O2", "cpu (3.1)"), || {
+            (None, None)
+        });
+        assert_eq!(d.kind, Kind::NotKept);
+        let d = compare_texts(&a, &variant("h2", "-DN=1", "cpu (3.1)"), || {
+            (Some("int n = 4;".into()), Some("int n = 8;".into()))
+        });
+        assert_eq!(d.kind, Kind::Numeric);
+        assert!(
+            d.words.contains("the options differ too ([--O2-])"),
+            "{}",
+            d.words
+        );
+    }
+
+    #[test]
+    fn long_lines_are_cut_around_their_first_mark() {
+        let line = format!("{}[-1-]{}", "a".repeat(200), "b".repeat(200));
+        let cut = fit(&line, 60);
+        assert_eq!(cut.chars().count(), 60);
+        assert!(cut.contains("[-1-]") && cut.starts_with("...") && cut.ends_with("..."));
+        assert_eq!(fit("short", 60), "short");
+    }
 }
