@@ -469,3 +469,63 @@ fn against_usage_errors_exit_2() {
         common::stderr(&o)
     );
 }
+
+fn fnv(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in bytes {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+/// Generated code names many programs alike (loopy's `loopy_kernel`): the n-th distinct
+/// program of a name on one rank is compared with the n-th on the others, not with
+/// another program of the same name. Two ranks build two programs each, both named
+/// `loopy_kernel`: the first differs between the ranks in a size, the second not.
+#[test]
+fn programs_of_one_name_are_told_apart_by_their_order() {
+    let d = common::scratch("why-order");
+    std::fs::create_dir_all(d.join("sources")).unwrap();
+    for rank in 0..2u64 {
+        let texts = [
+            format!(
+                "kernel void loopy_kernel(global float *x)\n{{\n    x[0] = {};\n}}\n",
+                16 * (rank + 1)
+            ),
+            "kernel void loopy_kernel(global float *x)\n{\n    x[0] = x[1] + x[2];\n}\n"
+                .to_string(),
+        ];
+        let mut lines = line(
+            serde_json::json!({"schema": 1, "event": "process", "pid": 10 + rank,
+            "rank": rank, "tid": 1, "instance": format!("{rank:016x}"), "ts": 1.75e9,
+            "seconds": 0.0, "host": "h", "exe": "/bin/app", "argv": [], "ppid": 1}),
+        );
+        for (i, t) in texts.iter().enumerate() {
+            let r = format!("{:016x}-{}", fnv(t.as_bytes()), t.len());
+            std::fs::write(d.join("sources").join(format!("{r}.cl")), t).unwrap();
+            lines += &line(
+                serde_json::json!({"schema": 1, "event": "build", "pid": 10 + rank,
+                "rank": rank, "tid": 1, "instance": format!("{rank:016x}"),
+                "ts": 1.75e9 + 1.0 + i as f64, "seconds": 1.0, "program": i + 1,
+                "call": "clBuildProgram", "result": 0, "result_name": "CL_SUCCESS",
+                "options": "", "async": false, "kernels": ["loopy_kernel"],
+                "devices": [common::pocl_cpu()],
+                "source": {"origin": "source", "hash": format!("fnv1a64:{}", &r[..16]),
+                           "length": t.len()},
+                "kept": {"source": r, "options": null}}),
+            );
+        }
+        std::fs::write(
+            d.join(format!("clshim-h-r{rank}-p{}.jsonl", 10 + rank)),
+            lines,
+        )
+        .unwrap();
+    }
+    let v = report_json(&[s(&d)]);
+    let progs = v["variants"].as_array().unwrap();
+    assert_eq!(progs.len(), 1, "{progs:#?}");
+    assert_eq!(progs[0]["nth"], 0);
+    let diff = &progs[0]["variants"][1]["difference"];
+    assert_eq!(diff["kind"], "numeric_literals", "{diff:#}");
+    assert!(changed_lines(diff).contains("x[0] = [-16-];"), "{diff:#}");
+}

@@ -6,7 +6,7 @@
 //! per program, per rank and in all.
 
 use crate::build_facts::{rank_name, Facts, Variant};
-use crate::variants::{changes_text, compare, difference_json, fit, Difference};
+use crate::variants::{changes_text, compare, difference_json, program_name, Difference};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
@@ -25,10 +25,10 @@ struct Side {
     variants: BTreeMap<Variant, usize>,
 }
 
-fn sides(f: &Facts) -> BTreeMap<Vec<String>, Side> {
-    let mut out: BTreeMap<Vec<String>, Side> = BTreeMap::new();
+fn sides(f: &Facts) -> BTreeMap<(Vec<String>, usize), Side> {
+    let mut out: BTreeMap<(Vec<String>, usize), Side> = BTreeMap::new();
     for (v, t) in &f.variants {
-        let s = out.entry(v.kernels.clone()).or_default();
+        let s = out.entry((v.kernels.clone(), v.nth)).or_default();
         s.seconds += t.seconds;
         if v.served {
             s.served += t.builds;
@@ -48,6 +48,8 @@ fn same(a: &Variant, b: &Variant) -> bool {
 #[derive(Debug)]
 pub struct Row {
     pub kernels: Vec<String>,
+    /// Which program of these kernel names (see `Variant::nth`).
+    pub nth: usize,
     /// `built again`, `served from a binary`, `only in NEW`, `only in OLD`.
     pub status: &'static str,
     pub words: String,
@@ -117,7 +119,7 @@ fn nothing_changed(kernels: &[String], new: &Facts, old: &Facts) -> String {
 
 pub fn compare_runs(new: &Facts, new_dir: &Path, old: &Facts, old_dir: &Path) -> Comparison {
     let (sn, so) = (sides(new), sides(old));
-    let names: BTreeSet<&Vec<String>> = sn.keys().chain(so.keys()).collect();
+    let names: BTreeSet<&(Vec<String>, usize)> = sn.keys().chain(so.keys()).collect();
     let empty = Side::default();
     let mut rows = Vec::new();
     for k in names {
@@ -152,11 +154,12 @@ pub fn compare_runs(new: &Facts, new_dir: &Path, old: &Facts, old_dir: &Path) ->
                     "built again",
                     "OLD made it from a binary only; NEW compiled it".to_string(),
                 ),
-                (None, _) => ("built again", nothing_changed(k, new, old)),
+                (None, _) => ("built again", nothing_changed(&k.0, new, old)),
             }
         };
         rows.push(Row {
-            kernels: k.clone(),
+            kernels: k.0.clone(),
+            nth: k.1,
             status,
             words,
             difference,
@@ -172,7 +175,7 @@ pub fn compare_runs(new: &Facts, new_dir: &Path, old: &Facts, old_dir: &Path) ->
     rows.sort_by(|a, b| {
         let d = |r: &Row| (r.new_seconds - r.old_seconds).abs();
         d(b).total_cmp(&d(a))
-            .then_with(|| a.kernels.cmp(&b.kernels))
+            .then_with(|| (&a.kernels, a.nth).cmp(&(&b.kernels, b.nth)))
     });
     let mut ranks: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     for (k, s) in &new.rank_seconds {
@@ -230,7 +233,7 @@ impl Comparison {
             let _ = writeln!(
                 o,
                 "  {:<32} {:>8.2} {:>8.2} {:>+9.2}  {}",
-                fit(&r.kernels.join(","), 32),
+                program_name(&r.kernels, r.nth, 32),
                 r.new_seconds,
                 r.old_seconds,
                 r.new_seconds - r.old_seconds,
@@ -282,6 +285,7 @@ impl Comparison {
             "old_build_seconds": self.old_seconds,
             "programs": self.rows.iter().map(|r| json!({
                 "kernels": r.kernels,
+                "nth": r.nth,
                 "status": r.status,
                 "words": r.words,
                 "difference": r.difference.as_ref().map(difference_json),

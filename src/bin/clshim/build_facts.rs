@@ -26,6 +26,11 @@ pub struct Variant {
     pub devices: String,
     /// Made from a binary (the application's or clshim's), so built without compiling.
     pub served: bool,
+    /// Which of the distinct programs its process made under these kernel names it is
+    /// (0: the first). Generated code often names every kernel alike (loopy's
+    /// `loopy_kernel`); ranks generate their programs in the same order, so the n-th
+    /// of one rank is the same program as the n-th of another, differing or not.
+    pub nth: usize,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -73,6 +78,8 @@ pub struct FileFacts {
     entries: Vec<(usize, Variant, usize, f64)>,
     seconds: Vec<f64>,
     by_id: HashMap<(usize, Id), usize>,
+    /// (writer, kernel names, served) -> the distinct texts seen under them, in order.
+    texts: HashMap<(usize, u64, bool), Vec<u64>>,
     queried: BTreeSet<usize>,
     nvidia: bool,
 }
@@ -137,11 +144,24 @@ impl FileFacts {
         let kept = r.kept.as_ref();
         let origin = r.source.as_ref().and_then(|s| s.origin.as_deref());
         let served = matches!(origin, Some("binary" | "clshim-binary"));
-        let mut h = 0xcbf2_9ce4_8422_2325u64;
-        fnv(&mut h, &w.to_le_bytes());
+        let mut names = 0xcbf2_9ce4_8422_2325u64;
         for k in &kernels {
-            fnv(&mut h, k.as_bytes());
+            fnv(&mut names, k.as_bytes());
         }
+        let mut text = 0xcbf2_9ce4_8422_2325u64;
+        fnv(&mut text, r.hash().unwrap_or("").as_bytes());
+        fnv(
+            &mut text,
+            r.options.as_deref().unwrap_or("\u{0}").as_bytes(),
+        );
+        let seen = self.texts.entry((w, names, served)).or_default();
+        let nth = seen.iter().position(|&t| t == text).unwrap_or_else(|| {
+            seen.push(text);
+            seen.len() - 1
+        });
+        let mut h = names;
+        fnv(&mut h, &w.to_le_bytes());
+        fnv(&mut h, &nth.to_le_bytes());
         let parts = [
             r.hash(),
             kept.and_then(|k| k.source.as_deref()),
@@ -179,6 +199,7 @@ impl FileFacts {
                     options_kept: own(parts[3]),
                     devices: devices.join(", "),
                     served,
+                    nth,
                 };
                 self.entries.push((w, v, 0, 0.0));
                 self.index.insert(h, self.entries.len() - 1);

@@ -76,6 +76,8 @@ pub struct Shown {
 #[derive(Debug)]
 pub struct Program {
     pub kernels: Vec<String>,
+    /// Which program of these kernel names (see `Variant::nth`).
+    pub nth: usize,
     pub variants: Vec<Shown>,
 }
 
@@ -209,7 +211,7 @@ fn compare_texts(
 pub fn programs(facts: &Facts, dir: &Path) -> Vec<Program> {
     // Variants that differ only in their kept references are one; any file's references
     // will do (they name the same text).
-    let mut groups: BTreeMap<Vec<String>, BTreeMap<Variant, Tally>> = BTreeMap::new();
+    let mut groups: BTreeMap<(Vec<String>, usize), BTreeMap<Variant, Tally>> = BTreeMap::new();
     let mut refs: HashMap<Variant, (Option<String>, Option<String>)> = HashMap::new();
     for (v, t) in &facts.variants {
         if v.served {
@@ -225,7 +227,7 @@ pub fn programs(facts: &Facts, dir: &Path) -> Vec<Program> {
                 .or_insert_with(|| (v.kept.clone(), v.options_kept.clone()));
         }
         let e = groups
-            .entry(v.kernels.clone())
+            .entry((v.kernels.clone(), v.nth))
             .or_default()
             .entry(key)
             .or_default();
@@ -234,7 +236,7 @@ pub fn programs(facts: &Facts, dir: &Path) -> Vec<Program> {
         e.ranks.extend(t.ranks.iter().cloned());
     }
     let mut out = Vec::new();
-    for (kernels, g) in groups {
+    for ((kernels, nth), g) in groups {
         if g.len() < 2 {
             continue;
         }
@@ -267,13 +269,29 @@ pub fn programs(facts: &Facts, dir: &Path) -> Vec<Program> {
                 tally,
             })
             .collect();
-        out.push(Program { kernels, variants });
+        out.push(Program {
+            kernels,
+            nth,
+            variants,
+        });
     }
     out.sort_by(|a, b| {
         let n = |p: &Program| p.variants.iter().map(|v| v.tally.builds).sum::<usize>();
-        n(b).cmp(&n(a)).then_with(|| a.kernels.cmp(&b.kernels))
+        n(b).cmp(&n(a))
+            .then_with(|| (&a.kernels, a.nth).cmp(&(&b.kernels, b.nth)))
     });
     out
+}
+
+/// Kernel names, with `#n` for the n-th distinct program of those names in a process.
+pub fn program_name(kernels: &[String], nth: usize, width: usize) -> String {
+    let names = kernels.join(",");
+    if nth == 0 {
+        fit(&names, width)
+    } else {
+        let tail = format!(" #{}", nth + 1);
+        fit(&names, width.saturating_sub(tail.len()).max(8)) + &tail
+    }
 }
 
 fn short(h: Option<&str>) -> String {
@@ -358,7 +376,7 @@ pub fn text(programs: &[Program], kept_any: bool) -> String {
         plural(programs.len(), "program was", "programs were")
     );
     for p in programs.iter().take(PROGRAMS_SHOWN) {
-        let name = fit(&p.kernels.join(","), 60);
+        let name = program_name(&p.kernels, p.nth, 60);
         let _ = writeln!(
             o,
             "  {name}: {}",
@@ -431,6 +449,7 @@ pub fn json(programs: &[Program]) -> Value {
             .map(|p| {
                 json!({
                     "kernels": p.kernels,
+                    "nth": p.nth,
                     "variants": p.variants.iter().map(|v| json!({
                         "source_hash": v.variant.hash,
                         "source_kept": v.variant.kept,
@@ -467,6 +486,7 @@ mod tests {
             options_kept: None,
             devices: devices.into(),
             served: false,
+            nth: 0,
         }
     }
 
