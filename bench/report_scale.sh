@@ -13,6 +13,10 @@
 #   TRACES=DIR/traces bench/report_scale.sh                     # reuses its traces
 #   BASE_BIN=/path/to/older/clshim NO_CHROME=1 bench/report_scale.sh   # side by side
 #   LAUNCHES=0 bench/report_scale.sh      # no first_launch records (older clshim skips them)
+#   SOURCES=1 FILES=64 RECORDS=64000 bench/report_scale.sh   # kept sources (--sources):
+#       100 programs per rank, every other one's text baked with a per-rank size, each
+#       rank with its own options for one in ten: 100 program groups of up to 64 variants
+#       whose differences the report diffs, from DIR/traces/sources
 set -eu
 cd "$(dirname "$0")/.."
 FILES=${FILES:-64}
@@ -29,15 +33,43 @@ if [ -n "${TRACES:-}" ]; then
     ln -s "$(cd "$TRACES" && pwd)" "$DIR/traces"   # reuse a KEEP=1 run's traces
 else
 mkdir "$DIR/traces"
-python3 - "$DIR/traces" "$FILES" "$RECORDS" "${LAUNCHES:-1}" <<'PY'
-import json, random, sys
+python3 - "$DIR/traces" "$FILES" "$RECORDS" "${LAUNCHES:-1}" "${SOURCES:-0}" <<'PY'
+import json, os, random, sys
 d, files, records, launches = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] != "0"
+sources = sys.argv[5] != "0"
 rnd = random.Random(1)
+
+def fnv(b):
+    h = 0xcbf29ce484222325
+    for x in b:
+        h = ((h ^ x) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+kept_names = set()
+def keep(text, ext):
+    """Stores a text as clshim --sources does; returns (hash label, reference)."""
+    b = text.encode()
+    ref = "%016x-%d" % (fnv(b), len(b))
+    if ref + ext not in kept_names:
+        kept_names.add(ref + ext)
+        os.makedirs(d + "/sources", exist_ok=True)
+        with open("%s/sources/%s.%s" % (d, ref, ext), "wb") as f:
+            f.write(b)
+    return "fnv1a64:" + ref[:16], ref
+
+def text_of(p, rank):
+    size = 64 * (rank + 1) if p % 2 == 0 else 64
+    body = "".join("    acc += x[i + %d] * %d.0f;\n" % (k, k + p) for k in range(60))
+    return ("kernel void k%d_0(global float *x, global float *y)\n{\n    int i = get_global_id(0);\n"
+            "    float acc = 0.0f;\n    for (int j = 0; j < %d; j++) {\n%s    }\n    y[i] = acc;\n}\n"
+            % (p, size, body))
 dev = {"name": "cpu-haswell-AMD EPYC 7B13", "type": "CPU",
        "platform": "Portable Computing Language", "vendor": "AuthenticAMD",
        "driver": "3.1", "matched": True}
 progs = [(["k%d_%d" % (p, k) for k in range(1 + p % 5)], "fnv1a64:%016x" % (0x9e3779b97f4a7c15 * (p + 1) % 2**64))
          for p in range(40)]
+if sources:
+    progs = [(["k%d_0" % p], None) for p in range(100)]
 dumps = json.JSONEncoder(separators=(",", ":")).encode
 for rank in range(files):
     n = records // files + (1 if rank < records % files else 0)
@@ -55,13 +87,22 @@ for rank in range(files):
         prog_id = 0
         while n > 0:
             prog_id += 1
-            kernels, h = progs[(rank + prog_id) % len(progs)]
+            p = (rank + prog_id) % len(progs)
+            kernels, h = progs[p]
             s = rnd.uniform(0.2, 1.5)
             t += 0.01
+            options = "-cl-fast-relaxed-math"
+            extra = {}
+            if sources:
+                if p % 10 == 1:
+                    options += " -DRANK=%d" % rank
+                h, ref = keep(text_of(p, rank), "cl")
+                extra = {"kept": {"source": ref, "options": keep(options, "opt")[1]}}
             out = [dict(base, event="build", ts=t, seconds=s, program=prog_id,
                         call="clBuildProgram", result=0, result_name="CL_SUCCESS",
-                        devices=[dev], options="-cl-fast-relaxed-math", **{"async": False},
-                        source={"origin": "source", "hash": h, "length": 5000}, kernels=kernels)]
+                        devices=[dev], options=options, **{"async": False},
+                        source={"origin": "source", "hash": h, "length": 5000}, kernels=kernels,
+                        **extra)]
             for param, q in (("CL_PROGRAM_BINARY_SIZES", 3 * s), ("CL_PROGRAM_BINARIES", 0.001)):
                 t += s
                 out.append(dict(base, event="binary_query", ts=t, seconds=q, program=prog_id,
@@ -80,7 +121,7 @@ for rank in range(files):
 PY
 fi
 
-echo "$DIR: $(ls "$DIR/traces" | wc -l) files, $(cat "$DIR"/traces/*.jsonl | wc -l) records, $(du -shL "$DIR/traces" | cut -f1); $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "$DIR: $(ls "$DIR"/traces/*.jsonl | wc -l) files, $(cat "$DIR"/traces/*.jsonl | wc -l) records, $(du -shL "$DIR/traces" | cut -f1)$([ -d "$DIR/traces/sources" ] && echo ", $(ls "$DIR/traces/sources" | wc -l) kept texts"); $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 measure() {
     # Best wall time (with its CPU time, user + system) and largest max RSS of $REPEAT
     # runs of "$@", output discarded.

@@ -168,17 +168,18 @@ impl BuildCall {
 
 /// What clshim copied of the application's arguments, once it could.
 #[derive(Default)]
-struct Copied {
+pub struct Copied {
     /// The devices the call named (empty: all of the program's).
     devices: Vec<cl_device_id>,
     /// The options as the application passed them, byte for byte (what a recipe keeps;
     /// records show them as text).
-    options: Option<Vec<u8>>,
+    pub options: Option<Vec<u8>>,
     /// Link: the input programs' ids.
     inputs: Vec<u64>,
     /// Under `substitute`: what the program's recipe needs from the call's arguments
     /// (compile: the headers; link: the inputs' recipes); None where a part is missing.
-    headers: Option<Vec<Header>>,
+    /// Kept sources use the headers too.
+    pub headers: Option<Vec<Header>>,
     input_recipes: Option<Vec<Arc<Recipe>>>,
     /// The application's options when they were replaced (the outer Option: replaced).
     given: Option<Option<Vec<u8>>>,
@@ -225,6 +226,8 @@ pub struct Seen {
     /// Whether every device built successfully (asked only when the callback fires).
     built: Option<bool>,
     kernels: Vec<String>,
+    /// The program's source text, when sources are kept.
+    source_text: Option<Vec<u8>>,
 }
 
 impl AwaitingBuildEnd {
@@ -437,7 +440,10 @@ impl AwaitingBuildEnd {
                 c.given = Some(unsafe { AppCStr::new(given) }.bytes().map(<[u8]>::to_vec));
             }
         }
-        if accepted(ret) && self.rt.config.binaries == BinaryPolicy::Substitute {
+        // Kept sources need a compile's headers too.
+        let parts =
+            self.rt.config.binaries == BinaryPolicy::Substitute || self.rt.sources.is_some();
+        if accepted(ret) && parts {
             // SAFETY: accepted and not returned (this function's contract).
             unsafe { self.recipe_parts(&mut c) };
         }
@@ -502,11 +508,21 @@ impl AwaitingBuildEnd {
         } else {
             Vec::new()
         };
+        let keeps_source = rt.sources.is_some()
+            && usable
+            && self.kind != Event::Link
+            && info.is_some_and(|i| !matches!(i.origin, Origin::Il | Origin::Binary));
+        // SAFETY: usable, so live.
+        let source_text = keeps_source
+            .then(|| unsafe { query::source(route, program) })
+            .flatten()
+            .filter(|t| !t.is_empty());
         Seen {
             info,
             facts,
             built,
             kernels,
+            source_text,
         }
     }
 
@@ -532,6 +548,7 @@ impl AwaitingBuildEnd {
             info,
             facts,
             kernels,
+            source_text,
             ..
         } = seen;
         let kernels = if result == CL_SUCCESS {
@@ -557,6 +574,10 @@ impl AwaitingBuildEnd {
                 given: given.as_ref().map(text),
                 used: copied.options.as_ref().map(text).unwrap_or_default(),
             });
+        let kept = rt
+            .sources
+            .as_ref()
+            .map(|k| crate::sources::kept(k, source_text.as_deref(), &copied));
         let record = schema::Record::Build(schema::Build {
             event: self.kind,
             call,
@@ -571,6 +592,7 @@ impl AwaitingBuildEnd {
             inputs: link.then_some(copied.inputs),
             headers: (self.kind == Event::Compile).then_some(self.call.headers.len() as cl_uint),
             options_replaced,
+            kept,
         });
         rt.recorder.emit(self.start, seconds, &record);
     }

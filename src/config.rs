@@ -72,6 +72,8 @@ pub struct Config {
     pub trace_mode: u32,
     pub log_filter: String,
     pub summary: bool,
+    /// `CLSHIM_TRACE_SOURCES`: keep program texts beside the trace files.
+    pub trace_sources: bool,
 }
 
 impl Default for Config {
@@ -83,6 +85,7 @@ impl Default for Config {
             trace_mode: 0o600,
             log_filter: "warn".to_string(),
             summary: true,
+            trace_sources: false,
         }
     }
 }
@@ -134,6 +137,9 @@ impl Config {
         }
         if let Some(Value::Switch(on)) = take(&controls::SUMMARY) {
             cfg.summary = on;
+        }
+        if let Some(Value::Switch(on)) = take(&controls::SOURCES) {
+            cfg.trace_sources = on;
         }
         if let Some(v) = get(controls::TRACE_DIR.var).filter(|v| !v.is_empty()) {
             cfg.trace_dir = Some(PathBuf::from(v));

@@ -7,7 +7,8 @@
 //! (answering binary queries), `binary_load` (taking clshim binaries back, `container`
 //! their format, `recipe` what they carry), `launches` (first kernel launches; `launch_tables` and
 //! `address_table` its lock-free tables), `record`
-//! and `trace_file` (output), `controls` and `config` (the user's choices), `devices`,
+//! and `trace_file` (output, with `sources` keeping program texts and `cache_dirs` naming
+//! the compiler caches), `controls` and `config` (the user's choices), `devices`,
 //! `programs` and `dispatch` (where calls go), `copies` (one recording copy of the library
 //! per process). `controls`, `schema` and `hash` come from the
 //! `clshim-format` crate, which the `clshim` command uses too, so its options and its
@@ -19,6 +20,7 @@ mod address_table;
 mod app_args;
 mod binary_load;
 mod builds;
+mod cache_dirs;
 mod cl;
 pub mod config;
 mod container;
@@ -45,6 +47,7 @@ mod query;
 mod recipe;
 mod record;
 mod runtime;
+mod sources;
 mod trace_file;
 
 use clshim_format::{controls, hash, schema, wall_union};

@@ -30,6 +30,8 @@ pub enum ForkOrder {
     Devices,
     /// Builds whose callback fired before their call returned (`builds`).
     FiredEarly,
+    /// The texts kept in the trace directory (`sources`).
+    Sources,
 }
 
 /// What the fork handlers can hold, whatever the lock guards.

@@ -226,6 +226,7 @@ impl Recorder {
                         ppid: identity.ppid,
                         size: identity.size,
                         rank_source: identity.rank_source,
+                        caches: &crate::cache_dirs::current(),
                     },
                 };
                 serde_json::to_string(&header).unwrap_or_default()

@@ -18,6 +18,8 @@ pub struct Runtime {
     pub devices: DeviceCache,
     pub programs: Registry,
     pub recorder: Recorder,
+    /// `CLSHIM_TRACE_SOURCES=1` with a trace directory: where program texts are kept.
+    pub sources: Option<crate::sources::Keeper>,
 }
 
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
@@ -57,7 +59,13 @@ fn init(route: Route) -> Runtime {
             Some(after_fork_child),
         );
     }
+    let sources = config
+        .trace_dir
+        .as_deref()
+        .filter(|_| config.trace_sources)
+        .map(|d| crate::sources::Keeper::new(d, config.trace_mode));
     Runtime {
+        sources,
         config,
         devices: DeviceCache::default(),
         programs: Registry::default(),

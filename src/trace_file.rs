@@ -81,11 +81,20 @@ fn reopen(path: &Path, id: (u64, u64)) -> Option<i32> {
 }
 
 fn open_exclusive(path: &Path, mode: u32) -> std::io::Result<i32> {
+    open_exclusive_at(libc::AT_FDCWD, path, mode)
+}
+
+/// Creates `path` (relative to the directory `dir`, or to the working directory with
+/// `AT_FDCWD`) by the rules of trace files: exclusively, never through a symbolic link,
+/// with exactly `mode` whatever the umask. Kept sources are created by the same rules.
+pub fn open_exclusive_at(dir: i32, path: &Path, mode: u32) -> std::io::Result<i32> {
     let c = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    // SAFETY: c is a valid NUL-terminated path.
+    // SAFETY: c is a valid NUL-terminated path; `dir` is a directory descriptor or
+    // AT_FDCWD (the caller's).
     let fd = unsafe {
-        libc::open(
+        libc::openat(
+            dir,
             c.as_ptr(),
             libc::O_WRONLY
                 | libc::O_CREAT

@@ -1,5 +1,6 @@
 //! The `clshim` command, one test binary: `clshim run`, `clshim report` (on trace files
-//! written here, hostile input, and real runs reported) and `clshim unsubstitute`. Each module opens by saying what
+//! written here, hostile input, and real runs reported) `clshim unsubstitute`, and why programs built (variants, kept sources,
+//! `--against`). Each module opens by saying what
 //! it checks; they share one link step and the harness in tests/common.
 
 #[path = "../common/mod.rs"]
@@ -11,3 +12,4 @@ mod report_first_launch;
 mod report_hostile;
 mod report_linked;
 mod unsubstitute;
+mod why;

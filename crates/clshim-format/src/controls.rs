@@ -104,6 +104,19 @@ pub const TRACE_MODE: Control = Control {
     help: "octal bits from 0 to 0777, e.g. 0640",
 };
 
+pub const SOURCES: Control = Control {
+    var: "CLSHIM_TRACE_SOURCES",
+    option: "--sources",
+    metavar: "",
+    grammar: Grammar::Switch,
+    reader: Reader::Library,
+    default: "0",
+    values: "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`)",
+    default_doc: "`0`",
+    doc: "With `CLSHIM_TRACE_DIR`: keep each distinct program source, option string and header source once in `DIR/sources/`, so `clshim report` can show what differs between ranks and runs. Sources can be confidential: off by default, files get `CLSHIM_TRACE_MODE`.",
+    help: "keep each distinct program source once in DIR/sources",
+};
+
 pub const LOG: Control = Control {
     var: "CLSHIM_LOG",
     option: "--log",
@@ -145,11 +158,12 @@ pub const LIB: Control = Control {
 };
 
 /// Every control, in README's order.
-pub const ALL: [&Control; 7] = [
+pub const ALL: [&Control; 8] = [
     &BINARIES,
     &DEVICES,
     &TRACE_DIR,
     &TRACE_MODE,
+    &SOURCES,
     &LOG,
     &SUMMARY,
     &LIB,

@@ -98,6 +98,55 @@ pub struct Process<'a> {
     pub ppid: u32,
     pub size: Option<u64>,
     pub rank_source: Option<&'static str>,
+    /// The cache directories in effect for the process and the filesystem each is on
+    /// (absent in traces of clshim before it recorded them).
+    pub caches: &'a [CacheDir],
+}
+
+/// A cache directory a process would use, as the `process` record describes it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CacheDir {
+    /// Whose cache: `pocl`, `pyopencl` or `cuda`.
+    pub cache: String,
+    /// The directory, as the owner derives it (it need not exist yet).
+    pub path: String,
+    /// The variable that set it (`POCL_CACHE_DIR`, `XDG_CACHE_HOME`, `HOME`, ...), or
+    /// null for a built-in default.
+    pub from: Option<String>,
+    /// The filesystem the directory (or its nearest existing parent) is on: `nfs`,
+    /// `lustre`, `gpfs`, `beegfs`, `tmpfs`, `ext4`, ..., or `0x<magic>` for another; null
+    /// when it could not be told.
+    pub fs: Option<String>,
+}
+
+/// Filesystems shared between nodes over a network (`CacheDir::fs` names), where a cache
+/// is slow to reach and ranks of many nodes meet.
+pub fn is_network_fs(fs: &str) -> bool {
+    matches!(
+        fs,
+        "nfs" | "lustre" | "gpfs" | "beegfs" | "cifs" | "smb2" | "ceph" | "panfs" | "fuse"
+    )
+}
+
+/// Where the texts of a build, compile or link were kept (`CLSHIM_TRACE_SOURCES=1`):
+/// references `<16 hex digits of fnv1a64>-<length>`, each naming the file
+/// `sources/<reference>.<cl|opt|h>` in the trace directory. A reference is given whether
+/// or not its file could be stored (the per-process cap, a full disk).
+#[derive(Debug, Serialize)]
+pub struct Kept {
+    /// The program's source text (null for a program made from IL, a binary or a link).
+    pub source: Option<String>,
+    /// The options string (null when there was none).
+    pub options: Option<String>,
+    /// Compile only: each embedded header's include name and its source's reference.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<KeptHeader>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct KeptHeader {
+    pub name: String,
+    pub source: String,
 }
 
 /// A device as records describe it.
@@ -151,6 +200,9 @@ pub struct Build {
     /// differ from those the binary recorded (which were used).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub options_replaced: Option<OptionsReplaced>,
+    /// With `CLSHIM_TRACE_SOURCES=1` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept: Option<Kept>,
 }
 
 /// The options an application gave a build, and those clshim built with instead.

@@ -1,6 +1,6 @@
 //! Command-line parsing for the `clshim` command, by hand (no parser crate). This module
 //! owns the grammar of `clshim run [options] -- COMMAND [ARGS…]` and
-//! `clshim report [--json] [--wide] [--by-source] [--chrome FILE] DIR`,
+//! `clshim report [--json] [--wide] [--by-source] [--chrome FILE] [--against OLD] DIR`,
 //! `clshim unsubstitute [--remove] [--cross-filesystems] DIR...` and the help text. The
 //! values of the options that set `CLSHIM_*` variables are checked by the grammar
 //! `controls` defines, the one the library reads them with, and their help lines
@@ -19,7 +19,7 @@ pub fn usage_text() -> String {
 
 const USAGE_HEAD: &str = "\
 usage: clshim run [options] [--] COMMAND [ARGS...]
-       clshim report [--json] [--wide] [--by-source] [--chrome FILE] DIR
+       clshim report [--json] [--wide] [--by-source] [--chrome FILE] [--against OLD] DIR
        clshim unsubstitute [--remove] [--cross-filesystems] DIR...
        clshim --help | --version
 
@@ -45,6 +45,11 @@ something was skipped (reported on stderr as FILE:LINE: reason), 2 on usage erro
                       not fitted to 120 columns
   --by-source         one program row per source hash, not per set of kernel names
   --chrome FILE       also write a Chrome trace-event timeline (Perfetto, chrome://tracing)
+  --against OLD       instead, compare DIR with OLD, an earlier run's trace directory:
+                      per program what changed, which cache missed, time gained or lost
+The report says why programs built on every rank (the variants of each and what differs
+between them; with `clshim run --sources` the differing lines) and flags shared or
+network cache directories.
 
 clshim unsubstitute: the way back from --binaries substitute. List every file under each
 DIR (an application's binary cache) that is a clshim binary ('is') or holds one in the
@@ -91,6 +96,7 @@ pub struct RunOpts {
     pub trace_mode: Option<String>,
     pub log: Option<String>,
     pub summary: Option<bool>,
+    pub sources: Option<bool>,
     pub lib: Option<PathBuf>,
     pub mode: Mode,
     /// The command and its arguments; never empty.
@@ -123,6 +129,8 @@ pub struct ReportOpts {
     pub wide: bool,
     pub by_source: bool,
     pub chrome: Option<PathBuf>,
+    /// `--against OLD`: compare DIR with an earlier run's trace directory.
+    pub against: Option<PathBuf>,
     pub dir: PathBuf,
 }
 
@@ -288,11 +296,15 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
                     _ => Mode::Both,
                 };
             }
-            "--summary" | "--no-summary" | "--layer" if inline.is_some() => {
+            "--summary" | "--no-summary" | "--sources" | "--no-sources" | "--layer"
+                if inline.is_some() =>
+            {
                 return usage(format!("option {name} takes no value"));
             }
             "--summary" => o.summary = Some(true),
             "--no-summary" => o.summary = Some(false),
+            "--sources" => o.sources = Some(true),
+            "--no-sources" => o.sources = Some(false),
             "--layer" => o.mode = Mode::Layer,
             "-h" | "--help" => return Ok(Command::Help),
             _ => return usage(format!("run: unknown option '{s}' (try 'clshim --help')")),
@@ -329,6 +341,13 @@ fn parse_report(args: Vec<OsString>) -> Result<Command, UsageError> {
                     }
                     o.chrome = Some(v.into());
                 }
+                "--against" => {
+                    let v = value(name, inline, &mut it)?;
+                    if v.is_empty() {
+                        return usage("--against: empty directory name");
+                    }
+                    o.against = Some(v.into());
+                }
                 "-h" | "--help" => return Ok(Command::Help),
                 _ => {
                     return usage(format!(
@@ -343,10 +362,13 @@ fn parse_report(args: Vec<OsString>) -> Result<Command, UsageError> {
         }
         dir = Some(arg.into());
     }
+    if o.against.is_some() && o.chrome.is_some() {
+        return usage("report: --against compares two runs and draws no timeline (drop --chrome)");
+    }
     match dir {
         Some(d) => o.dir = d,
         None => return usage(
-            "report: no trace directory given (usage: clshim report [--json] [--wide] [--by-source] [--chrome FILE] DIR)",
+            "report: no trace directory given (usage: clshim report [--json] [--wide] [--by-source] [--chrome FILE] [--against OLD] DIR)",
         ),
     }
     Ok(Command::Report(o))

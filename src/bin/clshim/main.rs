@@ -9,16 +9,21 @@
 //! / 127 like a shell when the command cannot be executed or found; `unsubstitute` says
 //! its own (see its module).
 
+mod against;
 mod binary_scan;
+mod build_facts;
+mod caches;
 mod chrome;
 mod cli;
 mod inherited_signals;
+mod linediff;
 mod macos_env;
 mod render;
 mod report;
 mod run;
 mod traces;
 mod unsubstitute;
+mod variants;
 
 // The controls, the trace schema, the stable hash and the wall-clock union, shared with the library through their own crate:
 // the command never links the library crate, which would bring the interposer along (its
@@ -58,28 +63,30 @@ fn main() -> ExitCode {
     }
 }
 
-fn report_main(o: cli::ReportOpts) -> ExitCode {
-    let dir = o.dir.display().to_string();
-    let paths = match std::fs::metadata(&o.dir) {
+/// Reads a trace directory, listing on stderr what was skipped; a usage error (exit
+/// status 2) when it is not a readable directory.
+fn load(dir_path: &std::path::Path, by_source: bool) -> Result<report::Aggregate, ExitCode> {
+    let dir = dir_path.display().to_string();
+    let paths = match std::fs::metadata(dir_path) {
         Ok(m) if !m.is_dir() => {
             eprintln!("clshim report: {dir}: not a directory");
-            return ExitCode::from(2);
+            return Err(ExitCode::from(2));
         }
         Err(e) => {
             eprintln!("clshim report: {dir}: {}", run::describe(&e));
-            return ExitCode::from(2);
+            return Err(ExitCode::from(2));
         }
-        Ok(_) => match traces::list(&o.dir) {
+        Ok(_) => match traces::list(dir_path) {
             Ok(p) => p,
             Err(e) => {
                 eprintln!("clshim report: {dir}: cannot list: {}", run::describe(&e));
-                return ExitCode::from(2);
+                return Err(ExitCode::from(2));
             }
         },
     };
-    let mut agg = report::read(&paths, o.by_source);
+    let mut agg = report::read(&paths, by_source);
     if paths.is_empty() {
-        agg.no_files(&o.dir);
+        agg.no_files(dir_path);
     }
     {
         let report::Problems { listed, more } = agg.problems();
@@ -91,13 +98,58 @@ fn report_main(o: cli::ReportOpts) -> ExitCode {
             let _ = writeln!(err, "clshim report: ... {more} more skipped, not listed");
         }
     }
+    Ok(agg)
+}
+
+fn report_main(o: cli::ReportOpts) -> ExitCode {
+    let dir = o.dir.display().to_string();
+    let agg = match load(&o.dir, o.by_source) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    if let Some(old_dir) = &o.against {
+        let old = match load(old_dir, o.by_source) {
+            Ok(a) => a,
+            Err(code) => return code,
+        };
+        let cmp = against::compare_runs(&agg.facts, &o.dir, &old.facts, old_dir);
+        let old_name = old_dir.display().to_string();
+        let text = if o.json {
+            let mut s =
+                serde_json::to_string_pretty(&cmp.json(&dir, &old_name)).expect("report JSON");
+            s.push('\n');
+            s
+        } else {
+            cmp.text(&dir, &old_name)
+        };
+        let mut out = std::io::stdout().lock();
+        if out
+            .write_all(text.as_bytes())
+            .and_then(|_| out.flush())
+            .is_err()
+        {
+            return ExitCode::from(2);
+        }
+        return if agg.skipped + old.skipped > 0 {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        };
+    }
     let rep = agg.report(&dir);
+    let programs = variants::programs(&agg.facts, &o.dir);
+    let flags = caches::flags(&agg.facts);
     let text = if o.json {
-        let mut s = serde_json::to_string_pretty(&rep.json()).expect("report JSON");
+        let mut v = rep.json();
+        v["variants"] = variants::json(&programs);
+        v["caches"] = caches::json(&agg.facts, &flags);
+        let mut s = serde_json::to_string_pretty(&v).expect("report JSON");
         s.push('\n');
         s
     } else {
-        rep.text(o.wide)
+        let kept = variants::kept_any(&agg.facts);
+        let why = variants::text(&programs, kept) + &caches::text(&flags);
+        rep.text(o.wide) + &render::fit(&why, o.wide)
     };
     let mut out = std::io::stdout().lock();
     if out

@@ -292,6 +292,18 @@ fn table(out: &mut String, cols: &[Column], rows: &[Vec<String>], fit: Option<us
     }
 }
 
+/// Fits text laid out by another module (the "why it built" and cache sections) in
+/// [`WIDTH`] unless `wide`: each line wrapped on its own, none joined.
+pub fn fit(text: &str, wide: bool) -> String {
+    if wide {
+        return text.to_string();
+    }
+    text.split('\n')
+        .map(|l| wrap(l, WIDTH))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Lays prose (a note, a hint, a footnote) out for the text: unchanged in the wide
 /// report; else lines broken by hand inside a sentence (a continuation line after one
 /// that ends neither in `.` nor `:`) are joined again, and every line is wrapped at

@@ -375,6 +375,9 @@ pub fn environment(
     if let Some(v) = o.summary {
         env.push(("CLSHIM_SUMMARY", if v { "1" } else { "0" }.into()));
     }
+    if let Some(v) = o.sources {
+        env.push(("CLSHIM_TRACE_SOURCES", if v { "1" } else { "0" }.into()));
+    }
     env
 }
 

@@ -58,6 +58,8 @@ pub struct Device<'a> {
     pub r#type: Option<Text<'a>>,
     #[serde(default, borrow)]
     pub platform: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub driver: Option<Text<'a>>,
     /// Whether `CLSHIM_DEVICES` selected the device (the binary policy acts on it).
     #[serde(default)]
     pub matched: Option<bool>,
@@ -75,6 +77,17 @@ impl Device<'_> {
 pub struct Source<'a> {
     #[serde(default, borrow)]
     pub hash: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub origin: Option<Text<'a>>,
+}
+
+/// A build record's kept texts (`CLSHIM_TRACE_SOURCES=1`): references into `sources/`.
+#[derive(Debug, Deserialize)]
+pub struct Kept<'a> {
+    #[serde(default, borrow)]
+    pub source: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub options: Option<Text<'a>>,
 }
 
 /// A JSON string that borrows from the line unless it holds escapes (serde's own
@@ -175,6 +188,13 @@ pub struct Record<'a> {
     pub host: Option<Text<'a>>,
     #[serde(default, borrow)]
     pub policy: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub exe: Option<Text<'a>>,
+    /// The compiler caches the process would use (a value of another shape is dropped).
+    #[serde(default, deserialize_with = "lenient")]
+    pub caches: Option<Vec<crate::schema::CacheDir>>,
+    #[serde(default, borrow)]
+    pub kept: Option<Kept<'a>>,
     // program events
     #[serde(default)]
     pub program: Option<Id>,
@@ -212,6 +232,15 @@ pub struct Record<'a> {
     pub global_size: Option<Vec<u64>>,
     #[serde(default)]
     pub local_size: Option<Vec<u64>>,
+}
+
+/// A field read leniently: a value of another shape than `T` reads as absent (the record
+/// stays), for fields the report only shows.
+fn lenient<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    let v = serde_json::Value::deserialize(d)?;
+    Ok(serde_json::from_value(v).ok())
 }
 
 impl Record<'_> {
@@ -832,6 +861,14 @@ mod tests {
                     given: None,
                     used: "-O".into(),
                 }),
+                kept: Some(schema::Kept {
+                    source: Some("0000000000000000-1".into()),
+                    options: None,
+                    headers: vec![schema::KeptHeader {
+                        name: "h.h".into(),
+                        source: "0000000000000001-2".into(),
+                    }],
+                }),
             })
         };
         let records = [
@@ -894,6 +931,12 @@ mod tests {
             ppid: 1,
             size: Some(1),
             rank_source: None,
+            caches: &[schema::CacheDir {
+                cache: "pocl".into(),
+                path: "/p".into(),
+                from: None,
+                fs: Some("nfs".into()),
+            }],
         };
         let mut lines = vec![serde_json::to_string(&Line {
             common: common(Event::Process),

@@ -417,6 +417,7 @@ struct FileAcc {
     /// the file's policy.
     pocl_query_all: f64,
     pocl_query_forward: f64,
+    facts: crate::build_facts::FileFacts,
 }
 
 /// Adds a build's options (trimmed; empty ones are not shown).
@@ -455,6 +456,7 @@ impl FileAcc {
     }
 
     fn add(&mut self, r: Record) {
+        self.facts.add(&r);
         self.records += 1;
         self.t0 = self.t0.min(r.ts);
         if r.event == Event::Process {
@@ -825,6 +827,8 @@ pub struct Aggregate {
     pub threads: BTreeMap<(RankKey, u64), u64>,
     pub skipped: usize,
     problems: Vec<FileProblem>,
+    /// What builds were made from, for why they built (`variants`, `caches`, `against`).
+    pub facts: crate::build_facts::Facts,
 }
 
 /// A first launch on a pocl CPU device, as told apart by the report.
@@ -874,6 +878,7 @@ impl Aggregate {
                     .and_then(|n| traces::host_from_name(&n.to_string_lossy()))
             })
             .unwrap_or_else(|| "?".into());
+        self.facts.add_file(std::mem::take(&mut acc.facts), &host);
         self.records += acc.records;
         if acc.records > 0 {
             self.hosts.insert(host.clone());
@@ -970,6 +975,7 @@ impl Aggregate {
         }
         self.skipped += o.skipped;
         self.problems.extend(o.problems);
+        self.facts.merge(o.facts);
     }
 
     /// An empty directory is a problem of its own.
