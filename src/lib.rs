@@ -32,6 +32,7 @@ mod lock;
 mod logger;
 #[cfg(target_os = "macos")]
 mod macos;
+mod native_store;
 mod policy;
 #[cfg(not(target_os = "macos"))]
 mod preload;
@@ -42,5 +43,6 @@ mod recipe;
 mod record;
 mod runtime;
 mod trace_file;
+mod warm;
 
 use clshim_format::{controls, hash, schema};

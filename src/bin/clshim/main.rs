@@ -14,6 +14,7 @@ mod render;
 mod report;
 mod run;
 mod traces;
+mod warm;
 
 // The controls, the trace schema and the stable hash, shared with the library through their own crate:
 // the command never links the library crate, which would bring the interposer along (its
@@ -49,6 +50,7 @@ fn main() -> ExitCode {
             ExitCode::from(e.status as u8)
         }
         Ok(cli::Command::Report(o)) => report_main(o),
+        Ok(cli::Command::Warm(o)) => ExitCode::from(warm::warm_main(o).clamp(0, 255) as u8),
     }
 }
 

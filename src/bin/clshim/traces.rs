@@ -740,6 +740,8 @@ mod tests {
                 lengths: vec![1],
                 source: Some(source.clone()),
                 devices: vec![Some(device.clone())],
+                made_from: None,
+                native_miss: None,
             }),
             schema::Record::FirstLaunch(schema::FirstLaunch {
                 tid: 1,
