@@ -9,6 +9,7 @@
 mod chrome;
 mod cli;
 mod inherited_signals;
+mod loads;
 mod macos_env;
 mod render;
 mod report;

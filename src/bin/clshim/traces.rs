@@ -200,6 +200,9 @@ pub struct Record<'a> {
     /// A binary query's action per device, in `devices` order.
     #[serde(default, borrow)]
     pub actions: Option<Vec<Text<'a>>>,
+    /// A binary load's `native` or `recipe`.
+    #[serde(default, borrow)]
+    pub made_from: Option<Text<'a>>,
     // first_launch
     #[serde(default, borrow)]
     pub kernel: Option<Text<'a>>,
