@@ -81,7 +81,6 @@ pub struct Config {
 /// `CLSHIM_NATIVE_STORE_MAX`'s default: 1 GiB.
 pub const NATIVE_STORE_MAX_DEFAULT: u64 = 1 << 30;
 
-
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -153,7 +152,12 @@ impl Config {
         }
         let store = get(controls::NATIVE_STORE.var).filter(|v| !v.is_empty());
         cfg.native_store = match store {
-            Some(v) if v.to_str().is_some_and(|s| s.trim().eq_ignore_ascii_case("off")) => None,
+            Some(v)
+                if v.to_str()
+                    .is_some_and(|s| s.trim().eq_ignore_ascii_case("off")) =>
+            {
+                None
+            }
             Some(v) => Some(PathBuf::from(v)),
             None => controls::native_store_default(&get),
         };

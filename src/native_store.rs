@@ -353,6 +353,9 @@ pub fn write_atomic(
     if !replace && exists(dir, name) {
         return Ok(());
     }
+    if over_file_size_limit(bytes.len()) {
+        return Err(std::io::Error::from_raw_os_error(libc::EFBIG));
+    }
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -414,6 +417,19 @@ pub fn write_atomic(
         remove(dir, &tmp);
     }
     result
+}
+
+/// Whether a file of `len` bytes would pass the process's file-size limit (`ulimit -f`):
+/// writing past it raises SIGXFSZ, which ends a process that does not handle it, and the
+/// application must never pay for a store write.
+fn over_file_size_limit(len: usize) -> bool {
+    // SAFETY: plain data filled by getrlimit.
+    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: `r` is writable.
+    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut r) } != 0 {
+        return true;
+    }
+    r.rlim_cur != libc::RLIM_INFINITY && len as u64 >= r.rlim_cur as u64
 }
 
 /// The names (and sizes and modification times) of the plain files below `dir` whose
@@ -538,12 +554,7 @@ pub fn library_identity(addr: *const c_void) -> Option<u64> {
     // alive while the object is loaded (it is: `addr` is in it).
     let name = unsafe { CStr::from_ptr(info.dli_fname) }.to_owned();
     if let Some(id) = build_id(&name) {
-        return Some(
-            Fnv1a::default()
-                .update(b"build-id\0")
-                .update(&id)
-                .finish(),
-        );
+        return Some(Fnv1a::default().update(b"build-id\0").update(&id).finish());
     }
     let m = std::fs::metadata(std::ffi::OsStr::from_bytes(name.to_bytes())).ok()?;
     use std::os::unix::fs::MetadataExt;
@@ -641,7 +652,15 @@ mod tests {
             assert!(verify(&d, &k, b"recipe").is_err(), "flip at {at}");
         }
         assert!(verify(&e, &Key { driver: 8, ..k }, b"recipe").is_err());
-        assert!(verify(&e, &Key { fingerprint: 8, ..k }, b"recipe").is_err());
+        assert!(verify(
+            &e,
+            &Key {
+                fingerprint: 8,
+                ..k
+            },
+            b"recipe"
+        )
+        .is_err());
         assert!(verify(&e, &k, b"recipf").is_err());
     }
 

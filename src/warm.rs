@@ -80,7 +80,12 @@ fn open_loader() -> Result<Loader, String> {
     let handle = names
         .iter()
         // SAFETY: NUL-terminated names; the loader stays open for the process.
-        .map(|n| unsafe { libc::dlopen(n.as_ptr() as *const c_char, libc::RTLD_NOW | libc::RTLD_LOCAL) })
+        .map(|n| unsafe {
+            libc::dlopen(
+                n.as_ptr() as *const c_char,
+                libc::RTLD_NOW | libc::RTLD_LOCAL,
+            )
+        })
         .find(|h| !h.is_null())
         .ok_or("cannot open libOpenCL.so.1 (an OpenCL ICD loader)")?;
     let sym = |name: &[u8]| {
@@ -129,8 +134,7 @@ unsafe fn devices(l: &Loader) -> Vec<Device> {
     }
     let mut platforms = vec![std::ptr::null_mut(); n as usize];
     // SAFETY: room for `n` platforms.
-    if unsafe { (l.get_platforms)(n, platforms.as_mut_ptr(), std::ptr::null_mut()) } != CL_SUCCESS
-    {
+    if unsafe { (l.get_platforms)(n, platforms.as_mut_ptr(), std::ptr::null_mut()) } != CL_SUCCESS {
         return Vec::new();
     }
     let mut out = Vec::new();
@@ -145,8 +149,15 @@ unsafe fn devices(l: &Loader) -> Vec<Device> {
         }
         let mut ids = vec![std::ptr::null_mut(); m as usize];
         // SAFETY: room for `m` devices.
-        if unsafe { (l.get_devices)(p, DEVICE_TYPE_ALL, m, ids.as_mut_ptr(), std::ptr::null_mut()) }
-            != CL_SUCCESS
+        if unsafe {
+            (l.get_devices)(
+                p,
+                DEVICE_TYPE_ALL,
+                m,
+                ids.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        } != CL_SUCCESS
         {
             continue;
         }
@@ -227,8 +238,10 @@ fn stale(path: &Path, host: &str) -> bool {
     }
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut words = text.split_whitespace();
-    let (Some(h), Some(pid)) = (words.next(), words.next().and_then(|p| p.parse::<i32>().ok()))
-    else {
+    let (Some(h), Some(pid)) = (
+        words.next(),
+        words.next().and_then(|p| p.parse::<i32>().ok()),
+    ) else {
         return false;
     };
     // SAFETY: signal 0 only checks that the process exists.
@@ -242,11 +255,22 @@ fn stale(path: &Path, host: &str) -> bool {
 ///
 /// # Safety
 /// `l` holds the loader's functions; `device` is a live device.
-unsafe fn native_binary(l: &Loader, device: cl_device_id, recipe: &Recipe) -> Result<Vec<u8>, String> {
+unsafe fn native_binary(
+    l: &Loader,
+    device: cl_device_id,
+    recipe: &Recipe,
+) -> Result<Vec<u8>, String> {
     let mut err = CL_SUCCESS;
     // SAFETY: one live device, no properties and no callback.
     let ctx = unsafe {
-        (l.create_context)(std::ptr::null(), 1, &device, std::ptr::null(), std::ptr::null_mut(), &mut err)
+        (l.create_context)(
+            std::ptr::null(),
+            1,
+            &device,
+            std::ptr::null(),
+            std::ptr::null_mut(),
+            &mut err,
+        )
     };
     if ctx.is_null() {
         return Err(format!("no context ({})", status_name(err)));
@@ -260,7 +284,11 @@ unsafe fn native_binary(l: &Loader, device: cl_device_id, recipe: &Recipe) -> Re
 
 /// # Safety
 /// `ctx` is a valid context of `device`.
-unsafe fn binary_in(ctx: cl_context, device: cl_device_id, recipe: &Recipe) -> Result<Vec<u8>, String> {
+unsafe fn binary_in(
+    ctx: cl_context,
+    device: cl_device_id,
+    recipe: &Recipe,
+) -> Result<Vec<u8>, String> {
     let route = Route::Object;
     // SAFETY: a valid context and its device (this function's contract).
     let program = unsafe { recreate(route, ctx, &[device], recipe) }?;
@@ -271,7 +299,14 @@ unsafe fn binary_in(ctx: cl_context, device: cl_device_id, recipe: &Recipe) -> R
             let build = unsafe { route.build_program(program) }.ok_or("no clBuildProgram")?;
             // SAFETY: the program's own entry, its device, clshim's options, no callback.
             let ret = unsafe {
-                build(program, 1, &device, options.as_ptr(), None, std::ptr::null_mut())
+                build(
+                    program,
+                    1,
+                    &device,
+                    options.as_ptr(),
+                    None,
+                    std::ptr::null_mut(),
+                )
             };
             if ret != CL_SUCCESS {
                 return Err(format!("the build failed ({})", status_name(ret)));
@@ -405,7 +440,14 @@ enum Outcome {
 ///
 /// # Safety
 /// `l` holds the loader's functions; `devices` are live devices it listed.
-unsafe fn one(l: &Loader, devices: &[Device], dir: &Fd, req: &Fd, name: &str, mode: u32) -> Outcome {
+unsafe fn one(
+    l: &Loader,
+    devices: &[Device],
+    dir: &Fd,
+    req: &Fd,
+    name: &str,
+    mode: u32,
+) -> Outcome {
     let bytes = match store::read_file(req, name, container::MAX_SOURCE as u64 + 64, false) {
         Ok(Some(b)) => b,
         Ok(None) => return Outcome::Present, // another process finished it

@@ -349,7 +349,11 @@ fn parse_warm(args: Vec<OsString>) -> Result<Command, UsageError> {
                 };
             }
             "-h" | "--help" => return Ok(Command::Help),
-            _ => return usage(format!("warm: unexpected argument '{s}' (try 'clshim --help')")),
+            _ => {
+                return usage(format!(
+                    "warm: unexpected argument '{s}' (try 'clshim --help')"
+                ))
+            }
         }
     }
     Ok(Command::Warm(o))

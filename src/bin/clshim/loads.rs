@@ -55,11 +55,26 @@ mod tests {
     #[test]
     fn counts_only_loads_of_clshim_binaries() {
         let mut c = LoadCounts::default();
-        for m in [Some("native"), Some("recipe"), Some("recipe"), None, Some("x")] {
+        for m in [
+            Some("native"),
+            Some("recipe"),
+            Some("recipe"),
+            None,
+            Some("x"),
+        ] {
             c.count(m);
         }
-        assert_eq!(c, LoadCounts { native: 1, recipe: 2 });
-        assert!(c.line().unwrap().contains("1 from native binaries, 2 rebuilt"));
+        assert_eq!(
+            c,
+            LoadCounts {
+                native: 1,
+                recipe: 2
+            }
+        );
+        assert!(c
+            .line()
+            .unwrap()
+            .contains("1 from native binaries, 2 rebuilt"));
         assert_eq!(LoadCounts::default().line(), None);
     }
 }

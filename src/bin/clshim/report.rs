@@ -560,9 +560,7 @@ impl FileAcc {
             },
             Event::FirstLaunch => self.launch_key(&r),
             Event::BinaryLoad | Event::Process => {
-                self.totals
-                    .loads
-                    .count(r.made_from.as_ref().map(|m| &*m.0));
+                self.totals.loads.count(r.made_from.as_ref().map(|m| &*m.0));
                 // A program made from a binary: its queries join to "unknown program".
                 if let Some(p) = r.program.clone() {
                     let k = self.intern(ProgramKey::unknown());

@@ -441,7 +441,9 @@ fn try_run(o: RunOpts) -> Result<std::convert::Infallible, RunError> {
             .map(|(_, v)| v.clone())
             .or_else(|| std::env::var_os(name))
     };
-    let warm_settings = o.warm.then(|| crate::warm::Settings::from_lookup(None, &lookup));
+    let warm_settings = o
+        .warm
+        .then(|| crate::warm::Settings::from_lookup(None, &lookup));
     for (k, v) in &env {
         cmd.env(k, v);
     }

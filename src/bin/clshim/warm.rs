@@ -26,13 +26,14 @@ pub struct Settings {
 impl Settings {
     /// From `--store` (if given) and the variables as `get` finds them.
     pub fn from_lookup(store: Option<PathBuf>, get: &dyn Fn(&str) -> Option<OsString>) -> Settings {
-        let store = store.or_else(|| {
-            match get(controls::NATIVE_STORE.var).filter(|v| !v.is_empty()) {
-                Some(v) if v.to_string_lossy().trim().eq_ignore_ascii_case("off") => None,
-                Some(v) => Some(PathBuf::from(v)),
-                None => controls::native_store_default(get),
-            }
-        });
+        let store =
+            store.or_else(
+                || match get(controls::NATIVE_STORE.var).filter(|v| !v.is_empty()) {
+                    Some(v) if v.to_string_lossy().trim().eq_ignore_ascii_case("off") => None,
+                    Some(v) => Some(PathBuf::from(v)),
+                    None => controls::native_store_default(get),
+                },
+            );
         let checked = |c: &controls::Control| {
             get(c.var)
                 .and_then(|v| v.to_str().map(str::to_owned))
@@ -197,8 +198,7 @@ pub fn run_then_warm(
     let code = match status {
         Ok(st) => {
             use std::os::unix::process::ExitStatusExt;
-            st.code()
-                .unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
+            st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
         }
         Err(_) => 1,
     };
