@@ -660,11 +660,12 @@ unsafe fn load_native(
         Kind::Compiled => CL_PROGRAM_BINARY_TYPE_COMPILED_OBJECT,
         Kind::Library => CL_PROGRAM_BINARY_TYPE_LIBRARY,
     };
-    // SAFETY: the live program clshim just made, for devices of its context.
-    if devices
-        .iter()
-        .any(|&d| unsafe { query::binary_type(route, program, d) } != Some(want))
-    {
+    let other_kind = devices.iter().any(|&d| {
+        // SAFETY: the live program clshim just made, for devices of its context.
+        let got = unsafe { query::binary_type(route, program, d) };
+        got != Some(want)
+    });
+    if other_kind {
         // SAFETY: a program clshim just made, not handed out.
         unsafe { release_all(route, &[program]) };
         return Err("the native binary is of another kind than the recipe".into());
