@@ -158,7 +158,7 @@ for client, config in keys:
     cold = [float(r[4]) for r in sel if r[3] == "cold"]
     warm = [float(r[4]) for r in sel if r[3] == "warm"]
     share = "-"
-    if config in ("pass", "substitute"):
+    if config in ("pass", "substitute", "warmstep"):
         sc = statistics.median(float(r[5]) for r in sel if r[3] == "cold")
         sw = statistics.median(float(r[5]) for r in sel if r[3] == "warm")
         share = f"{100 * sc:.0f}% ({100 * sw:.0f}%)"
