@@ -43,6 +43,7 @@ mod recipe;
 mod record;
 mod runtime;
 mod trace_file;
+#[cfg(not(target_os = "macos"))]
 mod warm;
 
 use clshim_format::{controls, hash, schema};

@@ -80,7 +80,8 @@ impl Key {
     }
 }
 
-/// An entry: the header, the recipe, the payload.
+/// An entry: the header, the recipe, the payload (written by `warm`, not built on macOS).
+#[cfg_attr(target_os = "macos", allow(dead_code))]
 pub fn encode(k: &Key, recipe: &[u8], payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER + recipe.len() + payload.len());
     out.extend_from_slice(MAGIC);
@@ -566,7 +567,14 @@ pub fn library_identity(addr: *const c_void) -> Option<u64> {
     Some(h.finish())
 }
 
+/// macOS: Mach-O files carry no GNU build-id (and the store is not used there).
+#[cfg(target_os = "macos")]
+fn build_id(_name: &CStr) -> Option<Vec<u8>> {
+    None
+}
+
 /// The GNU build-id note of the loaded object named `name`.
+#[cfg(not(target_os = "macos"))]
 fn build_id(name: &CStr) -> Option<Vec<u8>> {
     struct Search<'a> {
         name: &'a CStr,
@@ -614,6 +622,7 @@ fn build_id(name: &CStr) -> Option<Vec<u8>> {
 }
 
 /// The descriptor of the `NT_GNU_BUILD_ID` note among `notes`, each length checked.
+#[cfg(not(target_os = "macos"))]
 fn gnu_build_id(notes: &[u8]) -> Option<Vec<u8>> {
     let align = |n: usize| (n + 3) & !3;
     let mut at = 0;
