@@ -14,7 +14,8 @@
 //! holds, find the device with its fingerprint among the loader's platforms, make the
 //! program from the recipe (built with the recipe's options for a built program), ask the
 //! driver for `CL_PROGRAM_BINARIES`, write the entry, and remove the request. A request
-//! for a device this host does not have is left for another; a damaged one is removed.
+//! for a device this host does not have is left for another (for a week); a damaged one
+//! is removed.
 //! Then the store is brought under its size cap, least recently used entries first.
 
 use crate::binary_load::{c_options, recreate};
@@ -48,6 +49,9 @@ const DEVICE_TYPE_ALL: cl_device_type = 0xFFFF_FFFF;
 
 /// A claim older than this is taken over whatever its process.
 const STALE_CLAIM_SECONDS: i64 = 3600;
+/// A request for a device no warm step has had for this long is dropped (its device is
+/// gone, or its driver changed: a later run asks again).
+const STALE_FOREIGN_SECONDS: i64 = 7 * 24 * 3600;
 
 /// What one warm step did, for the command's summary line.
 #[repr(C)]
@@ -401,7 +405,7 @@ fn warm(store_path: PathBuf, max: u64, mode: u32, stats: &mut WarmStats) -> Resu
         // SAFETY: the loader's functions.
         let devices = unsafe { devices(&loader) };
         let host = host_name();
-        for (name, _, _) in requests {
+        for (name, _, mtime) in requests {
             let claim_name = format!("{}.claim", name.trim_end_matches(".req"));
             if !claim(&req, &req_path, &claim_name, &host) {
                 stats.claimed += 1;
@@ -409,7 +413,8 @@ fn warm(store_path: PathBuf, max: u64, mode: u32, stats: &mut WarmStats) -> Resu
             }
             // SAFETY: the loader's functions and devices it listed.
             let outcome = unsafe { one(&loader, &devices, &dir, &req, &name, mode) };
-            let keep = matches!(outcome, Outcome::Foreign);
+            let keep =
+                matches!(outcome, Outcome::Foreign) && now() - mtime <= STALE_FOREIGN_SECONDS;
             match outcome {
                 Outcome::Made => stats.made += 1,
                 Outcome::Present => stats.present += 1,

@@ -455,3 +455,35 @@ fn run_warm_passes_the_status_through_and_warms() {
     );
     assert_eq!(out.status.code(), Some(7));
 }
+
+/// A request for a device this host does not have (another fingerprint, its checksum
+/// intact) stays for a host that has it; a damaged request is removed; neither crashes
+/// the step nor makes an entry.
+#[test]
+fn requests_for_other_devices_stay_and_damaged_ones_go() {
+    let bin = client();
+    let d = scratch("native-foreign-request");
+    let store = d.path("store");
+    substitute_save(&bin, &d, &store, &[]);
+    let req = requests(&store).pop().unwrap();
+    let good = std::fs::read(&req).unwrap();
+    std::fs::remove_file(&req).unwrap();
+    let mut other = good.clone();
+    other[16] ^= 0x01; // the fingerprint
+    let n = other.len();
+    let sum = fnv1a64_u64(&other[..n - 8]);
+    other[n - 8..].copy_from_slice(&sum.to_le_bytes());
+    let mut damaged = good.clone();
+    damaged[40] ^= 0x01;
+    let reqs = store.join("requests");
+    std::fs::write(reqs.join("00000000000000aa.req"), &other).unwrap();
+    std::fs::write(reqs.join("00000000000000bb.req"), &damaged).unwrap();
+    let out = warm(&store);
+    let err = stderr(&out);
+    assert!(
+        err.contains("0 made,") && err.contains("1 for other devices, 1 failed"),
+        "{err}"
+    );
+    assert_eq!(requests(&store), vec![reqs.join("00000000000000aa.req")]);
+    assert!(entries(&store).is_empty());
+}
