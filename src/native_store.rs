@@ -341,15 +341,17 @@ pub fn read_file(dir: &Fd, name: &str, max: u64, touch: bool) -> Result<Option<V
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Writes `bytes` as `name` below `dir`, completely or not at all: to a temporary name
-/// (created exclusively, not following links, with `mode`), synced, then renamed. When
-/// `name` already exists it is kept unless `replace` (a complete file by the same name
-/// is as good as this one).
+/// (created exclusively, not following links, with `mode`), synced when `sync` (an
+/// entry; a request is checked by its own checksum when read, and the application must
+/// not wait for a disk), then renamed. When `name` already exists it is kept unless
+/// `replace` (a complete file by the same name is as good as this one).
 pub fn write_atomic(
     dir: &Fd,
     name: &str,
     bytes: &[u8],
     mode: u32,
     replace: bool,
+    sync: bool,
 ) -> std::io::Result<()> {
     if !replace && exists(dir, name) {
         return Ok(());
@@ -404,7 +406,7 @@ pub fn write_atomic(
             done += n as usize;
         }
         // SAFETY: an open descriptor.
-        if unsafe { libc::fsync(fd.0) } != 0 {
+        if sync && unsafe { libc::fsync(fd.0) } != 0 {
             return last_error();
         }
         drop(fd);
@@ -512,7 +514,14 @@ impl Store {
             {
                 return Ok("too many requests waiting");
             }
-            write_atomic(&req, &k.request_name(), clshim_binary, self.mode, false)?;
+            write_atomic(
+                &req,
+                &k.request_name(),
+                clshim_binary,
+                self.mode,
+                false,
+                false,
+            )?;
             Ok("requested")
         })();
         match result {

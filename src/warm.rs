@@ -483,7 +483,7 @@ unsafe fn one(
         Err(why) => return Outcome::Failed(format!("{} recipe: {why}", recipe.kind.name())),
     };
     let entry = store::encode(&key, &encoded, &payload);
-    match store::write_atomic(dir, &key.entry_name(), &entry, mode, true) {
+    match store::write_atomic(dir, &key.entry_name(), &entry, mode, true, true) {
         Ok(()) => Outcome::Made,
         Err(e) => Outcome::Failed(format!("cannot write {}: {e}", key.entry_name())),
     }
