@@ -487,3 +487,39 @@ fn requests_for_other_devices_stay_and_damaged_ones_go() {
     assert_eq!(requests(&store), vec![reqs.join("00000000000000aa.req")]);
     assert!(entries(&store).is_empty());
 }
+
+/// A program loaded from the native store is still a program made from clshim binaries:
+/// its own binary query answers with the same clshim binary (substituted, not the
+/// driver's), so the application's cache keeps what it had.
+#[test]
+fn a_native_load_answers_its_binary_query_with_the_same_clshim_binary() {
+    let bin = fake_client();
+    let d = scratch("native-requery");
+    let store = d.path("store");
+    let kc = d.path("kc");
+    let first = format!("save:{}", s(&d.path("first")));
+    let again = format!("save:{}", s(&d.path("again")));
+    let read = format!("read:{}", s(&d.path("first")));
+    let e = env(s(&store), s(&kc));
+    shimmed(
+        Driver::Pocl,
+        &bin,
+        &["build", "sizes", "binaries", &first],
+        &e,
+    )
+    .ok();
+    warm(&store);
+    let r = shimmed(
+        Driver::Pocl,
+        &bin,
+        &[&read, "load", "build", "sizes", "binaries", &again],
+        &e,
+    );
+    r.ok();
+    assert_eq!(load_record(&r)["made_from"], "native");
+    assert_eq!(r.queries("CL_PROGRAM_BINARIES")[0]["action"], "substitute");
+    assert_eq!(
+        std::fs::read(d.path("first.0")).unwrap(),
+        std::fs::read(d.path("again.0")).unwrap()
+    );
+}
