@@ -743,8 +743,8 @@ mod tests {
                 lengths: vec![1],
                 source: Some(source.clone()),
                 devices: vec![Some(device.clone())],
-                made_from: None,
-                native_miss: None,
+                made_from: Some("recipe"),
+                native_miss: Some("device 0: no entry".into()),
             }),
             schema::Record::FirstLaunch(schema::FirstLaunch {
                 tid: 1,
