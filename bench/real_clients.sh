@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Real clients benchmark: OpenCL software not written here (hashcat, CLBlast, clFFT,
-# Boost.Compute; the same four tests/clients/real_clients.rs checks), each started on cold caches then again on the
-# same warm caches, without clshim, under `clshim run --binaries pass` and under
-# `--binaries substitute`. Every cold run gets fresh caches (the client's own and pocl's
+# Boost.Compute; the same four tests/clients/real_clients.rs checks; and pyopencl 2023.1, which
+# still caches binaries on pocl, running bench/workload.py), each started on cold caches
+# then again on the same warm caches, without clshim, under `clshim run --binaries pass`,
+# under `--binaries substitute` (warm loads build each clshim binary's recipe again), and
+# under `--binaries substitute` with `clshim warm` between the cold and the warm run
+# (warm loads take the driver's own binary from the native store; the warm step's own
+# time is printed apart: it runs after the job, at idle priority). Every cold run gets fresh caches (the client's own and pocl's
 # POCL_CACHE_DIR) under bench/out/real-clients/. Prints one row per client and
 # configuration: wall seconds of the cold and the warm run (median of the repeats, with
 # min-max), and the binary-query share of build time that `clshim report --json` shows
@@ -25,11 +29,11 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --repeat) repeat="$2"; shift 2 ;;
         --repeat=*) repeat="${1#*=}"; shift ;;
-        hashcat|clblast|clfft|boost) clients+=("$1"); shift ;;
-        *) die "usage: bench/real_clients.sh [--repeat N] [hashcat] [clblast] [clfft] [boost]" ;;
+        hashcat|clblast|clfft|boost|pyopencl) clients+=("$1"); shift ;;
+        *) die "usage: bench/real_clients.sh [--repeat N] [hashcat] [clblast] [clfft] [boost] [pyopencl]" ;;
     esac
 done
-[ "${#clients[@]}" -gt 0 ] || clients=(hashcat clblast clfft boost)
+[ "${#clients[@]}" -gt 0 ] || clients=(hashcat clblast clfft boost pyopencl)
 
 ensure_system_packages
 ensure_cargo
@@ -67,20 +71,39 @@ client_cmd() {
         boost)
             export HOME="$d/home" # the offline cache is $HOME/.boost_compute
             cmd=("$out/bin/boost_compute_transform") ;;
+        pyopencl)
+            # pyopencl's binary cache is under $XDG_CACHE_HOME/pyopencl
+            export XDG_CACHE_HOME="$d/xdg"
+            cmd=("$CLSHIM_ROOT/.venv/old/bin/python" bench/workload.py -n 4 -s 200) ;;
     esac
 }
 
 # one CLIENT CONFIG REP: a cold then a warm run in a fresh folder (CONFIG: none, pass,
-# substitute, or nocache: no clshim and the client's cache off); appends two rows to
-# raw.tsv (client, config, rep, cold|warm, wall seconds, query share, query seconds,
-# build seconds; the last three from clshim's report, "-" without clshim).
+# substitute, warmstep: substitute with `clshim warm` between the two runs, or nocache:
+# no clshim and the client's cache off); appends two rows to raw.tsv (client, config,
+# rep, cold|warm, wall seconds, query share, query seconds, build seconds; the last three
+# from clshim's report, "-" without clshim), and for warmstep a row of the warm step's
+# own wall seconds (phase "step").
 one() {
     local client="$1" config="$2" rep="$3" d="$out/$1-$2-$3" phase t0 t1 shim=() cmd=()
     mkdir -p "$d"
     for phase in cold warm; do
         shim=()
-        if [ "$config" = pass ] || [ "$config" = substitute ]; then
-            shim=("$clshim" run --binaries "$config" --no-summary --trace-dir "$d/trace-$phase" --)
+        case "$config" in
+            pass|substitute|warmstep)
+                local policy="$config"
+                [ "$config" != warmstep ] || policy=substitute
+                shim=("$clshim" run --binaries "$policy" --native-store "$d/native" --no-summary
+                    --trace-dir "$d/trace-$phase" --) ;;
+        esac
+        if [ "$phase" = warm ] && [ "$config" = warmstep ]; then
+            t0=$(date +%s.%N)
+            ( client_cmd "$client" "$config" "$d"; "$clshim" warm --store "$d/native" ) \
+                2> "$d/warmstep.err" || { echo "FAILED: $client warm step" >&2; exit 1; }
+            t1=$(date +%s.%N)
+            printf '%s\t%s\t%s\tstep\t%s\t-\t-\t-\n' "$client" "$config" "$rep" \
+                "$(python3 -c "print(f'{$t1 - $t0:.3f}')")" >> "$out/raw.tsv"
+            log "$client warm step: $(tail -n 1 "$out/raw.tsv" | cut -f5) s: $(tail -n 1 "$d/warmstep.err")"
         fi
         (
             client_cmd "$client" "$config" "$d"
@@ -108,7 +131,7 @@ v() { dpkg-query -W -f '${Version}' "$1"; }
 log "pocl $(v pocl-opencl-icd), hashcat $(v hashcat), CLBlast $(v libclblast-dev), clFFT $(v libclfft-dev), Boost $(v libboost-dev); clshim $(git rev-parse --short HEAD)"
 for rep in $(seq 1 "$repeat"); do
     for client in "${clients[@]}"; do
-        for config in none pass substitute; do
+        for config in none pass substitute warmstep; do
             one "$client" "$config" "$rep"
         done
         # clFFT has a switch for its binary cache: the baseline with it off
@@ -127,7 +150,7 @@ for r in rows:
     if (r[0], r[1]) not in keys:
         keys.append((r[0], r[1]))
 names = {"none": "no clshim", "nocache": "no clshim, cache off", "pass": "--binaries pass",
-         "substitute": "--binaries substitute"}
+         "substitute": "--binaries substitute", "warmstep": "substitute + clshim warm"}
 print(f"{'client':8} {'configuration':24} {'cold s, median (min-max)':>26} {'warm s, median (min-max)':>26}  query share cold (warm)")
 base = {}
 for client, config in keys:
@@ -135,10 +158,13 @@ for client, config in keys:
     cold = [float(r[4]) for r in sel if r[3] == "cold"]
     warm = [float(r[4]) for r in sel if r[3] == "warm"]
     share = "-"
-    if config in ("pass", "substitute"):
+    if config in ("pass", "substitute", "warmstep"):
         sc = statistics.median(float(r[5]) for r in sel if r[3] == "cold")
         sw = statistics.median(float(r[5]) for r in sel if r[3] == "warm")
         share = f"{100 * sc:.0f}% ({100 * sw:.0f}%)"
+    steps = [float(r[4]) for r in sel if r[3] == "step"]
+    if steps:
+        share += f"; warm step {cell(steps).strip()} s"
     print(f"{client:8} {names[config]:24} {cell(cold):>26} {cell(warm):>26}  {share}")
     base.setdefault(client, {})[config] = (statistics.median(cold), statistics.median(warm))
 print()
@@ -148,4 +174,12 @@ for client, b in base.items():
     for config, (c, w) in b.items():
         if config != "none" and n:
             print(f"  {client:8} {names[config]:24} / no clshim: {c / n[0]:.2f} / {w / n[1]:.2f}")
+print()
+print("substitute / no clshim, before (no warm step) and after (clshim warm between the runs):")
+print(f"  {'client':8} {'cold before':>12} {'warm before':>12} {'cold after':>11} {'warm after':>11}")
+for client, b in base.items():
+    n, before, after = b.get("none"), b.get("substitute"), b.get("warmstep")
+    if n and before and after:
+        print(f"  {client:8} {before[0] / n[0]:12.2f} {before[1] / n[1]:12.2f} "
+              f"{after[0] / n[0]:11.2f} {after[1] / n[1]:11.2f}")
 PY

@@ -135,7 +135,7 @@ fn check_clshim_binaries(
 }
 
 /// A NUL-terminated copy of options (the recipe's rules exclude NUL bytes).
-fn c_options(options: &Option<Vec<u8>>) -> CString {
+pub(crate) fn c_options(options: &Option<Vec<u8>>) -> CString {
     CString::new(options.clone().unwrap_or_default()).unwrap_or_default()
 }
 
@@ -188,7 +188,7 @@ unsafe fn from_text(
 /// # Safety
 /// `context` is a valid context and `devices` distinct devices of it (the implementation
 /// accepted them).
-unsafe fn recreate(
+pub(crate) unsafe fn recreate(
     route: Route,
     context: cl_context,
     devices: &[cl_device_id],
@@ -409,6 +409,7 @@ pub unsafe fn create_with_binary(
                 None,
                 lengths,
                 Some((driver_program, Origin::Binary, &slices)),
+                None,
             );
         });
         Created {
@@ -443,12 +444,27 @@ pub unsafe fn create_with_binary(
         // saw: clshim holds its only reference. Released here.
         drop(unsafe { OwnedProgram::new(route, driver_program) });
     }
-    // The recipe is made again now, so that a refusal (a part the implementation no
-    // longer compiles) is the load's CL_INVALID_BINARY, never a partial program.
+    // The driver's own binaries from the native store where it holds them for every
+    // device; else the recipe is made again now, so that a refusal (a part the
+    // implementation no longer compiles) is the load's CL_INVALID_BINARY, never a partial
+    // program.
+    let mut native_miss = None;
     let made = recipe.map(|r| {
-        // SAFETY: a valid context and distinct devices of it (LoadArgs::check).
-        let made = unsafe { recreate(route, call.context, &args.devices, &r) };
-        (r, made)
+        // SAFETY: a valid context and distinct devices of it (LoadArgs::check); `real` is
+        // the implementation's entry.
+        let native = crate::guard::catch(|| unsafe {
+            load_native(rt, route, real, call.context, &args.devices, &r)
+        })
+        .unwrap_or_else(|| Err("clshim failed reading the store".into()));
+        match native {
+            Ok(p) => (r, Ok(p)),
+            Err(why) => {
+                native_miss = Some(why);
+                // SAFETY: a valid context and distinct devices of it (LoadArgs::check).
+                let made = unsafe { recreate(route, call.context, &args.devices, &r) };
+                (r, made)
+            }
+        }
     });
     let made = match made {
         Some((r, Err(why))) => {
@@ -497,6 +513,7 @@ pub unsafe fn create_with_binary(
                 reason,
                 lengths_json,
                 None,
+                None,
             );
         });
         return Created {
@@ -518,8 +535,9 @@ pub unsafe fn create_with_binary(
             None,
             lengths_json,
             Some((program.get(), Origin::ClshimBinary, &[&made_from(&recipe)])),
+            Some(native_miss.clone()),
         );
-        remember(rt, program.get(), recipe);
+        remember(rt, program.get(), recipe, native_miss.is_none());
     });
     Created {
         program: program.into_raw(),
@@ -538,10 +556,95 @@ fn made_from(recipe: &Recipe) -> Vec<u8> {
     }
 }
 
+/// The program made from the driver's own binaries in the native store, for every device
+/// of the load, of the kind the recipe says; else why not (the caller makes the recipe
+/// again). Only a recipe with its options has entries: the key holds them, since a
+/// driver ignores the options given to the build of a loaded binary.
+///
+/// # Safety
+/// `context` is a valid context and `devices` distinct devices of it; `real` is the
+/// implementation's `clCreateProgramWithBinary`.
+unsafe fn load_native(
+    rt: &'static Runtime,
+    route: Route,
+    real: FnCreateProgramWithBinary,
+    context: cl_context,
+    devices: &[cl_device_id],
+    recipe: &Recipe,
+) -> Result<OwnedProgram, String> {
+    use crate::native_store::{driver_identity, Key, Lookup, Store};
+    if recipe.options.is_none() {
+        return Err("a clshim binary without its options".into());
+    }
+    let store = Store::from_config(&rt.config).ok_or("no native store")?;
+    let encoded = recipe.encode();
+    let mut payloads = Vec::with_capacity(devices.len());
+    for (i, &d) in devices.iter().enumerate() {
+        // SAFETY: a device of the context (this function's contract).
+        let facts = unsafe { rt.devices.get(route, d) }.ok_or("a device not queried")?;
+        // SAFETY: as above.
+        let driver = unsafe { driver_identity(d) }.ok_or("no driver library identity")?;
+        let key = Key::new(&encoded, facts.fingerprint(), driver);
+        match store.lookup(&key, &encoded) {
+            Lookup::Found(p) => payloads.push(p),
+            Lookup::Absent => return Err(format!("device {i}: no entry")),
+            Lookup::Refused(why) => {
+                log::warn!("native store: ignored {why}");
+                return Err(format!("device {i}: ignored {why}"));
+            }
+        }
+    }
+    let lengths: Vec<usize> = payloads.iter().map(Vec::len).collect();
+    let ptrs: Vec<*const u8> = payloads.iter().map(|p| p.as_ptr()).collect();
+    let mut statuses = vec![CL_SUCCESS; devices.len()];
+    let mut err = CL_INVALID_OPERATION;
+    // SAFETY: the implementation's entry, a valid context and devices of it, and
+    // clshim's own arrays (one verified binary per device), alive for the call.
+    let program = unsafe {
+        real(
+            context,
+            devices.len() as cl_uint,
+            devices.as_ptr(),
+            lengths.as_ptr(),
+            ptrs.as_ptr(),
+            statuses.as_mut_ptr(),
+            &mut err,
+        )
+    };
+    if program.is_null() || err != CL_SUCCESS {
+        if !program.is_null() {
+            // SAFETY: a program clshim just made, not handed out: released here.
+            drop(unsafe { OwnedProgram::new(route, program) });
+        }
+        return Err(format!(
+            "the driver refused the native binary ({})",
+            status_name(err)
+        ));
+    }
+    let want = match recipe.kind {
+        Kind::Built | Kind::Linked => CL_PROGRAM_BINARY_TYPE_EXECUTABLE,
+        Kind::Compiled => CL_PROGRAM_BINARY_TYPE_COMPILED_OBJECT,
+        Kind::Library => CL_PROGRAM_BINARY_TYPE_LIBRARY,
+    };
+    // SAFETY: a live program clshim just made and holds the only reference to.
+    let program = unsafe { OwnedProgram::new(route, program) };
+    let other_kind = devices.iter().any(|&d| {
+        // SAFETY: the live program clshim just made, for devices of its context.
+        let got = unsafe { query::binary_type(route, program.get(), d) };
+        got != Some(want)
+    });
+    if other_kind {
+        return Err("the native binary is of another kind than the recipe".into());
+    }
+    Ok(program)
+}
+
 /// What the registry keeps of a recreated program: its recipe (so that its own binary
 /// query can carry it again) and, for a build recipe, the options its build must use and
-/// that it stands for an executable.
-fn remember(rt: &'static Runtime, program: cl_program, recipe: Recipe) {
+/// that it stands for an executable. A linked executable made again is built already
+/// (its build is answered by clshim); one loaded from the driver's `native` binary is
+/// not, and the application's build goes to the driver.
+fn remember(rt: &'static Runtime, program: cl_program, recipe: Recipe, native: bool) {
     if matches!(recipe.kind, Kind::Built | Kind::Linked) {
         rt.programs.set_loaded(
             program,
@@ -551,7 +654,7 @@ fn remember(rt: &'static Runtime, program: cl_program, recipe: Recipe) {
                     .clone()
                     .filter(|_| recipe.kind == Kind::Built),
                 executable: recipe.kind == Kind::Built,
-                linked: recipe.kind == Kind::Linked,
+                linked: recipe.kind == Kind::Linked && !native,
             },
         );
     }
@@ -572,6 +675,7 @@ fn record_load(
     reason: Option<String>,
     lengths: Vec<usize>,
     made: Option<(cl_program, Origin, &[&[u8]])>,
+    native_miss: Option<Option<String>>,
 ) {
     // The program the call made (if any) enters the registry with the hash and length of
     // what it was made from: the binaries as given, or the source a clshim binary carried.
@@ -593,6 +697,10 @@ fn record_load(
         lengths,
         source: info.map(|i| i.source()),
         devices: describe_all(rt.config.devices, &facts),
+        made_from: native_miss
+            .as_ref()
+            .map(|m| if m.is_none() { "native" } else { "recipe" }),
+        native_miss: native_miss.flatten(),
     });
     rt.recorder.emit(start, seconds, &record);
 }

@@ -76,6 +76,7 @@ pub const CL_PROGRAM_BINARY_TYPE: cl_program_build_info = 0x1184;
 pub const CL_PROGRAM_BINARY_TYPE_NONE: cl_uint = 0;
 pub const CL_PROGRAM_BINARY_TYPE_EXECUTABLE: cl_uint = 4;
 pub const CL_PROGRAM_BINARY_TYPE_LIBRARY: cl_uint = 2;
+pub const CL_PROGRAM_BINARY_TYPE_COMPILED_OBJECT: cl_uint = 1;
 pub const CL_PROGRAM_IL: cl_program_info = 0x1169;
 
 // clGetDeviceInfo parameters and device types.

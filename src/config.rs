@@ -74,7 +74,14 @@ pub struct Config {
     pub summary: bool,
     /// `CLSHIM_TRACE_SOURCES`: keep program texts beside the trace files.
     pub trace_sources: bool,
+    /// The store of native binaries (`CLSHIM_NATIVE_STORE`): None when `off` or when no
+    /// default location can be named (no `XDG_CACHE_HOME` nor `HOME`).
+    pub native_store: Option<PathBuf>,
+    pub native_store_max: u64,
 }
+
+/// `CLSHIM_NATIVE_STORE_MAX`'s default: 1 GiB.
+pub const NATIVE_STORE_MAX_DEFAULT: u64 = 1 << 30;
 
 impl Default for Config {
     fn default() -> Self {
@@ -86,6 +93,8 @@ impl Default for Config {
             log_filter: "warn".to_string(),
             summary: true,
             trace_sources: false,
+            native_store: None,
+            native_store_max: NATIVE_STORE_MAX_DEFAULT,
         }
     }
 }
@@ -141,9 +150,23 @@ impl Config {
         if let Some(Value::Switch(on)) = take(&controls::SOURCES) {
             cfg.trace_sources = on;
         }
+        if let Some(Value::Size(n)) = take(&controls::NATIVE_STORE_MAX) {
+            cfg.native_store_max = n;
+        }
         if let Some(v) = get(controls::TRACE_DIR.var).filter(|v| !v.is_empty()) {
             cfg.trace_dir = Some(PathBuf::from(v));
         }
+        let store = get(controls::NATIVE_STORE.var).filter(|v| !v.is_empty());
+        cfg.native_store = match store {
+            Some(v)
+                if v.to_str()
+                    .is_some_and(|s| s.trim().eq_ignore_ascii_case("off")) =>
+            {
+                None
+            }
+            Some(v) => Some(PathBuf::from(v)),
+            None => controls::native_store_default(&get),
+        };
         (cfg, warnings)
     }
 }

@@ -45,6 +45,10 @@ pub struct Plan {
     actions: Vec<Action>,
     /// The clshim binary for each substituted device (fingerprints differ per device).
     substitutes: Vec<Option<Vec<u8>>>,
+    /// The program's devices, and the recipe its clshim binaries carry (None for a
+    /// source-only binary): what a request to the native store names.
+    devices: Vec<cl_device_id>,
+    recipe: Option<Arc<crate::recipe::Recipe>>,
 }
 
 impl Plan {
@@ -136,6 +140,8 @@ pub unsafe fn plan(rt: &'static Runtime, route: Route, program: cl_program) -> O
         facts,
         actions,
         substitutes,
+        devices,
+        recipe,
     })
 }
 
@@ -300,13 +306,14 @@ impl Query {
                 return Err(ret);
             }
         }
-        let binaries = plan
+        let binaries: Vec<(usize, Vec<u8>)> = plan
             .substitutes
             .iter()
             .enumerate()
             .filter(|&(i, _)| !app_binaries[i].is_null())
             .filter_map(|(i, b)| b.clone().map(|b| (i, b)))
             .collect();
+        crate::guard::catch(|| request_native(self.rt, plan, &binaries));
         Ok(Answer {
             sizes: None,
             binaries,
@@ -335,6 +342,32 @@ impl Query {
                 sizes,
             )
         });
+    }
+}
+
+/// Asks the native store (`native_store`) for the driver's binary of each clshim binary
+/// handed out that carries a recipe with its options (a source-only binary builds with
+/// the application's options, which no entry could be keyed on): one small file per
+/// program and device, made later by `clshim warm`, never here.
+fn request_native(rt: &'static Runtime, plan: &Plan, binaries: &[(usize, Vec<u8>)]) {
+    let Some(recipe) = plan.recipe.as_ref().filter(|r| r.options.is_some()) else {
+        return;
+    };
+    let Some(store) = crate::native_store::Store::from_config(&rt.config) else {
+        return;
+    };
+    let encoded = recipe.encode();
+    for (i, binary) in binaries {
+        let Some(f) = plan.facts[*i].as_ref() else {
+            continue;
+        };
+        // SAFETY: a device of the live program, as its implementation listed it.
+        let Some(driver) = (unsafe { crate::native_store::driver_identity(plan.devices[*i]) })
+        else {
+            continue;
+        };
+        let key = crate::native_store::Key::new(&encoded, f.fingerprint(), driver);
+        store.request(&key, binary);
     }
 }
 

@@ -139,7 +139,13 @@ pub fn run_on(driver: Driver, bin: &Path, args: &[&str], env: &[(&str, &str)], s
         cmd.env(k, v);
     }
     if shim {
-        cmd.env("CLSHIM_TRACE_DIR", &traces);
+        // The native store in the run's scratch folder, not the user's cache, unless the
+        // test names one.
+        cmd.env("CLSHIM_TRACE_DIR", &traces)
+            .env("CLSHIM_NATIVE_STORE", dir.path("native-store"));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
     }
     let out = run(cmd, shim);
     let records = if shim && traces.exists() {

@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod native_store;
 mod policy_devices;
 mod policy_load;
 mod policy_pocl;

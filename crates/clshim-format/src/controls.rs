@@ -20,6 +20,11 @@ pub enum Grammar {
     LogFilter,
     /// A path, kept byte for byte.
     Path,
+    /// A path kept byte for byte, or the word `off` (any letter case).
+    PathOrOff,
+    /// A size in bytes: digits, optionally followed by `K`, `M`, `G` or `T` (powers of
+    /// 1024, any letter case), at most 2^63 - 1 bytes.
+    Size,
 }
 
 /// Who reads a control.
@@ -144,6 +149,32 @@ pub const SUMMARY: Control = Control {
     help: "a summary line per process on stderr at exit",
 };
 
+pub const NATIVE_STORE: Control = Control {
+    var: "CLSHIM_NATIVE_STORE",
+    option: "--native-store",
+    metavar: "DIR",
+    grammar: Grammar::PathOrOff,
+    reader: Reader::Library,
+    default: "$XDG_CACHE_HOME/clshim/native",
+    values: "a directory, or `off`",
+    default_doc: "`$XDG_CACHE_HOME/clshim/native`, else `~/.cache/clshim/native`",
+    doc: "Under `substitute`: the store of the driver's own binaries that `clshim warm` makes from clshim binaries, so that loading one takes the driver's binary instead of building again (see docs/binary-policies.md). `off`: no store, no requests.",
+    help: "a directory, or off (default $XDG_CACHE_HOME/clshim/native)",
+};
+
+pub const NATIVE_STORE_MAX: Control = Control {
+    var: "CLSHIM_NATIVE_STORE_MAX",
+    option: "--native-store-max",
+    metavar: "SIZE",
+    grammar: Grammar::Size,
+    reader: Reader::Library,
+    default: "1G",
+    values: "bytes, or with a `K`, `M`, `G` or `T` suffix",
+    default_doc: "`1G`",
+    doc: "The size the native store is kept under: `clshim warm` removes the least recently used entries beyond it.",
+    help: "bytes, or with a K, M, G or T suffix (default 1G)",
+};
+
 pub const LIB: Control = Control {
     var: "CLSHIM_LIB",
     option: "--lib",
@@ -158,7 +189,7 @@ pub const LIB: Control = Control {
 };
 
 /// Every control, in README's order.
-pub const ALL: [&Control; 8] = [
+pub const ALL: [&Control; 10] = [
     &BINARIES,
     &DEVICES,
     &TRACE_DIR,
@@ -166,6 +197,8 @@ pub const ALL: [&Control; 8] = [
     &SOURCES,
     &LOG,
     &SUMMARY,
+    &NATIVE_STORE,
+    &NATIVE_STORE_MAX,
     &LIB,
 ];
 
@@ -179,6 +212,9 @@ pub enum Value {
     /// The filter as given (trimmed).
     Filter(String),
     Path,
+    /// `off` for [`Grammar::PathOrOff`].
+    Off,
+    Size(u64),
 }
 
 impl Control {
@@ -210,6 +246,9 @@ impl Control {
             }
             Grammar::LogFilter => valid_log_filter(v).then(|| Value::Filter(v.to_string())),
             Grammar::Path => Some(Value::Path),
+            Grammar::PathOrOff if v.eq_ignore_ascii_case("off") => Some(Value::Off),
+            Grammar::PathOrOff => Some(Value::Path),
+            Grammar::Size => parse_size(v).map(Value::Size),
         }
     }
 
@@ -224,6 +263,8 @@ impl Control {
                 LOG_LEVELS.join(", ")
             ),
             Grammar::Path => "a path".to_string(),
+            Grammar::PathOrOff => "a path, or off".to_string(),
+            Grammar::Size => "a size in bytes, e.g. 1073741824, 512M or 1G".to_string(),
         }
     }
 
@@ -235,6 +276,39 @@ impl Control {
             format!("{} {}", self.option, self.metavar)
         }
     }
+}
+
+/// `CLSHIM_NATIVE_STORE`'s default place, read through `get` (the environment):
+/// `$XDG_CACHE_HOME/clshim/native` (an absolute `XDG_CACHE_HOME` only, as the XDG
+/// specification says), else `$HOME/.cache/clshim/native`; None when neither is set.
+pub fn native_store_default(
+    get: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Option<std::path::PathBuf> {
+    let absolute =
+        |v: std::ffi::OsString| Some(std::path::PathBuf::from(v)).filter(|p| p.is_absolute());
+    if let Some(x) = get("XDG_CACHE_HOME").and_then(absolute) {
+        return Some(x.join("clshim/native"));
+    }
+    get("HOME")
+        .and_then(absolute)
+        .map(|h| h.join(".cache/clshim/native"))
+}
+
+/// A size: digits, then at most one of `K`, `M`, `G`, `T` (any case), powers of 1024.
+fn parse_size(v: &str) -> Option<u64> {
+    let (digits, shift) = match v.as_bytes().last()?.to_ascii_uppercase() {
+        b'K' => (&v[..v.len() - 1], 10),
+        b'M' => (&v[..v.len() - 1], 20),
+        b'G' => (&v[..v.len() - 1], 30),
+        b'T' => (&v[..v.len() - 1], 40),
+        _ => (v, 0),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    let bytes = n.checked_mul(1u64 << shift)?;
+    (bytes <= i64::MAX as u64).then_some(bytes)
 }
 
 /// An env_logger filter that only names clshim's own modules: a target must be `clshim`
@@ -299,6 +373,18 @@ mod tests {
         for bad in ["0o640", "4755", "7777", "1777", "+640", "0999", "rw", "-1"] {
             assert_eq!(TRACE_MODE.check(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn sizes_and_store_paths() {
+        assert_eq!(NATIVE_STORE_MAX.check("1G"), Some(Value::Size(1 << 30)));
+        assert_eq!(NATIVE_STORE_MAX.check("512m"), Some(Value::Size(512 << 20)));
+        assert_eq!(NATIVE_STORE_MAX.check("4096"), Some(Value::Size(4096)));
+        for bad in ["", "G", "1.5G", "-1", "1GB", "99999999999T", "1 G"] {
+            assert_eq!(NATIVE_STORE_MAX.check(bad), None, "{bad}");
+        }
+        assert_eq!(NATIVE_STORE.check("OFF"), Some(Value::Off));
+        assert_eq!(NATIVE_STORE.check("/x"), Some(Value::Path));
     }
 
     #[test]

@@ -242,6 +242,15 @@ pub struct BinaryLoad {
     pub lengths: Vec<usize>,
     pub source: Option<Source>,
     pub devices: Vec<Option<Device>>,
+    /// Only on a load clshim made from clshim binaries (`action` `substitute`): `native`
+    /// when the program was made from the driver's own binaries in the native store,
+    /// `recipe` when it was made again from the recipe.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub made_from: Option<&'static str>,
+    /// With `made_from` `recipe`: why no native binary was used (no entry; an entry
+    /// ignored as damaged or foreign, and why; the driver refused it; no store).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub native_miss: Option<String>,
 }
 
 /// The first launch of a kernel on a device with one work-group configuration.

@@ -19,6 +19,7 @@ pub fn usage_text() -> String {
 
 const USAGE_HEAD: &str = "\
 usage: clshim run [options] [--] COMMAND [ARGS...]
+       clshim warm [--store DIR] [--jobs N] [--lib PATH]
        clshim report [--json] [--wide] [--by-source] [--chrome FILE] [--against OLD] DIR
        clshim unsubstitute [--remove] [--cross-filesystems] DIR...
        clshim --help | --version
@@ -36,6 +37,17 @@ const USAGE_TAIL: &str =
                       and loader layer; each call is recorded once) | preload
                       (LD_PRELOAD only) | layer (OPENCL_LAYERS only)
   --layer             the same as --mode layer
+  --warm              run COMMAND as a child (not in clshim's place), wait for it, run
+                      the warm step below, then exit with COMMAND's status
+
+clshim warm: make the driver's own binaries that `substitute` asked for (requests in the
+native store), at idle priority, in this process, so that the next loads of those clshim
+binaries take them instead of building again; then keep the store under
+$CLSHIM_NATIVE_STORE_MAX, least recently used out. Ranks may run it at once.
+  --store DIR         the native store (default: $CLSHIM_NATIVE_STORE, else
+                      $XDG_CACHE_HOME/clshim/native, else ~/.cache/clshim/native)
+  --jobs N            N processes share the requests (default 1)
+  --lib PATH          as for run
 
 clshim report: summarise every trace file (*.jsonl) in DIR: per program and per rank
 build and binary-query seconds. Exit status 0 when every record was read, 1 when
@@ -78,6 +90,7 @@ fn usage<T>(msg: impl Into<String>) -> Result<T, UsageError> {
 #[derive(Debug)]
 pub enum Command {
     Run(RunOpts),
+    Warm(WarmOpts),
     Report(ReportOpts),
     Unsubstitute(UnsubstituteOpts),
     Help,
@@ -97,8 +110,12 @@ pub struct RunOpts {
     pub log: Option<String>,
     pub summary: Option<bool>,
     pub sources: Option<bool>,
+    pub native_store: Option<OsString>,
+    pub native_store_max: Option<String>,
     pub lib: Option<PathBuf>,
     pub mode: Mode,
+    /// `--warm`: run the command as a child, then the warm step.
+    pub warm: bool,
     /// The command and its arguments; never empty.
     pub command: Vec<OsString>,
 }
@@ -120,6 +137,14 @@ impl Mode {
     pub fn layer(self) -> bool {
         matches!(self, Mode::Both | Mode::Layer)
     }
+}
+
+/// `clshim warm`.
+#[derive(Debug)]
+pub struct WarmOpts {
+    pub store: Option<PathBuf>,
+    pub jobs: usize,
+    pub lib: Option<PathBuf>,
 }
 
 #[derive(Debug, Default)]
@@ -154,13 +179,14 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
     };
     match sub.to_str() {
         Some("run") => parse_run(it.collect()),
+        Some("warm") => parse_warm(it.collect()),
         Some("report") => parse_report(it.collect()),
         Some("unsubstitute") => parse_unsubstitute(it.collect()),
         Some("-h" | "--help" | "help") => Ok(Command::Help),
         Some("-V" | "--version") => Ok(Command::Version),
         Some("--controls-table") => Ok(Command::ControlsTable),
         _ => usage(format!(
-            "unknown subcommand '{}' (expected 'run', 'report' or 'unsubstitute')",
+            "unknown subcommand '{}' (expected 'run', 'warm', 'report' or 'unsubstitute')",
             sub.to_string_lossy()
         )),
     }
@@ -296,7 +322,18 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
                     _ => Mode::Both,
                 };
             }
-            "--summary" | "--no-summary" | "--sources" | "--no-sources" | "--layer"
+            "--native-store" => {
+                let v = value(name, inline, &mut it)?;
+                if v.to_string_lossy().trim().is_empty() {
+                    return usage("--native-store: empty directory name");
+                }
+                o.native_store = Some(v);
+            }
+            "--native-store-max" => {
+                let v = utf8(name, value(name, inline, &mut it)?)?;
+                o.native_store_max = Some(control(name, &controls::NATIVE_STORE_MAX, v)?);
+            }
+            "--summary" | "--no-summary" | "--sources" | "--no-sources" | "--layer" | "--warm"
                 if inline.is_some() =>
             {
                 return usage(format!("option {name} takes no value"));
@@ -306,6 +343,7 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
             "--sources" => o.sources = Some(true),
             "--no-sources" => o.sources = Some(false),
             "--layer" => o.mode = Mode::Layer,
+            "--warm" => o.warm = true,
             "-h" | "--help" => return Ok(Command::Help),
             _ => return usage(format!("run: unknown option '{s}' (try 'clshim --help')")),
         }
@@ -315,6 +353,49 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
         return usage("run: no command given (usage: clshim run [options] -- COMMAND [ARGS...])");
     }
     Ok(Command::Run(o))
+}
+
+fn parse_warm(args: Vec<OsString>) -> Result<Command, UsageError> {
+    let mut o = WarmOpts {
+        store: None,
+        jobs: 1,
+        lib: None,
+    };
+    let mut it = args.into_iter();
+    while let Some(arg) = it.next() {
+        let s = arg.to_string_lossy().into_owned();
+        let (name, inline) = split_eq(&s);
+        match name {
+            "--store" => {
+                let v = value(name, inline, &mut it)?;
+                if v.is_empty() {
+                    return usage("--store: empty directory name");
+                }
+                o.store = Some(v.into());
+            }
+            "--lib" => {
+                let v = value(name, inline, &mut it)?;
+                if v.is_empty() {
+                    return usage("--lib: empty path");
+                }
+                o.lib = Some(v.into());
+            }
+            "--jobs" => {
+                let v = utf8(name, value(name, inline, &mut it)?)?;
+                o.jobs = match v.parse::<usize>() {
+                    Ok(n) if (1..=256).contains(&n) => n,
+                    _ => return usage(format!("--jobs: '{v}' is not a number from 1 to 256")),
+                };
+            }
+            "-h" | "--help" => return Ok(Command::Help),
+            _ => {
+                return usage(format!(
+                    "warm: unexpected argument '{s}' (try 'clshim --help')"
+                ))
+            }
+        }
+    }
+    Ok(Command::Warm(o))
 }
 
 fn parse_report(args: Vec<OsString>) -> Result<Command, UsageError> {

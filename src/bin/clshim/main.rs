@@ -17,6 +17,7 @@ mod chrome;
 mod cli;
 mod inherited_signals;
 mod linediff;
+mod loads;
 mod macos_env;
 mod render;
 mod report;
@@ -24,6 +25,7 @@ mod run;
 mod traces;
 mod unsubstitute;
 mod variants;
+mod warm;
 
 // The controls, the trace schema, the stable hash and the wall-clock union, shared with the library through their own crate:
 // the command never links the library crate, which would bring the interposer along (its
@@ -60,6 +62,7 @@ fn main() -> ExitCode {
         }
         Ok(cli::Command::Report(o)) => report_main(o),
         Ok(cli::Command::Unsubstitute(o)) => unsubstitute::main(o),
+        Ok(cli::Command::Warm(o)) => ExitCode::from(warm::warm_main(o).clamp(0, 255) as u8),
     }
 }
 

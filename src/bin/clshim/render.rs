@@ -489,6 +489,9 @@ impl Report {
                 100.0 * share(t.launch_seconds, t.build_seconds + t.query_seconds)
             );
         }
+        if let Some(line) = t.loads.line() {
+            let _ = writeln!(o, "{line}");
+        }
         o.push('\n');
         if self.programs.is_empty() {
             o.push_str("No program builds, binary queries or first launches recorded.\n");
@@ -712,6 +715,7 @@ impl Report {
             "build_seconds": t.build_seconds,
             "binary_query_seconds": t.query_seconds,
             "binary_query_share": share(t.query_seconds, t.build_seconds),
+            "clshim_binary_loads": t.loads.json(),
             "first_launches": t.launches,
             "first_launch_seconds": t.launch_seconds,
             "first_launch_share": share(t.launch_seconds, t.build_seconds + t.query_seconds),

@@ -378,6 +378,12 @@ pub fn environment(
     if let Some(v) = o.sources {
         env.push(("CLSHIM_TRACE_SOURCES", if v { "1" } else { "0" }.into()));
     }
+    if let Some(v) = &o.native_store {
+        env.push(("CLSHIM_NATIVE_STORE", v.clone()));
+    }
+    if let Some(v) = &o.native_store_max {
+        env.push(("CLSHIM_NATIVE_STORE_MAX", v.into()));
+    }
     env
 }
 
@@ -405,6 +411,23 @@ pub fn run(o: RunOpts) -> RunError {
     }
 }
 
+/// How a command that could not be started is reported: 127 when it was not found, else
+/// 126, as a shell does.
+pub fn cannot_run(program: &OsStr, e: &std::io::Error) -> RunError {
+    let status = match e.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ENOTDIR) => 127,
+        _ => 126,
+    };
+    RunError {
+        status,
+        message: format!(
+            "cannot run '{}': {}",
+            program.to_string_lossy(),
+            describe(e)
+        ),
+    }
+}
+
 fn try_run(o: RunOpts) -> Result<std::convert::Infallible, RunError> {
     let lib = find_library(o.lib.as_deref(), std::env::var_os("CLSHIM_LIB"))?;
     check_doors(&lib, &o)?;
@@ -415,10 +438,22 @@ fn try_run(o: RunOpts) -> Result<std::convert::Infallible, RunError> {
     crate::macos_env::warn_if_protected(program);
     let mut cmd = std::process::Command::new(program);
     cmd.args(&o.command[1..]);
-    for (k, v) in env {
+    let lookup = |name: &str| {
+        env.iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var_os(name))
+    };
+    let warm_settings = o
+        .warm
+        .then(|| crate::warm::Settings::from_lookup(None, &lookup));
+    for (k, v) in &env {
         cmd.env(k, v);
     }
     crate::inherited_signals::restore_on_exec(&mut cmd);
+    if let Some(settings) = warm_settings {
+        return crate::warm::run_then_warm(cmd, program, &lib, settings);
+    }
     // `exec` returns only if the command could not be started.
     let e = cmd.exec();
     let status = match e.raw_os_error() {

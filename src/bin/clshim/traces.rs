@@ -220,6 +220,9 @@ pub struct Record<'a> {
     /// A binary query's action per device, in `devices` order.
     #[serde(default, borrow)]
     pub actions: Option<Vec<Text<'a>>>,
+    /// A binary load's `native` or `recipe`.
+    #[serde(default, borrow)]
+    pub made_from: Option<Text<'a>>,
     // first_launch
     #[serde(default, borrow)]
     pub kernel: Option<Text<'a>>,
@@ -896,6 +899,8 @@ mod tests {
                 lengths: vec![1],
                 source: Some(source.clone()),
                 devices: vec![Some(device.clone())],
+                made_from: Some("recipe"),
+                native_miss: Some("device 0: no entry".into()),
             }),
             schema::Record::FirstLaunch(schema::FirstLaunch {
                 tid: 1,

@@ -278,10 +278,13 @@ pub struct Totals {
     /// the same device) with other sizes: the compiles a generic kernel would avoid.
     pub pocl_cpu_relaunches: usize,
     pub pocl_cpu_relaunch_seconds: f64,
+    /// Loads of clshim binaries: native or from the recipe.
+    pub loads: crate::loads::LoadCounts,
 }
 
 impl Totals {
     fn add(&mut self, o: Totals) {
+        self.loads.add(o.loads);
         self.builds += o.builds;
         self.build_seconds += o.build_seconds;
         self.queries += o.queries;
@@ -542,6 +545,7 @@ impl FileAcc {
             },
             Event::FirstLaunch => self.launch_key(&r),
             Event::BinaryLoad | Event::Process => {
+                self.totals.loads.count(r.made_from.as_ref().map(|m| &*m.0));
                 // A program made from a binary: its queries join to "unknown program".
                 if let Some(p) = r.program.clone() {
                     let k = self.intern(ProgramKey::unknown());

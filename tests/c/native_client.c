@@ -1,0 +1,106 @@
+/* A client with its own binary cache, for the native-store tests: `--save=FILE` builds
+ * the program from source (or, with --compile-link, compiles then links it), runs its
+ * kernel, reads its binary back and writes it to FILE; `--load=FILE` makes the program
+ * from FILE's binary and prints what an application sees: the create status and
+ * binary_status, CL_PROGRAM_BINARY_TYPE and the build status before the build, the
+ * build's result, the binary type, build status and log after it, and the kernel's
+ * output. --seed=N changes the source; the build options are "-DSCALE=3". */
+#include "cltest.h"
+
+static unsigned char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc(n > 0 ? n : 1);
+    *len = fread(buf, 1, n, f);
+    fclose(f);
+    return buf;
+}
+
+static void print_type(cl_program p, cl_device_id d, const char *when) {
+    cl_program_binary_type t = 99;
+    cl_int e = clGetProgramBuildInfo(p, d, CL_PROGRAM_BINARY_TYPE, sizeof t, &t, NULL);
+    cl_build_status st = 99;
+    cl_int e2 = clGetProgramBuildInfo(p, d, CL_PROGRAM_BUILD_STATUS, sizeof st, &st, NULL);
+    printf("%s: binary type %s %u, build status %s %d\n", when, cl_err_name(e), (unsigned)t,
+           cl_err_name(e2), (int)st);
+}
+
+int main(int argc, char **argv) {
+    const char *seed = arg_value(argc, argv, "--seed");
+    const char *save = arg_value(argc, argv, "--save");
+    const char *load = arg_value(argc, argv, "--load");
+    int compile_link = has_arg(argc, argv, "--compile-link");
+    char src[512];
+    snprintf(src, sizeof src,
+             "__kernel void cube(__global int *out) {\n"
+             "    int i = get_global_id(0);\n"
+             "    out[i] = SCALE * i * i * i + %s;\n"
+             "}\n",
+             seed ? seed : "5");
+    const char *options = "-DSCALE=3";
+    cl_platform_id plat;
+    cl_device_id dev;
+    pick_device(&plat, &dev);
+    cl_context ctx = make_context(dev);
+    cl_int err;
+    if (save) {
+        const char *srcs[] = {src};
+        cl_program prog = clCreateProgramWithSource(ctx, 1, srcs, NULL, &err);
+        CHECK(err);
+        if (compile_link) {
+            CHECK(clCompileProgram(prog, 1, &dev, options, 0, NULL, NULL, NULL, NULL));
+            cl_program linked = clLinkProgram(ctx, 1, &dev, "", 1, &prog, NULL, NULL, &err);
+            CHECK(err);
+            CHECK(clReleaseProgram(prog));
+            prog = linked;
+        } else {
+            build_or_die(prog, dev, options);
+        }
+        run_int_kernel(ctx, dev, prog, "cube", 6, "source");
+        size_t size = 0;
+        CHECK(clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL));
+        unsigned char *bin = malloc(size ? size : 1);
+        unsigned char *bins[] = {bin};
+        CHECK(clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL));
+        FILE *f = fopen(save, "wb");
+        if (!f || fwrite(bin, 1, size, f) != size || fclose(f) != 0) {
+            printf("FAILED cannot write %s\n", save);
+            return 1;
+        }
+        printf("saved\n");
+        free(bin);
+        CHECK(clReleaseProgram(prog));
+    }
+    if (load) {
+        size_t size = 0;
+        unsigned char *bin = read_file(load, &size);
+        if (!bin) {
+            printf("FAILED cannot read %s\n", load);
+            return 1;
+        }
+        cl_int status = 12345;
+        const unsigned char *cbins[] = {bin};
+        cl_program p = clCreateProgramWithBinary(ctx, 1, &dev, &size, cbins, &status, &err);
+        printf("create: %s, binary_status %s\n", cl_err_name(err),
+               status == 12345 ? "unset" : cl_err_name(status));
+        if (err != CL_SUCCESS) return 1;
+        print_type(p, dev, "before build");
+        cl_int b = clBuildProgram(p, 1, &dev, options, NULL, NULL);
+        printf("build: %s\n", cl_err_name(b));
+        print_type(p, dev, "after build");
+        char log[4096] = "";
+        size_t log_len = 0;
+        cl_int e = clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log,
+                                         &log_len);
+        printf("log: %s [%s]\n", cl_err_name(e), log);
+        if (b == CL_SUCCESS) run_int_kernel(ctx, dev, p, "cube", 6, "binary");
+        CHECK(clReleaseProgram(p));
+        free(bin);
+    }
+    CHECK(clReleaseContext(ctx));
+    printf("ok\n");
+    return 0;
+}

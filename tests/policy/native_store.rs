@@ -1,0 +1,523 @@
+//! The native store on real pocl (docs/binary-policies.md): a `substitute` run that hands
+//! out a clshim binary leaves a request; `clshim warm` turns it into the driver's own
+//! binary; the next load of that clshim binary is made from it (the record says so) and
+//! the application sees exactly what it sees without clshim. Damaged, foreign or
+//! other-driver entries are ignored, recorded and never loaded; several warm processes
+//! split the requests; an unwritable or full store costs the application nothing.
+
+use crate::common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+fn client() -> PathBuf {
+    build_c("native_client", &[])
+}
+
+/// The environment of a `substitute` run with `store`, and its own pocl kernel cache.
+fn env<'a>(store: &'a str, kcache: &'a str) -> Vec<(&'a str, &'a str)> {
+    vec![
+        ("CLSHIM_BINARIES", "substitute"),
+        ("CLSHIM_NATIVE_STORE", store),
+        ("POCL_CACHE_DIR", kcache),
+    ]
+}
+
+fn warm(store: &Path) -> Output {
+    let lib = shim_path();
+    let out = clshim_out(&["warm", "--store", s(store), "--lib", s(&lib)], &[]);
+    assert!(out.status.success(), "clshim warm: {}", stderr(&out));
+    out
+}
+
+fn files(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.to_string_lossy().ends_with(suffix))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+fn entries(store: &Path) -> Vec<PathBuf> {
+    files(store, ".bin")
+}
+
+fn requests(store: &Path) -> Vec<PathBuf> {
+    files(&store.join("requests"), ".req")
+}
+
+fn load_record(r: &Ran) -> Value {
+    r.one("binary_load").clone()
+}
+
+/// What the client prints loading the driver's own binary without clshim: what every
+/// load under clshim must print too.
+fn plain_load(bin: &Path, d: &Scratch, args: &[&str]) -> String {
+    let kc = d.path("kc-plain");
+    let kc_env = [("POCL_CACHE_DIR", s(&kc))];
+    let save = format!("--save={}", s(&d.path("pocl.bin")));
+    let load = format!("--load={}", s(&d.path("pocl.bin")));
+    plain(
+        Driver::Pocl,
+        bin,
+        &[&[save.as_str()], args].concat(),
+        &kc_env,
+    )
+    .ok();
+    let r = plain(
+        Driver::Pocl,
+        bin,
+        &[&[load.as_str()], args].concat(),
+        &kc_env,
+    );
+    r.ok();
+    r.stdout()
+}
+
+/// A cache file written under `substitute` (a clshim binary) and the store with its
+/// request, for the client's program with `args`.
+fn substitute_save(bin: &Path, d: &Scratch, store: &Path, args: &[&str]) -> PathBuf {
+    let file = d.path(&format!("clshim{}.bin", args.join("")));
+    let save = format!("--save={}", s(&file));
+    let kc = d.path("kc");
+    let r = shimmed(
+        Driver::Pocl,
+        bin,
+        &[&[save.as_str()], args].concat(),
+        &env(s(store), s(&kc)),
+    );
+    r.ok().has_line("saved");
+    file
+}
+
+fn substitute_load(bin: &Path, d: &Scratch, store: &Path, file: &Path, args: &[&str]) -> Ran {
+    let load = format!("--load={}", s(file));
+    let kc = d.path("kc");
+    let r = shimmed(
+        Driver::Pocl,
+        bin,
+        &[&[load.as_str()], args].concat(),
+        &env(s(store), s(&kc)),
+    );
+    r.ok();
+    r
+}
+
+/// A substitute run leaves one request and no entry; `clshim warm` makes the entry and
+/// removes the request; the next load is made from the native binary, and the client
+/// sees what it sees without clshim (create and binary status, binary type and build
+/// status before and after the build, the build's result and log, the kernel's output),
+/// for a program built from source and for one compiled and linked.
+#[test]
+fn warm_start_loads_the_native_binary_as_without_clshim() {
+    let bin = client();
+    for args in [&[][..], &["--compile-link"][..]] {
+        let d = scratch("native-warm");
+        let store = d.path("store");
+        let expected = plain_load(&bin, &d, args);
+        let file = substitute_save(&bin, &d, &store, args);
+        assert_eq!(requests(&store).len(), 1, "{args:?}: one request");
+        assert!(entries(&store).is_empty());
+
+        let before = substitute_load(&bin, &d, &store, &file, args);
+        let l = load_record(&before);
+        assert_eq!(l["action"], "substitute", "{l}");
+        assert_eq!(l["made_from"], "recipe", "{l}");
+        assert_eq!(l["native_miss"], "device 0: no entry", "{l}");
+
+        let out = warm(&store);
+        assert!(stderr(&out).contains(": 1 made,"), "{}", stderr(&out));
+        assert!(requests(&store).is_empty(), "the request is done");
+        assert_eq!(entries(&store).len(), 1);
+        assert!(files(&store.join("requests"), ".claim").is_empty());
+
+        let after = substitute_load(&bin, &d, &store, &file, args);
+        let l = load_record(&after);
+        assert_eq!(l["action"], "substitute", "{l}");
+        assert_eq!(l["made_from"], "native", "{l}");
+        assert!(l.get("native_miss").is_none(), "{l}");
+        assert_eq!(l["source"]["origin"], "clshim-binary", "{l}");
+        assert_eq!(after.stdout(), expected, "{args:?}: as without clshim");
+    }
+}
+
+/// Rewrites the header checksum of an entry after a field was patched (the store's own
+/// layout: 72 header bytes, the checksum in the last 8 covers the header and recipe).
+fn reseal(e: &mut [u8]) {
+    let recipe_len = u64::from_le_bytes(e[40..48].try_into().unwrap()) as usize;
+    let mut covered = e[..64].to_vec();
+    covered.extend_from_slice(&e[72..72 + recipe_len]);
+    let sum = fnv1a64_u64(&covered);
+    e[64..72].copy_from_slice(&sum.to_le_bytes());
+}
+
+/// Every kind of bad entry is ignored with its reason recorded, the load falls back to
+/// the recipe, and the client's output is what it is without clshim: a truncated entry, a
+/// flipped byte in the payload or header, another device's, another driver build's (a
+/// driver version change), a foreign file, an empty one, a symbolic link to a good entry,
+/// a directory and a FIFO in its place.
+#[test]
+fn damaged_foreign_and_other_driver_entries_are_ignored() {
+    let bin = client();
+    let d = scratch("native-damaged");
+    let store = d.path("store");
+    let expected = plain_load(&bin, &d, &[]);
+    let file = substitute_save(&bin, &d, &store, &[]);
+    warm(&store);
+    let entry = entries(&store).pop().expect("an entry");
+    let good = std::fs::read(&entry).unwrap();
+    let n = good.len();
+    let patched = |at: usize, v: u64| {
+        let mut e = good.clone();
+        e[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        reseal(&mut e);
+        e
+    };
+    let flipped = |at: usize| {
+        let mut e = good.clone();
+        e[at] ^= 0x20;
+        e
+    };
+    let fp = u64::from_le_bytes(good[24..32].try_into().unwrap());
+    let drv = u64::from_le_bytes(good[32..40].try_into().unwrap());
+    let cases: Vec<(&str, Option<Vec<u8>>, &str)> = vec![
+        (
+            "truncated",
+            Some(good[..n / 2].to_vec()),
+            "differs from the declared",
+        ),
+        (
+            "cut by one",
+            Some(good[..n - 1].to_vec()),
+            "differs from the declared",
+        ),
+        (
+            "payload byte",
+            Some(flipped(n - 100)),
+            "payload checksum mismatch",
+        ),
+        ("header byte", Some(flipped(20)), "header checksum mismatch"),
+        (
+            "another device",
+            Some(patched(24, fp ^ 1)),
+            "made for another device",
+        ),
+        (
+            "another driver",
+            Some(patched(32, drv ^ 1)),
+            "made by another driver build",
+        ),
+        (
+            "foreign",
+            Some(b"\x7fELF not a store entry at all".to_vec()),
+            "not a native store entry",
+        ),
+        ("empty", Some(Vec::new()), "not a native store entry"),
+        ("symlink", None, "a symbolic link"),
+        ("directory", None, "not a regular file"),
+        ("fifo", None, "not a regular file"),
+    ];
+    let elsewhere = d.path("good-entry");
+    std::fs::write(&elsewhere, &good).unwrap();
+    for (what, bytes, reason) in cases {
+        let _ = std::fs::remove_file(&entry);
+        let _ = std::fs::remove_dir(&entry);
+        match (what, bytes) {
+            (_, Some(b)) => std::fs::write(&entry, b).unwrap(),
+            ("symlink", None) => std::os::unix::fs::symlink(&elsewhere, &entry).unwrap(),
+            ("directory", None) => std::fs::create_dir(&entry).unwrap(),
+            _ => {
+                let c = std::ffi::CString::new(s(&entry)).unwrap();
+                // SAFETY: a valid path.
+                assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+            }
+        }
+        let r = substitute_load(&bin, &d, &store, &file, &[]);
+        let l = load_record(&r);
+        assert_eq!(l["made_from"], "recipe", "{what}: {l}");
+        let miss = l["native_miss"].as_str().unwrap_or_default();
+        assert!(miss.contains(reason), "{what}: {miss:?} lacks {reason:?}");
+        assert_eq!(r.stdout(), expected, "{what}: as without clshim");
+    }
+    // And the good entry, put back, is used again.
+    let _ = std::fs::remove_file(&entry);
+    std::fs::write(&entry, &good).unwrap();
+    let r = substitute_load(&bin, &d, &store, &file, &[]);
+    assert_eq!(load_record(&r)["made_from"], "native");
+}
+
+/// Several `clshim warm` processes at once on one store (as ranks of a job do), and one
+/// with `--jobs 3`: the requests are split by their claims (each entry made once), every
+/// entry is complete and loads natively, and nothing is left behind (requests, claims,
+/// temporary files). A claim left by a process that is gone is taken over; one held by a
+/// live process is left alone.
+#[test]
+fn concurrent_warm_steps_split_the_requests() {
+    let bin = client();
+    let d = scratch("native-concurrent");
+    let store = d.path("store");
+    let seeds = ["11", "12", "13", "14"];
+    let cache: Vec<(String, PathBuf)> = seeds
+        .iter()
+        .map(|sd| {
+            let a = format!("--seed={sd}");
+            let f = substitute_save(&bin, &d, &store, &[&a]);
+            (a, f)
+        })
+        .collect();
+    assert_eq!(requests(&store).len(), seeds.len());
+    // A live claim (this test's own pid) on one request, a dead one on another.
+    let reqs = requests(&store);
+    let claim_of = |r: &Path| r.with_extension("claim");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string();
+    std::fs::write(
+        claim_of(&reqs[0]),
+        format!("{host} {} 0\n", std::process::id()),
+    )
+    .unwrap();
+    std::fs::write(claim_of(&reqs[1]), format!("{host} 2147483646 0\n")).unwrap();
+
+    let lib = shim_path();
+    let mut kids: Vec<std::process::Child> = (0..3)
+        .map(|i| {
+            let mut c = clshim();
+            c.args(["warm", "--store", s(&store), "--lib", s(&lib)]);
+            if i == 0 {
+                c.args(["--jobs", "3"]);
+            }
+            clear_shim_env(&mut c, &[]);
+            c.stderr(std::process::Stdio::piped()).spawn().unwrap()
+        })
+        .collect();
+    let mut made = 0;
+    for k in kids.drain(..) {
+        let out = k.wait_with_output().unwrap();
+        assert!(out.status.success());
+        for line in stderr(&out).lines() {
+            if let Some(rest) = line.split(": ").nth(2) {
+                made += rest
+                    .split(' ')
+                    .next()
+                    .unwrap()
+                    .parse::<usize>()
+                    .unwrap_or(0);
+            }
+        }
+    }
+    assert_eq!(
+        made,
+        seeds.len() - 1,
+        "each entry made once; the held one left"
+    );
+    assert_eq!(entries(&store).len(), seeds.len() - 1);
+    assert_eq!(
+        requests(&store),
+        vec![reqs[0].clone()],
+        "the live claim's request stays"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(store.join("requests"))
+        .unwrap()
+        .chain(std::fs::read_dir(&store).unwrap())
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".tmp-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    // The live claim goes; the next step makes the last one.
+    std::fs::remove_file(claim_of(&reqs[0])).unwrap();
+    warm(&store);
+    assert!(requests(&store).is_empty());
+    for (a, f) in &cache {
+        let r = substitute_load(&bin, &d, &store, f, &[a]);
+        assert_eq!(load_record(&r)["made_from"], "native", "{a}");
+    }
+}
+
+/// A full disk: the store on a 64 KiB tmpfs filled up (when this runs as root; else a
+/// file-size limit of 1 KiB): the application's run is as without the store (its output,
+/// its exit status), no request is written, and `clshim warm` reports, not crashes.
+#[test]
+fn a_full_or_unwritable_store_costs_the_application_nothing() {
+    let bin = client();
+    let d = scratch("native-full");
+    let store = d.path("store");
+    std::fs::create_dir_all(&store).unwrap();
+    // SAFETY: no arguments.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mounted = root
+        && std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                "size=64k,mode=0700",
+                "tmpfs",
+                s(&store),
+            ])
+            .status()
+            .is_ok_and(|st| st.success());
+    let expected = {
+        let file = d.path("plain.bin");
+        let save = format!("--save={}", s(&file));
+        let r = plain(Driver::Pocl, &bin, &[&save], &[]);
+        r.ok();
+        r.stdout()
+    };
+    let save = format!("--save={}", s(&d.path("c.bin")));
+    let kc = d.path("kc");
+    let r = if mounted {
+        // Fill it.
+        let _ = std::fs::write(store.join("filler"), vec![0u8; 64 << 10]);
+        shimmed(Driver::Pocl, &bin, &[&save], &env(s(&store), s(&kc)))
+    } else {
+        let e = env(s(&store), s(&kc));
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", "ulimit -f 1; exec \"$0\" \"$1\"", s(&bin), &save]);
+        for (k, v) in &e {
+            cmd.env(k, v);
+        }
+        let out = run(cmd, true);
+        Ran {
+            out,
+            records: Vec::new(),
+            driver_calls: Vec::new(),
+            what: "ulimit -f 1".into(),
+        }
+    };
+    r.ok();
+    // The kernel output and the save are the application's; only the binary differs.
+    assert_eq!(
+        r.stdout().lines().next(),
+        expected.lines().next(),
+        "the kernel ran as without clshim"
+    );
+    assert!(r.stdout().contains("saved"));
+    assert!(requests(&store).is_empty(), "no request on a full disk");
+    if mounted {
+        let _ = std::process::Command::new("umount").arg(s(&store)).status();
+    }
+}
+
+/// `clshim run --warm`: the command runs as a child, its exit status comes back, and the
+/// warm step ran after it (its request became an entry).
+#[test]
+fn run_warm_passes_the_status_through_and_warms() {
+    let bin = client();
+    let d = scratch("native-run-warm");
+    let store = d.path("store");
+    let kc = d.path("kc");
+    let lib = shim_path();
+    let save = format!("--save={}", s(&d.path("c.bin")));
+    let out = clshim_out(
+        &[
+            "run",
+            "--lib",
+            s(&lib),
+            "--warm",
+            "--binaries",
+            "substitute",
+            "--native-store",
+            s(&store),
+            "--",
+            s(&bin),
+            &save,
+        ],
+        &[("POCL_CACHE_DIR", s(&kc))],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("saved"));
+    assert_eq!(entries(&store).len(), 1, "{}", stderr(&out));
+    assert!(requests(&store).is_empty());
+    let out = clshim_out(
+        &[
+            "run",
+            "--lib",
+            s(&lib),
+            "--warm",
+            "--native-store",
+            s(&store),
+            "--",
+            "sh",
+            "-c",
+            "exit 7",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(7));
+}
+
+/// A request for a device this host does not have (another fingerprint, its checksum
+/// intact) stays for a host that has it; a damaged request is removed; neither crashes
+/// the step nor makes an entry.
+#[test]
+fn requests_for_other_devices_stay_and_damaged_ones_go() {
+    let bin = client();
+    let d = scratch("native-foreign-request");
+    let store = d.path("store");
+    substitute_save(&bin, &d, &store, &[]);
+    let req = requests(&store).pop().unwrap();
+    let good = std::fs::read(&req).unwrap();
+    std::fs::remove_file(&req).unwrap();
+    let mut other = good.clone();
+    other[16] ^= 0x01; // the fingerprint
+    let n = other.len();
+    let sum = fnv1a64_u64(&other[..n - 8]);
+    other[n - 8..].copy_from_slice(&sum.to_le_bytes());
+    let mut damaged = good.clone();
+    damaged[40] ^= 0x01;
+    let reqs = store.join("requests");
+    std::fs::write(reqs.join("00000000000000aa.req"), &other).unwrap();
+    std::fs::write(reqs.join("00000000000000bb.req"), &damaged).unwrap();
+    let out = warm(&store);
+    let err = stderr(&out);
+    assert!(
+        err.contains("0 made,") && err.contains("1 for other devices, 1 failed"),
+        "{err}"
+    );
+    assert_eq!(requests(&store), vec![reqs.join("00000000000000aa.req")]);
+    assert!(entries(&store).is_empty());
+}
+
+/// A program loaded from the native store is still a program made from clshim binaries:
+/// its own binary query answers with the same clshim binary (substituted, not the
+/// driver's), so the application's cache keeps what it had.
+#[test]
+fn a_native_load_answers_its_binary_query_with_the_same_clshim_binary() {
+    let bin = fake_client();
+    let d = scratch("native-requery");
+    let store = d.path("store");
+    let kc = d.path("kc");
+    let first = format!("save:{}", s(&d.path("first")));
+    let again = format!("save:{}", s(&d.path("again")));
+    let read = format!("read:{}", s(&d.path("first")));
+    let e = env(s(&store), s(&kc));
+    shimmed(
+        Driver::Pocl,
+        &bin,
+        &["build", "sizes", "binaries", &first],
+        &e,
+    )
+    .ok();
+    warm(&store);
+    let r = shimmed(
+        Driver::Pocl,
+        &bin,
+        &[&read, "load", "build", "sizes", "binaries", &again],
+        &e,
+    );
+    r.ok();
+    assert_eq!(load_record(&r)["made_from"], "native");
+    assert_eq!(r.queries("CL_PROGRAM_BINARIES")[0]["action"], "substitute");
+    assert_eq!(
+        std::fs::read(d.path("first.0")).unwrap(),
+        std::fs::read(d.path("again.0")).unwrap()
+    );
+}
