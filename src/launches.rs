@@ -25,8 +25,8 @@ use crate::dispatch::Route;
 use crate::guard::{self, catch};
 use crate::hash::Fnv1a;
 use crate::launch_tables::{
-    claim, fold, kernel_identity, kernel_identity_at_home, queue_device, queue_device_at_home,
-    seen, seen_at_home, set_kernel_identity, set_queue_device, K0, K1, K2, K3,
+    claim, kernel_identity, kernel_identity_at_home, queue_device, queue_device_at_home, seen,
+    seen_at_home, set_kernel_identity, set_queue_device, K0,
 };
 use crate::query::info_bytes;
 use crate::record::Start;
@@ -150,9 +150,14 @@ impl Dims {
 
 /// The seen-set key of a launch of the kernel `identity` on `device` with `work_dim`
 /// (1 to 3) global sizes `global(i)` and, when `has_local`, local sizes `local(i)`;
-/// never 0 (the empty slot). Each multiply takes two words (as wyhash does), so a
-/// one-dimensional launch costs two; the sizes are taken as the hash needs them, so the
-/// launch path reads them straight from the application's arrays into registers.
+/// never 0 (the empty slot). Each word is mixed in with an xor and a 64-bit multiply by
+/// an odd constant (a bijection of the running value, so two launches that differ in one
+/// word never share a key, and the key's top bits, which pick its seen-set slot, depend
+/// on every word); a one-dimensional launch costs four multiplies with no 128-bit
+/// product, so the launch path keeps the whole key in one register and the application's
+/// arguments in theirs. A NULL local size hashes as no word at all, after a shape word
+/// that tells the two apart. The sizes are taken as the hash needs them, so the launch
+/// path reads them straight from the application's arrays into registers.
 #[inline(always)]
 fn launch_key(
     identity: u64,
@@ -162,15 +167,37 @@ fn launch_key(
     global: impl Fn(usize) -> usize,
     local: impl Fn(usize) -> usize,
 ) -> u64 {
+    let started = key_start(identity, work_dim, has_local);
+    key_finish(started, device, work_dim, has_local, global, local)
+}
+
+/// [`launch_key`]'s first step, of the kernel's identity and the launch's shape: the launch
+/// path takes it as soon as it has the identity, which then needs no register of its own.
+#[inline(always)]
+fn key_start(identity: u64, work_dim: u32, has_local: bool) -> u64 {
     let shape = u64::from(work_dim) | (u64::from(has_local) << 8);
-    let local = |i| if has_local { local(i) as u64 } else { 0 };
-    let mut h = fold(identity ^ shape ^ K0, device as u64 ^ K1);
-    h = fold(h ^ global(0) as u64 ^ K2, local(0) ^ K3);
-    if work_dim > 1 {
-        h = fold(h ^ global(1) as u64 ^ K2, local(1) ^ K3);
-    }
-    if work_dim > 2 {
-        h = fold(h ^ global(2) as u64 ^ K2, local(2) ^ K3);
+    (identity ^ shape).wrapping_mul(K0)
+}
+
+/// [`launch_key`]'s other steps, from `started` ([`key_start`]'s) on.
+#[inline(always)]
+fn key_finish(
+    started: u64,
+    device: usize,
+    work_dim: u32,
+    has_local: bool,
+    global: impl Fn(usize) -> usize,
+    local: impl Fn(usize) -> usize,
+) -> u64 {
+    let mix = |h: u64, word: u64| (h ^ word).wrapping_mul(K0);
+    let mut h = mix(started, device as u64);
+    for i in 0..3 {
+        if i < work_dim as usize {
+            h = mix(h, global(i) as u64);
+            if has_local {
+                h = mix(h, local(i) as u64);
+            }
+        }
     }
     h.max(1)
 }
@@ -249,25 +276,26 @@ pub unsafe fn already_seen(
         return false;
     }
     // Home slots only: anything else is for the slow path, so this path calls nothing
-    // and keeps to the registers the call came in with.
-    let identity = kernel_identity_at_home(kernel as usize);
-    if identity == 0 {
-        return false;
-    }
+    // and keeps to the registers the call may clobber. An identity or device not known
+    // reads as 0 and goes into the key as it is: no key made of a 0 is ever claimed (the
+    // slow path resolves both first), so such a key is not found, and the call goes to
+    // the slow path without a test of its own.
+    let started = key_start(
+        kernel_identity_at_home(kernel as usize),
+        work_dim,
+        !local.is_null(),
+    );
     let device = queue_device_at_home(queue as usize) as usize;
-    if device == 0 {
-        return false;
-    }
     let n = work_dim as usize;
     // SAFETY: the application's arrays of `work_dim` sizes (this function's contract),
     // `local` read only when non-NULL.
     let (global, local) = unsafe { (AppArray::new(global, n), AppArray::new(local, n)) };
-    let key = launch_key(
-        identity,
+    let key = key_finish(
+        started,
         device,
         work_dim,
         !local.is_null(),
-        // SAFETY: `launch_key` asks for sizes below `work_dim` only, and for local sizes
+        // SAFETY: `key_finish` asks for sizes below `work_dim` only, and for local sizes
         // only when `local` is non-NULL.
         |i| unsafe { global.at(i) },
         // SAFETY: as above.
