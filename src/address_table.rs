@@ -109,25 +109,23 @@ impl<const N: usize> AddressTable<N> {
         new
     }
 
-    /// The value of `address` when its home slot holds it, else 0: the launch path's
-    /// lookup, which calls nothing (an address past its home slot, in a neighbourhood it
-    /// shares, is looked up with [`get`](Self::get) on the slow path). The same reader as
-    /// [`read`](Self::read), its checks made as soon as each word is read (the address
-    /// compared in memory) so that it keeps no more than two words in registers.
+    /// The value of `address` (0 included) when its home slot holds it, else None: the
+    /// launch path's lookup, which calls nothing (an address past its home slot, in a
+    /// neighbourhood it shares, is looked up with [`get`](Self::get) on the slow path).
+    /// The same reader as [`read`](Self::read), each check made as soon as its word is
+    /// read (the address compared in memory) so that the caller can leave at once and
+    /// keeps no more than the value and the number in registers.
     #[inline(always)]
-    pub fn get_at_home(&self, address: usize) -> u64 {
+    pub fn get_at_home(&self, address: usize) -> Option<u64> {
         let i = Self::home(address);
         let before = self.seqs[i].load(Ordering::Acquire);
         if before & 1 == 1 || self.keys[i].load(Ordering::Relaxed) != address {
-            return 0;
+            return None;
         }
         let value = self.values[i].load(Ordering::Relaxed);
         // The pair's loads happen before the second read of the number (a seqlock's reader).
         fence(Ordering::Acquire);
-        if self.seqs[i].load(Ordering::Relaxed) != before {
-            return 0;
-        }
-        value
+        (self.seqs[i].load(Ordering::Relaxed) == before).then_some(value)
     }
 
     /// The value of `address`, or 0 when not known.
@@ -228,10 +226,10 @@ pub(crate) mod tests {
         assert_eq!(T.get(addrs[PROBES]), 1000 + PROBES as u64);
         assert_eq!(
             T.get_at_home(addrs[PROBES]),
-            1000 + PROBES as u64,
+            Some(1000 + PROBES as u64),
             "at home"
         );
-        assert_eq!(T.get_at_home(addrs[1]), 0, "past home");
+        assert_eq!(T.get_at_home(addrs[1]), None, "past home");
         assert_eq!(T.get(addrs[0]), 0, "evicted");
         T.set(addrs[0], 7);
         assert_eq!(T.get(addrs[0]), 7, "set again");

@@ -538,11 +538,10 @@ pub unsafe fn enqueue_nd_range_kernel<D: Door>(
     // SAFETY: the application's arguments (`global` and `local` NULL or of `work_dim`
     // sizes, as OpenCL requires), and its queue, whose dispatch `route` knows how to find.
     let seen = unsafe { crate::launches::already_seen(queue, kernel, work_dim, global, local) };
-    let target: FnEnqueueNDRangeKernel =
-        match seen.then(|| unsafe { D::route().enqueue_nd_range_kernel(queue) }) {
-            Some(Some(real)) => real,
-            _ => not_seen_nd_range::<D>,
-        };
+    let target: FnEnqueueNDRangeKernel = match seen.then(|| unsafe { D::nd_range_entry(queue) }) {
+        Some(Some(real)) => real,
+        _ => not_seen_nd_range::<D>,
+    };
     // SAFETY: the application's own call, handed on unchanged (to the implementation, or
     // to the slow path, which takes the same arguments in the same convention).
     unsafe {

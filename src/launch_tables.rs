@@ -41,10 +41,10 @@ pub(crate) fn kernel_identity(kernel: usize) -> u64 {
     KERNELS.get(kernel)
 }
 
-/// The identity of the kernel at `kernel` when it lies in its home slot, else 0: the
-/// launch path's lookup, which calls nothing.
+/// The identity of the kernel at `kernel` (0: not known) when it lies in its home slot,
+/// else None: the launch path's lookup, which calls nothing.
 #[inline(always)]
-pub(crate) fn kernel_identity_at_home(kernel: usize) -> u64 {
+pub(crate) fn kernel_identity_at_home(kernel: usize) -> Option<u64> {
     KERNELS.get_at_home(kernel)
 }
 
@@ -60,10 +60,10 @@ pub(crate) fn queue_device(queue: usize) -> u64 {
     QUEUES.get(queue)
 }
 
-/// The device of the queue at `queue` when it lies in its home slot, else 0: the launch
-/// path's lookup, which calls nothing.
+/// The device of the queue at `queue` (0: not known) when it lies in its home slot, else
+/// None: the launch path's lookup, which calls nothing.
 #[inline(always)]
-pub(crate) fn queue_device_at_home(queue: usize) -> u64 {
+pub(crate) fn queue_device_at_home(queue: usize) -> Option<u64> {
     QUEUES.get_at_home(queue)
 }
 

@@ -167,17 +167,22 @@ fn launch_key(
     global: impl Fn(usize) -> usize,
     local: impl Fn(usize) -> usize,
 ) -> u64 {
-    let started = key_start(identity, work_dim, has_local);
+    let started = key_start(identity, work_dim);
     key_finish(started, device, work_dim, has_local, global, local)
 }
 
-/// [`launch_key`]'s first step, of the kernel's identity and the launch's shape: the launch
-/// path takes it as soon as it has the identity, which then needs no register of its own.
+/// [`launch_key`]'s first step, of the kernel's identity and the number of dimensions: the
+/// launch path takes it as soon as it has the identity, which then needs no register of
+/// its own.
 #[inline(always)]
-fn key_start(identity: u64, work_dim: u32, has_local: bool) -> u64 {
-    let shape = u64::from(work_dim) | (u64::from(has_local) << 8);
-    (identity ^ shape).wrapping_mul(K0)
+fn key_start(identity: u64, work_dim: u32) -> u64 {
+    (identity ^ u64::from(work_dim)).wrapping_mul(K0)
 }
+
+/// Marks a word of the key as a local size (an immediate operand of one `xor`): with the
+/// number of dimensions in the key, a launch with local sizes and one without never
+/// make the same sequence of words.
+const LOCAL_TAG: u64 = 0x4C0C_A15E;
 
 /// [`launch_key`]'s other steps, from `started` ([`key_start`]'s) on.
 #[inline(always)]
@@ -195,11 +200,12 @@ fn key_finish(
         if i < work_dim as usize {
             h = mix(h, global(i) as u64);
             if has_local {
-                h = mix(h, local(i) as u64);
+                h = mix(h, local(i) as u64 ^ LOCAL_TAG);
             }
         }
     }
-    h.max(1)
+    // Never 0, the empty slot's.
+    h | 1
 }
 
 /// Salt that turns a launch key into the key of "a refused first launch was recorded".
@@ -272,20 +278,25 @@ pub unsafe fn already_seen(
     global: *const usize,
     local: *const usize,
 ) -> bool {
-    if kernel.is_null() || global.is_null() || !(1..=3).contains(&work_dim) {
+    // A NULL kernel, and a number of dimensions other than 1 to 3, go into the key as
+    // they are (at most 3 sizes are read, as many as `work_dim` says): the slow path
+    // never claims such a key, so it is not found.
+    if global.is_null() {
         return false;
     }
     // Home slots only: anything else is for the slow path, so this path calls nothing
-    // and keeps to the registers the call may clobber. An identity or device not known
-    // reads as 0 and goes into the key as it is: no key made of a 0 is ever claimed (the
-    // slow path resolves both first), so such a key is not found, and the call goes to
-    // the slow path without a test of its own.
-    let started = key_start(
-        kernel_identity_at_home(kernel as usize),
-        work_dim,
-        !local.is_null(),
-    );
-    let device = queue_device_at_home(queue as usize) as usize;
+    // and keeps to the registers the call may clobber. An identity or device that is
+    // there but not known (0) goes into the key as it is: no key made of a 0 is ever
+    // claimed (the slow path resolves both first), so such a key is not found, and the
+    // call goes to the slow path without a test of its own.
+    let Some(identity) = kernel_identity_at_home(kernel as usize) else {
+        return false;
+    };
+    let started = key_start(identity, work_dim);
+    let Some(device) = queue_device_at_home(queue as usize) else {
+        return false;
+    };
+    let device = device as usize;
     let n = work_dim as usize;
     // SAFETY: the application's arrays of `work_dim` sizes (this function's contract),
     // `local` read only when non-NULL.
@@ -722,7 +733,7 @@ mod tests {
         assert_eq!(queue_device(queue), device as u64);
         queue_releasing(queue as cl_command_queue);
         assert_eq!(queue_device(queue), 0, "asked again at the next launch");
-        assert_eq!(queue_device_at_home(queue), 0);
+        assert_eq!(queue_device_at_home(queue), Some(0), "there, not known");
     }
 
     #[test]
