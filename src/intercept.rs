@@ -536,9 +536,11 @@ pub unsafe fn enqueue_nd_range_kernel<D: Door>(
     // stack nor the stack-passed arguments. The implementation's entry is taken after the
     // check, so that the check has the registers the call may clobber to itself.
     // SAFETY: the application's arguments (`global` and `local` NULL or of `work_dim`
-    // sizes, as OpenCL requires), and its queue, whose dispatch `route` knows how to find.
+    // sizes, as OpenCL requires).
     let seen = unsafe { crate::launches::already_seen(queue, kernel, work_dim, global, local) };
-    let target: FnEnqueueNDRangeKernel = match seen.then(|| unsafe { D::nd_range_entry(queue) }) {
+    // SAFETY: the application's queue, whose dispatch the door knows how to find.
+    let entry = || unsafe { D::nd_range_entry(queue) };
+    let target: FnEnqueueNDRangeKernel = match seen.then(entry) {
         Some(Some(real)) => real,
         _ => not_seen_nd_range::<D>,
     };

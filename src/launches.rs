@@ -727,6 +727,41 @@ mod tests {
     }
 
     #[test]
+    fn the_launch_path_finds_a_claimed_launch_and_nothing_made_of_a_0_or_a_bad_shape() {
+        // The launch path tests neither the kernel, nor the dimension count, nor whether
+        // the identity and device are known: each goes into the key, which the slow path
+        // never claims for them.
+        let (kernel, queue) = (0x5EE0_0040usize, 0x5EE1_0080usize);
+        let (identity, device) = (0x1D_E471_7135u64, 0xDE71_CE40usize);
+        set_kernel_identity(kernel, identity);
+        set_queue_device(queue, device as u64);
+        let (g, l) = ([64usize, 8, 2, 1], [16usize, 4, 1, 1]);
+        let seen = |k: usize, q: usize, n: u32, local: bool| {
+            let l = if local { l.as_ptr() } else { std::ptr::null() };
+            // SAFETY: `g` and `l` hold 4 sizes, at least as many as any `n` here.
+            unsafe { already_seen(q as cl_command_queue, k as cl_kernel, n, g.as_ptr(), l) }
+        };
+        assert!(!seen(kernel, queue, 1, true), "not claimed yet");
+        assert!(claim(dims(&g[..1], Some(&l[..1])).key(identity, device)));
+        assert!(claim(dims(&g[..3], None).key(identity, device)));
+        assert!(seen(kernel, queue, 1, true));
+        assert!(seen(kernel, queue, 3, false));
+        assert!(!seen(kernel, queue, 1, false), "without local sizes");
+        assert!(!seen(kernel, queue, 3, true), "with local sizes");
+        assert!(!seen(kernel, queue, 2, true), "two dimensions");
+        assert!(!seen(kernel, queue, 4, false), "four dimensions");
+        assert!(!seen(kernel, queue, 0, true), "no dimension");
+        assert!(!seen(0, queue, 1, true), "NULL kernel");
+        assert!(!seen(kernel + 64, queue, 1, true), "another kernel");
+        assert!(!seen(kernel, queue + 64, 1, true), "another queue");
+        queue_releasing(queue as cl_command_queue);
+        assert!(!seen(kernel, queue, 1, true), "device not known");
+        set_queue_device(queue, device as u64);
+        set_kernel_identity(kernel, 0);
+        assert!(!seen(kernel, queue, 1, true), "identity not known");
+    }
+
+    #[test]
     fn a_released_queue_is_forgotten_so_its_address_is_asked_again() {
         let (queue, device) = (0xC0DE_0000usize, 0xDE71_CE00usize);
         set_queue_device(queue, device as u64);

@@ -187,9 +187,11 @@ unsafe fn init(
             NEXT_LEN.store(n, Ordering::Release);
             NEXT_TABLE.store(target_dispatch as usize, Ordering::Release);
             let next = Route::Next {
-                table: target_dispatch as *const *const c_void,
+                table: target_dispatch,
                 len: n,
             };
+            // The loader's table of `n` entries, which a Route::Next entry reads within
+            // bounds (no object is needed to find it).
             let entry = next.enqueue_nd_range_kernel(std::ptr::null_mut());
             NEXT_ND_RANGE.store(entry.map_or(0, |f| f as usize), Ordering::Release);
             PROTOCOL.store(by, Ordering::Relaxed);
