@@ -1,7 +1,7 @@
 //! The launch path's tables, all in static memory and read without a lock or an
 //! allocation: the kernel table (kernel address -> identity) and the queue table (queue
 //! address -> device), both [`AddressTable`]s, and the seen-set of launch keys already
-//! recorded, with the multiply that hashes keys to their home slots. Each lookup
+//! recorded (a key's home slot is its top bits). Each lookup
 //! the launch path makes has an `_at_home` form that probes only the home slot and calls
 //! nothing; the slow path probes further, claims keys and sets entries. What a key or an
 //! identity is, and when entries are set or forgotten, is `launches`'.

@@ -155,8 +155,9 @@ impl Dims {
 /// word never share a key, and the key's top bits, which pick its seen-set slot, depend
 /// on every word); a one-dimensional launch costs four multiplies with no 128-bit
 /// product, so the launch path keeps the whole key in one register and the application's
-/// arguments in theirs. A NULL local size hashes as no word at all, after a shape word
-/// that tells the two apart. The sizes are taken as the hash needs them, so the launch
+/// arguments in theirs. The number of dimensions goes in with the identity, and each local
+/// size is tagged (`LOCAL_TAG`), so that launches with and without local sizes never
+/// make the same sequence of words; a NULL local size adds no word. The sizes are taken as the hash needs them, so the launch
 /// path reads them straight from the application's arrays into registers.
 #[inline(always)]
 fn launch_key(
