@@ -43,8 +43,9 @@ impl<const N: usize> AddressTable<N> {
     /// The slot where the search for `address` starts.
     #[inline(always)]
     pub fn home(address: usize) -> usize {
-        let p = (address as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        (((p as u64) ^ ((p >> 64) as u64)) as usize) & (N - 1)
+        // Fibonacci hashing: the top bits of one multiply, which depend on every bit of
+        // the address (its low, aligned bits included), in a register of their own.
+        ((address as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - N.trailing_zeros())) as usize
     }
 
     /// Slot `i`'s (address, value), read as one unit, or None while a writer changes it.
@@ -108,15 +109,23 @@ impl<const N: usize> AddressTable<N> {
         new
     }
 
-    /// The value of `address` when its home slot holds it, else 0: the launch path's
-    /// lookup, which calls nothing (an address past its home slot, in a neighbourhood it
-    /// shares, is looked up with [`get`](Self::get) on the slow path).
+    /// The value of `address` (0 included) when its home slot holds it, else None: the
+    /// launch path's lookup, which calls nothing (an address past its home slot, in a
+    /// neighbourhood it shares, is looked up with [`get`](Self::get) on the slow path).
+    /// The same reader as [`read`](Self::read), each check made as soon as its word is
+    /// read (the address compared in memory) so that the caller can leave at once and
+    /// keeps no more than the value and the number in registers.
     #[inline(always)]
-    pub fn get_at_home(&self, address: usize) -> u64 {
-        match self.read(Self::home(address)) {
-            Some((k, value)) if k == address => value,
-            _ => 0,
+    pub fn get_at_home(&self, address: usize) -> Option<u64> {
+        let i = Self::home(address);
+        let before = self.seqs[i].load(Ordering::Acquire);
+        if before & 1 == 1 || self.keys[i].load(Ordering::Relaxed) != address {
+            return None;
         }
+        let value = self.values[i].load(Ordering::Relaxed);
+        // The pair's loads happen before the second read of the number (a seqlock's reader).
+        fence(Ordering::Acquire);
+        (self.seqs[i].load(Ordering::Relaxed) == before).then_some(value)
     }
 
     /// The value of `address`, or 0 when not known.
@@ -217,10 +226,10 @@ pub(crate) mod tests {
         assert_eq!(T.get(addrs[PROBES]), 1000 + PROBES as u64);
         assert_eq!(
             T.get_at_home(addrs[PROBES]),
-            1000 + PROBES as u64,
+            Some(1000 + PROBES as u64),
             "at home"
         );
-        assert_eq!(T.get_at_home(addrs[1]), 0, "past home");
+        assert_eq!(T.get_at_home(addrs[1]), None, "past home");
         assert_eq!(T.get(addrs[0]), 0, "evicted");
         T.set(addrs[0], 7);
         assert_eq!(T.get(addrs[0]), 7, "set again");

@@ -18,6 +18,18 @@ use std::ffi::c_void;
 /// application's arguments (and be reached with a jump).
 pub trait Door {
     fn route() -> Route;
+
+    /// The implementation's `clEnqueueNDRangeKernel` for a launch already seen on `queue`:
+    /// the route's entry, unless the door keeps it at hand (the layer does, so that the
+    /// launch path reads one word and calls nothing).
+    ///
+    /// # Safety
+    /// `queue` must be NULL or a live ICD object.
+    #[inline(always)]
+    unsafe fn nd_range_entry(queue: cl_command_queue) -> Option<FnEnqueueNDRangeKernel> {
+        // SAFETY: NULL or a live ICD object (this function's contract).
+        unsafe { Self::route().enqueue_nd_range_kernel(queue) }
+    }
 }
 
 /// How to reach the implementation below clshim for one call.

@@ -534,27 +534,24 @@ pub unsafe fn enqueue_nd_range_kernel<D: Door>(
     wait_list: *const cl_event,
     event: *mut cl_event,
 ) -> cl_int {
-    // SAFETY: the application's queue, whose dispatch `route` knows how to find.
-    let Some(real) = (unsafe { D::route().enqueue_nd_range_kernel(queue) }) else {
-        return missing(queue, CL_INVALID_COMMAND_QUEUE);
-    };
-    // A launch already seen is forwarded from here, its arguments as they came: the call
-    // can then be a jump to the implementation, with nothing saved for the slow path.
+    // One indirect call at the end, its arguments as they came, to the implementation for
+    // a launch already seen and to the slow path for anything else (a missing entry
+    // included): the call is then a jump, and the check before it touches neither the
+    // stack nor the stack-passed arguments. The implementation's entry is taken after the
+    // check, so that the check has the registers the call may clobber to itself.
     // SAFETY: the application's arguments (`global` and `local` NULL or of `work_dim`
     // sizes, as OpenCL requires).
-    if unsafe { crate::launches::already_seen(queue, kernel, work_dim, global, local) } {
-        // SAFETY: the application's own call, handed on unchanged.
-        return unsafe {
-            real(
-                queue, kernel, work_dim, offset, global, local, num_events, wait_list, event,
-            )
-        };
-    }
-    // The same arguments on to the slow path, in the same convention: the call can be a
-    // jump too, with nothing set up for it beforehand.
-    // SAFETY: the application's arguments.
+    let seen = unsafe { crate::launches::already_seen(queue, kernel, work_dim, global, local) };
+    // SAFETY: the application's queue, whose dispatch the door knows how to find.
+    let entry = || unsafe { D::nd_range_entry(queue) };
+    let target: FnEnqueueNDRangeKernel = match seen.then(entry) {
+        Some(Some(real)) => real,
+        _ => not_seen_nd_range::<D>,
+    };
+    // SAFETY: the application's own call, handed on unchanged (to the implementation, or
+    // to the slow path, which takes the same arguments in the same convention).
     unsafe {
-        not_seen_nd_range::<D>(
+        target(
             queue, kernel, work_dim, offset, global, local, num_events, wait_list, event,
         )
     }

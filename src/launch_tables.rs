@@ -1,7 +1,7 @@
 //! The launch path's tables, all in static memory and read without a lock or an
 //! allocation: the kernel table (kernel address -> identity) and the queue table (queue
 //! address -> device), both [`AddressTable`]s, and the seen-set of launch keys already
-//! recorded, with the folded multiply that hashes keys to their home slots. Each lookup
+//! recorded (a key's home slot is its top bits). Each lookup
 //! the launch path makes has an `_at_home` form that probes only the home slot and calls
 //! nothing; the slow path probes further, claims keys and sets entries. What a key or an
 //! identity is, and when entries are set or forgotten, is `launches`'.
@@ -10,18 +10,10 @@ use crate::address_table::{AddressTable, PROBES};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 // ---------------------------------------------------------------------------------------
-// Hashing: a folded 64x64->128 multiply, fast enough for the hot path and well mixed.
+// Hashing: multiplies by an odd constant (the golden ratio's), one 64-bit `imul` each, so
+// the launch path keeps every value it needs in registers the call may clobber.
 
 pub(crate) const K0: u64 = 0x9E37_79B9_7F4A_7C15;
-pub(crate) const K1: u64 = 0xD6E8_FEB8_6659_FD93;
-pub(crate) const K2: u64 = 0xA076_1D64_78BD_642F;
-pub(crate) const K3: u64 = 0xE703_7ED1_A0B4_28DB;
-
-#[inline(always)]
-pub(crate) fn fold(a: u64, b: u64) -> u64 {
-    let p = (a as u128).wrapping_mul(b as u128);
-    (p as u64) ^ ((p >> 64) as u64)
-}
 
 // ---------------------------------------------------------------------------------------
 // The kernel table: kernel address -> identity (0: not known, resolve at the next launch).
@@ -49,10 +41,10 @@ pub(crate) fn kernel_identity(kernel: usize) -> u64 {
     KERNELS.get(kernel)
 }
 
-/// The identity of the kernel at `kernel` when it lies in its home slot, else 0: the
-/// launch path's lookup, which calls nothing.
+/// The identity of the kernel at `kernel` (0: not known) when it lies in its home slot,
+/// else None: the launch path's lookup, which calls nothing.
 #[inline(always)]
-pub(crate) fn kernel_identity_at_home(kernel: usize) -> u64 {
+pub(crate) fn kernel_identity_at_home(kernel: usize) -> Option<u64> {
     KERNELS.get_at_home(kernel)
 }
 
@@ -68,10 +60,10 @@ pub(crate) fn queue_device(queue: usize) -> u64 {
     QUEUES.get(queue)
 }
 
-/// The device of the queue at `queue` when it lies in its home slot, else 0: the launch
-/// path's lookup, which calls nothing.
+/// The device of the queue at `queue` (0: not known) when it lies in its home slot, else
+/// None: the launch path's lookup, which calls nothing.
 #[inline(always)]
-pub(crate) fn queue_device_at_home(queue: usize) -> u64 {
+pub(crate) fn queue_device_at_home(queue: usize) -> Option<u64> {
     QUEUES.get_at_home(queue)
 }
 
@@ -92,9 +84,11 @@ const EMPTY_U64: AtomicU64 = AtomicU64::new(0);
 static SEEN: [AtomicU64; SEEN_SLOTS] = [EMPTY_U64; SEEN_SLOTS];
 static SATURATED: AtomicBool = AtomicBool::new(false);
 
+/// A key's home slot: its top bits (a launch key's top bits already depend on every word
+/// it was made of), a shift on the launch path.
 #[inline(always)]
 fn home(x: u64, slots: usize) -> usize {
-    (fold(x, K0) as usize) & (slots - 1)
+    (x >> (64 - slots.trailing_zeros())) as usize
 }
 
 /// Whether `key` was claimed.
@@ -149,7 +143,8 @@ mod tests {
 
     /// Keys as the launch path makes them: well mixed, never 0.
     fn key(i: u64) -> u64 {
-        fold(i ^ K1, K2).max(1)
+        let h = (i ^ 0xD6E8_FEB8_6659_FD93).wrapping_mul(K0);
+        (h ^ (h >> 29)).wrapping_mul(K0).max(1)
     }
 
     #[test]

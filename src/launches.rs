@@ -25,8 +25,8 @@ use crate::dispatch::Route;
 use crate::guard::{self, catch};
 use crate::hash::Fnv1a;
 use crate::launch_tables::{
-    claim, fold, kernel_identity, kernel_identity_at_home, queue_device, queue_device_at_home,
-    seen, seen_at_home, set_kernel_identity, set_queue_device, K0, K1, K2, K3,
+    claim, kernel_identity, kernel_identity_at_home, queue_device, queue_device_at_home, seen,
+    seen_at_home, set_kernel_identity, set_queue_device, K0,
 };
 use crate::query::info_bytes;
 use crate::record::Start;
@@ -150,9 +150,15 @@ impl Dims {
 
 /// The seen-set key of a launch of the kernel `identity` on `device` with `work_dim`
 /// (1 to 3) global sizes `global(i)` and, when `has_local`, local sizes `local(i)`;
-/// never 0 (the empty slot). Each multiply takes two words (as wyhash does), so a
-/// one-dimensional launch costs two; the sizes are taken as the hash needs them, so the
-/// launch path reads them straight from the application's arrays into registers.
+/// never 0 (the empty slot). Each word is mixed in with an xor and a 64-bit multiply by
+/// an odd constant (a bijection of the running value, so two launches that differ in one
+/// word never share a key, and the key's top bits, which pick its seen-set slot, depend
+/// on every word); a one-dimensional launch costs four multiplies with no 128-bit
+/// product, so the launch path keeps the whole key in one register and the application's
+/// arguments in theirs. The number of dimensions goes in with the identity, and each local
+/// size is tagged (`LOCAL_TAG`), so that launches with and without local sizes never
+/// make the same sequence of words; a NULL local size adds no word. The sizes are taken as the hash needs them, so the launch
+/// path reads them straight from the application's arrays into registers.
 #[inline(always)]
 fn launch_key(
     identity: u64,
@@ -162,17 +168,45 @@ fn launch_key(
     global: impl Fn(usize) -> usize,
     local: impl Fn(usize) -> usize,
 ) -> u64 {
-    let shape = u64::from(work_dim) | (u64::from(has_local) << 8);
-    let local = |i| if has_local { local(i) as u64 } else { 0 };
-    let mut h = fold(identity ^ shape ^ K0, device as u64 ^ K1);
-    h = fold(h ^ global(0) as u64 ^ K2, local(0) ^ K3);
-    if work_dim > 1 {
-        h = fold(h ^ global(1) as u64 ^ K2, local(1) ^ K3);
+    let started = key_start(identity, work_dim);
+    key_finish(started, device, work_dim, has_local, global, local)
+}
+
+/// [`launch_key`]'s first step, of the kernel's identity and the number of dimensions: the
+/// launch path takes it as soon as it has the identity, which then needs no register of
+/// its own.
+#[inline(always)]
+fn key_start(identity: u64, work_dim: u32) -> u64 {
+    (identity ^ u64::from(work_dim)).wrapping_mul(K0)
+}
+
+/// Marks a word of the key as a local size (an immediate operand of one `xor`): with the
+/// number of dimensions in the key, a launch with local sizes and one without never
+/// make the same sequence of words.
+const LOCAL_TAG: u64 = 0x4C0C_A15E;
+
+/// [`launch_key`]'s other steps, from `started` ([`key_start`]'s) on.
+#[inline(always)]
+fn key_finish(
+    started: u64,
+    device: usize,
+    work_dim: u32,
+    has_local: bool,
+    global: impl Fn(usize) -> usize,
+    local: impl Fn(usize) -> usize,
+) -> u64 {
+    let mix = |h: u64, word: u64| (h ^ word).wrapping_mul(K0);
+    let mut h = mix(started, device as u64);
+    for i in 0..3 {
+        if i < work_dim as usize {
+            h = mix(h, global(i) as u64);
+            if has_local {
+                h = mix(h, local(i) as u64 ^ LOCAL_TAG);
+            }
+        }
     }
-    if work_dim > 2 {
-        h = fold(h ^ global(2) as u64 ^ K2, local(2) ^ K3);
-    }
-    h.max(1)
+    // Never 0, the empty slot's.
+    h | 1
 }
 
 /// Salt that turns a launch key into the key of "a refused first launch was recorded".
@@ -245,29 +279,35 @@ pub unsafe fn already_seen(
     global: *const usize,
     local: *const usize,
 ) -> bool {
-    if kernel.is_null() || global.is_null() || !(1..=3).contains(&work_dim) {
+    // A NULL kernel, and a number of dimensions other than 1 to 3, go into the key as
+    // they are (at most 3 sizes are read, as many as `work_dim` says): the slow path
+    // never claims such a key, so it is not found.
+    if global.is_null() {
         return false;
     }
     // Home slots only: anything else is for the slow path, so this path calls nothing
-    // and keeps to the registers the call came in with.
-    let identity = kernel_identity_at_home(kernel as usize);
-    if identity == 0 {
+    // and keeps to the registers the call may clobber. An identity or device that is
+    // there but not known (0) goes into the key as it is: no key made of a 0 is ever
+    // claimed (the slow path resolves both first), so such a key is not found, and the
+    // call goes to the slow path without a test of its own.
+    let Some(identity) = kernel_identity_at_home(kernel as usize) else {
         return false;
-    }
-    let device = queue_device_at_home(queue as usize) as usize;
-    if device == 0 {
+    };
+    let started = key_start(identity, work_dim);
+    let Some(device) = queue_device_at_home(queue as usize) else {
         return false;
-    }
+    };
+    let device = device as usize;
     let n = work_dim as usize;
     // SAFETY: the application's arrays of `work_dim` sizes (this function's contract),
     // `local` read only when non-NULL.
     let (global, local) = unsafe { (AppArray::new(global, n), AppArray::new(local, n)) };
-    let key = launch_key(
-        identity,
+    let key = key_finish(
+        started,
         device,
         work_dim,
         !local.is_null(),
-        // SAFETY: `launch_key` asks for sizes below `work_dim` only, and for local sizes
+        // SAFETY: `key_finish` asks for sizes below `work_dim` only, and for local sizes
         // only when `local` is non-NULL.
         |i| unsafe { global.at(i) },
         // SAFETY: as above.
@@ -689,13 +729,48 @@ mod tests {
     }
 
     #[test]
+    fn the_launch_path_finds_a_claimed_launch_and_nothing_made_of_a_0_or_a_bad_shape() {
+        // The launch path tests neither the kernel, nor the dimension count, nor whether
+        // the identity and device are known: each goes into the key, which the slow path
+        // never claims for them.
+        let (kernel, queue) = (0x5EE0_0040usize, 0x5EE1_0080usize);
+        let (identity, device) = (0x1D_E471_7135u64, 0xDE71_CE40usize);
+        set_kernel_identity(kernel, identity);
+        set_queue_device(queue, device as u64);
+        let (g, l) = ([64usize, 8, 2, 1], [16usize, 4, 1, 1]);
+        let seen = |k: usize, q: usize, n: u32, local: bool| {
+            let l = if local { l.as_ptr() } else { std::ptr::null() };
+            // SAFETY: `g` and `l` hold 4 sizes, at least as many as any `n` here.
+            unsafe { already_seen(q as cl_command_queue, k as cl_kernel, n, g.as_ptr(), l) }
+        };
+        assert!(!seen(kernel, queue, 1, true), "not claimed yet");
+        assert!(claim(dims(&g[..1], Some(&l[..1])).key(identity, device)));
+        assert!(claim(dims(&g[..3], None).key(identity, device)));
+        assert!(seen(kernel, queue, 1, true));
+        assert!(seen(kernel, queue, 3, false));
+        assert!(!seen(kernel, queue, 1, false), "without local sizes");
+        assert!(!seen(kernel, queue, 3, true), "with local sizes");
+        assert!(!seen(kernel, queue, 2, true), "two dimensions");
+        assert!(!seen(kernel, queue, 4, false), "four dimensions");
+        assert!(!seen(kernel, queue, 0, true), "no dimension");
+        assert!(!seen(0, queue, 1, true), "NULL kernel");
+        assert!(!seen(kernel + 64, queue, 1, true), "another kernel");
+        assert!(!seen(kernel, queue + 64, 1, true), "another queue");
+        queue_releasing(queue as cl_command_queue);
+        assert!(!seen(kernel, queue, 1, true), "device not known");
+        set_queue_device(queue, device as u64);
+        set_kernel_identity(kernel, 0);
+        assert!(!seen(kernel, queue, 1, true), "identity not known");
+    }
+
+    #[test]
     fn a_released_queue_is_forgotten_so_its_address_is_asked_again() {
         let (queue, device) = (0xC0DE_0000usize, 0xDE71_CE00usize);
         set_queue_device(queue, device as u64);
         assert_eq!(queue_device(queue), device as u64);
         queue_releasing(queue as cl_command_queue);
         assert_eq!(queue_device(queue), 0, "asked again at the next launch");
-        assert_eq!(queue_device_at_home(queue), 0);
+        assert_eq!(queue_device_at_home(queue), Some(0), "there, not known");
     }
 
     #[test]

@@ -27,6 +27,11 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 static NEXT_TABLE: AtomicUsize = AtomicUsize::new(0);
 static NEXT_LEN: AtomicUsize = AtomicUsize::new(0);
 
+/// The next table's `clEnqueueNDRangeKernel` (0: none, or not initialised, or
+/// deinitialised), set with the table: a launch already seen reads this one word, with
+/// no bounds check and no announcement (which the slow path makes).
+static NEXT_ND_RANGE: AtomicUsize = AtomicUsize::new(0);
+
 /// Which entry point initialised the layer, for the debug line that names it.
 static PROTOCOL: AtomicU8 = AtomicU8::new(0);
 const BY_INIT_LAYER: u8 = 1;
@@ -189,6 +194,14 @@ unsafe fn init(
     if NEXT_TABLE.load(Ordering::Acquire) == 0 {
         NEXT_LEN.store(n, Ordering::Release);
         NEXT_TABLE.store(target_dispatch as usize, Ordering::Release);
+        let next = Route::Next {
+            table: target_dispatch,
+            len: n,
+        };
+        // SAFETY: the loader's table of `n` entries, which a Route::Next entry reads within
+        // bounds (no object is needed to find it).
+        let entry = unsafe { next.enqueue_nd_range_kernel(std::ptr::null_mut()) };
+        NEXT_ND_RANGE.store(entry.map_or(0, |f| f as usize), Ordering::Release);
         PROTOCOL.store(by, Ordering::Relaxed);
     }
     // SAFETY: the loader's table of `num_entries` entries, non-NULL (checked above), read
@@ -251,6 +264,7 @@ pub unsafe extern "C" fn clDeinitLayer() -> cl_int {
     if !ANNOUNCED.load(Ordering::Relaxed) {
         announce();
     }
+    NEXT_ND_RANGE.store(0, Ordering::Release);
     NEXT_TABLE.store(0, Ordering::Release);
     log::debug!("layer: clDeinitLayer: the loader is unloading the layer");
     CL_SUCCESS
@@ -274,6 +288,16 @@ impl Door for Layer {
     #[inline(always)]
     fn route() -> Route {
         route()
+    }
+
+    #[inline(always)]
+    unsafe fn nd_range_entry(_queue: cl_command_queue) -> Option<FnEnqueueNDRangeKernel> {
+        match NEXT_ND_RANGE.load(Ordering::Acquire) {
+            0 => None,
+            // SAFETY: a non-NULL entry of the next table's clEnqueueNDRangeKernel slot,
+            // stored by `init` from the slot's typed accessor.
+            f => Some(unsafe { std::mem::transmute::<usize, FnEnqueueNDRangeKernel>(f) }),
+        }
     }
 }
 
