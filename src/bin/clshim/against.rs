@@ -6,7 +6,7 @@
 //! per program, per rank and in all.
 
 use crate::build_facts::{rank_name, Facts, Variant};
-use crate::variants::{changes_text, compare, difference_json, program_name, Difference};
+use crate::variants::{changes_text, compare, difference_json, program_name, wrap, Difference};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
@@ -240,16 +240,7 @@ impl Comparison {
                 r.status
             );
             if r.status == "built again" {
-                let mut line = String::from("      ");
-                for w in r.words.split(' ') {
-                    if line.len() + w.len() > 118 {
-                        let _ = writeln!(o, "{line}");
-                        line = String::from("      ");
-                    }
-                    line.push(' ');
-                    line.push_str(w);
-                }
-                let _ = writeln!(o, "{line}");
+                wrap(&mut o, &r.words, "       ");
                 if let Some(d) = &r.difference {
                     changes_text(&mut o, &d.changes, "       ");
                 }

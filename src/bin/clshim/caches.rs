@@ -130,16 +130,7 @@ pub fn text(flags: &[Flag]) -> String {
             flags.len() - FLAGS_SHOWN
         );
     }
-    let mut line = String::from(" ");
-    for w in ADVICE.split(' ') {
-        if line.len() + w.len() > 118 {
-            let _ = writeln!(o, "{line}");
-            line = String::from(" ");
-        }
-        line.push(' ');
-        line.push_str(w);
-    }
-    let _ = writeln!(o, "{line}");
+    crate::variants::wrap(&mut o, ADVICE, "  ");
     o
 }
 

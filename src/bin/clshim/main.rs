@@ -125,12 +125,7 @@ fn report_main(o: cli::ReportOpts) -> ExitCode {
         } else {
             cmp.text(&dir, &old_name)
         };
-        let mut out = std::io::stdout().lock();
-        if out
-            .write_all(text.as_bytes())
-            .and_then(|_| out.flush())
-            .is_err()
-        {
+        if !print(&text) {
             return ExitCode::from(2);
         }
         return if agg.skipped + old.skipped > 0 {
@@ -154,12 +149,7 @@ fn report_main(o: cli::ReportOpts) -> ExitCode {
         let why = variants::text(&programs, kept) + &caches::text(&flags);
         rep.text(o.wide) + &render::fit(&why, o.wide)
     };
-    let mut out = std::io::stdout().lock();
-    if out
-        .write_all(text.as_bytes())
-        .and_then(|_| out.flush())
-        .is_err()
-    {
+    if !print(&text) {
         return ExitCode::from(2);
     }
     if let Some(path) = &o.chrome {
@@ -184,4 +174,12 @@ fn report_main(o: cli::ReportOpts) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Writes the report to standard output; false when it cannot (a closed pipe, a full disk).
+fn print(text: &str) -> bool {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|_| out.flush())
+        .is_ok()
 }

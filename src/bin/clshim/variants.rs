@@ -16,8 +16,8 @@ use std::path::Path;
 pub const PROGRAMS_SHOWN: usize = 6;
 pub const VARIANTS_SHOWN: usize = 3;
 pub const CHANGES_SHOWN: usize = 3;
-/// Widest line of the text.
-pub const WIDTH: usize = 120;
+/// Widest line of the text: the report's.
+use crate::render::WIDTH;
 
 /// What makes one variant differ from another.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -345,7 +345,9 @@ pub fn changes_text(o: &mut String, changes: &[Change], indent: &str) {
     }
 }
 
-fn wrap(o: &mut String, text: &str, indent: &str) {
+/// Appends `text` to `o` as lines of words within `WIDTH` columns, each starting with
+/// `indent`.
+pub fn wrap(o: &mut String, text: &str, indent: &str) {
     let mut line = String::from(indent);
     for w in text.split(' ') {
         if line.len() + w.len() + 1 > WIDTH && line.len() > indent.len() {
