@@ -407,37 +407,17 @@ fn hashcat_stops_until_its_cache_is_cleared() {
     if !needs(&[HASHCAT]) {
         return;
     }
-    let hashcat = Path::new("/usr/bin/hashcat");
+    let hashcat = Path::new(HASHCAT_BIN);
     let dir = scratch("unsub-hashcat");
     let home = dir.join("home");
     let cache = home.join("cache/hashcat");
     let run_hashcat = |shim: bool| {
         let mut c = Command::new(hashcat);
-        // md5("123") by brute force over three digits, on CPU devices, writing nothing
-        // outside its XDG folders (as tests/real_clients.rs runs it).
-        c.args([
-            "-m",
-            "0",
-            "-a",
-            "3",
-            "--force",
-            "-O",
-            "-D",
-            "1",
-            "--quiet",
-            "--potfile-disable",
-            "--logfile-disable",
-            "202cb962ac59075b964b07152d234b70",
-            "?d?d?d",
-        ])
-        .env("HOME", &home)
-        .env("XDG_CACHE_HOME", home.join("cache"))
-        .env("XDG_DATA_HOME", home.join("data"))
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env("POCL_CACHE_DIR", dir.join("pocl"));
+        c.args(HASHCAT_ARGS)
+            .envs(hashcat_env(&home, &dir.join("pocl")));
         run_app(c, shim)
     };
-    let cracked = "202cb962ac59075b964b07152d234b70:123\n";
+    let cracked = HASHCAT_CRACKED;
     let filled = run_hashcat(true);
     assert_eq!(stdout(&filled), cracked, "{}", stderr(&filled));
     let kernels = files_under(&cache);

@@ -219,35 +219,9 @@ fn hashcat_compile_link_dlopen_disk_cache() {
         return;
     }
     let dir = scratch("hashcat");
-    let hashcat = Path::new("/usr/bin/hashcat");
-    // md5("123"); -O: hashcat's optimised kernels; -D 1: CPU devices; --force: hashcat
-    // otherwise refuses pocl; the rest keeps hashcat from writing outside its folders.
-    let args = [
-        "-m",
-        "0",
-        "-a",
-        "3",
-        "--force",
-        "-O",
-        "-D",
-        "1",
-        "--quiet",
-        "--potfile-disable",
-        "--logfile-disable",
-        "202cb962ac59075b964b07152d234b70",
-        "?d?d?d",
-    ];
-    // hashcat keeps its kernel cache and session files under the XDG folders (HOME for
-    // those it does not take from XDG variables).
-    let env_for = |home: &Path| -> Vec<(&'static str, PathBuf)> {
-        vec![
-            ("HOME", home.to_path_buf()),
-            ("XDG_CACHE_HOME", home.join("cache")),
-            ("XDG_DATA_HOME", home.join("data")),
-            ("XDG_CONFIG_HOME", home.join("config")),
-            ("POCL_CACHE_DIR", dir.join("pocl")),
-        ]
-    };
+    let hashcat = Path::new(HASHCAT_BIN);
+    let args = HASHCAT_ARGS;
+    let env_for = |home: &Path| hashcat_env(home, &dir.join("pocl"));
     let shim_env = env_for(&dir.join("home-shim"));
     let (t_cold, t_warm) = (dir.join("trace-cold"), dir.join("trace-warm"));
     let cold = run_client(hashcat, &args, &shim_env, Some(&t_cold));
@@ -258,11 +232,7 @@ fn hashcat_compile_link_dlopen_disk_cache() {
     let plain_env = env_for(&dir.join("home-plain"));
     let plain_cold = run_client(hashcat, &args, &plain_env, None);
     let plain_warm = run_client(hashcat, &args, &plain_env, None);
-    assert_eq!(
-        stdout(&plain_cold),
-        "202cb962ac59075b964b07152d234b70:123\n",
-        "hashcat cracked it"
-    );
+    assert_eq!(stdout(&plain_cold), HASHCAT_CRACKED, "hashcat cracked it");
     assert_eq!(
         stderr(&plain_cold),
         "",

@@ -12,6 +12,7 @@ pub mod cc;
 pub mod command;
 pub mod driver;
 pub mod hardening;
+pub mod hashcat;
 pub mod kcache;
 pub mod kernels;
 pub mod needs;
@@ -21,7 +22,10 @@ pub mod traces;
 
 // A test binary that uses nothing of a submodule would warn about its re-export.
 #[allow(unused_imports)]
-pub use {cc::*, command::*, driver::*, kcache::*, kernels::*, needs::*, scratch::*, traces::*};
+pub use {
+    cc::*, command::*, driver::*, hashcat::*, kcache::*, kernels::*, needs::*, scratch::*,
+    traces::*,
+};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
