@@ -135,17 +135,14 @@ pub fn run_on(driver: Driver, bin: &Path, args: &[&str], env: &[(&str, &str)], s
     } else {
         cmd.env_remove("OCL_ICD_VENDORS");
     }
+    // The native store in the run's scratch folder, not the user's cache, unless the test
+    // names one.
+    cmd.env("CLSHIM_NATIVE_STORE", dir.path("native-store"));
     for (k, v) in env {
         cmd.env(k, v);
     }
     if shim {
-        // The native store in the run's scratch folder, not the user's cache, unless the
-        // test names one.
-        cmd.env("CLSHIM_TRACE_DIR", &traces)
-            .env("CLSHIM_NATIVE_STORE", dir.path("native-store"));
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
+        cmd.env("CLSHIM_TRACE_DIR", &traces);
     }
     let out = run(cmd, shim);
     let records = if shim && traces.exists() {
