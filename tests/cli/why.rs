@@ -533,3 +533,60 @@ fn programs_of_one_name_are_told_apart_by_their_order() {
     assert_eq!(diff["kind"], "numeric_literals", "{diff:#}");
     assert!(changed_lines(diff).contains("x[0] = [-16-];"), "{diff:#}");
 }
+
+/// Many variants of one kernel, every line of each differing from the most common one:
+/// what the report keeps is bounded by what it shows, not by variants times changed lines
+/// (400 variants of 2,000 lines once took 2 GB and made a 222 MB JSON document). Each
+/// variant's difference keeps at most 20 changed lines and 20 token pairs, and says how
+/// many it left out; the text names the total.
+#[test]
+fn many_changed_variants_keep_the_report_bounded() {
+    let d = common::scratch("why-bounded");
+    std::fs::create_dir_all(d.join("sources")).unwrap();
+    let (ranks, lines_per) = (60u64, 300);
+    for rank in 0..ranks {
+        // Rank 0 and 1 build the same text: it is the most common variant, A.
+        let v = rank.max(1);
+        let t: String = (0..lines_per)
+            .map(|i| format!("    x[{i}] = {};\n", v * 1000 + i))
+            .collect();
+        let r = format!("{:016x}-{}", fnv(t.as_bytes()), t.len());
+        std::fs::write(d.join("sources").join(format!("{r}.cl")), &t).unwrap();
+        let mut lines = line(serde_json::json!({"schema": 1, "event": "process",
+            "pid": 10 + rank, "rank": rank, "tid": 1, "ts": 1.75e9, "seconds": 0.0,
+            "host": "h", "exe": "/bin/app", "argv": [], "ppid": 1}));
+        lines += &line(
+            serde_json::json!({"schema": 1, "event": "build", "pid": 10 + rank,
+            "rank": rank, "tid": 1, "ts": 1.75e9 + 1.0, "seconds": 1.0, "program": 1,
+            "call": "clBuildProgram", "result": 0, "result_name": "CL_SUCCESS",
+            "options": "", "async": false, "kernels": ["k"], "devices": [common::pocl_cpu()],
+            "source": {"origin": "source", "hash": format!("fnv1a64:{}", &r[..16]),
+                       "length": t.len()},
+            "kept": {"source": r, "options": null}}),
+        );
+        std::fs::write(
+            d.join(format!("clshim-h-r{rank}-p{}.jsonl", 10 + rank)),
+            lines,
+        )
+        .unwrap();
+    }
+    let o = report(&["--json", s(&d)]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    assert!(o.stdout.len() < 2 << 20, "JSON of {} bytes", o.stdout.len());
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let variants = v["variants"][0]["variants"].as_array().unwrap();
+    assert_eq!(variants.len() as u64, ranks - 1);
+    for other in &variants[1..] {
+        let diff = &other["difference"];
+        assert_eq!(diff["kind"], "numeric_literals", "{diff:#}");
+        assert_eq!(diff["changes"].as_array().unwrap().len(), 20);
+        assert_eq!(diff["changes_left_out"], lines_per - 20);
+        assert_eq!(diff["tokens"].as_array().unwrap().len(), 20);
+        assert_eq!(diff["tokens_left_out"], lines_per - 20);
+    }
+    let text = common::stdout(&report(&[s(&d)]));
+    assert!(
+        text.contains(&format!("... {} more changed lines", lines_per - 3)),
+        "{text}"
+    );
+}

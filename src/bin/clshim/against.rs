@@ -242,7 +242,7 @@ impl Comparison {
             if r.status == "built again" {
                 wrap(&mut o, &r.words, "       ");
                 if let Some(d) = &r.difference {
-                    changes_text(&mut o, &d.changes, "       ");
+                    changes_text(&mut o, &d.changes, d.changes_total, "       ");
                 }
             }
         }
