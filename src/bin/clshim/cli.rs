@@ -64,12 +64,14 @@ between them; with `clshim run --sources` the differing lines) and flags shared 
 network cache directories.
 
 clshim unsubstitute: the way back from --binaries substitute. List every file under each
-DIR (an application's binary cache) that is a clshim binary ('is') or holds one in the
-application's own format ('contains'); never follows symbolic links, opens only regular
-files, stays on each DIR's filesystem. Exit status 0 when some were found (and, with
---remove, all removed), 1 when none were found, 2 when a DIR cannot be walked, 3 when
-some could not be removed.
-  --remove            remove the files listed (a pyopencl cache entry goes whole)
+DIR (an application's binary cache) that is a clshim binary ('is'), a cache entry that
+wraps one in a layout clshim knows ('contains'), or other data holding one ('inside',
+never removed); never follows symbolic links, opens only regular files, stays on each
+DIR's filesystem. Exit status 0 when some were found (and, with --remove, all removed),
+1 when none were found, 2 when a DIR cannot be walked, 3 when some could not be removed
+(a file with other hard links is kept).
+  --remove            remove the 'is' and 'contains' files (a pyopencl cache entry goes
+                      whole)
   --cross-filesystems also enter directories on other filesystems under DIR
 ";
 
