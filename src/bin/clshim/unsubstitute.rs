@@ -303,7 +303,8 @@ impl Walk<'_> {
     /// Whether the file has no other hard link; if it has, lists it as kept (removing one
     /// name would leave its binary under the others) and counts it as not removed.
     fn sole_name(&mut self, st: &libc::stat, what: &str, path: &Path, layout: &str) -> bool {
-        let others = (st.st_nlink as u64).saturating_sub(1);
+        #[allow(clippy::useless_conversion)] // st_nlink is u16 on macOS
+        let others = u64::from(st.st_nlink).saturating_sub(1);
         if others == 0 {
             return true;
         }
