@@ -130,7 +130,12 @@ fn descriptor_closed_and_reused_by_the_application_gets_no_record() {
     // clshim reopened its own file and kept recording, silently.
     let f = files(&trace);
     assert_eq!(f.len(), 1);
-    assert_eq!(f[0].1.len(), 1 + 2 + 4, "{:#?}", f[0].1);
+    assert_eq!(
+        f[0].1.len(),
+        1 + 2 + 4 + 1,
+        "header, builds, queries, exit: {:#?}",
+        f[0].1
+    );
     assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
 }
 
@@ -168,7 +173,7 @@ fn same_pid_in_two_pid_namespaces_gets_two_files_and_two_instances() {
         std::fs::create_dir_all(&trace).unwrap();
         let script = format!(
             "printf '{{\"event\":\"process\",\"instance\":\"0000000000000000\"}}\\n' > \
-             {trace}/clshim-{host}-r--p$$.jsonl && exec {probe} exit normal 1",
+             {trace}/clshim-{host}-p$$.jsonl && exec {probe} exit normal 1",
             trace = trace.display(),
             host = hostname(),
             probe = probe.display()
@@ -284,7 +289,7 @@ fn trace_files_follow_no_symlink_and_are_owner_only() {
     // The shell plants a link under the exact name the probe's trace file will have (the
     // pid survives exec), then becomes the probe.
     let script = format!(
-        "ln -s {victim} {trace}/clshim-{host}-r--p$$.jsonl && exec {probe} exit normal 1",
+        "ln -s {victim} {trace}/clshim-{host}-p$$.jsonl && exec {probe} exit normal 1",
         victim = victim.display(),
         trace = trace.display(),
         host = hostname(),
