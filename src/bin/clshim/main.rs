@@ -32,7 +32,7 @@ mod warm;
 // the command never links the library crate, which would bring the interposer along (its
 // exported entry points keep it alive), whose getrandom call the manylinux_2_17 wheel's
 // glibc does not have.
-use clshim_format::{controls, hash, schema, wall_union};
+use clshim_format::{controls, hash, ranks, schema, wall_union};
 
 use std::io::Write;
 use std::process::ExitCode;
