@@ -418,6 +418,85 @@ fn shared_and_network_caches_are_flagged_and_unkept_sources_named() {
     assert_eq!(difference(&v["variants"], "k")["kind"], "sources_not_kept");
 }
 
+/// `ranks` Python processes on one host that built `k` on pocl and asked for no binary,
+/// with pocl's cache (existing) and pyopencl's (never made) shared by all, on `fs`.
+fn python_ranks(d: &Path, ranks: u64, fs: &str) {
+    for rank in 0..ranks {
+        let base = serde_json::json!({"schema": 1, "pid": 100 + rank, "rank": rank, "tid": 1});
+        let mut process = base.clone();
+        let extra = serde_json::json!({"event": "process", "ts": 1.75e9, "seconds": 0.0,
+            "host": "n1", "exe": "/usr/bin/python3.12", "argv": [], "ppid": 1,
+            "size": ranks, "rank_source": "PMI_RANK", "clshim_version": "0",
+            "mode": "preload", "policy": "pass", "devices_filter": "pocl-cpu",
+            "caches": [{"cache": "pocl", "path": "/c/pocl/kcache", "from": "XDG_CACHE_HOME",
+                        "fs": fs, "exists": true},
+                       {"cache": "pyopencl", "path": "/c/pyopencl", "from": "XDG_CACHE_HOME",
+                        "fs": fs, "exists": false}]});
+        let mut build = base.clone();
+        let b = serde_json::json!({"event": "build", "ts": 1.75e9 + 1.0, "seconds": 2.0,
+            "program": 1, "call": "clBuildProgram", "result": 0, "result_name": "CL_SUCCESS",
+            "options": null, "async": false, "kernels": ["k"], "devices": [common::pocl_cpu()],
+            "source": {"origin": "source", "hash": "fnv1a64:0000000000000001", "length": 10}});
+        for (t, e) in [(&mut process, extra), (&mut build, b)] {
+            t.as_object_mut()
+                .unwrap()
+                .extend(e.as_object().unwrap().clone());
+        }
+        std::fs::write(
+            d.join(format!("clshim-n1-r{rank}-p{}.jsonl", 100 + rank)),
+            line(process) + &line(build),
+        )
+        .unwrap();
+    }
+}
+
+/// A cache is flagged only where it exists or the records show it used: current pyopencl
+/// on pocl asks for no binaries and never makes its cache, so that cache is not said to
+/// be shared. The advice fits the case: with two ranks on local storage, sharing pocl's
+/// cache lets them reuse each other's builds; with 16, or on NFS, per-rank caches, with
+/// their cost (each rank compiles everything).
+#[test]
+fn caches_never_used_are_not_flagged_and_the_advice_fits_the_case() {
+    let d = common::scratch("why-unused-cache");
+    python_ranks(&d, 2, "ext4");
+    let out = common::stdout(&report(&[s(&d)]));
+    assert!(!out.contains("pyopencl's binary cache"), "{out}");
+    assert!(
+        out.contains("pocl's kernel cache /c/pocl/kcache (ext4) is shared by ranks 0-1 on host n1"),
+        "{out}"
+    );
+    let words = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        words.contains("With a few ranks per host a shared cache costs little")
+            && !words.contains("Large runs give each rank"),
+        "{out}"
+    );
+    let v = report_json(&[s(&d)]);
+    let dirs: Vec<&str> = v["caches"]["directories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["cache"].as_str().unwrap())
+        .collect();
+    assert_eq!(dirs, ["pocl"], "{:#}", v["caches"]);
+    for (ranks, fs) in [(16, "ext4"), (2, "nfs")] {
+        let d = common::scratch("why-many-ranks");
+        python_ranks(&d, ranks, fs);
+        let words = common::stdout(&report(&[s(&d)]))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(
+            words.contains("Large runs give each rank its own POCL_CACHE_DIR")
+                && words.contains(
+                    "The trade-off: each rank then compiles every program itself, and none \
+                     reuses another's build."
+                ),
+            "{ranks} ranks on {fs}: {words}"
+        );
+    }
+}
+
 /// A compile's embedded header is kept, by its include name, with the source and the
 /// options of the compile.
 #[test]

@@ -40,13 +40,17 @@ pub struct Tally {
     pub ranks: BTreeSet<RankKey>,
 }
 
-/// One process's caches, as its `process` record lists them.
+/// One process's caches, as its `process` record lists them, and which of them its
+/// records show in use.
 #[derive(Clone, Debug)]
 pub struct ProcessCaches {
     pub host: String,
     pub rank: RankKey,
     pub python: bool,
     pub caches: Vec<CacheDir>,
+    /// `pocl` when it built on a pocl device, `pyopencl` when it asked for program
+    /// binaries or loaded one (a binary cache at work), `cuda` when an NVIDIA device built.
+    pub used: BTreeSet<&'static str>,
 }
 
 /// Everything gathered, merged over files.
@@ -82,6 +86,8 @@ pub struct FileFacts {
     texts: HashMap<(usize, u64, bool), Vec<u64>>,
     queried: BTreeSet<usize>,
     nvidia: bool,
+    /// The caches its records show in use (`ProcessCaches::used`).
+    used: BTreeSet<&'static str>,
 }
 
 fn fnv(h: &mut u64, bytes: &[u8]) {
@@ -119,9 +125,13 @@ impl FileFacts {
                     r.caches.clone().unwrap_or_default(),
                 ));
             }
+            Event::BinaryLoad => {
+                self.used.insert("pyopencl");
+            }
             Event::BinaryQuery
                 if r.param.as_deref() == Some("CL_PROGRAM_BINARIES") && !r.failed() =>
             {
+                self.used.insert("pyopencl");
                 let w = self.writer(r);
                 if let Some(&e) = r.program.clone().and_then(|p| self.by_id.get(&(w, p))) {
                     self.queried.insert(e);
@@ -135,6 +145,14 @@ impl FileFacts {
     fn add_build(&mut self, r: &Record) {
         let w = self.writer(r);
         self.seconds[w] += r.seconds;
+        for d in r.devices() {
+            if d.platform.as_deref() == Some(crate::traces::POCL_PLATFORM) {
+                self.used.insert("pocl");
+            }
+            if d.platform.as_deref().is_some_and(|p| p.contains("NVIDIA")) {
+                self.used.insert("cuda");
+            }
+        }
         if r.failed() || r.kernels().is_empty() {
             return;
         }
@@ -232,6 +250,7 @@ impl Facts {
                 rank: key(*rank, *pid, instance),
                 python: *python,
                 caches: caches.clone(),
+                used: f.used.clone(),
             });
         }
         for (w, s) in f.seconds.iter().enumerate() {
