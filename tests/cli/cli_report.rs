@@ -317,6 +317,39 @@ fn builds_without_binary_queries_are_said_to_leave_the_policies_nothing() {
     assert!(!common::stdout(&report(&[s(&d)])).contains("no binary queries"));
 }
 
+/// "Build time" is one thing: `--against` counts a run's build time as the report does,
+/// builds and binary queries (where `substitute` gains), and names the two parts, so a
+/// second run under `substitute` shows what the policy saved.
+#[test]
+fn against_counts_build_time_as_the_report_does() {
+    let (old, new) = (
+        common::scratch("against-old"),
+        common::scratch("against-new"),
+    );
+    four_rank_job(&old, "pass");
+    four_rank_job(&new, "substitute");
+    let total = |d: &Path| {
+        let v: Value = serde_json::from_slice(&report(&["--json", s(d)]).stdout).unwrap();
+        v["build_seconds"].as_f64().unwrap() + v["binary_query_seconds"].as_f64().unwrap()
+    };
+    let o = report(&["--json", s(&new), "--against", s(&old)]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let near = |a: &Value, b: f64| (a.as_f64().unwrap() - b).abs() < 1e-6;
+    assert!(near(&v["old_build_time_seconds"], total(&old)), "{v:#}");
+    assert!(near(&v["new_build_time_seconds"], total(&new)), "{v:#}");
+    let text = common::stdout(&report(&[s(&new), "--against", s(&old)]));
+    let gained = total(&old) - total(&new);
+    assert!(
+        text.contains(&format!(
+            "build time: NEW {:.2} s (builds 6.00, binary queries 0.03), OLD {:.2} s (builds \
+             6.00, binary queries 14.41): {gained:.2} s gained",
+            total(&new),
+            total(&old)
+        )),
+        "{text}"
+    );
+}
+
 /// A directory with no trace file (a command that made no OpenCL call, or that no door
 /// reached): the report says what may have happened, not only "no trace files".
 #[test]

@@ -240,6 +240,7 @@ pub fn programs(facts: &Facts, dir: &Path) -> Vec<Program> {
             .or_default();
         e.builds += t.builds;
         e.seconds += t.seconds;
+        e.query_seconds += t.query_seconds;
         e.ranks.extend(t.ranks.iter().cloned());
     }
     let mut out = Vec::new();
