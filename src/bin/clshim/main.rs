@@ -15,6 +15,7 @@ mod build_facts;
 mod caches;
 mod chrome;
 mod cli;
+mod help;
 mod inherited_signals;
 mod linediff;
 mod loads;
@@ -44,8 +45,19 @@ fn main() -> ExitCode {
             eprintln!("clshim: {e}");
             ExitCode::from(2)
         }
-        Ok(cli::Command::Help) => {
-            print!("{}", cli::usage_text());
+        Ok(cli::Command::Help(page)) => {
+            print!(
+                "{}",
+                page.and_then(help::page).unwrap_or_else(help::overview)
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(cli::Command::Overview) => {
+            eprint!("{}", help::overview());
+            ExitCode::from(2)
+        }
+        Ok(cli::Command::OptionsTable) => {
+            print!("{}", help::options_table());
             ExitCode::SUCCESS
         }
         Ok(cli::Command::ControlsTable) => {
