@@ -255,7 +255,8 @@ impl Recorder {
     }
 
     /// Ends this process's trace file, if it has one, with an `exit` record: its `ts` is
-    /// now, its `seconds` the time since recording began. Never makes a file.
+    /// now (its `seconds` 0, as a `process` record's: the process's life is from one `ts`
+    /// to the other, however long). Never makes a file.
     pub fn record_exit(&self) {
         let Some(mut state) = self.state.try_lock_for(Duration::from_millis(200)) else {
             return;
@@ -264,12 +265,7 @@ impl Recorder {
             return;
         }
         let now = Start::now();
-        let State {
-            identity,
-            began,
-            file,
-            ..
-        } = &mut *state;
+        let State { identity, file, .. } = &mut *state;
         let line = Line {
             common: Common {
                 schema: schema::VERSION,
@@ -279,7 +275,7 @@ impl Recorder {
                 rank: identity.rank,
                 tid: tid(),
                 ts: now.unix(),
-                seconds: now.since(began).max(0.0),
+                seconds: 0.0,
             },
             body: &schema::Exit {},
         };

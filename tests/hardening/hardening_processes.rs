@@ -174,6 +174,22 @@ fn every_exit_path_keeps_every_completed_record() {
             !ended,
             "{mode}:\n{text}"
         );
+        // The end is no slice of the timeline.
+        let timeline = dir.join("timeline.json.out");
+        let o = report(&[
+            "--chrome",
+            timeline.to_str().unwrap(),
+            dir.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let t: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&timeline).unwrap()).unwrap();
+        let slices = t["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X");
+        assert_eq!(slices.filter(|e| e["cat"] == "exit").count(), 0, "{mode}");
     }
 }
 

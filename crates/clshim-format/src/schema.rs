@@ -291,8 +291,8 @@ pub struct FirstLaunch {
     pub result_name: &'static str,
 }
 
-/// The `exit` record's own fields: none (its `ts` is when the process exited, its
-/// `seconds` the time since recording began).
+/// The `exit` record's own fields: none (its `ts` is when the process exited; its
+/// `seconds` 0).
 #[derive(Debug, Serialize)]
 pub struct Exit {}
 
