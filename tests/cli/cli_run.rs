@@ -522,8 +522,9 @@ fn run_checks_inherited_variables_once() {
         assert_eq!(o.status.code(), Some(2), "{var}");
         let e = one_line_err(&o);
         assert!(
-            e.starts_with(&format!("clshim: {var}='{value}' (from the environment): "))
-                && e.contains(words),
+            e.starts_with(&format!(
+                "clshim: {var}=\"{value}\" (from the environment): "
+            )) && e.contains(words),
             "{e}"
         );
         assert!(!marker.exists(), "the command ran");

@@ -526,10 +526,10 @@ fn check_inherited(set_by_options: &[&str]) -> Result<(), RunError> {
             return fail(
                 2,
                 format!(
-                    "{}='{}' (from the environment): {what} (expected {}{}); fix or unset it, \
+                    "{}={:?} (from the environment): {what} (expected {}{}); fix or unset it, \
                      or give {}",
                     c.var,
-                    crate::terminal::text(&text),
+                    text,
                     if matches!(c.grammar, Grammar::OneOf(_)) {
                         "one of: "
                     } else {
