@@ -127,7 +127,11 @@ ensure_venv() {
     local check_var="CLSHIM_VENV_CHECK_$1"
     local check="${!check_var:-import pyopencl, numpy}"
     [ -n "$reqs" ] || die "unknown venv '$name'"
-    local dir="$CLSHIM_ROOT/.venv/$name" stamp="$CLSHIM_ROOT/.venv/$name/clshim-stamp"
+    # The real path: worktrees that link .venv to one folder share its environments, and
+    # their stamps must agree, or each worktree's run would make them again.
+    local dir stamp
+    dir="$(realpath -m "$CLSHIM_ROOT/.venv/$name")"
+    stamp="$dir/clshim-stamp"
     local base; base="$(clshim_base_python)"
     local want; want="$reqs | $("$base" -c 'import sys; print(sys.version.split()[0])') | $dir"
     if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$dir/bin/python" -c "$check" 2>/dev/null; then

@@ -228,6 +228,10 @@ pub struct Seen {
     kernels: Vec<String>,
     /// The program's source text, when sources are kept.
     source_text: Option<Vec<u8>>,
+    /// A build or compile that failed: the kernels its source declares, and the first
+    /// error line of its build log (`failed_build`).
+    source_kernels: Vec<String>,
+    error: Option<String>,
 }
 
 impl AwaitingBuildEnd {
@@ -517,12 +521,32 @@ impl AwaitingBuildEnd {
             .then(|| unsafe { query::source(route, program) })
             .flatten()
             .filter(|t| !t.is_empty());
+        let (mut source_kernels, mut error) = (Vec::new(), None);
+        if !succeeded && usable && self.kind != Event::Link {
+            // The implementation names no kernels after a failure: the source does.
+            let text = source_text.clone().or_else(|| {
+                // SAFETY: usable, so live.
+                unsafe { query::source(route, program) }
+            });
+            if let Some(text) = text {
+                source_kernels = crate::failed_build::kernel_names(&text);
+            }
+            error = devices
+                .first()
+                .and_then(|&d| {
+                    // SAFETY: usable, so live; one of its devices.
+                    unsafe { query::build_log(route, program, d) }
+                })
+                .and_then(|log| crate::failed_build::first_error(&log));
+        }
         Seen {
             info,
             facts,
             built,
             kernels,
             source_text,
+            source_kernels,
+            error,
         }
     }
 
@@ -549,12 +573,14 @@ impl AwaitingBuildEnd {
             facts,
             kernels,
             source_text,
+            source_kernels,
+            error,
             ..
         } = seen;
-        let kernels = if result == CL_SUCCESS {
-            kernels
+        let (kernels, source_kernels, error) = if result == CL_SUCCESS {
+            (kernels, Vec::new(), None)
         } else {
-            Vec::new()
+            (Vec::new(), source_kernels, error)
         };
         let call = match self.kind {
             Event::Build => "clBuildProgram",
@@ -593,6 +619,8 @@ impl AwaitingBuildEnd {
             headers: (self.kind == Event::Compile).then_some(self.call.headers.len() as cl_uint),
             options_replaced,
             kept,
+            source_kernels,
+            error,
         });
         rt.recorder.emit(self.start, seconds, &record);
     }

@@ -42,6 +42,7 @@ pub fn current() -> Vec<CacheDir> {
     let mut dirs = derive(|n| std::env::var_os(n));
     for d in &mut dirs {
         d.fs = fs_type(Path::new(&d.path));
+        d.exists = Some(Path::new(&d.path).is_dir());
     }
     dirs
 }
@@ -53,6 +54,7 @@ fn derive(get: impl Fn(&str) -> Option<OsString>) -> Vec<CacheDir> {
         path: path.to_string_lossy().into_owned(),
         from: from.map(str::to_string),
         fs: None,
+        exists: None,
     };
     let home = value(&get, "HOME");
     let xdg = value(&get, "XDG_CACHE_HOME");

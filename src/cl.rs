@@ -72,6 +72,7 @@ pub const CL_PROGRAM_BUILD_STATUS: cl_program_build_info = 0x1181;
 pub const CL_BUILD_SUCCESS: cl_build_status = 0;
 pub const CL_BUILD_NONE: cl_build_status = -1;
 pub const CL_PROGRAM_BUILD_OPTIONS: cl_program_build_info = 0x1182;
+pub const CL_PROGRAM_BUILD_LOG: cl_program_build_info = 0x1183;
 pub const CL_PROGRAM_BINARY_TYPE: cl_program_build_info = 0x1184;
 pub const CL_PROGRAM_BINARY_TYPE_NONE: cl_uint = 0;
 pub const CL_PROGRAM_BINARY_TYPE_EXECUTABLE: cl_uint = 4;

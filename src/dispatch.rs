@@ -24,7 +24,9 @@ pub trait Door {
     /// launch path reads one word and calls nothing).
     ///
     /// # Safety
-    /// `queue` must be NULL or a live ICD object.
+    /// `queue` must be NULL or a live ICD object, with a table and (tagged) dispatch data
+    /// that are not NULL: the queue of a launch the launch path found already seen, whose
+    /// table gave its device.
     #[inline(always)]
     unsafe fn nd_range_entry(queue: cl_command_queue) -> Option<FnEnqueueNDRangeKernel> {
         // SAFETY: NULL or a live ICD object (this function's contract).
@@ -37,6 +39,11 @@ pub trait Door {
 pub enum Route {
     /// Preload mode: through the dispatch table of the object the call is made on.
     Object,
+    /// Preload mode, on an object known to be a live ICD object with a table (a queue
+    /// the launch path found among launches already seen, whose table gave its device):
+    /// the table is read without checking it for NULL. Preload mode's only (not on macOS).
+    #[cfg_attr(target_os = "macos", allow(dead_code))]
+    LiveObject,
     /// Layer mode: through the loader's next table (`len` entries).
     Next {
         table: *const *const c_void,
@@ -78,6 +85,24 @@ pub unsafe fn object_table(obj: Handle) -> Option<*const *const c_void> {
     Some(table)
 }
 
+/// [`object_table`] of an object known to be a live ICD object whose table, and whose
+/// dispatch data when tagged, are not NULL.
+///
+/// # Safety
+/// `obj` must be such an object.
+#[inline(always)]
+unsafe fn live_object_table(obj: Handle) -> *const *const c_void {
+    let words = obj as *const *const *const c_void;
+    // SAFETY: a live ICD object starts with its (non-NULL) dispatch table pointer.
+    let table = unsafe { *words };
+    // SAFETY: the table has at least its first entry (or the cl_khr_icd 2.0 tag in its place).
+    if unsafe { *table } as usize == CL_ICD2_TAG_KHR {
+        // SAFETY: a tagged object has its (non-NULL) dispatch data pointer in its second word.
+        return unsafe { *words.add(1) };
+    }
+    table
+}
+
 impl Route {
     /// The entry in `slot` that serves a call made on `obj`, or None when there is none
     /// (NULL object, or an implementation that leaves the slot empty). Private: only the
@@ -96,6 +121,14 @@ impl Route {
                 let table = unsafe { object_table(obj) }?;
                 // SAFETY: an ICD dispatch table holds every slot of the ICD's table layout.
                 unsafe { *table.add(slot) }
+            }
+            Route::LiveObject => {
+                if obj.is_null() {
+                    return None;
+                }
+                // SAFETY: a live ICD object with a table (this variant's promise, the
+                // caller's to keep); slots as above.
+                unsafe { *live_object_table(obj).add(slot) }
             }
             Route::Next { table, len } | Route::Symbols { table, len } => {
                 if slot >= len {
@@ -117,7 +150,7 @@ impl Route {
 
     pub fn mode_name(self) -> &'static str {
         match self {
-            Route::Object => "preload",
+            Route::Object | Route::LiveObject => "preload",
             Route::Next { .. } => "layer",
             Route::Symbols { .. } => "interpose",
         }

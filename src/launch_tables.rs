@@ -32,8 +32,22 @@ pub(crate) const K0: u64 = 0x9E37_79B9_7F4A_7C15;
 const KERNEL_SLOTS: usize = 1 << 14;
 const QUEUE_SLOTS: usize = 1 << 12;
 
-static KERNELS: AddressTable<KERNEL_SLOTS> = AddressTable::new();
-static QUEUES: AddressTable<QUEUE_SLOTS> = AddressTable::new();
+/// The three tables in one static: the launch path reaches all of them from one base
+/// address (one `lea`, one register), each at a constant offset.
+struct Tables {
+    kernels: AddressTable<KERNEL_SLOTS>,
+    queues: AddressTable<QUEUE_SLOTS>,
+    seen: [AtomicU64; SEEN_SLOTS],
+}
+
+static TABLES: Tables = Tables {
+    kernels: AddressTable::new(),
+    queues: AddressTable::new(),
+    seen: [EMPTY_U64; SEEN_SLOTS],
+};
+static KERNELS: &AddressTable<KERNEL_SLOTS> = &TABLES.kernels;
+static QUEUES: &AddressTable<QUEUE_SLOTS> = &TABLES.queues;
+static SEEN: &[AtomicU64; SEEN_SLOTS] = &TABLES.seen;
 
 /// The identity of the kernel at `kernel`, or 0 when not known.
 #[inline(always)]
@@ -42,9 +56,9 @@ pub(crate) fn kernel_identity(kernel: usize) -> u64 {
 }
 
 /// The identity of the kernel at `kernel` (0: not known) when it lies in its home slot,
-/// else None: the launch path's lookup, which calls nothing.
+/// else noise that no launch key was made of: the launch path's lookup, one load.
 #[inline(always)]
-pub(crate) fn kernel_identity_at_home(kernel: usize) -> Option<u64> {
+pub(crate) fn kernel_identity_at_home(kernel: usize) -> u64 {
     KERNELS.get_at_home(kernel)
 }
 
@@ -61,9 +75,9 @@ pub(crate) fn queue_device(queue: usize) -> u64 {
 }
 
 /// The device of the queue at `queue` (0: not known) when it lies in its home slot, else
-/// None: the launch path's lookup, which calls nothing.
+/// noise that no launch key was made of: the launch path's lookup, one load.
 #[inline(always)]
-pub(crate) fn queue_device_at_home(queue: usize) -> Option<u64> {
+pub(crate) fn queue_device_at_home(queue: usize) -> u64 {
     QUEUES.get_at_home(queue)
 }
 
@@ -81,7 +95,6 @@ const SEEN_SLOTS: usize = 1 << 16;
 #[allow(clippy::declare_interior_mutable_const)]
 const EMPTY_U64: AtomicU64 = AtomicU64::new(0);
 
-static SEEN: [AtomicU64; SEEN_SLOTS] = [EMPTY_U64; SEEN_SLOTS];
 static SATURATED: AtomicBool = AtomicBool::new(false);
 
 /// A key's home slot: its top bits (a launch key's top bits already depend on every word

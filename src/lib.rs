@@ -28,6 +28,7 @@ mod copies;
 mod devices;
 mod dispatch;
 mod entry_points;
+mod failed_build;
 mod guard;
 mod intercept;
 mod launch_tables;

@@ -57,32 +57,7 @@ pub fn new_instance() -> String {
     format!("{x:016x}")
 }
 
-/// Rank variables and the size variable that goes with each, most specific first.
-/// MPI_LOCALRANKID (mpich/mvapich) is the node-local rank: used only when nothing else is set.
-const RANK_VARS: [(&str, &str); 9] = [
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-    ("PMIX_RANK", "OMPI_COMM_WORLD_SIZE"),
-    ("PMI_RANK", "PMI_SIZE"),
-    ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE"),
-    ("PALS_RANKID", "PALS_SIZE"),
-    ("SLURM_PROCID", "SLURM_NTASKS"),
-    ("FLUX_TASK_RANK", "FLUX_JOB_SIZE"),
-    ("ALPS_APP_PE", "ALPS_APP_SIZE"),
-    ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
-];
-
-/// The MPI rank, size and the variable the rank came from, through `get`.
-pub fn detect_rank(
-    get: impl Fn(&str) -> Option<String>,
-) -> (Option<u64>, Option<u64>, Option<&'static str>) {
-    let num = |name: &str| get(name).and_then(|v| v.trim().parse::<u64>().ok());
-    for (rank_var, size_var) in RANK_VARS {
-        if let Some(rank) = num(rank_var) {
-            return (Some(rank), num(size_var), Some(rank_var));
-        }
-    }
-    (None, None, None)
-}
+pub use clshim_format::ranks::detect_rank;
 
 fn hostname() -> String {
     let mut buf = [0u8; 256];
@@ -119,7 +94,8 @@ impl Identity {
         }
     }
 
-    /// `clshim-<host>-r<rank>-p<pid>`: unique per host, rank and pid; safe as a file name.
+    /// `clshim-<host>-r<rank>-p<pid>`, or `clshim-<host>-p<pid>` without a rank: unique
+    /// per host, rank and pid; safe as a file name.
     pub fn file_stem(&self) -> String {
         let host: String = self
             .host
@@ -132,11 +108,10 @@ impl Identity {
                 }
             })
             .collect();
-        let rank = self
-            .rank
-            .map(|r| r.to_string())
-            .unwrap_or_else(|| "-".to_string());
-        format!("clshim-{host}-r{rank}-p{}", self.pid)
+        match self.rank {
+            Some(rank) => format!("clshim-{host}-r{rank}-p{}", self.pid),
+            None => format!("clshim-{host}-p{}", self.pid),
+        }
     }
 }
 
@@ -212,7 +187,7 @@ mod tests {
         assert_eq!(id.file_stem(), "clshim-node_1_x-r3-p42");
         assert_eq!(
             Identity { rank: None, ..id }.file_stem(),
-            "clshim-node_1_x-r--p42"
+            "clshim-node_1_x-p42"
         );
     }
 }

@@ -175,6 +175,45 @@ pub unsafe fn built_for(route: Route, program: cl_program, device: cl_device_id)
     ret == CL_SUCCESS && status == CL_BUILD_SUCCESS
 }
 
+/// The program's build log for `device`.
+///
+/// # Safety
+/// As for [`devices`]; `device` must be one of the program's devices.
+pub unsafe fn build_log(
+    route: Route,
+    program: cl_program,
+    device: cl_device_id,
+) -> Option<Vec<u8>> {
+    // SAFETY: a live program reachable through `route` (this function's contract).
+    let f = unsafe { route.get_program_build_info(program) }?;
+    let per_device = |program, param, size, value, size_ret| {
+        // SAFETY: the program's own entry and one of its devices (this function's
+        // contract), with the buffer `info_bytes` gives.
+        unsafe { f(program, device, param, size, value, size_ret) }
+    };
+    let mut size = 0usize;
+    if per_device(
+        program,
+        CL_PROGRAM_BUILD_LOG,
+        0,
+        std::ptr::null_mut(),
+        &mut size,
+    ) != CL_SUCCESS
+        || size > 1 << 24
+    {
+        return None;
+    }
+    let mut buf = vec![0u8; size];
+    let ret = per_device(
+        program,
+        CL_PROGRAM_BUILD_LOG,
+        size,
+        buf.as_mut_ptr() as *mut c_void,
+        std::ptr::null_mut(),
+    );
+    (ret == CL_SUCCESS).then_some(buf)
+}
+
 /// The program's reference count (the specification calls it a hint, which is all
 /// clshim needs to tell a last release).
 ///

@@ -61,6 +61,10 @@ pub struct Tally {
     /// Seconds of binary queries that were forwarded to a device the filter selects:
     /// the time the binary policy would have saved.
     pub avoidable_query_seconds: f64,
+    /// Builds, compiles and links that failed, and the first one's name and status
+    /// (its kernels as its source declares them, or its call).
+    pub failed: u64,
+    pub first_failure: Option<String>,
     pub substituted: u64,
     pub suppressed: u64,
     pub loads: u64,
@@ -81,6 +85,17 @@ impl Tally {
                 self.compiles += u64::from(b.event == Event::Compile);
                 self.links += u64::from(b.event == Event::Link);
                 self.build_seconds += seconds;
+                if b.result != crate::cl::CL_SUCCESS {
+                    self.failed += 1;
+                    if self.first_failure.is_none() {
+                        let what = if b.source_kernels.is_empty() {
+                            b.call.to_string()
+                        } else {
+                            b.source_kernels.join(",")
+                        };
+                        self.first_failure = Some(format!("{what}: {}", b.result_name));
+                    }
+                }
             }
             Record::BinaryQuery(q) => {
                 self.queries += 1;
@@ -227,6 +242,7 @@ impl Recorder {
                         size: identity.size,
                         rank_source: identity.rank_source,
                         caches: &crate::cache_dirs::current(),
+                        exit_recorded: true,
                     },
                 };
                 serde_json::to_string(&header).unwrap_or_default()
@@ -236,6 +252,34 @@ impl Recorder {
         counts.add(record, start.since(began), seconds);
         drop(state);
         log::info!("{}", log_line(record, seconds));
+    }
+
+    /// Ends this process's trace file, if it has one, with an `exit` record: its `ts` is
+    /// now (its `seconds` 0, as a `process` record's: the process's life is from one `ts`
+    /// to the other, however long). Never makes a file.
+    pub fn record_exit(&self) {
+        let Some(mut state) = self.state.try_lock_for(Duration::from_millis(200)) else {
+            return;
+        };
+        if state.identity.pid != std::process::id() {
+            return;
+        }
+        let now = Start::now();
+        let State { identity, file, .. } = &mut *state;
+        let line = Line {
+            common: Common {
+                schema: schema::VERSION,
+                event: Event::Exit,
+                pid: identity.pid,
+                instance: &identity.instance,
+                rank: identity.rank,
+                tid: tid(),
+                ts: now.unix(),
+                seconds: 0.0,
+            },
+            body: &schema::Exit {},
+        };
+        file.append_if_open(&serde_json::to_string(&line).unwrap_or_default());
     }
 
     /// The exit summary line, or None if nothing was recorded (or the lock is stuck in a
@@ -315,10 +359,10 @@ pub fn log_line(record: &Record, seconds: f64) -> String {
 /// `1 build + 2 compiles + 1 link` (a compile and a link are two calls for one program).
 fn build_counts(t: &Tally) -> String {
     let plain = t.builds - t.compiles - t.links;
-    if t.compiles + t.links == 0 {
-        return format!("{plain} builds");
-    }
     let one = |n: u64, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+    if t.compiles + t.links == 0 {
+        return one(plain, "build");
+    }
     [(plain, "build"), (t.compiles, "compile"), (t.links, "link")]
         .into_iter()
         .filter(|(n, _)| *n > 0)
@@ -338,8 +382,13 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str) -> String {
     } else {
         0.0
     };
+    let failed = match (&t.first_failure, t.failed) {
+        (Some(first), 1) => format!(" (1 failed: {first})"),
+        (Some(first), n) => format!(" ({n} failed, the first {first})"),
+        _ => String::new(),
+    };
     let mut s = format!(
-        "clshim: {who}: {} {:.2} s, {} binary queries {:.2} s ({share:.0}% of {total:.2} s)",
+        "clshim: {who}: {} {:.2} s{failed}, {} binary queries {:.2} s ({share:.0}% of {total:.2} s)",
         build_counts(t),
         t.build_seconds,
         t.queries,
@@ -367,11 +416,20 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str) -> String {
             t.loads, t.rejected
         ));
     }
-    if t.avoidable_query_seconds > 0.2 * total && t.avoidable_query_seconds > 0.05 {
+    if t.queries == 0 && t.loads == 0 && t.builds > 0 {
+        // Nothing for any policy to act on: say so, and what was still measured.
+        s.push_str(NO_BINARY_QUERY);
+    } else if t.avoidable_query_seconds > 0.2 * total && t.avoidable_query_seconds > 0.05 {
         s.push_str("; CLSHIM_BINARIES=substitute avoids pocl's second compile");
     }
     s
 }
+
+/// The summary's words for a process that asked for no binary (pyopencl 2024.2.3 and newer
+/// on pocl keep no binary cache): the policies, `clshim warm` and `clshim unsubstitute`
+/// have nothing to act on.
+pub const NO_BINARY_QUERY: &str = ": no binary query, so no policy had anything to act on \
+     (the application keeps no binaries); clshim measured builds and first launches only";
 
 #[cfg(test)]
 mod tests {

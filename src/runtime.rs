@@ -81,6 +81,8 @@ extern "C" fn at_exit() {
                     stderr_line(&line);
                 }
             }
+            // A file without this record is a process that never reached exit().
+            rt.recorder.record_exit();
         }
     });
 }

@@ -261,6 +261,14 @@ impl TraceFile {
         }
     }
 
+    /// Appends `line` to the file if this process has one already (it is made at the
+    /// first record, never here): the `exit` record of a process that recorded something.
+    pub fn append_if_open(&mut self, line: &str) {
+        if self.pid == std::process::id() && self.fd >= 0 && !self.disabled {
+            self.append(|| (String::new(), String::new()), String::new, line);
+        }
+    }
+
     /// The path, quoted and escaped: a directory name may hold newlines or other bytes
     /// that must not reach the log as they are.
     fn path_text(&self) -> String {

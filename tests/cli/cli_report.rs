@@ -196,7 +196,7 @@ fn report_table_shows_where_the_time_went_per_program_and_rank() {
     let out = common::stdout(&o);
     println!("{out}");
     assert!(
-        out.contains("4 ranks, 4 processes on 1 host; 4 files, 28 records, 0 skipped"),
+        out.contains("4 ranks, 4 processes on 1 host in 1 run; 4 files, 28 records, 0 skipped"),
         "{out}"
     );
     // Programs: kernel names, short hash, 4 ranks, median (min/median/max with --wide).
@@ -246,6 +246,130 @@ fn report_table_shows_where_the_time_went_per_program_and_rank() {
     assert!(out.contains("CLSHIM_BINARIES=substitute"));
     // Every rank built the same sources: nothing to say about variants.
     assert!(!out.contains("note:"), "{out}");
+}
+
+/// One trace directory used by two runs, 20 minutes apart (here under two policies):
+/// the report says it found 2 runs, when each began, and that their figures are added.
+#[test]
+fn a_reused_trace_directory_is_reported_as_two_runs() {
+    let d = common::scratch("two-runs");
+    four_rank_job(&d, "pass");
+    for rank in 0..4i64 {
+        let mut p = Proc::new(
+            "node07",
+            Some(rank),
+            5100 + rank as u64,
+            1_750_001_200.0,
+            "substitute",
+        );
+        p.cached_build(&["axpy", "dot"], H1, 0.7, 0.002, &pocl_cpu());
+        p.write(&d);
+    }
+    let out = common::stdout(&report(&[s(&d)]));
+    assert!(
+        out.contains("4 ranks, 8 processes on 1 host in 2 runs;"),
+        "{out}"
+    );
+    let words = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        words.contains(
+            "note: 2 runs in this directory, processes that ran at separate times (4 processes \
+             at +0 s, 4 processes at +1200 s)"
+        ) && words.contains("give each run its own --trace-dir"),
+        "{out}"
+    );
+    let v: Value = serde_json::from_slice(&report(&["--json", s(&d)]).stdout).unwrap();
+    assert_eq!(v["runs"].as_array().unwrap().len(), 2, "{:#}", v["runs"]);
+    // One run: no note.
+    let one = common::scratch("one-run");
+    four_rank_job(&one, "pass");
+    assert!(!common::stdout(&report(&[s(&one)])).contains("runs in this directory"));
+}
+
+/// Builds and no binary query (pyopencl 2024.2.3 and newer on pocl keep no binaries):
+/// the report says no policy has anything to act on, and what it still measures.
+#[test]
+fn builds_without_binary_queries_are_said_to_leave_the_policies_nothing() {
+    let d = common::scratch("no-queries");
+    for rank in 0..2i64 {
+        let mut p = Proc::new(
+            "n",
+            Some(rank),
+            700 + rank as u64,
+            1_750_000_000.0,
+            "substitute",
+        );
+        p.build(&["k"], H1, 0.5, &pocl_cpu());
+        p.write(&d);
+    }
+    let out = common::stdout(&report(&[s(&d)]));
+    let words = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        words.contains(
+            "note: no binary queries: the applications asked for no program binaries \
+             (pyopencl 2024.2.3 and newer keep none on pocl), so --binaries substitute, --warm \
+             and clshim unsubstitute have nothing to act on here."
+        ),
+        "{out}"
+    );
+    let d = common::scratch("with-queries");
+    four_rank_job(&d, "pass");
+    assert!(!common::stdout(&report(&[s(&d)])).contains("no binary queries"));
+}
+
+/// "Build time" is one thing: `--against` counts a run's build time as the report does,
+/// builds and binary queries (where `substitute` gains), and names the two parts, so a
+/// second run under `substitute` shows what the policy saved.
+#[test]
+fn against_counts_build_time_as_the_report_does() {
+    let (old, new) = (
+        common::scratch("against-old"),
+        common::scratch("against-new"),
+    );
+    four_rank_job(&old, "pass");
+    four_rank_job(&new, "substitute");
+    let total = |d: &Path| {
+        let v: Value = serde_json::from_slice(&report(&["--json", s(d)]).stdout).unwrap();
+        v["build_seconds"].as_f64().unwrap() + v["binary_query_seconds"].as_f64().unwrap()
+    };
+    let o = report(&["--json", s(&new), "--against", s(&old)]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let near = |a: &Value, b: f64| (a.as_f64().unwrap() - b).abs() < 1e-6;
+    assert!(near(&v["old_build_time_seconds"], total(&old)), "{v:#}");
+    assert!(near(&v["new_build_time_seconds"], total(&new)), "{v:#}");
+    let text = common::stdout(&report(&[s(&new), "--against", s(&old)]));
+    let gained = total(&old) - total(&new);
+    assert!(
+        text.contains(&format!(
+            "build time: NEW {:.2} s (builds 6.00, binary queries 0.03), OLD {:.2} s (builds \
+             6.00, binary queries 14.41): {gained:.2} s gained",
+            total(&new),
+            total(&old)
+        )),
+        "{text}"
+    );
+}
+
+/// A directory with no trace file (a command that made no OpenCL call, or that no door
+/// reached): the report says what may have happened, not only "no trace files".
+#[test]
+fn an_empty_trace_directory_says_what_may_have_happened() {
+    let d = common::scratch("empty-traces");
+    let o = report(&[s(&d)]);
+    assert_eq!(o.status.code(), Some(1));
+    let words = common::stdout(&o)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    for part in [
+        "note: no trace files: no process recorded anything here.",
+        "may have made no OpenCL call",
+        "CUDA's libOpenCL.so.1",
+        "CLSHIM_TRACE_DIR did not reach its processes",
+        "LD_PRELOAD.md",
+    ] {
+        assert!(words.contains(part), "{part}: {words}");
+    }
 }
 
 #[test]

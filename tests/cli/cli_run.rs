@@ -366,6 +366,183 @@ fn run_uncreatable_trace_dir_fails_before_command() {
     assert!(!marker.exists(), "the command ran");
 }
 
+/// Runs `clshim ARGS` as root without the capabilities that let root write anywhere (so
+/// that permission bits count), else as the user it is.
+fn clshim_unprivileged(args: &[&str]) -> Output {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return clshim_out(args, &[]);
+    }
+    common::shim_path();
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--bounding-set=-dac_override,-dac_read_search",
+        "--inh-caps=-all",
+        "--",
+    ])
+    .arg(env!("CARGO_BIN_EXE_clshim"))
+    .args(args);
+    common::run(c, false)
+}
+
+/// A trace directory that exists but cannot be written is refused before the command
+/// starts, as one that cannot be created is (not found after the job, once per rank).
+#[test]
+fn run_unwritable_trace_dir_fails_before_command() {
+    use std::os::unix::fs::PermissionsExt;
+    let lib = empty_so();
+    let d = common::scratch("ro-trace");
+    let (trace, marker) = (d.join("traces"), d.join("ran"));
+    std::fs::create_dir(&trace).unwrap();
+    std::fs::set_permissions(&trace, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let cmd = format!("touch {}", marker.display());
+    let o = clshim_unprivileged(&[
+        "run",
+        "--lib",
+        s(&lib),
+        "--trace-dir",
+        s(&trace),
+        "--",
+        "sh",
+        "-c",
+        &cmd,
+    ]);
+    std::fs::set_permissions(&trace, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", common::stderr(&o));
+    let e = one_line_err(&o);
+    assert!(
+        e.contains(&format!(
+            "cannot write in trace directory '{}'",
+            trace.display()
+        )) && e.contains("Permission denied"),
+        "{e}"
+    );
+    assert!(!marker.exists(), "the command ran");
+    assert_eq!(
+        std::fs::read_dir(&trace).unwrap().count(),
+        0,
+        "no probe left"
+    );
+}
+
+/// A trace directory that already holds traces gets one warning before the command runs
+/// (the report would add both runs together); not from a rank other than 0, whose
+/// siblings may have written theirs already.
+#[test]
+fn run_warns_once_when_the_trace_dir_holds_traces() {
+    let lib = empty_so();
+    let d = common::scratch("reused-trace");
+    std::fs::write(d.join("clshim-h-r0-p1.jsonl"), "{}\n").unwrap();
+    let args = ["run", "--lib", s(&lib), "--trace-dir", s(&d), "--", "true"];
+    let o = clshim_out(&args, &[]);
+    assert_eq!(o.status.code(), Some(0));
+    let e = one_line_err(&o);
+    assert!(
+        e.starts_with(&format!(
+            "clshim: warning: trace directory '{}' already holds 1 trace file",
+            d.display()
+        )) && e.contains("clshim report adds their runs together"),
+        "{e}"
+    );
+    let o = clshim_out(&args, &[("PMI_RANK", "1")]);
+    assert_eq!(common::stderr(&o), "", "rank 1 says nothing");
+    let fresh = common::scratch("fresh-trace");
+    let o = clshim_out(
+        &[
+            "run",
+            "--lib",
+            s(&lib),
+            "--trace-dir",
+            s(&fresh.join("t")),
+            "--",
+            "true",
+        ],
+        &[],
+    );
+    assert_eq!(common::stderr(&o), "");
+}
+
+/// A command that cannot be started leaves no trace directory behind that `clshim run`
+/// made for it (one that existed stays), so no empty directory says "no trace files".
+#[test]
+fn run_removes_the_trace_dir_it_made_for_a_command_not_found() {
+    let lib = empty_so();
+    let d = common::scratch("no-command");
+    let made = d.join("new/traces");
+    let o = clshim_out(
+        &[
+            "run",
+            "--lib",
+            s(&lib),
+            "--trace-dir",
+            s(&made),
+            "--",
+            "no-such-command-xyz",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(127));
+    assert!(!d.join("new").exists(), "the directories it made are gone");
+    let o = clshim_out(
+        &[
+            "run",
+            "--lib",
+            s(&lib),
+            "--trace-dir",
+            s(&d),
+            "--",
+            "no-such-command-xyz",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(127));
+    assert!(d.exists(), "a directory that was there stays");
+}
+
+/// Inherited `CLSHIM_*` values are checked once, by `clshim run`, as its options are: a
+/// typo is one error before the command starts, not one warning per rank; the option
+/// given in its place wins.
+#[test]
+fn run_checks_inherited_variables_once() {
+    let lib = empty_so();
+    let d = common::scratch("inherited");
+    let marker = d.join("ran");
+    let cmd = format!("touch {}", marker.display());
+    let args = ["run", "--lib", s(&lib), "--", "sh", "-c", cmd.as_str()];
+    for (var, value, words) in [
+        (
+            "CLSHIM_BINARIES",
+            "substitue",
+            "expected one of: pass, suppress, substitute",
+        ),
+        ("CLSHIM_SUMMARY", "maybe", "expected 1, 0"),
+        ("CLSHIM_TRACE_MODE", "0999", "octal permission bits"),
+    ] {
+        let o = clshim_out(&args, &[(var, value)]);
+        assert_eq!(o.status.code(), Some(2), "{var}");
+        let e = one_line_err(&o);
+        assert!(
+            e.starts_with(&format!(
+                "clshim: {var}=\"{value}\" (from the environment): "
+            )) && e.contains(words),
+            "{e}"
+        );
+        assert!(!marker.exists(), "the command ran");
+    }
+    let o = clshim_out(
+        &["run", "--lib", s(&lib), "--binaries", "pass", "--", "true"],
+        &[("CLSHIM_BINARIES", "substitue")],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let o = clshim_out(&args, &[("CLSHIM_BINARIES", " ")]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "a blank value is unset: {}",
+        common::stderr(&o)
+    );
+}
+
 #[test]
 fn run_rejects_bad_option_values_with_status_2() {
     let lib = empty_so();

@@ -8,6 +8,7 @@ mod common;
 
 mod cli_report;
 mod cli_run;
+mod help;
 mod report_first_launch;
 mod report_hostile;
 mod report_linked;

@@ -360,3 +360,66 @@ fn same_pid_in_two_namespaces_is_two_processes() {
     assert_eq!(v["ranks"][0]["label"], "node1:1");
     assert_eq!(v["ranks"][0]["processes"], 2);
 }
+
+/// Whether a character would be obeyed by a terminal: a control character other than a
+/// newline, or a bidirectional-text control.
+fn obeyed(c: char) -> bool {
+    (c.is_control() && c != '\n')
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A shared trace directory is anyone's to write: a kernel name that sets the terminal's
+/// title, a host name that clears the screen, a cache path with a carriage return that
+/// draws a fake hint, kept source lines in colour, and a file name holding an escape. The
+/// text report and its stderr show each escaped (`\x1b`), and `--json` stays valid JSON
+/// with the strings as they were and no raw DEL, C1 or bidirectional control.
+#[test]
+fn control_bytes_in_records_reach_no_terminal() {
+    let d = common::scratch("hostile-controls");
+    let kernel = "k\u{1b}]0;pwned\u{7}";
+    let host = "n\u{1b}[2J\u{1b}[H1";
+    let cache = "/tmp/c\r\nhint: all is well\u{9b}2J\u{202e}";
+    std::fs::create_dir_all(d.join("sources")).unwrap();
+    for rank in 0..2i64 {
+        let text = format!("kernel void k() {{}}\n// \u{1b}[31mrank {rank}\u{7f}\n");
+        let reference = format!("{:016x}-{}", 0xabc0 + rank, text.len());
+        std::fs::write(d.join(format!("sources/{reference}.cl")), &text).unwrap();
+        let mut p = process(100 + rank as u64, Some(rank), None, T0);
+        p["host"] = json!(host);
+        p["caches"] = json!([{"cache": "pocl", "path": cache, "from": "POCL_CACHE_DIR",
+                              "fs": "nfs", "exists": true}]);
+        let mut b = build(100 + rank as u64, Some(rank), None, T0 + 1.0, 1.0);
+        b["kernels"] = json!([kernel]);
+        b["source"]["hash"] = json!(format!("fnv1a64:{:016x}", 0xabc0 + rank));
+        b["kept"] = json!({"source": reference, "options": null});
+        write(
+            &d,
+            &format!("clshim-n-r{rank}-p{}.jsonl", 100 + rank),
+            &[p.to_string(), b.to_string()],
+        );
+    }
+    // A name the report cannot read, shown on stderr.
+    std::fs::create_dir(d.join("clshim-\u{1b}[2J-r0-p9.jsonl")).unwrap();
+    let o = report(&[s(&d)]);
+    let (out, err) = (common::stdout(&o), common::stderr(&o));
+    for (what, text) in [("stdout", &out), ("stderr", &err)] {
+        let bad: Vec<char> = text.chars().filter(|&c| obeyed(c)).collect();
+        assert!(bad.is_empty(), "{what} holds {bad:?}:\n{text}");
+    }
+    assert!(out.contains("k\\x1b]0;pwned\\x07"), "{out}");
+    assert!(
+        out.contains("rank 0\\x7f") || out.contains("\\x1b[31m"),
+        "{out}"
+    );
+    assert!(err.contains("clshim-\\x1b[2J-r0-p9.jsonl"), "{err}");
+    let o = report(&["--json", s(&d)]);
+    let raw = String::from_utf8(o.stdout.clone()).unwrap();
+    let bad: Vec<char> = raw.chars().filter(|&c| obeyed(c) && c != '\n').collect();
+    assert!(bad.is_empty(), "JSON holds {bad:?}");
+    let v = json_of(&o);
+    assert_eq!(
+        v["programs"][0]["kernels"],
+        json!([kernel]),
+        "the name as it was"
+    );
+}

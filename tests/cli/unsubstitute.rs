@@ -294,6 +294,7 @@ fn hostile_tree_is_neither_followed_nor_emptied() {
     std::fs::write(&victim, &bin).unwrap();
     std::fs::write(cache.join("real.bin"), &bin).unwrap();
     let mut wrapped = b"APPCACHE".to_vec();
+    wrapped.extend_from_slice(&(bin.len() as u64).to_le_bytes());
     wrapped.extend_from_slice(&bin);
     std::fs::write(cache.join("sub/wrapped"), &wrapped).unwrap();
     std::os::unix::fs::symlink(&outside, cache.join("link-to-dir")).unwrap();
@@ -363,6 +364,88 @@ fn hostile_tree_is_neither_followed_nor_emptied() {
     assert!(stderr(&o).contains("symbolic link"), "{}", stderr(&o));
     assert!(victim.exists());
     std::fs::set_permissions(&unreadable, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// Only application cache entries are removed: a file that is a clshim binary, or one in a
+/// layout clshim knows (a length then the binary, as Boost.Compute writes; clFFT's header,
+/// binary and signature). A tar backup of the cache and a log that hold a clshim binary
+/// are listed as `inside` and kept; a cache file with another hard link (outside DIR) is
+/// listed with its link count and kept, since removing one name would leave the binary
+/// under the other (exit status 3: not everything listed was removed).
+#[test]
+fn only_cache_entries_are_removed_and_hard_links_are_named() {
+    let dir = scratch("unsub-entries");
+    let (cache, outside) = (dir.join("cache"), dir.join("outside"));
+    std::fs::create_dir_all(cache.join("boost/ab")).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    let bin = clshim_binary(b"kernel void k(global int *a) { a[0] = 3; }");
+    std::fs::write(cache.join("raw.bin"), &bin).unwrap();
+    let mut boost = (bin.len() as u64).to_le_bytes().to_vec();
+    boost.extend_from_slice(&bin);
+    std::fs::write(cache.join("boost/ab/kernel"), &boost).unwrap();
+    let sig = b"\x01\0\0\0\x08\0\0\0\0\0\0\0variant1";
+    let mut clfft = b"CLB\0\0\0\0\0".to_vec();
+    for n in [40 + bin.len() + sig.len(), 40, bin.len(), sig.len()] {
+        clfft.extend_from_slice(&(n as u64).to_le_bytes());
+    }
+    clfft.extend_from_slice(&bin);
+    clfft.extend_from_slice(sig);
+    std::fs::write(cache.join("clfft.db"), &clfft).unwrap();
+    // A backup of the cache, made by tar, and a log that printed a binary.
+    std::fs::write(outside.join("entry.bin"), &bin).unwrap();
+    let tar = Command::new("tar")
+        .arg("cf")
+        .arg(cache.join("backup.tar"))
+        .arg("-C")
+        .arg(&outside)
+        .arg("entry.bin")
+        .status()
+        .unwrap();
+    assert!(tar.success());
+    let mut log = b"build log\nbinary follows:\n".to_vec();
+    log.extend_from_slice(&bin);
+    log.extend_from_slice(b"\nend of log\n");
+    std::fs::write(cache.join("run.log"), &log).unwrap();
+    // One cache file, two names: the other outside DIR.
+    std::fs::hard_link(outside.join("entry.bin"), cache.join("linked.bin")).unwrap();
+
+    let o = unsubstitute(&[s(&cache)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        listed(&o, "is"),
+        [cache.join("linked.bin"), cache.join("raw.bin")],
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(
+        listed(&o, "contains"),
+        [cache.join("boost/ab/kernel"), cache.join("clfft.db")]
+    );
+    assert_eq!(
+        listed(&o, "inside"),
+        [cache.join("backup.tar"), cache.join("run.log")]
+    );
+    assert!(
+        stdout(&o).contains("linked.bin  (1 other hard link: removing this name would leave"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(stderr(&o).contains("2 other files hold clshim binaries inside other data"));
+
+    let o = unsubstitute(&["--remove", s(&cache)]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("linked.bin: not removed: the file has 1 other hard link"),
+        "{}",
+        stderr(&o)
+    );
+    for gone in ["raw.bin", "boost/ab/kernel", "clfft.db"] {
+        assert!(!cache.join(gone).exists(), "{gone} removed");
+    }
+    for kept in ["backup.tar", "run.log", "linked.bin"] {
+        assert!(cache.join(kept).exists(), "{kept} kept");
+    }
+    assert_eq!(std::fs::read(outside.join("entry.bin")).unwrap(), bin);
 }
 
 /// A directory on another filesystem under DIR is reported and not entered unless

@@ -317,7 +317,7 @@ fn hostile_sources_directories_cost_the_application_nothing() {
     writer_ok(&o);
     assert_eq!(warnings(&o), 1, "{}", common::stderr(&o));
     assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
-    assert_eq!(records(&trace), 1 + 4);
+    assert_eq!(records(&trace), 1 + 4 + 1, "process, builds, exit");
 
     // A planted link in place of a text's name: never written through.
     let trace = d.join("planted");
@@ -344,7 +344,7 @@ fn hostile_sources_directories_cost_the_application_nothing() {
     umount(&d.join("ro/sources"));
     writer_ok(&o);
     assert_eq!(warnings(&o), 1, "{}", common::stderr(&o));
-    assert_eq!(records(&d.join("ro")), 1 + 4);
+    assert_eq!(records(&d.join("ro")), 1 + 4 + 1);
 
     // 64 KiB of room, 16 texts of 16 KiB: the disk fills part way.
     let full = d.join("full");
@@ -355,7 +355,7 @@ fn hostile_sources_directories_cost_the_application_nothing() {
     writer_ok(&o);
     assert_eq!(warnings(&o), 1, "{}", common::stderr(&o));
     assert!(!kept.is_empty() && kept.len() < 16 + 16, "{kept:?}");
-    assert_eq!(records(&full), 1 + 16);
+    assert_eq!(records(&full), 1 + 16 + 1);
 }
 
 // ------------------------------------------------------------ hand-made traces, headers
@@ -416,6 +416,85 @@ fn shared_and_network_caches_are_flagged_and_unkept_sources_named() {
     assert!(out.contains("run with `clshim run --sources`"), "{out}");
     let v = report_json(&[s(&d)]);
     assert_eq!(difference(&v["variants"], "k")["kind"], "sources_not_kept");
+}
+
+/// `ranks` Python processes on one host that built `k` on pocl and asked for no binary,
+/// with pocl's cache (existing) and pyopencl's (never made) shared by all, on `fs`.
+fn python_ranks(d: &Path, ranks: u64, fs: &str) {
+    for rank in 0..ranks {
+        let base = serde_json::json!({"schema": 1, "pid": 100 + rank, "rank": rank, "tid": 1});
+        let mut process = base.clone();
+        let extra = serde_json::json!({"event": "process", "ts": 1.75e9, "seconds": 0.0,
+            "host": "n1", "exe": "/usr/bin/python3.12", "argv": [], "ppid": 1,
+            "size": ranks, "rank_source": "PMI_RANK", "clshim_version": "0",
+            "mode": "preload", "policy": "pass", "devices_filter": "pocl-cpu",
+            "caches": [{"cache": "pocl", "path": "/c/pocl/kcache", "from": "XDG_CACHE_HOME",
+                        "fs": fs, "exists": true},
+                       {"cache": "pyopencl", "path": "/c/pyopencl", "from": "XDG_CACHE_HOME",
+                        "fs": fs, "exists": false}]});
+        let mut build = base.clone();
+        let b = serde_json::json!({"event": "build", "ts": 1.75e9 + 1.0, "seconds": 2.0,
+            "program": 1, "call": "clBuildProgram", "result": 0, "result_name": "CL_SUCCESS",
+            "options": null, "async": false, "kernels": ["k"], "devices": [common::pocl_cpu()],
+            "source": {"origin": "source", "hash": "fnv1a64:0000000000000001", "length": 10}});
+        for (t, e) in [(&mut process, extra), (&mut build, b)] {
+            t.as_object_mut()
+                .unwrap()
+                .extend(e.as_object().unwrap().clone());
+        }
+        std::fs::write(
+            d.join(format!("clshim-n1-r{rank}-p{}.jsonl", 100 + rank)),
+            line(process) + &line(build),
+        )
+        .unwrap();
+    }
+}
+
+/// A cache is flagged only where it exists or the records show it used: current pyopencl
+/// on pocl asks for no binaries and never makes its cache, so that cache is not said to
+/// be shared. The advice fits the case: with two ranks on local storage, sharing pocl's
+/// cache lets them reuse each other's builds; with 16, or on NFS, per-rank caches, with
+/// their cost (each rank compiles everything).
+#[test]
+fn caches_never_used_are_not_flagged_and_the_advice_fits_the_case() {
+    let d = common::scratch("why-unused-cache");
+    python_ranks(&d, 2, "ext4");
+    let out = common::stdout(&report(&[s(&d)]));
+    assert!(!out.contains("pyopencl's binary cache"), "{out}");
+    assert!(
+        out.contains("pocl's kernel cache /c/pocl/kcache (ext4) is shared by ranks 0-1 on host n1"),
+        "{out}"
+    );
+    let words = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        words.contains("With a few ranks per host a shared cache costs little")
+            && !words.contains("Large runs give each rank"),
+        "{out}"
+    );
+    let v = report_json(&[s(&d)]);
+    let dirs: Vec<&str> = v["caches"]["directories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["cache"].as_str().unwrap())
+        .collect();
+    assert_eq!(dirs, ["pocl"], "{:#}", v["caches"]);
+    for (ranks, fs) in [(16, "ext4"), (2, "nfs")] {
+        let d = common::scratch("why-many-ranks");
+        python_ranks(&d, ranks, fs);
+        let words = common::stdout(&report(&[s(&d)]))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(
+            words.contains("Large runs give each rank its own POCL_CACHE_DIR")
+                && words.contains(
+                    "The trade-off: each rank then compiles every program itself, and none \
+                     reuses another's build."
+                ),
+            "{ranks} ranks on {fs}: {words}"
+        );
+    }
 }
 
 /// A compile's embedded header is kept, by its include name, with the source and the
@@ -532,4 +611,61 @@ fn programs_of_one_name_are_told_apart_by_their_order() {
     let diff = &progs[0]["variants"][1]["difference"];
     assert_eq!(diff["kind"], "numeric_literals", "{diff:#}");
     assert!(changed_lines(diff).contains("x[0] = [-16-];"), "{diff:#}");
+}
+
+/// Many variants of one kernel, every line of each differing from the most common one:
+/// what the report keeps is bounded by what it shows, not by variants times changed lines
+/// (400 variants of 2,000 lines once took 2 GB and made a 222 MB JSON document). Each
+/// variant's difference keeps at most 20 changed lines and 20 token pairs, and says how
+/// many it left out; the text names the total.
+#[test]
+fn many_changed_variants_keep_the_report_bounded() {
+    let d = common::scratch("why-bounded");
+    std::fs::create_dir_all(d.join("sources")).unwrap();
+    let (ranks, lines_per) = (60u64, 300);
+    for rank in 0..ranks {
+        // Rank 0 and 1 build the same text: it is the most common variant, A.
+        let v = rank.max(1);
+        let t: String = (0..lines_per)
+            .map(|i| format!("    x[{i}] = {};\n", v * 1000 + i))
+            .collect();
+        let r = format!("{:016x}-{}", fnv(t.as_bytes()), t.len());
+        std::fs::write(d.join("sources").join(format!("{r}.cl")), &t).unwrap();
+        let mut lines = line(serde_json::json!({"schema": 1, "event": "process",
+            "pid": 10 + rank, "rank": rank, "tid": 1, "ts": 1.75e9, "seconds": 0.0,
+            "host": "h", "exe": "/bin/app", "argv": [], "ppid": 1}));
+        lines += &line(
+            serde_json::json!({"schema": 1, "event": "build", "pid": 10 + rank,
+            "rank": rank, "tid": 1, "ts": 1.75e9 + 1.0, "seconds": 1.0, "program": 1,
+            "call": "clBuildProgram", "result": 0, "result_name": "CL_SUCCESS",
+            "options": "", "async": false, "kernels": ["k"], "devices": [common::pocl_cpu()],
+            "source": {"origin": "source", "hash": format!("fnv1a64:{}", &r[..16]),
+                       "length": t.len()},
+            "kept": {"source": r, "options": null}}),
+        );
+        std::fs::write(
+            d.join(format!("clshim-h-r{rank}-p{}.jsonl", 10 + rank)),
+            lines,
+        )
+        .unwrap();
+    }
+    let o = report(&["--json", s(&d)]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    assert!(o.stdout.len() < 2 << 20, "JSON of {} bytes", o.stdout.len());
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let variants = v["variants"][0]["variants"].as_array().unwrap();
+    assert_eq!(variants.len() as u64, ranks - 1);
+    for other in &variants[1..] {
+        let diff = &other["difference"];
+        assert_eq!(diff["kind"], "numeric_literals", "{diff:#}");
+        assert_eq!(diff["changes"].as_array().unwrap().len(), 20);
+        assert_eq!(diff["changes_left_out"], lines_per - 20);
+        assert_eq!(diff["tokens"].as_array().unwrap().len(), 20);
+        assert_eq!(diff["tokens_left_out"], lines_per - 20);
+    }
+    let text = common::stdout(&report(&[s(&d)]));
+    assert!(
+        text.contains(&format!("... {} more changed lines", lines_per - 3)),
+        "{text}"
+    );
 }

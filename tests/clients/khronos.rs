@@ -566,7 +566,7 @@ fn a_call_that_reaches_clshim_through_the_layer_and_again_by_symbol_is_recorded_
     assert_eq!(events(&recs, "build").len(), 1, "{recs:#?}");
     assert_eq!(events(&recs, "process")[0]["mode"], "layer");
     let err = stderr(&out);
-    assert!(err.contains(" 1 builds "), "{err}");
+    assert!(err.contains(" 1 build "), "{err}");
 }
 
 /// Two distinct copies of the library under the Khronos loader, as two layers and with

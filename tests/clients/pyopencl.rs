@@ -107,7 +107,7 @@ fn ok_builds(recs: &[Value]) -> Vec<&Value> {
 
 fn brief(recs: &[Value]) -> String {
     recs.iter()
-        .filter(|r| r["event"] != "process")
+        .filter(|r| !is_process_record(r))
         .map(|r| {
             format!(
                 "{} {} action={} result={} sizes={} lengths={}",

@@ -105,7 +105,7 @@ fn assert_same_output(label: &str, with: &Output, without: &Output) {
 fn brief(recs: &[Value]) -> Vec<String> {
     let s = |v: &Value| v.as_str().unwrap_or("-").to_string();
     recs.iter()
-        .filter(|r| r["event"] != "process" && r["event"] != "first_launch")
+        .filter(|r| !is_process_record(r) && r["event"] != "first_launch")
         .map(|r| {
             format!(
                 "{} {} {} {} {} {}",
@@ -141,7 +141,7 @@ fn records(trace: &Path, door: &str) -> Vec<Value> {
     }
     for r in recs
         .iter()
-        .filter(|r| r["event"] != "process" && r["event"] != "first_launch")
+        .filter(|r| !is_process_record(r) && r["event"] != "first_launch")
     {
         let devs = r["devices"].as_array().unwrap();
         assert!(

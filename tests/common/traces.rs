@@ -42,6 +42,11 @@ pub fn one_event<'a>(recs: &'a [serde_json::Value], event: &str) -> &'a serde_js
     e[0]
 }
 
+/// Whether a record is a whole process's (`process`, `exit`) rather than a call's.
+pub fn is_process_record(r: &serde_json::Value) -> bool {
+    r["event"] == "process" || r["event"] == "exit"
+}
+
 /// FNV-1a 64 of `bytes` as the trace schema writes it: `fnv1a64:<16 hex digits>`.
 pub fn fnv1a64(bytes: &[u8]) -> String {
     format!("fnv1a64:{:016x}", fnv1a64_u64(bytes))
@@ -85,7 +90,10 @@ pub fn checked_traces(dir: &Path) -> Vec<serde_json::Value> {
             r["seconds"].as_f64().map(|s| s >= 0.0).unwrap_or(false),
             "seconds: {r}"
         );
-        if r["event"] != "process" {
+        if r["event"] == "exit" {
+            // The end of the process: the common fields alone.
+            assert!(r.get("call").is_none(), "exit: {r}");
+        } else if r["event"] != "process" {
             assert!(r["call"].is_string(), "call: {r}");
             assert!(r["result"].is_i64(), "result: {r}");
             assert!(r["result_name"].is_string(), "result_name: {r}");

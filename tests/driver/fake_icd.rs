@@ -329,7 +329,7 @@ fn icd2_tagged_objects_without_a_loader() {
     assert_eq!(one_event(recs, "binary_load")["result"], 0);
     assert_eq!(one_event(recs, "compile")["result"], 0);
     assert_eq!(one_event(recs, "link")["result"], 0);
-    for rec in recs.iter().filter(|r| r["event"] != "process") {
+    for rec in recs.iter().filter(|r| !is_process_record(r)) {
         check_fake_devices(rec, 2);
     }
 

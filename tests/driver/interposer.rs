@@ -320,6 +320,80 @@ fn failing_build_passes_code_and_log_through() {
     assert_eq!(b["kernels"], serde_json::json!([]));
 }
 
+/// A failed build is named by the kernels its source declares and its first error: in
+/// its record, in the exit summary (`1 build ... (1 failed: broken: ...)`, not a third
+/// unnamed build) and in the report (`broken (failed build)` with the error line, not
+/// `(unknown program)`).
+#[test]
+fn a_failed_build_is_named_with_its_error() {
+    let bin = build_c("build_fail", &[]);
+    let s = shimmed(&bin, &[], &[("CLSHIM_SUMMARY", "1")]);
+    s.assert_ok("build_fail with the shim");
+    let recs = s.records();
+    let b = one_event(&recs, "build");
+    assert_eq!(b["source_kernels"], serde_json::json!(["broken"]), "{b}");
+    let error = b["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("error") && error.contains("expected expression"),
+        "{b}"
+    );
+    assert!(
+        s.stderr().contains(" 1 build 0.")
+            && s.stderr()
+                .contains(" (1 failed: broken: CL_BUILD_PROGRAM_FAILURE), "),
+        "{}",
+        s.stderr()
+    );
+    let dir = s.traces.as_ref().unwrap();
+    let out = stdout(&report(&[dir.to_str().unwrap()]));
+    assert!(out.contains(" broken (failed build) "), "{out}");
+    let words = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        words.contains(" broken (failed build): CL_BUILD_PROGRAM_FAILURE: error")
+            && words.contains("expected expression"),
+        "{out}"
+    );
+    assert!(!out.contains("(unknown program)"), "{out}");
+}
+
+/// Where no binary query came (as with pyopencl 2024.2.3 and newer on pocl), the exit
+/// summary says that no policy had anything to act on and what clshim still measured,
+/// whatever the policy; and the trace file of a process with no MPI rank is named
+/// `clshim-<host>-p<pid>.jsonl`, without an empty rank part.
+#[test]
+fn no_binary_query_is_said_and_files_without_rank_have_none() {
+    let bin = build_c("build_fail", &[]);
+    for policy in ["pass", "substitute"] {
+        let s = shimmed(
+            &bin,
+            &[],
+            &[("CLSHIM_SUMMARY", "1"), ("CLSHIM_BINARIES", policy)],
+        );
+        s.assert_ok("build_fail with the shim");
+        assert!(
+            s.stderr().contains(&format!(
+                "; policy {policy}: no binary query, so no policy had anything to act on"
+            )) && s
+                .stderr()
+                .contains("clshim measured builds and first launches only"),
+            "{}",
+            s.stderr()
+        );
+        let dir = s.traces.as_ref().unwrap();
+        let names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        let pid = s.records()[0]["pid"].as_u64().unwrap();
+        assert_eq!(names.len(), 1);
+        assert!(
+            names[0].starts_with("clshim-") && names[0].ends_with(&format!("-p{pid}.jsonl")),
+            "{names:?}"
+        );
+        assert!(!names[0].contains("-r-"), "no empty rank part: {names:?}");
+    }
+}
+
 #[test]
 fn binary_roundtrip_recorded() {
     let bin = build_c("binary_roundtrip", &[]);

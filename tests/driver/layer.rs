@@ -272,7 +272,7 @@ fn clshim_run(
 fn signature(recs: &[Value]) -> Vec<String> {
     let mut v: Vec<String> = recs
         .iter()
-        .filter(|r| r["event"] != "process")
+        .filter(|r| !is_process_record(r))
         .map(|r| {
             format!(
                 "{} {} {} {} {}",

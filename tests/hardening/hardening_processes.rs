@@ -129,7 +129,7 @@ fn fork_on_pocl_child_builds_and_traces() {
 
 #[test]
 fn every_exit_path_keeps_every_completed_record() {
-    for (mode, summary) in [
+    for (mode, ended) in [
         ("normal", true),
         ("thread", true),
         ("_exit", false),
@@ -149,13 +149,47 @@ fn every_exit_path_keeps_every_completed_record() {
         let f = files(&dir);
         assert_eq!(f.len(), 1, "{mode}");
         let recs = &f[0].1;
-        assert_eq!(recs.len(), 1 + 2 + 4, "{mode}: header, 2 builds, 4 queries");
+        // The end of the process is recorded where exit handlers run, and only there.
+        assert_eq!(
+            recs.len(),
+            1 + 2 + 4 + usize::from(ended),
+            "{mode}: header, 2 builds, 4 queries (and the exit)"
+        );
+        assert_eq!(recs[0]["exit_recorded"], true);
+        assert_eq!(recs.last().unwrap()["event"] == "exit", ended, "{mode}");
         assert_eq!(
             stderr(&out).contains("clshim: pid"),
-            summary,
+            ended,
             "{mode}: summary only on exit paths that run exit handlers:\n{}",
             stderr(&out)
         );
+        // The report names a process that did not reach its end.
+        let o = report(&["--json", dir.to_str().unwrap()]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let unended = v["processes_without_end"].as_array().unwrap();
+        assert_eq!(unended.is_empty(), ended, "{mode}: {unended:?}");
+        let text = stdout(&report(&[dir.to_str().unwrap()]));
+        assert_eq!(
+            text.contains("note: 1 process has no end (killed, crashed, or gone through _exit"),
+            !ended,
+            "{mode}:\n{text}"
+        );
+        // The end is no slice of the timeline.
+        let timeline = dir.join("timeline.json.out");
+        let o = report(&[
+            "--chrome",
+            timeline.to_str().unwrap(),
+            dir.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let t: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&timeline).unwrap()).unwrap();
+        let slices = t["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X");
+        assert_eq!(slices.filter(|e| e["cat"] == "exit").count(), 0, "{mode}");
     }
 }
 

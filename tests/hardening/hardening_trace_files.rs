@@ -130,7 +130,12 @@ fn descriptor_closed_and_reused_by_the_application_gets_no_record() {
     // clshim reopened its own file and kept recording, silently.
     let f = files(&trace);
     assert_eq!(f.len(), 1);
-    assert_eq!(f[0].1.len(), 1 + 2 + 4, "{:#?}", f[0].1);
+    assert_eq!(
+        f[0].1.len(),
+        1 + 2 + 4 + 1,
+        "header, builds, queries, exit: {:#?}",
+        f[0].1
+    );
     assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
 }
 
@@ -168,7 +173,7 @@ fn same_pid_in_two_pid_namespaces_gets_two_files_and_two_instances() {
         std::fs::create_dir_all(&trace).unwrap();
         let script = format!(
             "printf '{{\"event\":\"process\",\"instance\":\"0000000000000000\"}}\\n' > \
-             {trace}/clshim-{host}-r--p$$.jsonl && exec {probe} exit normal 1",
+             {trace}/clshim-{host}-p$$.jsonl && exec {probe} exit normal 1",
             trace = trace.display(),
             host = hostname(),
             probe = probe.display()
@@ -203,7 +208,9 @@ fn same_pid_in_two_pid_namespaces_gets_two_files_and_two_instances() {
 
 /// Trace directory names are bytes: one with a non-UTF-8 byte and a trailing space is
 /// the directory clshim run creates and the library writes into, whichever way it is
-/// given. A newline in a CLSHIM_* value reaches stderr escaped, not as a line of its own.
+/// given. A newline in a CLSHIM_* value reaches stderr escaped, not as a line of its own,
+/// from `clshim run` (which refuses the value before the command starts) and from the
+/// library (which warns and goes on).
 #[test]
 fn trace_directory_names_are_kept_byte_for_byte() {
     use std::ffi::OsStr;
@@ -225,6 +232,8 @@ fn trace_directory_names_are_kept_byte_for_byte() {
             c.arg("run").env("CLSHIM_TRACE_DIR", &exact);
         },
     ];
+    let forged = "bogus\nclshim: forged line";
+    let escaped = r#"CLSHIM_BINARIES="bogus\nclshim: forged line""#;
     for (i, way) in ways.iter().enumerate() {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_clshim"));
         way(&mut cmd);
@@ -233,8 +242,7 @@ fn trace_directory_names_are_kept_byte_for_byte() {
             .arg("--")
             .arg(probe())
             .args(["exit", "normal", "1"])
-            .env("OCL_ICD_VENDORS", &fake.vendors)
-            .env("CLSHIM_BINARIES", "bogus\nclshim: forged line");
+            .env("OCL_ICD_VENDORS", &fake.vendors);
         let out = run(cmd, false);
         ok(&out, &format!("way {i}"));
         let entries: Vec<_> = std::fs::read_dir(&dir)
@@ -247,17 +255,35 @@ fn trace_directory_names_are_kept_byte_for_byte() {
             "way {i}: one directory, the one named"
         );
         assert_eq!(files(&exact).len(), 1, "way {i}: the trace file is in it");
-        let err = stderr(&out);
-        assert!(
-            !err.lines().any(|l| l.starts_with("clshim: forged")),
-            "way {i}: a value's newline made a line of its own:\n{err}"
-        );
-        assert!(
-            err.contains(r#"CLSHIM_BINARIES="bogus\nclshim: forged line""#),
-            "{err}"
-        );
         std::fs::remove_dir_all(&exact).unwrap();
     }
+    // clshim run: one line, the value escaped, the command not started.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_clshim"));
+    cmd.arg("run")
+        .arg("--lib")
+        .arg(shim_path())
+        .arg("--")
+        .arg(probe())
+        .args(["exit", "normal", "1"])
+        .env("CLSHIM_BINARIES", forged);
+    let out = run(cmd, false);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(escaped), "{err}");
+    // The library, preloaded without clshim run: a warning, the value escaped.
+    let mut cmd = shim_command(probe(), &exact);
+    cmd.args(["exit", "normal", "1"])
+        .env("OCL_ICD_VENDORS", &fake.vendors)
+        .env("CLSHIM_BINARIES", forged);
+    let out = cmd.output().expect("spawn probe");
+    ok(&out, "preloaded");
+    let err = stderr(&out);
+    assert!(
+        !err.lines().any(|l| l.starts_with("clshim: forged")),
+        "a value's newline made a line of its own:\n{err}"
+    );
+    assert!(err.contains(escaped), "{err}");
 }
 
 fn hostname() -> String {
@@ -284,7 +310,7 @@ fn trace_files_follow_no_symlink_and_are_owner_only() {
     // The shell plants a link under the exact name the probe's trace file will have (the
     // pid survives exec), then becomes the probe.
     let script = format!(
-        "ln -s {victim} {trace}/clshim-{host}-r--p$$.jsonl && exec {probe} exit normal 1",
+        "ln -s {victim} {trace}/clshim-{host}-p$$.jsonl && exec {probe} exit normal 1",
         victim = victim.display(),
         trace = trace.display(),
         host = hostname(),

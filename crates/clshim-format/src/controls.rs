@@ -1,7 +1,8 @@
 //! The one definition of every control: its environment variable, its `clshim run`
 //! option, the values it accepts, its default and its help text. The library's parser
-//! (`config`), the command's options and `clshim run --help`, and README's control table
-//! all come from [`ALL`], so what the command accepts is exactly what the library takes
+//! (`config`), the command's options, `clshim run --help` and docs/clshim-command.md's
+//! option table (the command's `help` renders both), and README's control table all come
+//! from [`ALL`], so what the command accepts is exactly what the library takes
 //! without a warning. Checking a value here never fails loudly: it says yes with the
 //! parsed value, or no, and the caller decides between a warning (library) and a usage
 //! error (command).
@@ -267,15 +268,6 @@ impl Control {
             Grammar::Size => "a size in bytes, e.g. 1073741824, 512M or 1G".to_string(),
         }
     }
-
-    /// The option as the help shows it: `--binaries POLICY`.
-    fn synopsis(&self) -> String {
-        if self.metavar.is_empty() {
-            self.option.to_string()
-        } else {
-            format!("{} {}", self.option, self.metavar)
-        }
-    }
 }
 
 /// `CLSHIM_NATIVE_STORE`'s default place, read through `get` (the environment):
@@ -327,22 +319,6 @@ fn valid_log_filter(s: &str) -> bool {
             Some((target, level)) => is_target(target.trim()) && is_level(level.trim()),
             None => is_level(d) || is_target(d),
         })
-}
-
-/// The `clshim run` option lines of every control the library reads, for `--help`:
-/// `  --binaries POLICY   CLSHIM_BINARIES: pass | suppress | substitute`.
-pub fn help_lines() -> String {
-    let mut out = String::new();
-    for c in ALL.iter().filter(|c| c.reader == Reader::Library) {
-        let line = |option: &str, text: &str| format!("  {option:<18}  {}{text}\n", c.var);
-        if c.grammar == Grammar::Switch {
-            out.push_str(&line(c.option, &format!("=1 ({})", c.help)));
-            out.push_str(&line(&c.option.replacen("--", "--no-", 1), "=0"));
-        } else {
-            out.push_str(&line(&c.synopsis(), &format!(": {}", c.help)));
-        }
-    }
-    out
 }
 
 /// README's control table, rendered from [`ALL`].

@@ -1,7 +1,8 @@
 //! What clshim's library and its `clshim` command agree on, defined once: `binary` (the
 //! clshim binary's envelope: magic, versions, sizes), `controls` (every environment
 //! variable, its `clshim run` option and the values it accepts), `schema` (the trace
-//! records: version, event names, the fields of every record), `hash` (the stable hash
+//! records: version, event names, the fields of every record), `ranks` (the MPI rank from
+//! the launchers' variables), `hash` (the stable hash
 //! behind source and link identities and clshim binaries' checksums) and `wall_union` (how
 //! overlapping first launches are counted). The library parses the controls and writes the
 //! records; the command sets the controls and reads the records back. A crate of its own,
@@ -11,5 +12,6 @@
 pub mod binary;
 pub mod controls;
 pub mod hash;
+pub mod ranks;
 pub mod schema;
 pub mod wall_union;

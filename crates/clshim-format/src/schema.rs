@@ -25,10 +25,13 @@ pub enum Event {
     BinaryQuery,
     BinaryLoad,
     FirstLaunch,
+    /// The process reached `exit()`: its end. A process killed, crashed, or gone through
+    /// `_exit` or `exec` writes none.
+    Exit,
 }
 
 impl Event {
-    const ALL: [Event; 7] = [
+    const ALL: [Event; 8] = [
         Event::Process,
         Event::Build,
         Event::Compile,
@@ -36,6 +39,7 @@ impl Event {
         Event::BinaryQuery,
         Event::BinaryLoad,
         Event::FirstLaunch,
+        Event::Exit,
     ];
 
     pub fn name(self) -> &'static str {
@@ -47,6 +51,7 @@ impl Event {
             Event::BinaryQuery => "binary_query",
             Event::BinaryLoad => "binary_load",
             Event::FirstLaunch => "first_launch",
+            Event::Exit => "exit",
         }
     }
 
@@ -101,6 +106,10 @@ pub struct Process<'a> {
     /// The cache directories in effect for the process and the filesystem each is on
     /// (absent in traces of clshim before it recorded them).
     pub caches: &'a [CacheDir],
+    /// Always true: this writer ends the file with an `exit` record when the process
+    /// exits (absent in traces of clshim before it did), so a file without one is a
+    /// process that did not reach `exit()`.
+    pub exit_recorded: bool,
 }
 
 /// A cache directory a process would use, as the `process` record describes it.
@@ -117,6 +126,10 @@ pub struct CacheDir {
     /// `lustre`, `gpfs`, `beegfs`, `tmpfs`, `ext4`, ..., or `0x<magic>` for another; null
     /// when it could not be told.
     pub fs: Option<String>,
+    /// Whether the directory existed when the record was written (absent, read as
+    /// unknown, in traces of clshim before it recorded it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exists: Option<bool>,
 }
 
 /// Filesystems shared between nodes over a network (`CacheDir::fs` names), where a cache
@@ -203,6 +216,13 @@ pub struct Build {
     /// With `CLSHIM_TRACE_SOURCES=1` only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kept: Option<Kept>,
+    /// A build or compile that failed: the kernel names its source text declares (the
+    /// implementation names none after a failure).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub source_kernels: Vec<String>,
+    /// A build or compile that failed: the first error line of its build log.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The options an application gave a build, and those clshim built with instead.
@@ -270,6 +290,11 @@ pub struct FirstLaunch {
     pub result: i32,
     pub result_name: &'static str,
 }
+
+/// The `exit` record's own fields: none (its `ts` is when the process exited; its
+/// `seconds` 0).
+#[derive(Debug, Serialize)]
+pub struct Exit {}
 
 /// A record the library writes after an intercepted call.
 #[derive(Debug, Serialize)]

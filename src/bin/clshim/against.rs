@@ -3,7 +3,9 @@
 //! only; served from a binary in NEW; for one built again, whether its text, options,
 //! device or driver changed (with the differing lines when both runs kept sources), or
 //! nothing did, and then which cache would have served it; the build time gained or lost
-//! per program, per rank and in all.
+//! per program, per rank and in all. Build time is what the report calls so: builds,
+//! compiles and links, and the binary queries of their programs (where `substitute` gains),
+//! with the two parts named in the totals.
 
 use crate::build_facts::{rank_name, Facts, Variant};
 use crate::variants::{changes_text, compare, difference_json, program_name, wrap, Difference};
@@ -20,6 +22,7 @@ pub const RANKS_SHOWN: usize = 8;
 struct Side {
     built: usize,
     served: usize,
+    /// Build time: builds and binary queries.
     seconds: f64,
     /// Variants built from source, with their builds.
     variants: BTreeMap<Variant, usize>,
@@ -29,7 +32,7 @@ fn sides(f: &Facts) -> BTreeMap<(Vec<String>, usize), Side> {
     let mut out: BTreeMap<(Vec<String>, usize), Side> = BTreeMap::new();
     for (v, t) in &f.variants {
         let s = out.entry((v.kernels.clone(), v.nth)).or_default();
-        s.seconds += t.seconds;
+        s.seconds += t.seconds + t.query_seconds;
         if v.served {
             s.served += t.builds;
         } else {
@@ -65,9 +68,13 @@ pub struct Row {
 
 pub struct Comparison {
     pub rows: Vec<Row>,
+    /// Per rank: build time in NEW and OLD.
     pub ranks: Vec<(String, f64, f64)>,
+    /// Build time (builds and binary queries), and its binary-query part, of each run.
     pub new_seconds: f64,
     pub old_seconds: f64,
+    pub new_query_seconds: f64,
+    pub old_query_seconds: f64,
 }
 
 fn pocl_dirs(f: &Facts) -> BTreeSet<String> {
@@ -178,19 +185,22 @@ pub fn compare_runs(new: &Facts, new_dir: &Path, old: &Facts, old_dir: &Path) ->
             .then_with(|| (&a.kernels, a.nth).cmp(&(&b.kernels, b.nth)))
     });
     let mut ranks: BTreeMap<String, (f64, f64)> = BTreeMap::new();
-    for (k, s) in &new.rank_seconds {
+    for (k, s) in new.rank_seconds.iter().chain(&new.rank_query_seconds) {
         ranks.entry(rank_name(k)).or_default().0 += s;
     }
-    for (k, s) in &old.rank_seconds {
+    for (k, s) in old.rank_seconds.iter().chain(&old.rank_query_seconds) {
         ranks.entry(rank_name(k)).or_default().1 += s;
     }
     let mut ranks: Vec<(String, f64, f64)> =
         ranks.into_iter().map(|(k, (n, o))| (k, n, o)).collect();
     ranks.sort_by(|a, b| (b.1 - b.2).abs().total_cmp(&(a.1 - a.2).abs()));
+    let queries = |f: &Facts| f.rank_query_seconds.values().sum::<f64>();
     Comparison {
         rows,
-        new_seconds: new.rank_seconds.values().sum(),
-        old_seconds: old.rank_seconds.values().sum(),
+        new_seconds: new.rank_seconds.values().sum::<f64>() + queries(new),
+        old_seconds: old.rank_seconds.values().sum::<f64>() + queries(old),
+        new_query_seconds: queries(new),
+        old_query_seconds: queries(old),
         ranks,
     }
 }
@@ -208,11 +218,17 @@ impl Comparison {
     pub fn text(&self, new_dir: &str, old_dir: &str) -> String {
         let mut o = String::new();
         let _ = writeln!(o, "clshim report {new_dir} --against {old_dir}");
+        let part = |all: f64, queries: f64| {
+            format!(
+                "{all:.2} s (builds {:.2}, binary queries {queries:.2})",
+                all - queries
+            )
+        };
         let _ = writeln!(
             o,
-            "build time: NEW {:.2} s, OLD {:.2} s: {}",
-            self.new_seconds,
-            self.old_seconds,
+            "build time: NEW {}, OLD {}: {}",
+            part(self.new_seconds, self.new_query_seconds),
+            part(self.old_seconds, self.old_query_seconds),
             gained(self.new_seconds, self.old_seconds)
         );
         let count = |s: &str| self.rows.iter().filter(|r| r.status == s).count();
@@ -242,7 +258,7 @@ impl Comparison {
             if r.status == "built again" {
                 wrap(&mut o, &r.words, "       ");
                 if let Some(d) = &r.difference {
-                    changes_text(&mut o, &d.changes, "       ");
+                    changes_text(&mut o, &d.changes, d.changes_total, "       ");
                 }
             }
         }
@@ -272,8 +288,11 @@ impl Comparison {
             "clshim_report_against": 1,
             "new": new_dir,
             "old": old_dir,
-            "new_build_seconds": self.new_seconds,
-            "old_build_seconds": self.old_seconds,
+            "build_time": "builds, compiles and links, and the binary queries of their programs",
+            "new_build_time_seconds": self.new_seconds,
+            "old_build_time_seconds": self.old_seconds,
+            "new_binary_query_seconds": self.new_query_seconds,
+            "old_binary_query_seconds": self.old_query_seconds,
             "programs": self.rows.iter().map(|r| json!({
                 "kernels": r.kernels,
                 "nth": r.nth,
@@ -282,14 +301,14 @@ impl Comparison {
                 "difference": r.difference.as_ref().map(difference_json),
                 "old_source_hash": r.hashes.as_ref().map(|h| h.0.clone()),
                 "new_source_hash": r.hashes.as_ref().map(|h| h.1.clone()),
-                "new_build_seconds": r.new_seconds,
-                "old_build_seconds": r.old_seconds,
+                "new_build_time_seconds": r.new_seconds,
+                "old_build_time_seconds": r.old_seconds,
                 "new_builds": r.new_builds,
                 "new_served_from_binary": r.new_served,
                 "old_builds": r.old_builds,
             })).collect::<Vec<_>>(),
             "ranks": self.ranks.iter().map(|(k, n, o)| json!({
-                "rank": k, "new_build_seconds": n, "old_build_seconds": o,
+                "rank": k, "new_build_time_seconds": n, "old_build_time_seconds": o,
             })).collect::<Vec<_>>(),
         })
     }

@@ -7,7 +7,10 @@
 //! header and body equal to the trailer. A file that merely contains those eight bytes (the
 //! library itself, a document about clshim, random data) is told apart from one holding a
 //! real clshim binary. The body's recipe is not decoded: a checksummed envelope with clshim's
-//! magic is clshim's own, whatever device or recipe it names.
+//! magic is clshim's own, whatever device or recipe it names. It also tells an application
+//! cache entry that wraps one binary in a layout it knows ([`Framing`]) from other data
+//! that merely holds clshim binaries (an archive or a backup of a cache, a core dump, a
+//! log), which `unsubstitute` lists but never removes.
 
 use crate::hash::Fnv1a;
 use std::fs::File;
@@ -34,12 +37,65 @@ pub enum Found {
     Nothing,
     /// The whole file is one valid clshim binary.
     Is,
-    /// One or more valid clshim binaries, with other bytes around them: the application's
-    /// own wrapping (a length prefix, a header, several binaries in one file).
-    Contains { binaries: usize },
+    /// One or more valid clshim binaries, with other bytes around them: a cache entry in
+    /// a layout `framing` names, or (None) other data that holds them.
+    Contains {
+        binaries: usize,
+        framing: Option<Framing>,
+    },
     /// The magic occurs, but no valid clshim binary starts there; `why` is the first place's
     /// reason.
     MagicOnly { places: usize, why: String },
+}
+
+/// A cache entry's layout around the one clshim binary it holds, the whole file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// At most 56 bytes of the application's own (a magic, a version), then the binary's
+    /// length as a little-endian u64, then the binary: Boost.Compute's `kernel` files
+    /// (the length alone), and the like.
+    LengthPrefixed,
+    /// clFFT's cache entry: `CLB\0`, the file's, the header's (40), the binary's and the
+    /// signature's sizes as u64, the binary, then the signature.
+    ClFft,
+}
+
+impl Framing {
+    pub fn words(self) -> &'static str {
+        match self {
+            Framing::LengthPrefixed => "a cache entry: its length, then the binary",
+            Framing::ClFft => "clFFT's cache entry: a header, the binary, its signature",
+        }
+    }
+}
+
+/// The bytes before a length-prefixed binary, length included, at most.
+const MAX_PREFIX: u64 = 64;
+/// clFFT's header: magic (4 bytes and 4 of padding), then four u64 sizes.
+const CLFFT_HEADER: u64 = 40;
+
+/// Which layout frames the one valid binary at `start..end` of a file of `size` bytes.
+fn framing(file: &File, size: u64, start: u64, end: u64) -> io::Result<Option<Framing>> {
+    let mut head = [0u8; CLFFT_HEADER as usize];
+    let n = read_full_at(file, &mut head[..(start.min(CLFFT_HEADER)) as usize], 0)?;
+    let u64_at = |at: usize| u64::from_le_bytes(head[at..at + 8].try_into().unwrap());
+    if start == CLFFT_HEADER
+        && n == head.len()
+        && &head[..4] == b"CLB\0"
+        && u64_at(8) == size
+        && u64_at(16) == CLFFT_HEADER
+        && u64_at(24) == end - start
+        && u64_at(32) == size - end
+    {
+        return Ok(Some(Framing::ClFft));
+    }
+    if end == size && (8..=MAX_PREFIX).contains(&start) {
+        let mut len = [0u8; 8];
+        if read_full_at(file, &mut len, start - 8)? == 8 && u64::from_le_bytes(len) == end - start {
+            return Ok(Some(Framing::LengthPrefixed));
+        }
+    }
+    Ok(None)
 }
 
 /// Scans `file`, `size` bytes long (from `fstat`: bytes appended later are not read).
@@ -93,8 +149,13 @@ pub fn scan(file: &File, size: u64) -> io::Result<Found> {
             }),
         },
         [(0, end)] if *end == size && invalid == 0 => Found::Is,
+        [(start, end)] if invalid == 0 => Found::Contains {
+            binaries: 1,
+            framing: framing(file, size, *start, *end)?,
+        },
         _ => Found::Contains {
             binaries: valid.len(),
+            framing: None,
         },
     })
 }
@@ -187,6 +248,20 @@ mod tests {
         out
     }
 
+    fn framed(f: Framing) -> Found {
+        Found::Contains {
+            binaries: 1,
+            framing: Some(f),
+        }
+    }
+
+    fn other(binaries: usize) -> Found {
+        Found::Contains {
+            binaries,
+            framing: None,
+        }
+    }
+
     fn scan_bytes(bytes: &[u8]) -> Found {
         let mut f = tempfile();
         f.write_all(bytes).unwrap();
@@ -214,14 +289,35 @@ mod tests {
         let b = binary(b"kernel void k(global int *a) { a[0] = 1; }");
         assert_eq!(scan_bytes(&b), Found::Is);
         assert_eq!(scan_bytes(b"plain text"), Found::Nothing);
-        // Wrapped: a length prefix, as Boost.Compute writes its offline cache.
+        // Wrapped: a length prefix, as Boost.Compute writes its offline cache; after an
+        // application's magic too.
         let mut w = (b.len() as u64).to_le_bytes().to_vec();
         w.extend_from_slice(&b);
-        assert_eq!(scan_bytes(&w), Found::Contains { binaries: 1 });
-        // Trailing bytes after the binary also make it wrapped.
+        assert_eq!(scan_bytes(&w), framed(Framing::LengthPrefixed));
+        let mut m = b"STRICT01".to_vec();
+        m.extend_from_slice(&w);
+        assert_eq!(scan_bytes(&m), framed(Framing::LengthPrefixed));
+        // clFFT's header, the binary, a signature.
+        let sig = b"\x01\0\0\0sig";
+        let mut c = b"CLB\0\0\0\0\0".to_vec();
+        for n in [40 + b.len() + sig.len(), 40, b.len(), sig.len()] {
+            c.extend_from_slice(&(n as u64).to_le_bytes());
+        }
+        c.extend_from_slice(&b);
+        c.extend_from_slice(sig);
+        assert_eq!(scan_bytes(&c), framed(Framing::ClFft));
+        // Other data around a binary: bytes after it, a length that is not its own, a
+        // header too long for a prefix (an archive's).
         let mut t = b.clone();
         t.push(b'\n');
-        assert_eq!(scan_bytes(&t), Found::Contains { binaries: 1 });
+        assert_eq!(scan_bytes(&t), other(1));
+        let mut l = ((b.len() + 1) as u64).to_le_bytes().to_vec();
+        l.extend_from_slice(&b);
+        assert_eq!(scan_bytes(&l), other(1));
+        let mut tar = vec![0u8; 504];
+        tar.extend_from_slice(&(b.len() as u64).to_le_bytes());
+        tar.extend_from_slice(&b);
+        assert_eq!(scan_bytes(&tar), other(1));
         // The magic alone, a broken checksum, a length past the end.
         assert!(matches!(
             scan_bytes(b"xxCLSHIMB\0yy"),
@@ -239,7 +335,7 @@ mod tests {
         // A valid binary beside a lookalike is wrapped, not whole.
         let mut both = b.clone();
         both.extend_from_slice(b"CLSHIMB\0");
-        assert_eq!(scan_bytes(&both), Found::Contains { binaries: 1 });
+        assert_eq!(scan_bytes(&both), other(1));
     }
 
     #[test]
@@ -250,7 +346,7 @@ mod tests {
         for pad in [CHUNK - 3, CHUNK - 8, CHUNK - 1, CHUNK] {
             let mut w = vec![0u8; pad];
             w.extend_from_slice(&b);
-            assert_eq!(scan_bytes(&w), Found::Contains { binaries: 1 }, "pad {pad}");
+            assert_eq!(scan_bytes(&w), other(1), "pad {pad}");
         }
     }
 

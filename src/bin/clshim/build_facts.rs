@@ -37,16 +37,23 @@ pub struct Variant {
 pub struct Tally {
     pub builds: usize,
     pub seconds: f64,
+    /// Binary-query seconds of the programs built so: with `seconds`, the report's build
+    /// time.
+    pub query_seconds: f64,
     pub ranks: BTreeSet<RankKey>,
 }
 
-/// One process's caches, as its `process` record lists them.
+/// One process's caches, as its `process` record lists them, and which of them its
+/// records show in use.
 #[derive(Clone, Debug)]
 pub struct ProcessCaches {
     pub host: String,
     pub rank: RankKey,
     pub python: bool,
     pub caches: Vec<CacheDir>,
+    /// `pocl` when it built on a pocl device, `pyopencl` when it asked for program
+    /// binaries or loaded one (a binary cache at work), `cuda` when an NVIDIA device built.
+    pub used: BTreeSet<&'static str>,
 }
 
 /// Everything gathered, merged over files.
@@ -55,6 +62,8 @@ pub struct Facts {
     pub variants: HashMap<Variant, Tally>,
     /// Build seconds per rank (builds, compiles and links).
     pub rank_seconds: BTreeMap<RankKey, f64>,
+    /// Binary-query seconds per rank.
+    pub rank_query_seconds: BTreeMap<RankKey, f64>,
     /// Kernel-name sets whose binary the application asked for (`CL_PROGRAM_BINARIES`):
     /// programs it keeps in a binary cache of its own.
     pub queried: BTreeSet<Vec<String>>,
@@ -75,13 +84,17 @@ pub struct FileFacts {
     writers: Vec<(Option<i64>, u64, Option<String>)>,
     /// Fingerprint of (writer, variant) -> entry.
     index: HashMap<u64, usize>,
-    entries: Vec<(usize, Variant, usize, f64)>,
+    /// (writer, variant, builds, build seconds, binary-query seconds).
+    entries: Vec<(usize, Variant, usize, f64, f64)>,
     seconds: Vec<f64>,
+    query_seconds: Vec<f64>,
     by_id: HashMap<(usize, Id), usize>,
     /// (writer, kernel names, served) -> the distinct texts seen under them, in order.
     texts: HashMap<(usize, u64, bool), Vec<u64>>,
     queried: BTreeSet<usize>,
     nvidia: bool,
+    /// The caches its records show in use (`ProcessCaches::used`).
+    used: BTreeSet<&'static str>,
 }
 
 fn fnv(h: &mut u64, bytes: &[u8]) {
@@ -103,6 +116,7 @@ impl FileFacts {
         }
         self.writers.push((r.rank, r.pid, inst.map(str::to_string)));
         self.seconds.push(0.0);
+        self.query_seconds.push(0.0);
         self.writers.len() - 1
     }
 
@@ -119,12 +133,24 @@ impl FileFacts {
                     r.caches.clone().unwrap_or_default(),
                 ));
             }
-            Event::BinaryQuery
-                if r.param.as_deref() == Some("CL_PROGRAM_BINARIES") && !r.failed() =>
-            {
+            Event::BinaryLoad => {
+                self.used.insert("pyopencl");
+            }
+            Event::BinaryQuery => {
                 let w = self.writer(r);
-                if let Some(&e) = r.program.clone().and_then(|p| self.by_id.get(&(w, p))) {
-                    self.queried.insert(e);
+                self.query_seconds[w] += r.seconds;
+                let e = r
+                    .program
+                    .clone()
+                    .and_then(|p| self.by_id.get(&(w, p)).copied());
+                if let Some(e) = e {
+                    self.entries[e].4 += r.seconds;
+                }
+                if r.param.as_deref() == Some("CL_PROGRAM_BINARIES") && !r.failed() {
+                    self.used.insert("pyopencl");
+                    if let Some(e) = e {
+                        self.queried.insert(e);
+                    }
                 }
             }
             Event::Build | Event::Compile | Event::Link => self.add_build(r),
@@ -135,6 +161,14 @@ impl FileFacts {
     fn add_build(&mut self, r: &Record) {
         let w = self.writer(r);
         self.seconds[w] += r.seconds;
+        for d in r.devices() {
+            if d.platform.as_deref() == Some(crate::traces::POCL_PLATFORM) {
+                self.used.insert("pocl");
+            }
+            if d.platform.as_deref().is_some_and(|p| p.contains("NVIDIA")) {
+                self.used.insert("cuda");
+            }
+        }
         if r.failed() || r.kernels().is_empty() {
             return;
         }
@@ -201,7 +235,7 @@ impl FileFacts {
                     served,
                     nth,
                 };
-                self.entries.push((w, v, 0, 0.0));
+                self.entries.push((w, v, 0, 0.0, 0.0));
                 self.index.insert(h, self.entries.len() - 1);
                 self.entries.len() - 1
             }
@@ -232,18 +266,21 @@ impl Facts {
                 rank: key(*rank, *pid, instance),
                 python: *python,
                 caches: caches.clone(),
+                used: f.used.clone(),
             });
         }
         for (w, s) in f.seconds.iter().enumerate() {
             *self.rank_seconds.entry(keys[w].clone()).or_default() += s;
+            *self.rank_query_seconds.entry(keys[w].clone()).or_default() += f.query_seconds[w];
         }
         for &e in &f.queried {
             self.queried.insert(f.entries[e].1.kernels.clone());
         }
-        for (w, v, builds, seconds) in f.entries {
+        for (w, v, builds, seconds, query_seconds) in f.entries {
             let t = self.variants.entry(v).or_default();
             t.builds += builds;
             t.seconds += seconds;
+            t.query_seconds += query_seconds;
             t.ranks.insert(keys[w].clone());
         }
         self.nvidia |= f.nvidia;
@@ -254,10 +291,14 @@ impl Facts {
             let mine = self.variants.entry(v).or_default();
             mine.builds += t.builds;
             mine.seconds += t.seconds;
+            mine.query_seconds += t.query_seconds;
             mine.ranks.extend(t.ranks);
         }
         for (k, s) in o.rank_seconds {
             *self.rank_seconds.entry(k).or_default() += s;
+        }
+        for (k, s) in o.rank_query_seconds {
+            *self.rank_query_seconds.entry(k).or_default() += s;
         }
         self.queried.extend(o.queried);
         self.processes.extend(o.processes);

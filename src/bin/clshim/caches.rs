@@ -2,8 +2,10 @@
 //! `process` record) and two flags a large run needs: ranks on one host sharing a cache
 //! directory (they wait on each other's locks, and pyopencl's lock times out under many
 //! ranks), and caches on a network filesystem (slow to reach from every node, and often
-//! cleared between jobs), with what large runs do about it. pyopencl's cache counts only
-//! for Python processes, CUDA's only where an NVIDIA device built something.
+//! cleared between jobs), with advice scaled to the case and its trade-off. A cache is
+//! flagged only where it exists or the records show it in use (pocl's where a pocl device
+//! built, pyopencl's where binaries were asked for or loaded in a Python process, CUDA's
+//! where an NVIDIA device built): current pyopencl on pocl never makes its cache.
 
 use crate::build_facts::{rank_list, Facts};
 use crate::report::RankKey;
@@ -12,10 +14,43 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
-/// What large runs do, said once under the flags.
-pub const ADVICE: &str = "Large runs give each rank its own POCL_CACHE_DIR and XDG_CACHE_HOME \
-     (e.g. .../pocl-$RANK, .../xdg-$RANK) on node-local storage, and keep them between runs (per-rank \
-     directories on the shared filesystem survive a job; mirgecom's guide to large systems does both).";
+/// Ranks of one host sharing a cache from which per-rank caches pay off: pyopencl's lock
+/// times out, and writers queue, with many ranks at once.
+pub const MANY_RANKS: usize = 8;
+
+/// What to do about the flags, said once under them, scaled to the case: a network
+/// filesystem, many ranks sharing a directory on one host, or a few.
+pub fn advice(flags: &[Flag]) -> Option<&'static str> {
+    if flags.is_empty() {
+        return None;
+    }
+    let network = flags.iter().any(|f| f.kind == "network");
+    let most_shared = flags
+        .iter()
+        .filter(|f| f.kind == "shared")
+        .map(|f| f.ranks.len())
+        .max()
+        .unwrap_or(0);
+    Some(if network || most_shared >= MANY_RANKS {
+        ADVICE_LARGE
+    } else {
+        ADVICE_FEW
+    })
+}
+
+/// Many ranks per host, or a network filesystem.
+pub const ADVICE_LARGE: &str = "Large runs give each rank its own POCL_CACHE_DIR and \
+     XDG_CACHE_HOME (e.g. .../pocl-$RANK, .../xdg-$RANK) on node-local storage, and keep them \
+     between runs (per-rank directories on the shared filesystem survive a job; mirgecom's \
+     guide to large systems does both). The trade-off: each rank then compiles every program \
+     itself, and none reuses another's build.";
+
+/// A few ranks sharing a directory on local storage.
+pub const ADVICE_FEW: &str = "With a few ranks per host a shared cache costs little: ranks \
+     wait on each other only while one writes, and reuse each other's builds of the same \
+     sources (compile once). Per-rank directories (POCL_CACHE_DIR, XDG_CACHE_HOME) pay off \
+     with many ranks per host, where pyopencl's lock times out; then each rank compiles \
+     every program itself.";
 
 #[derive(Debug)]
 pub struct Flag {
@@ -40,7 +75,8 @@ impl Flag {
         };
         match self.kind {
             "shared" => format!(
-                "{whose} {} ({fs}) is shared by {} on host {}: they wait on each other",
+                "{whose} {} ({fs}) is shared by {} on host {}: they reuse each other's builds \
+                 and wait while one writes",
                 self.path,
                 rank_list(&self.ranks),
                 self.host.as_deref().unwrap_or("?")
@@ -57,12 +93,18 @@ impl Flag {
 /// A directory's filesystem and the ranks that would use it.
 type Seen = (Option<String>, BTreeSet<RankKey>);
 
-fn relevant(cache: &str, python: bool, nvidia: bool) -> bool {
-    match cache {
-        "pyopencl" => python,
+/// Whether a process's cache is worth a flag: its application's, and existing or used.
+fn relevant(
+    p: &crate::build_facts::ProcessCaches,
+    c: &crate::schema::CacheDir,
+    nvidia: bool,
+) -> bool {
+    let whose = match c.cache.as_str() {
+        "pyopencl" => p.python,
         "cuda" => nvidia,
         _ => true,
-    }
+    };
+    whose && (c.exists == Some(true) || p.used.contains(c.cache.as_str()))
 }
 
 pub fn flags(facts: &Facts) -> Vec<Flag> {
@@ -70,7 +112,7 @@ pub fn flags(facts: &Facts) -> Vec<Flag> {
     let mut network: BTreeMap<(String, String), Seen> = BTreeMap::new();
     for p in &facts.processes {
         for c in &p.caches {
-            if !relevant(&c.cache, p.python, facts.nvidia) || c.path.ends_with("/uncached") {
+            if !relevant(p, c, facts.nvidia) || c.path.ends_with("/uncached") {
                 continue;
             }
             let e = shared
@@ -130,14 +172,16 @@ pub fn text(flags: &[Flag]) -> String {
             flags.len() - FLAGS_SHOWN
         );
     }
-    crate::variants::wrap(&mut o, ADVICE, "  ");
+    if let Some(a) = advice(flags) {
+        crate::variants::wrap(&mut o, a, "  ");
+    }
     o
 }
 
 pub fn json(facts: &Facts, flags: &[Flag]) -> Value {
     let mut dirs: BTreeMap<(String, String), Seen> = BTreeMap::new();
     for p in &facts.processes {
-        for c in &p.caches {
+        for c in p.caches.iter().filter(|c| relevant(p, c, facts.nvidia)) {
             dirs.entry((c.cache.clone(), c.path.clone()))
                 .or_insert_with(|| (c.fs.clone(), BTreeSet::new()))
                 .1
@@ -154,6 +198,6 @@ pub fn json(facts: &Facts, flags: &[Flag]) -> Value {
             "kind": f.kind, "cache": f.cache, "path": f.path, "fs": f.fs, "host": f.host,
             "ranks": rank_list(&f.ranks), "text": f.text(),
         })).collect::<Vec<_>>(),
-        "advice": (!flags.is_empty()).then_some(ADVICE),
+        "advice": advice(flags),
     })
 }

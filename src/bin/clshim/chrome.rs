@@ -166,7 +166,8 @@ fn file_events(
         file,
         info.identity.len,
         |_, r| {
-            if r.event == Event::Process {
+            // Whole-process records: the rows and their names, not slices.
+            if matches!(r.event, Event::Process | Event::Exit) {
                 return;
             }
             let li = locals.index(&r);

@@ -1,77 +1,18 @@
 //! Command-line parsing for the `clshim` command, by hand (no parser crate). This module
 //! owns the grammar of `clshim run [options] -- COMMAND [ARGS…]` and
 //! `clshim report [--json] [--wide] [--by-source] [--chrome FILE] [--against OLD] DIR`,
-//! `clshim unsubstitute [--remove] [--cross-filesystems] DIR...` and the help text. The
-//! values of the options that set `CLSHIM_*` variables are checked by the grammar
-//! `controls` defines, the one the library reads them with, and their help lines
-//! come from there too; a refused value is a one-line usage error, exit status 2. It turns the arguments into plain
-//! structures ([`RunOpts`], [`ReportOpts`], [`UnsubstituteOpts`]) and never touches the environment or files.
+//! `clshim unsubstitute [--remove] [--cross-filesystems] DIR...`; the help pages and the
+//! names a mistyped option is matched against are `help`'s. The values of the options
+//! that set `CLSHIM_*` variables are checked by the grammar `controls` defines, the one
+//! the library reads them with; a refused value or an unknown option (with the nearest
+//! known one) is a one-line usage error, exit status 2. It turns the arguments into plain
+//! structures ([`RunOpts`], [`ReportOpts`], [`UnsubstituteOpts`]) and never touches the
+//! environment or files.
 
 use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 
 use crate::controls::{self, Control, Grammar};
-
-/// The help text: [`USAGE_HEAD`], the controls' option lines, [`USAGE_TAIL`].
-pub fn usage_text() -> String {
-    format!("{USAGE_HEAD}{}{USAGE_TAIL}", controls::help_lines())
-}
-
-const USAGE_HEAD: &str = "\
-usage: clshim run [options] [--] COMMAND [ARGS...]
-       clshim warm [--store DIR] [--jobs N] [--lib PATH]
-       clshim report [--json] [--wide] [--by-source] [--chrome FILE] [--against OLD] DIR
-       clshim unsubstitute [--remove] [--cross-filesystems] DIR...
-       clshim --help | --version
-
-clshim run: run COMMAND with libclshim.so interposed (preloaded with LD_PRELOAD and
-named in OPENCL_LAYERS, unless --mode says otherwise), then replace clshim by COMMAND.
-Each option sets the CLSHIM_* variable named beside it; a variable you already set is
-kept unless you give the option.
-";
-
-const USAGE_TAIL: &str =
-    "  --lib PATH          the library to interpose (default: $CLSHIM_LIB, else libclshim.so
-                      beside the clshim executable, else in ../lib/ from it)
-  --mode MODE         how the library gets in front of OpenCL: both (default: preload
-                      and loader layer; each call is recorded once) | preload
-                      (LD_PRELOAD only) | layer (OPENCL_LAYERS only)
-  --layer             the same as --mode layer
-  --warm              run COMMAND as a child (not in clshim's place), wait for it, run
-                      the warm step below, then exit with COMMAND's status
-
-clshim warm: make the driver's own binaries that `substitute` asked for (requests in the
-native store), at idle priority, in this process, so that the next loads of those clshim
-binaries take them instead of building again; then keep the store under
-$CLSHIM_NATIVE_STORE_MAX, least recently used out. Ranks may run it at once.
-  --store DIR         the native store (default: $CLSHIM_NATIVE_STORE, else
-                      $XDG_CACHE_HOME/clshim/native, else ~/.cache/clshim/native)
-  --jobs N            N processes share the requests (default 1)
-  --lib PATH          as for run
-
-clshim report: summarise every trace file (*.jsonl) in DIR: per program and per rank
-build and binary-query seconds. Exit status 0 when every record was read, 1 when
-something was skipped (reported on stderr as FILE:LINE: reason), 2 on usage errors.
-  --json              print the aggregates as one JSON document instead of a table
-  --wide              the full table (min / median / max across ranks, whole names),
-                      not fitted to 120 columns
-  --by-source         one program row per source hash, not per set of kernel names
-  --chrome FILE       also write a Chrome trace-event timeline (Perfetto, chrome://tracing)
-  --against OLD       instead, compare DIR with OLD, an earlier run's trace directory:
-                      per program what changed, which cache missed, time gained or lost
-The report says why programs built on every rank (the variants of each and what differs
-between them; with `clshim run --sources` the differing lines) and flags shared or
-network cache directories.
-
-clshim unsubstitute: the way back from --binaries substitute. List every file under each
-DIR (an application's binary cache) that is a clshim binary ('is') or holds one in the
-application's own format ('contains'); never follows symbolic links, opens only regular
-files, stays on each DIR's filesystem. Exit status 0 when some were found (and, with
---remove, all removed), 1 when none were found, 2 when a DIR cannot be walked, 3 when
-some could not be removed.
-  --remove            remove the files listed (a pyopencl cache entry goes whole)
-  --cross-filesystems also enter directories on other filesystems under DIR
-";
 
 /// A command-line problem: printed as one line after `clshim: `, exit status 2.
 #[derive(Debug)]
@@ -93,10 +34,28 @@ pub enum Command {
     Warm(WarmOpts),
     Report(ReportOpts),
     Unsubstitute(UnsubstituteOpts),
-    Help,
+    /// `--help`: the overview (None) or one command's page.
+    Help(Option<&'static str>),
+    /// No arguments at all: the overview, as a usage error.
+    Overview,
     Version,
     /// Hidden: README's control table, rendered from `controls`.
     ControlsTable,
+    /// Hidden: docs/clshim-command.md's run options table, rendered by `help`.
+    OptionsTable,
+}
+
+/// An unknown option of `command`, with the nearest known one.
+fn unknown_option<T>(command: &'static str, given: &str) -> Result<T, UsageError> {
+    let names = crate::help::option_names(command);
+    let flag = given.split('=').next().unwrap_or(given);
+    let hint = match crate::help::did_you_mean(flag, names.iter().map(String::as_str)) {
+        Some(near) => format!("did you mean {near}? "),
+        None => String::new(),
+    };
+    usage(format!(
+        "{command}: unknown option '{given}' ({hint}try 'clshim {command} --help')"
+    ))
 }
 
 /// `clshim run`: every `Option` is `None` when the option was not given, so the
@@ -175,21 +134,40 @@ pub const MODES: &[&str] = &["both", "preload", "layer"];
 pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
     let mut it = args.into_iter();
     let Some(sub) = it.next() else {
-        return usage("no subcommand given (try 'clshim --help')");
+        return Ok(Command::Overview);
     };
     match sub.to_str() {
         Some("run") => parse_run(it.collect()),
         Some("warm") => parse_warm(it.collect()),
         Some("report") => parse_report(it.collect()),
         Some("unsubstitute") => parse_unsubstitute(it.collect()),
-        Some("-h" | "--help" | "help") => Ok(Command::Help),
+        Some("-h" | "--help") => Ok(Command::Help(None)),
+        Some("help") => match it.next() {
+            None => Ok(Command::Help(None)),
+            Some(c) => {
+                let c = c.to_string_lossy();
+                match crate::help::command_names().find(|n| *n == c) {
+                    Some(name) => Ok(Command::Help(Some(name))),
+                    None => unknown_command(&c),
+                }
+            }
+        },
         Some("-V" | "--version") => Ok(Command::Version),
         Some("--controls-table") => Ok(Command::ControlsTable),
-        _ => usage(format!(
-            "unknown subcommand '{}' (expected 'run', 'warm', 'report' or 'unsubstitute')",
-            sub.to_string_lossy()
-        )),
+        Some("--options-table") => Ok(Command::OptionsTable),
+        _ => unknown_command(&sub.to_string_lossy()),
     }
+}
+
+fn unknown_command<T>(given: &str) -> Result<T, UsageError> {
+    let hint = match crate::help::did_you_mean(given, crate::help::command_names()) {
+        Some(near) => format!("did you mean '{near}'? "),
+        None => String::new(),
+    };
+    usage(format!(
+        "unknown subcommand '{given}' ({hint}expected 'run', 'warm', 'report' or \
+         'unsubstitute'; try 'clshim --help')"
+    ))
 }
 
 /// Splits `--name=value` into (`--name`, Some(value)); anything else is (arg, None).
@@ -344,8 +322,8 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
             "--no-sources" => o.sources = Some(false),
             "--layer" => o.mode = Mode::Layer,
             "--warm" => o.warm = true,
-            "-h" | "--help" => return Ok(Command::Help),
-            _ => return usage(format!("run: unknown option '{s}' (try 'clshim --help')")),
+            "-h" | "--help" => return Ok(Command::Help(Some("run"))),
+            _ => return unknown_option("run", &s),
         }
     }
     o.command.extend(it);
@@ -387,10 +365,11 @@ fn parse_warm(args: Vec<OsString>) -> Result<Command, UsageError> {
                     _ => return usage(format!("--jobs: '{v}' is not a number from 1 to 256")),
                 };
             }
-            "-h" | "--help" => return Ok(Command::Help),
+            "-h" | "--help" => return Ok(Command::Help(Some("warm"))),
+            _ if s.starts_with('-') => return unknown_option("warm", &s),
             _ => {
                 return usage(format!(
-                    "warm: unexpected argument '{s}' (try 'clshim --help')"
+                    "warm: unexpected argument '{s}' (try 'clshim warm --help')"
                 ))
             }
         }
@@ -429,12 +408,8 @@ fn parse_report(args: Vec<OsString>) -> Result<Command, UsageError> {
                     }
                     o.against = Some(v.into());
                 }
-                "-h" | "--help" => return Ok(Command::Help),
-                _ => {
-                    return usage(format!(
-                        "report: unknown option '{s}' (try 'clshim --help')"
-                    ))
-                }
+                "-h" | "--help" => return Ok(Command::Help(Some("report"))),
+                _ => return unknown_option("report", &s),
             }
             continue;
         }
@@ -468,12 +443,8 @@ fn parse_unsubstitute(args: Vec<OsString>) -> Result<Command, UsageError> {
             match &*s {
                 "--remove" => o.remove = true,
                 "--cross-filesystems" => o.cross_filesystems = true,
-                "-h" | "--help" => return Ok(Command::Help),
-                _ => {
-                    return usage(format!(
-                        "unsubstitute: unknown option '{s}' (try 'clshim --help')"
-                    ))
-                }
+                "-h" | "--help" => return Ok(Command::Help(Some("unsubstitute"))),
+                _ => return unknown_option("unsubstitute", &s),
             }
             continue;
         }
@@ -714,6 +685,37 @@ mod tests {
             });
             assert!(w.is_empty());
             assert_eq!(cfg.summary, on);
+        }
+    }
+
+    /// Every option the help pages list is one the parser takes (so the pages, the docs'
+    /// table and "did you mean" name no option that does not exist).
+    #[test]
+    fn every_option_the_help_lists_parses() {
+        let value = |o: &str| match o {
+            "--binaries" => "pass",
+            "--devices" => "all",
+            "--trace-mode" => "0640",
+            "--log" => "info",
+            "--mode" => "both",
+            "--native-store-max" => "1G",
+            "--jobs" => "2",
+            _ => "x",
+        };
+        for command in ["run", "warm", "report", "unsubstitute"] {
+            for o in crate::help::option_names(command) {
+                let known = [format!("{o}={}", value(&o)), o.clone()]
+                    .into_iter()
+                    .any(|arg| {
+                        let mut a = vec![command.to_string(), arg];
+                        if command != "warm" {
+                            a.push("d".into());
+                        }
+                        let r = parse(a.iter().map(OsString::from).collect());
+                        !matches!(r, Err(UsageError(m)) if m.contains("unknown option"))
+                    });
+                assert!(known, "clshim {command} {o}");
+            }
         }
     }
 

@@ -4,10 +4,19 @@
 //! lines paired and compared token by token, and the kind of difference the differing
 //! tokens make: only numeric literals (sizes or constants baked into the text), only a
 //! token that changes every run (a uuid, a counter, a timestamp), or anything else.
+//! What a diff keeps is bounded whatever the texts: the first [`CHANGES_KEPT`] changed
+//! lines and [`TOKENS_KEPT`] token pairs, each cut to [`LINE_KEPT`] characters around its
+//! first mark, with the counts of all; the kind is decided from every token as it goes.
 
 /// Most cells of the longest-common-subsequence table; a larger middle is shown as one
 /// replaced block.
 pub const MAX_CELLS: usize = 4_000_000;
+/// Changed lines and differing token pairs a diff keeps (the report shows fewer; `--json`
+/// says how many more there were).
+pub const CHANGES_KEPT: usize = 20;
+pub const TOKENS_KEPT: usize = 20;
+/// Characters kept of a changed line or a token, around its first mark.
+pub const LINE_KEPT: usize = 400;
 
 /// The kind of a text difference.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,12 +43,86 @@ pub struct Change {
 #[derive(Debug)]
 pub struct TextDiff {
     pub kind: TextKind,
-    /// Every changed place, in order (the caller shows a few).
+    /// The first [`CHANGES_KEPT`] changed places, in order (the caller shows a few).
     pub changes: Vec<Change>,
-    /// The differing token pairs (old, new), for the classification and the JSON.
+    /// How many changed places there were in all.
+    pub changes_total: usize,
+    /// The first [`TOKENS_KEPT`] differing token pairs (old, new), for the JSON.
     pub tokens: Vec<(String, String)>,
+    /// How many differing token pairs there were in all.
+    pub tokens_total: usize,
     /// Whether a run-unique token differs too (besides what `kind` says).
     pub also_run_unique: bool,
+}
+
+/// `s` cut to [`LINE_KEPT`] characters, keeping its first mark (`[-`, `{+`) in view.
+fn kept(s: String) -> String {
+    if s.len() <= LINE_KEPT {
+        return s; // bytes >= chars
+    }
+    let chars: Vec<char> = s.chars().collect();
+    if chars.len() <= LINE_KEPT {
+        return s;
+    }
+    let mark = s
+        .find("[-")
+        .or_else(|| s.find("{+"))
+        .map(|b| s[..b].chars().count())
+        .unwrap_or(0);
+    let start = mark
+        .saturating_sub(LINE_KEPT / 3)
+        .min(chars.len() - LINE_KEPT);
+    let mut out = String::new();
+    if start > 0 {
+        out.push_str("...");
+    }
+    out.extend(&chars[start..start + LINE_KEPT - 6]);
+    out.push_str("...");
+    out
+}
+
+/// What a diff gathers as it goes: the kept changes and tokens, the counts, and what the
+/// tokens seen so far say about the kind.
+#[derive(Default)]
+struct Gather {
+    changes: Vec<Change>,
+    changes_total: usize,
+    tokens: Vec<(String, String)>,
+    tokens_total: usize,
+    /// A line added or removed that is not blank.
+    other: bool,
+    also_run_unique: bool,
+    /// Pairs that are not run-unique, and whether all of those are numbers.
+    rest: usize,
+    rest_numeric: bool,
+}
+
+impl Gather {
+    fn change(&mut self, c: Change) {
+        self.changes_total += 1;
+        if self.changes.len() < CHANGES_KEPT {
+            self.changes.push(Change {
+                old: c.old.map(kept),
+                new: c.new.map(kept),
+                ..c
+            });
+        }
+    }
+
+    fn tokens(&mut self, pairs: Vec<(String, String)>) {
+        for (x, y) in pairs {
+            self.tokens_total += 1;
+            if run_unique(&x, &y) {
+                self.also_run_unique = true;
+            } else {
+                self.rest_numeric &= is_number(&x) && is_number(&y);
+                self.rest += 1;
+            }
+            if self.tokens.len() < TOKENS_KEPT {
+                self.tokens.push((kept(x), kept(y)));
+            }
+        }
+    }
 }
 
 fn lines(t: &str) -> Vec<&str> {
@@ -200,17 +283,18 @@ pub fn diff(old: &str, new: &str) -> TextDiff {
     let (ma, mb) = (&a[pre..a.len() - suf], &b[pre..b.len() - suf]);
     let mut anchors = lcs(ma, mb).unwrap_or_default();
     anchors.push((ma.len(), mb.len()));
-    let mut changes = Vec::new();
-    let mut tokens = Vec::new();
-    let mut other = false;
+    let mut g = Gather {
+        rest_numeric: true,
+        ..Gather::default()
+    };
     let (mut i, mut j) = (0, 0);
     for (ai, bj) in anchors {
         let (olds, news) = (&ma[i..ai], &mb[j..bj]);
         let paired = olds.len().min(news.len());
         for k in 0..paired {
             let (mo, mn, pairs) = mark(olds[k], news[k]);
-            tokens.extend(pairs);
-            changes.push(Change {
+            g.tokens(pairs);
+            g.change(Change {
                 old_line: pre + i + k + 1,
                 new_line: pre + j + k + 1,
                 old: Some(mo),
@@ -218,8 +302,8 @@ pub fn diff(old: &str, new: &str) -> TextDiff {
             });
         }
         for (k, l) in olds.iter().enumerate().skip(paired) {
-            other |= !l.trim().is_empty();
-            changes.push(Change {
+            g.other |= !l.trim().is_empty();
+            g.change(Change {
                 old_line: pre + i + k + 1,
                 new_line: pre + j + paired + 1,
                 old: Some(format!("[-{l}-]")),
@@ -227,8 +311,8 @@ pub fn diff(old: &str, new: &str) -> TextDiff {
             });
         }
         for (k, l) in news.iter().enumerate().skip(paired) {
-            other |= !l.trim().is_empty();
-            changes.push(Change {
+            g.other |= !l.trim().is_empty();
+            g.change(Change {
                 old_line: pre + i + paired + 1,
                 new_line: pre + j + k + 1,
                 old: None,
@@ -240,22 +324,22 @@ pub fn diff(old: &str, new: &str) -> TextDiff {
     }
     // A run-unique token (pyopencl's defeat-cache line) rides along with whatever else
     // differs: the kind is what remains without it.
-    let also_run_unique = tokens.iter().any(|(x, y)| run_unique(x, y));
-    let rest: Vec<&(String, String)> = tokens.iter().filter(|(x, y)| !run_unique(x, y)).collect();
-    let kind = if other || tokens.is_empty() {
+    let kind = if g.other || g.tokens_total == 0 {
         TextKind::Other
-    } else if rest.is_empty() {
+    } else if g.rest == 0 {
         TextKind::RunUnique
-    } else if rest.iter().all(|(x, y)| is_number(x) && is_number(y)) {
+    } else if g.rest_numeric {
         TextKind::Numeric
     } else {
         TextKind::Other
     };
     TextDiff {
         kind,
-        changes,
-        tokens,
-        also_run_unique,
+        changes: g.changes,
+        changes_total: g.changes_total,
+        tokens: g.tokens,
+        tokens_total: g.tokens_total,
+        also_run_unique: g.also_run_unique,
     }
 }
 
@@ -351,6 +435,16 @@ mod tests {
         let a: String = (0..5000).map(|i| format!("a{i}\n")).collect();
         let b: String = (0..5000).map(|i| format!("b{i}\n")).collect();
         let d = diff(&a, &b);
-        assert_eq!(d.changes.len(), 5000);
+        assert_eq!((d.changes.len(), d.changes_total), (CHANGES_KEPT, 5000));
+        // A line of a megabyte is kept around its first mark.
+        let long = |x: &str| format!("{}{x}{}", "a ".repeat(300_000), " b".repeat(300_000));
+        let d = diff(&long("1"), &long("2"));
+        let c = &d.changes[0];
+        let new = c.new.as_deref().unwrap();
+        assert!(
+            new.chars().count() <= LINE_KEPT && new.contains("{+2+}"),
+            "{new}"
+        );
+        assert_eq!(d.kind, TextKind::Numeric);
     }
 }

@@ -15,6 +15,7 @@ mod build_facts;
 mod caches;
 mod chrome;
 mod cli;
+mod help;
 mod inherited_signals;
 mod linediff;
 mod loads;
@@ -22,6 +23,7 @@ mod macos_env;
 mod render;
 mod report;
 mod run;
+mod terminal;
 mod traces;
 mod unsubstitute;
 mod variants;
@@ -31,7 +33,7 @@ mod warm;
 // the command never links the library crate, which would bring the interposer along (its
 // exported entry points keep it alive), whose getrandom call the manylinux_2_17 wheel's
 // glibc does not have.
-use clshim_format::{controls, hash, schema, wall_union};
+use clshim_format::{controls, hash, ranks, schema, wall_union};
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -43,8 +45,19 @@ fn main() -> ExitCode {
             eprintln!("clshim: {e}");
             ExitCode::from(2)
         }
-        Ok(cli::Command::Help) => {
-            print!("{}", cli::usage_text());
+        Ok(cli::Command::Help(page)) => {
+            print!(
+                "{}",
+                page.and_then(help::page).unwrap_or_else(help::overview)
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(cli::Command::Overview) => {
+            eprint!("{}", help::overview());
+            ExitCode::from(2)
+        }
+        Ok(cli::Command::OptionsTable) => {
+            print!("{}", help::options_table());
             ExitCode::SUCCESS
         }
         Ok(cli::Command::ControlsTable) => {
@@ -72,17 +85,25 @@ fn load(dir_path: &std::path::Path, by_source: bool) -> Result<report::Aggregate
     let dir = dir_path.display().to_string();
     let paths = match std::fs::metadata(dir_path) {
         Ok(m) if !m.is_dir() => {
-            eprintln!("clshim report: {dir}: not a directory");
+            eprintln!("clshim report: {}: not a directory", terminal::text(&dir));
             return Err(ExitCode::from(2));
         }
         Err(e) => {
-            eprintln!("clshim report: {dir}: {}", run::describe(&e));
+            eprintln!(
+                "clshim report: {}: {}",
+                terminal::text(&dir),
+                run::describe(&e)
+            );
             return Err(ExitCode::from(2));
         }
         Ok(_) => match traces::list(dir_path) {
             Ok(p) => p,
             Err(e) => {
-                eprintln!("clshim report: {dir}: cannot list: {}", run::describe(&e));
+                eprintln!(
+                    "clshim report: {}: cannot list: {}",
+                    terminal::text(&dir),
+                    run::describe(&e)
+                );
                 return Err(ExitCode::from(2));
             }
         },
@@ -95,7 +116,7 @@ fn load(dir_path: &std::path::Path, by_source: bool) -> Result<report::Aggregate
         let report::Problems { listed, more } = agg.problems();
         let mut err = std::io::stderr().lock();
         for p in listed {
-            let _ = writeln!(err, "clshim report: {p}");
+            let _ = writeln!(err, "clshim report: {}", terminal::text(&p.to_string()));
         }
         if more > 0 {
             let _ = writeln!(err, "clshim report: ... {more} more skipped, not listed");
@@ -125,7 +146,7 @@ fn report_main(o: cli::ReportOpts) -> ExitCode {
         } else {
             cmp.text(&dir, &old_name)
         };
-        if !print(&text) {
+        if !print(&text, o.json) {
             return ExitCode::from(2);
         }
         return if agg.skipped + old.skipped > 0 {
@@ -149,14 +170,14 @@ fn report_main(o: cli::ReportOpts) -> ExitCode {
         let why = variants::text(&programs, kept) + &caches::text(&flags);
         rep.text(o.wide) + &render::fit(&why, o.wide)
     };
-    if !print(&text) {
+    if !print(&text, o.json) {
         return ExitCode::from(2);
     }
     if let Some(path) = &o.chrome {
         match chrome::write(&agg, path) {
             Ok(left_out) => {
                 for l in left_out {
-                    eprintln!("clshim report: {l}");
+                    eprintln!("clshim report: {}", terminal::text(&l));
                 }
             }
             Err(e) => {
@@ -176,10 +197,16 @@ fn report_main(o: cli::ReportOpts) -> ExitCode {
     }
 }
 
-/// Writes the report to standard output; false when it cannot (a closed pipe, a full disk).
-fn print(text: &str) -> bool {
+/// Writes the report (a JSON document when `json`) to standard output with its control
+/// characters escaped (`terminal`); false when it cannot (a closed pipe, a full disk).
+fn print(text: &str, json: bool) -> bool {
+    let safe = if json {
+        terminal::json(text)
+    } else {
+        terminal::text(text)
+    };
     let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
+    out.write_all(safe.as_bytes())
         .and_then(|_| out.flush())
         .is_ok()
 }

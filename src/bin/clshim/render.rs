@@ -17,6 +17,23 @@ use std::fmt::Write as _;
 /// The columns the default text fits in: a terminal's width, not a full-screen one's.
 pub const WIDTH: usize = 120;
 
+/// Said when builds were made and no binary was asked for: pyopencl 2024.2.3 and newer
+/// keep no binary cache on pocl, so the binary policies have nothing to act on.
+pub const NO_BINARY_QUERY: &str = "note: no binary queries: the applications asked for no \
+     program binaries (pyopencl 2024.2.3 and newer keep none on pocl), so --binaries \
+     substitute, --warm and clshim unsubstitute have nothing to act on here. This report \
+     measures builds and first launches (where pocl compiles the kernels that run).";
+
+/// Said for a directory with no trace file: what may have kept every process from
+/// recording (LD_PRELOAD.md, "Where each door does not reach").
+pub const NO_TRACE_FILES: &str = "note: no trace files: no process recorded anything here. \
+     The command may have made no OpenCL call (or failed before its first, or was not \
+     found); it may reach OpenCL where neither door does (a loader it dlopens that reads no \
+     OPENCL_LAYERS, such as CUDA's libOpenCL.so.1; a statically linked loader; a setuid \
+     program; on macOS a protected binary such as /usr/bin/python3); or CLSHIM_TRACE_DIR \
+     did not reach its processes (a launcher or batch system that does not pass the \
+     environment on). LD_PRELOAD.md says what to do in each case.";
+
 /// What a first launch's seconds cover, said in the table's footnote and the JSON.
 pub const LAUNCH_INTERVAL: &str =
     "a first launch's seconds run from the enqueue call until the command completed: \
@@ -432,6 +449,13 @@ impl Report {
     }
 
     fn program_name(&self, key: &ProgramKey) -> String {
+        if key.failed {
+            return if key.kernels.is_empty() {
+                "(failed build)".into()
+            } else {
+                format!("{} (failed build)", key.kernels.join(","))
+            };
+        }
         if let Some(name) = key.unnamed {
             name.into()
         } else if key.kernels.is_empty() {
@@ -445,6 +469,61 @@ impl Report {
         }
     }
 
+    /// What the figures below mean, or do not, said before them: runs added together,
+    /// processes with no end, no binary query for any policy to act on.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.files == 0 {
+            notes.push(NO_TRACE_FILES.to_string());
+        }
+        if let [first, rest @ ..] = self.runs.as_slice() {
+            if !rest.is_empty() {
+                let when: Vec<String> = self
+                    .runs
+                    .iter()
+                    .map(|l| {
+                        format!(
+                            "{} at +{:.0} s",
+                            plural(l.processes, "process", "processes"),
+                            l.start - first.start
+                        )
+                    })
+                    .collect();
+                notes.push(format!(
+                    "note: {} runs in this directory, processes that ran at separate times \
+                     ({}): a trace directory reused by another run, or one job's processes one \
+                     after another. Their figures are added together below; give each run its \
+                     own --trace-dir.",
+                    self.runs.len(),
+                    when.join(", ")
+                ));
+            }
+        }
+        if !self.unended.is_empty() {
+            const NAMED: usize = 5;
+            let mut names = self.unended[..self.unended.len().min(NAMED)].join(", ");
+            if self.unended.len() > NAMED {
+                let _ = write!(names, " and {} more", self.unended.len() - NAMED);
+            }
+            notes.push(format!(
+                "note: {} no end (killed, crashed, or gone through _exit or exec before \
+                 exiting): {names}. Its figures stop at its last record, so it can look like a \
+                 finished, faster process.",
+                plural(self.unended.len(), "process has", "processes have"),
+            ));
+        }
+        if self.no_binary_query() {
+            notes.push(NO_BINARY_QUERY.to_string());
+        }
+        notes
+    }
+
+    /// Builds were made and no binary asked for or loaded: no policy had anything to do.
+    fn no_binary_query(&self) -> bool {
+        let t = &self.totals;
+        t.builds > 0 && t.queries == 0 && t.binary_loads == 0
+    }
+
     /// The text report: fitted to [`WIDTH`] columns, or the full table when `wide`.
     pub fn text(&self, wide: bool) -> String {
         let t = &self.totals;
@@ -452,10 +531,11 @@ impl Report {
         let fit = (!wide).then_some(WIDTH);
         let mut o = String::new();
         let head = format!(
-            "{}, {} on {}; {}, {}, {} skipped",
+            "{}, {} on {} in {}; {}, {}, {} skipped",
             plural(self.ranks.len(), "rank", "ranks"),
             plural(self.processes, "process", "processes"),
             plural(self.hosts.len(), "host", "hosts"),
+            plural(self.runs.len(), "run", "runs"),
             plural(self.files, "file", "files"),
             plural(self.records, "record", "records"),
             self.skipped,
@@ -491,6 +571,11 @@ impl Report {
         }
         if let Some(line) = t.loads.line() {
             let _ = writeln!(o, "{line}");
+        }
+        for n in self.notes() {
+            o.push('\n');
+            o.push_str(&prose(&n, wide));
+            o.push('\n');
         }
         o.push('\n');
         if self.programs.is_empty() {
@@ -558,6 +643,12 @@ impl Report {
                     " ({} returned an error)",
                     plural(failed, "call", "calls")
                 );
+            }
+            for p in self.programs.iter().filter(|p| !p.errors.is_empty()) {
+                for e in &p.errors {
+                    let line = format!(" {}: {e}", clip(&self.program_name(&p.key), 40));
+                    let _ = writeln!(o, "{}", if wide { line } else { wrap(&line, WIDTH) });
+                }
             }
         }
         if !self.ranks.is_empty() {
@@ -674,6 +765,8 @@ impl Report {
                     "policies": p.policies,
                     "actions": p.actions,
                     "options": p.options,
+                    "failed_build": p.key.failed,
+                    "errors": p.errors,
                 })
             })
             .collect();
@@ -708,6 +801,11 @@ impl Report {
             "dir": self.dir,
             "files": self.files,
             "processes": self.processes,
+            "runs": self.runs.iter().map(|l| json!({
+                "start": l.start, "end": l.end, "processes": l.processes,
+            })).collect::<Vec<_>>(),
+            "processes_without_end": self.unended,
+            "notes": self.notes(),
             "hosts": self.hosts,
             "records": self.records,
             "skipped": self.skipped,

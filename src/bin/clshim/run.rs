@@ -7,8 +7,11 @@
 //! `LD_PRELOAD` or `DYLD_INSERT_LIBRARIES` on macOS, and the loader's `OPENCL_LAYERS`,
 //! both by default; the library is put first in each and an existing value kept; never
 //! `DYLD_FORCE_FLAT_NAMESPACE`, see `macos_env.rs`; another copy of the library already
-//! named there is dropped; a library path a door's list cannot hold is refused),
-//! creating the trace directory, and the `exec` itself, so that exit status, signals
+//! named there is dropped; a library path a door's list cannot hold is refused), the
+//! inherited `CLSHIM_*` values (checked once here, by the grammar the options use, rather
+//! than warned about by every rank), the trace directory (created, checked writable,
+//! a warning when it already holds traces, and removed again when the command cannot be
+//! started), and the `exec` itself, so that exit status, signals
 //! (dispositions and mask as clshim was started with, `inherited_signals.rs`), standard
 //! streams and the process tree are the command's own. Every failure before
 //! the command starts is a one-line error and a non-zero exit status.
@@ -387,9 +390,33 @@ pub fn environment(
     env
 }
 
-/// Creates the trace directory (and its parents) and returns its absolute path.
-fn prepare_trace_dir(dir: &Path) -> Result<PathBuf, RunError> {
+/// The trace directory `clshim run` prepared: its absolute path, and the directories it
+/// created for it (deepest first), which it removes again if the command cannot start.
+struct TraceDir {
+    path: PathBuf,
+    created: Vec<PathBuf>,
+}
+
+impl TraceDir {
+    /// Removes the directories this run created, while they are empty.
+    fn remove_created(&self) {
+        for d in &self.created {
+            if std::fs::remove_dir(d).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+/// Creates the trace directory (and its parents), checks that files can be made in it,
+/// and warns when it already holds trace files.
+fn prepare_trace_dir(dir: &Path) -> Result<TraceDir, RunError> {
     let abs = absolute(dir);
+    let created: Vec<PathBuf> = abs
+        .ancestors()
+        .take_while(|a| std::fs::symlink_metadata(a).is_err())
+        .map(Path::to_path_buf)
+        .collect();
     if let Err(e) = std::fs::create_dir_all(&abs) {
         return fail(
             1,
@@ -400,7 +427,121 @@ fn prepare_trace_dir(dir: &Path) -> Result<PathBuf, RunError> {
             ),
         );
     }
-    Ok(abs)
+    let t = TraceDir { path: abs, created };
+    if let Err(e) = check_writable(&t.path) {
+        t.remove_created();
+        return fail(
+            1,
+            format!(
+                "cannot write in trace directory '{}': {}",
+                dir.display(),
+                describe(&e)
+            ),
+        );
+    }
+    warn_if_reused(dir, &t.path);
+    Ok(t)
+}
+
+/// Makes and removes a file in `dir`, as every rank's library would make its trace file:
+/// a directory that exists but cannot be written (permissions, a read-only filesystem)
+/// is found before the job, not after it.
+fn check_writable(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let probe = dir.join(format!(".clshim-write-check.{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&probe)?;
+    std::fs::remove_file(&probe)
+}
+
+/// Warns once when `dir` already holds trace files: `clshim report` would add this run's
+/// processes to an earlier run's. Only the first rank of an MPI job warns (the others
+/// may find the files their siblings have just begun).
+fn warn_if_reused(shown: &Path, dir: &Path) {
+    let (rank, _, _) = crate::ranks::detect_rank(|n| std::env::var(n).ok());
+    if rank.is_some_and(|r| r != 0) {
+        return;
+    }
+    let n = crate::traces::list(dir).map(|l| l.len()).unwrap_or(0);
+    if n > 0 {
+        eprintln!(
+            "clshim: warning: trace directory '{}' already holds {n} trace {} (an earlier \
+             run's?): clshim report adds their runs together; give each run a new --trace-dir",
+            crate::terminal::text(&shown.display().to_string()),
+            if n == 1 { "file" } else { "files" }
+        );
+    }
+}
+
+/// An inherited `CLSHIM_TRACE_DIR` that exists gets the checks of `--trace-dir`'s (the
+/// library makes one that does not exist, as it always did).
+fn check_inherited_trace_dir() -> Result<(), RunError> {
+    let Some(dir) = std::env::var_os(crate::controls::TRACE_DIR.var).filter(|d| !d.is_empty())
+    else {
+        return Ok(());
+    };
+    let dir = PathBuf::from(dir);
+    if !dir.is_dir() {
+        return Ok(());
+    }
+    if let Err(e) = check_writable(&dir) {
+        return fail(
+            1,
+            format!(
+                "cannot write in trace directory '{}' (CLSHIM_TRACE_DIR): {}",
+                crate::terminal::text(&dir.display().to_string()),
+                describe(&e)
+            ),
+        );
+    }
+    warn_if_reused(&dir, &dir);
+    Ok(())
+}
+
+/// Checks the `CLSHIM_*` values the command inherits, those its options do not replace,
+/// by the grammar the library reads them with: a value the library would warn about in
+/// every rank is one usage error here (status 2). A blank value is unset for both.
+fn check_inherited(set_by_options: &[&str]) -> Result<(), RunError> {
+    use crate::controls::{Grammar, Reader, ALL};
+    for c in ALL.iter().filter(|c| c.reader == Reader::Library) {
+        if set_by_options.contains(&c.var) {
+            continue;
+        }
+        let Some(v) = std::env::var_os(c.var) else {
+            continue;
+        };
+        let text = v.to_string_lossy();
+        if text.trim().is_empty() || matches!(c.grammar, Grammar::Path | Grammar::PathOrOff) {
+            continue;
+        }
+        if c.check(&text).is_none() {
+            let what = match c.grammar {
+                Grammar::OneOf(_) => "unknown value",
+                _ => "invalid value",
+            };
+            return fail(
+                2,
+                format!(
+                    "{}={:?} (from the environment): {what} (expected {}{}); fix or unset it, \
+                     or give {}",
+                    c.var,
+                    text,
+                    if matches!(c.grammar, Grammar::OneOf(_)) {
+                        "one of: "
+                    } else {
+                        ""
+                    },
+                    c.accepted(),
+                    c.option
+                ),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Runs the command in place of this process. Returns only on failure.
@@ -432,7 +573,17 @@ fn try_run(o: RunOpts) -> Result<std::convert::Infallible, RunError> {
     let lib = find_library(o.lib.as_deref(), std::env::var_os("CLSHIM_LIB"))?;
     check_doors(&lib, &o)?;
     let trace_dir = o.trace_dir.as_deref().map(prepare_trace_dir).transpose()?;
-    let env = environment(&o, &lib, trace_dir.as_deref());
+    if trace_dir.is_none() {
+        check_inherited_trace_dir()?;
+    }
+    let env = environment(&o, &lib, trace_dir.as_ref().map(|t| t.path.as_path()));
+    let by_options: Vec<&str> = env.iter().map(|(k, _)| *k).collect();
+    if let Err(e) = check_inherited(&by_options) {
+        if let Some(t) = &trace_dir {
+            t.remove_created();
+        }
+        return Err(e);
+    }
     let program = &o.command[0];
     #[cfg(target_os = "macos")]
     crate::macos_env::warn_if_protected(program);
@@ -451,23 +602,19 @@ fn try_run(o: RunOpts) -> Result<std::convert::Infallible, RunError> {
         cmd.env(k, v);
     }
     crate::inherited_signals::restore_on_exec(&mut cmd);
+    // A command that cannot start leaves behind no trace directory made for it.
+    let not_started = |e: RunError| {
+        if let Some(t) = &trace_dir {
+            t.remove_created();
+        }
+        e
+    };
     if let Some(settings) = warm_settings {
-        return crate::warm::run_then_warm(cmd, program, &lib, settings);
+        return crate::warm::run_then_warm(cmd, program, &lib, settings).map_err(not_started);
     }
     // `exec` returns only if the command could not be started.
     let e = cmd.exec();
-    let status = match e.raw_os_error() {
-        Some(libc::ENOENT) | Some(libc::ENOTDIR) => 127,
-        _ => 126,
-    };
-    fail(
-        status,
-        format!(
-            "cannot run '{}': {}",
-            program.to_string_lossy(),
-            describe(&e)
-        ),
-    )
+    Err(not_started(cannot_run(program, &e)))
 }
 
 #[cfg(test)]

@@ -193,6 +193,9 @@ pub struct Record<'a> {
     /// The compiler caches the process would use (a value of another shape is dropped).
     #[serde(default, deserialize_with = "lenient")]
     pub caches: Option<Vec<crate::schema::CacheDir>>,
+    /// The process record says the writer ends its file with an `exit` record.
+    #[serde(default)]
+    pub exit_recorded: Option<bool>,
     #[serde(default, borrow)]
     pub kept: Option<Kept<'a>>,
     // program events
@@ -211,6 +214,11 @@ pub struct Record<'a> {
     pub source: Option<Source<'a>>,
     #[serde(default, borrow)]
     pub kernels: Option<Vec<Text<'a>>>,
+    /// A failed build's kernels as its source declares them, and its first error line.
+    #[serde(default, borrow)]
+    pub source_kernels: Option<Vec<Text<'a>>>,
+    #[serde(default, borrow)]
+    pub error: Option<Text<'a>>,
     #[serde(default)]
     pub inputs: Option<Vec<Option<Id>>>,
     #[serde(default, borrow)]
@@ -298,12 +306,16 @@ struct Head {
     event: Option<serde_json::Value>,
 }
 
-/// `clshim-<host>-r<rank>-p<pid>.jsonl` (possibly followed by `.N`): the host part.
+/// `clshim-<host>-r<rank>-p<pid>.jsonl` or `clshim-<host>-p<pid>.jsonl` (without a rank;
+/// `-r-` before clshim named such files so), possibly followed by `.N`: the host part.
 pub fn host_from_name(name: &str) -> Option<String> {
     let stem = name.strip_prefix("clshim-")?;
     let stem = &stem[..stem.find(".jsonl")?];
     let (rest, _pid) = stem.rsplit_once("-p")?;
-    let (host, _rank) = rest.rsplit_once("-r")?;
+    let host = match rest.rsplit_once("-r") {
+        Some((host, rank)) if rank == "-" || rank.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => rest,
+    };
     (!host.is_empty()).then(|| host.to_string())
 }
 
@@ -657,6 +669,10 @@ mod tests {
             host_from_name("clshim-h-r-p42.jsonl.2").as_deref(),
             Some("h")
         );
+        assert_eq!(
+            host_from_name("clshim-node-1-p42.jsonl").as_deref(),
+            Some("node-1")
+        );
         assert!(is_trace_name("a.jsonl") && is_trace_name("a.jsonl.3"));
         assert!(
             !is_trace_name("a.json") && !is_trace_name("a.jsonl.x") && !is_trace_name("a.jsonl.")
@@ -872,6 +888,8 @@ mod tests {
                         source: "0000000000000001-2".into(),
                     }],
                 }),
+                source_kernels: vec!["k".into()],
+                error: Some("error: e".into()),
             })
         };
         let records = [
@@ -941,7 +959,9 @@ mod tests {
                 path: "/p".into(),
                 from: None,
                 fs: Some("nfs".into()),
+                exists: Some(true),
             }],
+            exit_recorded: true,
         };
         let mut lines = vec![serde_json::to_string(&Line {
             common: common(Event::Process),
@@ -957,6 +977,13 @@ mod tests {
                 .unwrap(),
             );
         }
+        lines.push(
+            serde_json::to_string(&Line {
+                common: common(Event::Exit),
+                body: &schema::Exit {},
+            })
+            .unwrap(),
+        );
         // The names of every object the records hold, at any depth.
         fn collect(v: &serde_json::Value, names: &mut BTreeSet<String>) {
             match v {

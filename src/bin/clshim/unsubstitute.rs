@@ -1,9 +1,14 @@
 //! `clshim unsubstitute [--remove] [--cross-filesystems] DIR...`: the way back from
 //! `substitute`. It walks each DIR (an application's binary cache), asks `binary_scan` what
 //! every regular file holds, lists the files that hold clshim binaries and, only with
-//! `--remove`, removes them, so that an application with no fallback after
-//! `CL_INVALID_BINARY` finds a cache miss instead and builds from source. Removal is all it
-//! does: it never writes a driver's binary in a file's place.
+//! `--remove`, removes the application cache entries among them (a file that is a clshim
+//! binary, or one in a cache entry layout `binary_scan` knows), so that an application
+//! with no fallback after `CL_INVALID_BINARY` finds a cache miss instead and builds from
+//! source. Other files that hold clshim binaries (an archive or a backup of a cache, a core
+//! dump, a log) are listed as `inside` and kept, and so is a file with other hard links,
+//! where removing one name would leave the binary under the others. Removal is all it
+//! does: it never writes a driver's binary in a file's place. Paths are printed with
+//! their control characters escaped (`terminal`).
 //!
 //! The walk trusts nothing in the tree: every directory is opened relative to its parent's
 //! descriptor with `O_NOFOLLOW | O_DIRECTORY` and every file with `O_NOFOLLOW | O_NONBLOCK`,
@@ -21,6 +26,7 @@
 
 use crate::binary_scan::{self, Found};
 use crate::cli::UnsubstituteOpts;
+use crate::terminal;
 use std::ffi::{CStr, CString, OsStr};
 use std::fs::File;
 use std::io::{self, Write};
@@ -42,6 +48,13 @@ struct Tally {
     removed: usize,
     not_removed: usize,
     skipped: usize,
+    /// Files that hold clshim binaries inside other data: listed, kept.
+    inside: usize,
+}
+
+/// A path as printed: its control characters escaped.
+fn shown(p: &Path) -> String {
+    terminal::text(&p.display().to_string()).into_owned()
 }
 
 struct Walk<'a> {
@@ -66,7 +79,7 @@ pub fn main(opts: UnsubstituteOpts) -> ExitCode {
                 w.walk_dir(&fd, dir, dev, 0);
             }
             Err(why) => {
-                eprintln!("clshim unsubstitute: {}: {why}", dir.display());
+                eprintln!("clshim unsubstitute: {}: {why}", shown(dir));
                 bad_dir = true;
             }
         }
@@ -84,6 +97,13 @@ pub fn main(opts: UnsubstituteOpts) -> ExitCode {
         eprintln!(
             "clshim unsubstitute: {} files hold clshim binaries; give --remove to remove them",
             t.found
+        );
+    }
+    if t.inside > 0 {
+        eprintln!(
+            "clshim unsubstitute: {} other files hold clshim binaries inside other data \
+             (listed as 'inside'): not application cache entries, kept",
+            t.inside
         );
     }
     if t.skipped > 0 {
@@ -124,7 +144,7 @@ fn open_root(dir: &Path) -> Result<(OwnedFd, u64), String> {
 impl Walk<'_> {
     fn skip(&mut self, path: &Path, why: &str) {
         self.tally.skipped += 1;
-        eprintln!("clshim unsubstitute: {}: skipped: {why}", path.display());
+        eprintln!("clshim unsubstitute: {}: skipped: {why}", shown(path));
     }
 
     /// Walks the directory `fd` (at `path`, on device `dev`). Returns whether it is a
@@ -192,7 +212,7 @@ impl Walk<'_> {
                             let e = io::Error::last_os_error();
                             eprintln!(
                                 "clshim unsubstitute: {}: folder kept: {}",
-                                child.display(),
+                                shown(&child),
                                 crate::run::describe(&e)
                             );
                         }
@@ -231,7 +251,8 @@ impl Walk<'_> {
         }
     }
 
-    /// Prints what a file holds and removes it when asked and it holds a clshim binary.
+    /// Prints what a file holds, and removes it when asked and it is an application cache
+    /// entry holding a clshim binary with no other name.
     fn report_file(
         &mut self,
         dir: &OwnedFd,
@@ -240,24 +261,72 @@ impl Walk<'_> {
         path: &Path,
         found: &Found,
     ) {
-        let what = match found {
+        let (what, layout) = match found {
             Found::Nothing => return,
             Found::MagicOnly { places, why } => {
                 let _ = writeln!(
                     self.out,
                     "lookalike {}  (the bytes CLSHIMB\\0 at {places} place(s), but no valid clshim binary: {why}; kept)",
-                    path.display()
+                    shown(path)
                 );
                 return;
             }
-            Found::Is => "is",
-            Found::Contains { .. } => "contains",
+            Found::Is => ("is", String::new()),
+            Found::Contains {
+                framing: Some(f), ..
+            } => ("contains", format!("  ({})", f.words())),
+            Found::Contains {
+                binaries,
+                framing: None,
+            } => {
+                self.tally.inside += 1;
+                let _ = writeln!(
+                    self.out,
+                    "inside    {}  ({binaries} clshim {} inside other data, in no cache entry \
+                     layout clshim knows: an archive, a backup, a dump or a log?; kept)",
+                    shown(path),
+                    if *binaries == 1 { "binary" } else { "binaries" }
+                );
+                return;
+            }
         };
         self.tally.found += 1;
-        let _ = writeln!(self.out, "{what:<9} {}", path.display());
+        if !self.sole_name(st, what, path, &layout) {
+            return;
+        }
+        let _ = writeln!(self.out, "{what:<9} {}{layout}", shown(path));
         if self.opts.remove {
             self.remove(dir, name, st, path);
         }
+    }
+
+    /// Whether the file has no other hard link; if it has, lists it as kept (removing one
+    /// name would leave its binary under the others) and counts it as not removed.
+    fn sole_name(&mut self, st: &libc::stat, what: &str, path: &Path, layout: &str) -> bool {
+        #[allow(clippy::useless_conversion)] // st_nlink is u16 on macOS
+        let others = u64::from(st.st_nlink).saturating_sub(1);
+        if others == 0 {
+            return true;
+        }
+        let _ = writeln!(
+            self.out,
+            "{what:<9} {}{layout}  ({others} other hard {}: removing this name would leave \
+             the binary under {}; kept)",
+            shown(path),
+            if others == 1 { "link" } else { "links" },
+            if others == 1 { "it" } else { "them" },
+        );
+        if self.opts.remove {
+            self.tally.not_removed += 1;
+            eprintln!(
+                "clshim unsubstitute: {}: not removed: the file has {others} other hard \
+                 {}; remove every name together (find DIR -samefile {})",
+                shown(path),
+                if others == 1 { "link" } else { "links" },
+                shown(path)
+            );
+        }
+        false
     }
 
     /// Removes `name` from `dir` if it is still the file that was scanned.
@@ -282,7 +351,7 @@ impl Walk<'_> {
                 self.tally.not_removed += 1;
                 eprintln!(
                     "clshim unsubstitute: {}: not removed: {}",
-                    path.display(),
+                    shown(path),
                     crate::run::describe(&e)
                 );
                 false
@@ -311,12 +380,14 @@ impl Walk<'_> {
             Some(_) => return None,
         }
         self.tally.found += 1;
-        let _ = writeln!(
-            self.out,
-            "is        {}  (a pyopencl cache entry: the folder {} goes whole)",
-            bpath.display(),
-            path.display()
+        let layout = format!(
+            "  (a pyopencl cache entry: the folder {} goes whole)",
+            shown(path)
         );
+        if !self.sole_name(bst, "is", &bpath, &layout) {
+            return Some(false);
+        }
+        let _ = writeln!(self.out, "is        {}{layout}", shown(&bpath));
         if !self.opts.remove {
             return Some(false);
         }

@@ -60,8 +60,11 @@ impl Kind {
 pub struct Difference {
     pub kind: Kind,
     pub words: String,
+    /// The first changed lines (`linediff` keeps a bounded number) and how many in all.
     pub changes: Vec<Change>,
+    pub changes_total: usize,
     pub tokens: Vec<(String, String)>,
+    pub tokens_total: usize,
 }
 
 /// One variant of a program: what it was built from, where and how often.
@@ -140,7 +143,9 @@ fn compare_texts(
         kind: Kind::Text,
         words: String::new(),
         changes: Vec::new(),
+        changes_total: 0,
         tokens: Vec::new(),
+        tokens_total: 0,
     };
     if same_text {
         if options_differ {
@@ -183,8 +188,8 @@ fn compare_texts(
             .into(),
         _ => format!(
             "the text differs ({} changed {})",
-            t.changes.len(),
-            if t.changes.len() == 1 { "line" } else { "lines" }
+            t.changes_total,
+            if t.changes_total == 1 { "line" } else { "lines" }
         ),
     };
     if t.also_run_unique && d.kind != Kind::RunUnique {
@@ -203,7 +208,9 @@ fn compare_texts(
         d.words.push_str("; and the devices");
     }
     d.changes = t.changes;
+    d.changes_total = t.changes_total;
     d.tokens = t.tokens;
+    d.tokens_total = t.tokens_total;
     d
 }
 
@@ -233,6 +240,7 @@ pub fn programs(facts: &Facts, dir: &Path) -> Vec<Program> {
             .or_default();
         e.builds += t.builds;
         e.seconds += t.seconds;
+        e.query_seconds += t.query_seconds;
         e.ranks.extend(t.ranks.iter().cloned());
     }
     let mut out = Vec::new();
@@ -325,8 +333,8 @@ pub fn fit(line: &str, width: usize) -> String {
     s
 }
 
-/// The changed lines of a difference, a few, indented.
-pub fn changes_text(o: &mut String, changes: &[Change], indent: &str) {
+/// The changed lines of a difference, a few, indented; `total` is how many there were.
+pub fn changes_text(o: &mut String, changes: &[Change], total: usize, indent: &str) {
     for c in changes.iter().take(CHANGES_SHOWN) {
         let w = WIDTH.saturating_sub(indent.len() + 12);
         if let Some(old) = &c.old {
@@ -336,12 +344,9 @@ pub fn changes_text(o: &mut String, changes: &[Change], indent: &str) {
             let _ = writeln!(o, "{indent}line {:>4} + {}", c.new_line, fit(new, w));
         }
     }
-    if changes.len() > CHANGES_SHOWN {
-        let _ = writeln!(
-            o,
-            "{indent}... {} more changed lines",
-            changes.len() - CHANGES_SHOWN
-        );
+    let shown = changes.len().min(CHANGES_SHOWN);
+    if total > shown {
+        let _ = writeln!(o, "{indent}... {} more changed lines", total - shown);
     }
 }
 
@@ -397,7 +402,7 @@ pub fn text(programs: &[Program], kept_any: bool) -> String {
             );
             if let Some(d) = &v.difference {
                 wrap(&mut o, &d.words, "       ");
-                changes_text(&mut o, &d.changes, "       ");
+                changes_text(&mut o, &d.changes, d.changes_total, "       ");
             }
         }
         if p.variants.len() > VARIANTS_SHOWN {
@@ -440,7 +445,9 @@ pub fn difference_json(d: &Difference) -> Value {
         "changes": d.changes.iter().map(|c| json!({
             "old_line": c.old_line, "new_line": c.new_line, "old": c.old, "new": c.new,
         })).collect::<Vec<_>>(),
+        "changes_left_out": d.changes_total - d.changes.len(),
         "tokens": d.tokens.iter().map(|(a, b)| json!([a, b])).collect::<Vec<_>>(),
+        "tokens_left_out": d.tokens_total - d.tokens.len(),
     })
 }
 

@@ -51,6 +51,8 @@ pub struct ProgramKey {
     /// library no recorded link took, a link that made no kernels. None for every
     /// program with kernels, and for programs clshim knows nothing of.
     pub unnamed: Option<&'static str>,
+    /// A build that failed: `kernels` are those its source declares (`source_kernels`).
+    pub failed: bool,
 }
 
 /// Names of kernel-less rows ([`ProgramKey::unnamed`]).
@@ -67,6 +69,7 @@ impl ProgramKey {
             hash: None,
             kernels: Vec::new(),
             unnamed: None,
+            failed: false,
         }
     }
 }
@@ -202,7 +205,13 @@ pub(super) struct Counts {
     /// other than `pass` (kept only for files under such a policy).
     pub(super) forwarded_seconds: f64,
     pub(super) forwarded_queries: usize,
+    /// The first error lines of failed builds (a few, [`ERRORS_KEPT`]), with their
+    /// status: `CL_BUILD_PROGRAM_FAILURE: <source>:3:5: error: ...`.
+    pub(super) errors: BTreeSet<String>,
 }
+
+/// Distinct error lines a program row keeps.
+pub const ERRORS_KEPT: usize = 3;
 
 impl Counts {
     fn add(&mut self, o: Counts) {
@@ -219,6 +228,11 @@ impl Counts {
         self.origins.extend(o.origins);
         self.forwarded_seconds += o.forwarded_seconds;
         self.forwarded_queries += o.forwarded_queries;
+        for e in o.errors {
+            if self.errors.len() < ERRORS_KEPT {
+                self.errors.insert(e);
+            }
+        }
     }
 }
 
@@ -280,11 +294,14 @@ pub struct Totals {
     pub pocl_cpu_relaunch_seconds: f64,
     /// Loads of clshim binaries: native or from the recipe.
     pub loads: crate::loads::LoadCounts,
+    /// `clCreateProgramWithBinary` calls of any binary.
+    pub binary_loads: usize,
 }
 
 impl Totals {
     fn add(&mut self, o: Totals) {
         self.loads.add(o.loads);
+        self.binary_loads += o.binary_loads;
         self.builds += o.builds;
         self.build_seconds += o.build_seconds;
         self.queries += o.queries;
@@ -421,6 +438,7 @@ struct FileAcc {
     pocl_query_all: f64,
     pocl_query_forward: f64,
     facts: crate::build_facts::FileFacts,
+    lives: super::lives::FileLives,
 }
 
 /// Adds a build's options (trimmed; empty ones are not shown).
@@ -460,8 +478,12 @@ impl FileAcc {
 
     fn add(&mut self, r: Record) {
         self.facts.add(&r);
+        self.lives.add(&r);
         self.records += 1;
         self.t0 = self.t0.min(r.ts);
+        if r.event == Event::Exit {
+            return;
+        }
         if r.event == Event::Process {
             if self.header.is_none() {
                 self.header = Some(Local::of(&r));
@@ -498,10 +520,18 @@ impl FileAcc {
             Event::Build | Event::Compile => {
                 source = r.hash().map(str::to_string);
                 let hash = if self.by_source { source.clone() } else { None };
+                // A failed build has no kernels of its own: named by its source's.
+                let failed = r.failed();
+                let kernels = if failed {
+                    sorted_kernels(r.source_kernels.as_deref().unwrap_or(&[]))
+                } else {
+                    sorted_kernels(r.kernels())
+                };
                 self.intern(ProgramKey {
                     hash,
-                    kernels: sorted_kernels(r.kernels()),
+                    kernels,
                     unnamed: None,
+                    failed,
                 })
             }
             Event::Link => {
@@ -537,6 +567,7 @@ impl FileAcc {
                     hash,
                     kernels,
                     unnamed,
+                    failed: false,
                 })
             }
             Event::BinaryQuery => match r.program.as_ref().and_then(|p| self.by_id.get(p)) {
@@ -544,7 +575,8 @@ impl FileAcc {
                 None => self.intern(ProgramKey::unknown()),
             },
             Event::FirstLaunch => self.launch_key(&r),
-            Event::BinaryLoad | Event::Process => {
+            Event::BinaryLoad | Event::Process | Event::Exit => {
+                self.totals.binary_loads += 1;
                 self.totals.loads.count(r.made_from.as_ref().map(|m| &*m.0));
                 // A program made from a binary: its queries join to "unknown program".
                 if let Some(p) = r.program.clone() {
@@ -585,6 +617,13 @@ impl FileAcc {
         let counts = &mut self.counts[ki];
         if r.failed() {
             counts.failed += 1;
+            if r.event.is_build() && counts.errors.len() < ERRORS_KEPT {
+                let status = r.result_name.as_deref().unwrap_or("failed");
+                counts.errors.insert(match r.error.as_deref() {
+                    Some(e) => format!("{status}: {e}"),
+                    None => status.to_string(),
+                });
+            }
         }
         let slot = self.slots.entry((ki, li)).or_default();
         let row = &mut self.ranks[li];
@@ -773,6 +812,7 @@ impl FileAcc {
                 hash: if self.by_source { hash.clone() } else { None },
                 kernels: Vec::new(),
                 unnamed: Some(unnamed),
+                failed: false,
             });
             let c = &mut self.counts[ki];
             c.compiles += p.compiles;
@@ -806,6 +846,7 @@ impl FileAcc {
                     hash: None,
                     kernels: vec![name.to_string()],
                     unnamed: None,
+                    failed: false,
                 }),
             },
             None => self.intern(unknown),
@@ -833,6 +874,8 @@ pub struct Aggregate {
     problems: Vec<FileProblem>,
     /// What builds were made from, for why they built (`variants`, `caches`, `against`).
     pub facts: crate::build_facts::Facts,
+    /// Every process's life (`lives`).
+    pub lives: Vec<super::lives::ProcessLife>,
 }
 
 /// A first launch on a pocl CPU device, as told apart by the report.
@@ -883,6 +926,22 @@ impl Aggregate {
             })
             .unwrap_or_else(|| "?".into());
         self.facts.add_file(std::mem::take(&mut acc.facts), &host);
+        for l in std::mem::take(&mut acc.lives.0) {
+            let local = Local {
+                rank: l.rank,
+                pid: l.pid,
+                instance: l.instance,
+            };
+            self.lives.push(super::lives::ProcessLife {
+                rank: local.rank_key(&host),
+                host: host.clone(),
+                pid: l.pid,
+                start: l.start,
+                end: l.end,
+                ended: l.ended,
+                exit_recorded: l.exit_recorded,
+            });
+        }
         self.records += acc.records;
         if acc.records > 0 {
             self.hosts.insert(host.clone());
@@ -980,6 +1039,7 @@ impl Aggregate {
         self.skipped += o.skipped;
         self.problems.extend(o.problems);
         self.facts.merge(o.facts);
+        self.lives.extend(o.lives);
     }
 
     /// An empty directory is a problem of its own.

@@ -7,10 +7,12 @@
 
 mod aggregate;
 mod hints;
+mod lives;
 mod rows;
 
 pub use aggregate::*;
 pub use hints::*;
+pub use lives::Run;
 pub use rows::*;
 
 use std::collections::BTreeSet;
@@ -31,6 +33,10 @@ pub struct Report {
     pub hint: Option<QueryHint>,
     pub forwarded_hint: Option<ForwardedHint>,
     pub launch_hint: Option<LaunchHint>,
+    /// Groups of processes that ran at separate times (more than one: runs added together).
+    pub runs: Vec<Run>,
+    /// Processes that did not reach `exit()`, by name.
+    pub unended: Vec<String>,
 }
 
 impl Aggregate {
@@ -64,6 +70,11 @@ impl Aggregate {
             hint,
             forwarded_hint,
             launch_hint,
+            runs: lives::runs(&self.lives),
+            unended: lives::unended(&self.lives)
+                .iter()
+                .map(|l| l.name())
+                .collect(),
         }
     }
 }

@@ -41,6 +41,8 @@ pub struct ProgramRow {
     /// policy other than `pass`.
     pub forwarded_queries: usize,
     pub forwarded_seconds: f64,
+    /// A failed build's status and first error line, a few.
+    pub errors: BTreeSet<String>,
 }
 
 impl ProgramRow {
@@ -157,6 +159,7 @@ impl Aggregate {
                     options: c.options.clone(),
                     origins: c.origins.clone(),
                     sources: c.sources.clone(),
+                    errors: c.errors.clone(),
                 }
             })
             .collect();
