@@ -101,6 +101,22 @@ pub struct Process<'a> {
     /// The cache directories in effect for the process and the filesystem each is on
     /// (absent in traces of clshim before it recorded them).
     pub caches: &'a [CacheDir],
+    /// The CPUs the process may run on (absent in traces of clshim before it recorded them).
+    pub cpus: &'a Cpus,
+}
+
+/// The host's CPUs as a process saw them when its recording began: what `clshim report`
+/// sets its ranks against.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Cpus {
+    /// CPUs online on the host.
+    pub online: Option<u32>,
+    /// The CPUs the process's affinity allows, as a list of ranges (`0-3,8`); null where
+    /// there are no affinity masks (macOS).
+    pub affinity: Option<String>,
+    /// The CPU limit of the process's cgroup (quota over period, in CPUs), the tightest of
+    /// its cgroup and their parents; null when none is set or there are no cgroups.
+    pub cgroup_limit: Option<f64>,
 }
 
 /// A cache directory a process would use, as the `process` record describes it.
@@ -161,6 +177,9 @@ pub struct Device {
     pub driver: String,
     /// Whether `CLSHIM_DEVICES` selects the device.
     pub matched: bool,
+    /// `CL_DEVICE_MAX_COMPUTE_UNITS` (null if the device would not say): on pocl's CPU
+    /// driver, the worker threads each process starts for it.
+    pub compute_units: Option<u32>,
 }
 
 /// Where a program came from and what it was made from.
@@ -178,6 +197,9 @@ pub struct Build {
     /// build, compile or link.
     #[serde(skip)]
     pub event: Event,
+    /// CPU seconds of the calling thread and the children it waited for (null when the
+    /// call ended on another thread, or the clock could not be read).
+    pub cpu_seconds: Option<f64>,
     pub call: &'static str,
     pub program: Option<u64>,
     pub result: i32,
@@ -215,6 +237,8 @@ pub struct OptionsReplaced {
 /// A `CL_PROGRAM_BINARY_SIZES` or `CL_PROGRAM_BINARIES` query with a value buffer.
 #[derive(Debug, Serialize)]
 pub struct BinaryQuery {
+    /// As in [`Build`].
+    pub cpu_seconds: Option<f64>,
     pub call: &'static str,
     pub program: Option<u64>,
     pub param: &'static str,
@@ -260,6 +284,13 @@ pub struct FirstLaunch {
     /// record's `tid`.
     #[serde(skip)]
     pub tid: i64,
+    /// CPU seconds of every thread but the launching one (pocl compiles and runs the
+    /// kernel on its worker threads) and of the children reaped, from the enqueue to the
+    /// completion; null where that cannot be read (macOS, a launcher that exited).
+    pub cpu_seconds: Option<f64>,
+    /// The same clock's reading at the enqueue: launches of one thread that overlap share
+    /// that clock, so their CPU together is the difference of its readings.
+    pub cpu_clock: Option<f64>,
     pub call: &'static str,
     pub kernel: Option<String>,
     pub program: Option<u64>,

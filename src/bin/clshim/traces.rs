@@ -840,6 +840,7 @@ mod tests {
             vendor: "v".into(),
             driver: "1".into(),
             matched: true,
+            compute_units: Some(16),
         };
         let source = schema::Source {
             origin: "source",
@@ -849,6 +850,7 @@ mod tests {
         let build = |event, source, inputs, headers| {
             schema::Record::Build(schema::Build {
                 event,
+                cpu_seconds: Some(0.25),
                 call: "c",
                 program: Some(1),
                 result: 0,
@@ -879,6 +881,7 @@ mod tests {
             build(Event::Compile, Some(None), None, Some(0)),
             build(Event::Link, None, Some(vec![1]), None),
             schema::Record::BinaryQuery(schema::BinaryQuery {
+                cpu_seconds: Some(0.25),
                 call: "c",
                 program: Some(1),
                 param: "p",
@@ -904,6 +907,8 @@ mod tests {
             }),
             schema::Record::FirstLaunch(schema::FirstLaunch {
                 tid: 1,
+                cpu_seconds: Some(0.25),
+                cpu_clock: Some(3.0),
                 call: "c",
                 kernel: Some("k".into()),
                 program: Some(1),
@@ -942,6 +947,11 @@ mod tests {
                 from: None,
                 fs: Some("nfs".into()),
             }],
+            cpus: &schema::Cpus {
+                online: Some(16),
+                affinity: Some("0-15".into()),
+                cgroup_limit: Some(4.0),
+            },
         };
         let mut lines = vec![serde_json::to_string(&Line {
             common: common(Event::Process),
