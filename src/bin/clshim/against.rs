@@ -3,9 +3,14 @@
 //! only; served from a binary in NEW; for one built again, whether its text, options,
 //! device or driver changed (with the differing lines when both runs kept sources), or
 //! nothing did, and then which cache would have served it; the build time gained or lost
-//! per program, per rank and in all.
+//! per program, per rank and in all; and, where the traces carry CPU time, how much of
+//! each program's compile per rank was CPU and how much waiting in each run (the median
+//! over ranks: sources that differ per rank are matched by kernel names), so growth with
+//! the rank count splits into "each compile got slower" and "compiles waited".
 
 use crate::build_facts::{rank_name, Facts, Variant};
+use crate::cpu_split::{Busy, RankBusy};
+use crate::report::{median, RankKey};
 use crate::variants::{changes_text, compare, difference_json, program_name, wrap, Difference};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,6 +28,36 @@ struct Side {
     seconds: f64,
     /// Variants built from source, with their builds.
     variants: BTreeMap<Variant, usize>,
+    /// Per rank: builds, binary queries and first launches, wall and CPU.
+    busy: BTreeMap<RankKey, Busy>,
+}
+
+/// The median over ranks of each rank's CPU and waiting (ranks with CPU time only).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PerRank {
+    pub ranks: usize,
+    pub cpu: f64,
+    pub waiting: f64,
+}
+
+impl PerRank {
+    fn of<'a>(busy: impl Iterator<Item = &'a Busy>) -> PerRank {
+        let timed: Vec<&Busy> = busy.filter(|b| b.wall > 0.0).collect();
+        let med = |f: &dyn Fn(&Busy) -> f64| {
+            let mut v: Vec<f64> = timed.iter().map(|b| f(b)).collect();
+            v.sort_by(f64::total_cmp);
+            median(&v)
+        };
+        PerRank {
+            ranks: timed.len(),
+            cpu: med(&|b| b.cpu),
+            waiting: med(&|b| b.waiting()),
+        }
+    }
+
+    fn json(&self) -> Value {
+        json!({"ranks": self.ranks, "cpu_seconds": self.cpu, "waiting_seconds": self.waiting})
+    }
 }
 
 fn sides(f: &Facts) -> BTreeMap<(Vec<String>, usize), Side> {
@@ -30,6 +65,9 @@ fn sides(f: &Facts) -> BTreeMap<(Vec<String>, usize), Side> {
     for (v, t) in &f.variants {
         let s = out.entry((v.kernels.clone(), v.nth)).or_default();
         s.seconds += t.seconds;
+        for (k, b) in &t.busy {
+            s.busy.entry(k.clone()).or_default().add(b);
+        }
         if v.served {
             s.served += t.builds;
         } else {
@@ -61,6 +99,9 @@ pub struct Row {
     pub new_builds: usize,
     pub new_served: usize,
     pub old_builds: usize,
+    /// Median per-rank CPU and waiting of the program's compiles in each run.
+    pub new_split: PerRank,
+    pub old_split: PerRank,
 }
 
 pub struct Comparison {
@@ -68,6 +109,15 @@ pub struct Comparison {
     pub ranks: Vec<(String, f64, f64)>,
     pub new_seconds: f64,
     pub old_seconds: f64,
+    /// Median per-rank CPU and waiting of all compiles (builds, binary queries and first
+    /// launches) in each run.
+    pub new_split: PerRank,
+    pub old_split: PerRank,
+}
+
+fn run_split(f: &Facts) -> PerRank {
+    let totals: Vec<Busy> = f.rank_busy.values().map(RankBusy::total).collect();
+    PerRank::of(totals.iter())
 }
 
 fn pocl_dirs(f: &Facts) -> BTreeSet<String> {
@@ -169,6 +219,8 @@ pub fn compare_runs(new: &Facts, new_dir: &Path, old: &Facts, old_dir: &Path) ->
             new_builds: n.built,
             new_served: n.served,
             old_builds: o.built + o.served,
+            new_split: PerRank::of(n.busy.values()),
+            old_split: PerRank::of(o.busy.values()),
         });
     }
     // The programs that explain the most time first.
@@ -192,6 +244,8 @@ pub fn compare_runs(new: &Facts, new_dir: &Path, old: &Facts, old_dir: &Path) ->
         new_seconds: new.rank_seconds.values().sum(),
         old_seconds: old.rank_seconds.values().sum(),
         ranks,
+        new_split: run_split(new),
+        old_split: run_split(old),
     }
 }
 
@@ -224,21 +278,50 @@ impl Comparison {
             count("only in NEW"),
             count("only in OLD")
         );
-        let _ = writeln!(
+        let timed = self.new_split.ranks + self.old_split.ranks > 0;
+        if timed {
+            self.split_text(&mut o);
+        }
+        let _ = write!(
             o,
-            "\n  {:<32} {:>8} {:>8} {:>9}  why",
+            "\n  {:<32} {:>8} {:>8} {:>9}",
             "program", "NEW s", "OLD s", "NEW-OLD"
         );
-        for r in self.rows.iter().take(PROGRAMS_SHOWN) {
-            let _ = writeln!(
+        if timed {
+            let _ = write!(
                 o,
-                "  {:<32} {:>8.2} {:>8.2} {:>+9.2}  {}",
+                "  {:>7} {:>7} {:>8} {:>8}",
+                "CPU NEW", "CPU OLD", "wait NEW", "wait OLD"
+            );
+        }
+        let _ = writeln!(o, "  why");
+        for r in self.rows.iter().take(PROGRAMS_SHOWN) {
+            let _ = write!(
+                o,
+                "  {:<32} {:>8.2} {:>8.2} {:>+9.2}",
                 program_name(&r.kernels, r.nth, 32),
                 r.new_seconds,
                 r.old_seconds,
                 r.new_seconds - r.old_seconds,
-                r.status
             );
+            if timed {
+                let cell = |p: &PerRank, v: f64| {
+                    if p.ranks > 0 {
+                        format!("{v:.2}")
+                    } else {
+                        "-".into()
+                    }
+                };
+                let _ = write!(
+                    o,
+                    "  {:>7} {:>7} {:>8} {:>8}",
+                    cell(&r.new_split, r.new_split.cpu),
+                    cell(&r.old_split, r.old_split.cpu),
+                    cell(&r.new_split, r.new_split.waiting),
+                    cell(&r.old_split, r.old_split.waiting),
+                );
+            }
+            let _ = writeln!(o, "  {}", r.status);
             if r.status == "built again" {
                 wrap(&mut o, &r.words, "       ");
                 if let Some(d) = &r.difference {
@@ -267,6 +350,29 @@ impl Comparison {
         o
     }
 
+    /// The runs' median per-rank CPU and waiting, and what the difference is made of.
+    fn split_text(&self, o: &mut String) {
+        let (n, p) = (&self.new_split, &self.old_split);
+        let _ = writeln!(
+            o,
+            "compiles per rank (median of builds, binary queries and first launches): CPU NEW {:.2} s, OLD {:.2} s; \
+             waiting NEW {:.2} s, OLD {:.2} s",
+            n.cpu, p.cpu, n.waiting, p.waiting
+        );
+        let (dc, dw) = (n.cpu - p.cpu, n.waiting - p.waiting);
+        let _ =
+            writeln!(
+            o,
+            "  NEW-OLD: {dc:+.2} s of CPU (each compile {}), {dw:+.2} s of waiting (compiles {})",
+            if dc >= 0.0 { "got slower" } else { "got faster" },
+            if dw >= 0.0 {
+                "waited longer"
+            } else {
+                "waited less"
+            }
+        );
+    }
+
     pub fn json(&self, new_dir: &str, old_dir: &str) -> Value {
         json!({
             "clshim_report_against": 1,
@@ -274,6 +380,8 @@ impl Comparison {
             "old": old_dir,
             "new_build_seconds": self.new_seconds,
             "old_build_seconds": self.old_seconds,
+            "new_per_rank": self.new_split.json(),
+            "old_per_rank": self.old_split.json(),
             "programs": self.rows.iter().map(|r| json!({
                 "kernels": r.kernels,
                 "nth": r.nth,
@@ -287,6 +395,8 @@ impl Comparison {
                 "new_builds": r.new_builds,
                 "new_served_from_binary": r.new_served,
                 "old_builds": r.old_builds,
+                "new_per_rank": r.new_split.json(),
+                "old_per_rank": r.old_split.json(),
             })).collect::<Vec<_>>(),
             "ranks": self.ranks.iter().map(|(k, n, o)| json!({
                 "rank": k, "new_build_seconds": n, "old_build_seconds": o,
