@@ -277,7 +277,7 @@ pub fn text(hosts: &[HostRow]) -> String {
     );
     let _ = writeln!(
         o,
-        " {:<16} {:>5} {:>6} {:>6} {:>6}  {:<28} {:<26} flags",
+        " {:<16} {:>5} {:>6} {:>6} {:>6}  {:<24} {:<22} flags",
         "host", "ranks", "online", "cgroup", "usable", "affinity", "pocl worker threads"
     );
     for h in hosts {
@@ -288,14 +288,14 @@ pub fn text(hosts: &[HostRow]) -> String {
         };
         let _ = writeln!(
             o,
-            " {:<16} {:>5} {:>6} {:>6} {:>6}  {:<28} {:<26} {}",
+            " {:<16} {:>5} {:>6} {:>6} {:>6}  {:<24} {:<22} {}",
             clip(&h.host, 16),
             h.ranks,
             h.online.map_or("-".into(), |n| n.to_string()),
             h.cgroup_limit.map_or("-".into(), |c| format!("{c:.2}")),
             usable,
-            clip(&h.affinity_words(), 28),
-            clip(&threads, 26),
+            clip(&h.affinity_words(), 24),
+            clip(&threads, 22),
             h.flags().join(", ")
         );
     }
