@@ -35,32 +35,12 @@ fn affinity() -> Option<String> {
     let cpus: Vec<usize> = (0..max)
         .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
         .collect();
-    Some(cpu_list(&cpus))
+    Some(crate::schema::format_cpu_list(&cpus))
 }
 
 #[cfg(not(target_os = "linux"))]
 fn affinity() -> Option<String> {
     None
-}
-
-/// Sorted CPU numbers in the kernel's list form: ranges joined by commas.
-#[cfg(target_os = "linux")]
-fn cpu_list(cpus: &[usize]) -> String {
-    let mut parts = Vec::new();
-    let mut i = 0;
-    while i < cpus.len() {
-        let mut j = i;
-        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
-            j += 1;
-        }
-        parts.push(if j > i {
-            format!("{}-{}", cpus[i], cpus[j])
-        } else {
-            cpus[i].to_string()
-        });
-        i = j + 1;
-    }
-    parts.join(",")
 }
 
 #[cfg(target_os = "linux")]
@@ -174,14 +154,6 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |p| map.get(p).cloned()
-    }
-
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn cpu_lists_are_ranges() {
-        assert_eq!(cpu_list(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");
-        assert_eq!(cpu_list(&[5]), "5");
-        assert_eq!(cpu_list(&[]), "");
     }
 
     #[test]

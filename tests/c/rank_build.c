@@ -7,20 +7,8 @@
  * CL_PROGRAM_BINARY_SIZES (pocl compiles again there), then launches the kernel once and
  * waits (pocl compiles the size-specialised kernel on a worker thread). Run it with
  * POCL_KERNEL_CACHE=0 so that each rank really compiles.
- * Prints `rank R: ok`; any OpenCL error prints the call and code and exits 1. */
-#define CL_USE_DEPRECATED_OPENCL_1_2_APIS
-#include <CL/cl.h>
-#include <stdio.h>
-#include <stdlib.h>
-
-#define CHECK(call)                                                         \
-    do {                                                                    \
-        cl_int err_ = (call);                                               \
-        if (err_ != CL_SUCCESS) {                                           \
-            fprintf(stderr, "rank_build: %s failed: %d\n", #call, err_);    \
-            return 1;                                                       \
-        }                                                                   \
-    } while (0)
+ * Prints `rank R: ok`; any OpenCL error prints the call and its name and exits 1. */
+#include "cltest.h"
 
 static int env_int(const char *a, const char *b) {
     const char *v = getenv(a);

@@ -135,6 +135,45 @@ pub struct CacheDir {
     pub fs: Option<String>,
 }
 
+/// CPU numbers (sorted, distinct) in the form of [`Cpus::affinity`], the kernel's list
+/// form: ranges joined by commas (`0-3,8`).
+pub fn format_cpu_list(cpus: &[usize]) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j > i {
+            format!("{}-{}", cpus[i], cpus[j])
+        } else {
+            cpus[i].to_string()
+        });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
+/// [`Cpus::affinity`] read back; None for anything else (or a range past 65,536 CPUs).
+pub fn parse_cpu_list(s: &str) -> Option<std::collections::BTreeSet<usize>> {
+    let mut set = std::collections::BTreeSet::new();
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b): (usize, usize) = match part.split_once('-') {
+            Some((a, b)) => (a.trim().parse().ok()?, b.trim().parse().ok()?),
+            None => {
+                let n = part.trim().parse().ok()?;
+                (n, n)
+            }
+        };
+        if b < a || b - a > 1 << 16 {
+            return None;
+        }
+        set.extend(a..=b);
+    }
+    Some(set)
+}
+
 /// Filesystems shared between nodes over a network (`CacheDir::fs` names), where a cache
 /// is slow to reach and ranks of many nodes meet.
 pub fn is_network_fs(fs: &str) -> bool {
@@ -335,6 +374,18 @@ impl Record {
 mod tests {
     use super::*;
     use serde::de::IntoDeserializer;
+
+    #[test]
+    fn cpu_lists_are_ranges_and_read_back() {
+        let cpus = [0, 1, 2, 3, 8, 10, 11];
+        assert_eq!(format_cpu_list(&cpus), "0-3,8,10-11");
+        assert_eq!(format_cpu_list(&[5]), "5");
+        assert_eq!(format_cpu_list(&[]), "");
+        let back: Vec<usize> = parse_cpu_list("0-3,8,10-11").unwrap().into_iter().collect();
+        assert_eq!(back, cpus);
+        assert!(parse_cpu_list("3-1").is_none());
+        assert!(parse_cpu_list("x").is_none());
+    }
 
     /// `Event::name` and the name serde writes and reads are one naming.
     #[test]

@@ -9,6 +9,7 @@
 use crate::build_facts::ProcessCaches;
 use crate::cpu_split::{Busy, RankBusy};
 use crate::report::RankKey;
+use crate::schema::parse_cpu_list;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
@@ -96,25 +97,6 @@ impl HostRow {
             (b, _) => format!("{b} of {} bound, apart", self.ranks),
         }
     }
-}
-
-/// `0-3,8` -> {0, 1, 2, 3, 8}; None for anything else.
-pub fn parse_cpu_list(s: &str) -> Option<BTreeSet<usize>> {
-    let mut set = BTreeSet::new();
-    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
-        let (a, b): (usize, usize) = match part.split_once('-') {
-            Some((a, b)) => (a.trim().parse().ok()?, b.trim().parse().ok()?),
-            None => {
-                let n = part.trim().parse().ok()?;
-                (n, n)
-            }
-        };
-        if b < a || b - a > 1 << 16 {
-            return None;
-        }
-        set.extend(a..=b);
-    }
-    Some(set)
 }
 
 /// One row per host, from the `process` records and the ranks' build time.
@@ -341,19 +323,6 @@ fn clip(s: &str, n: usize) -> String {
 mod tests {
     use super::*;
     use crate::schema::Cpus;
-
-    #[test]
-    fn cpu_lists_parse() {
-        assert_eq!(
-            parse_cpu_list("0-3,8")
-                .unwrap()
-                .into_iter()
-                .collect::<Vec<_>>(),
-            vec![0, 1, 2, 3, 8]
-        );
-        assert!(parse_cpu_list("3-1").is_none());
-        assert!(parse_cpu_list("x").is_none());
-    }
 
     fn process(rank: i64, affinity: &str, threads: u64) -> ProcessCaches {
         ProcessCaches {
