@@ -237,10 +237,14 @@ impl HostRow {
                 self.affinity_words()
             ),
             HostHint::Unexplained => format!(
-                "note: {waited}, although its {} ranks fit its {usable} CPUs: other processes ran \
+                "note: {waited}, although its {} fit its {usable} CPUs: other processes ran \
                  there (another job, the ranks' own threads:\n      pocl's {} worker threads, MPI \
                  polling), or the compiles waited for the disk or a lock.",
-                self.ranks,
+                if self.ranks == 1 {
+                    "rank".to_string()
+                } else {
+                    format!("{} ranks", self.ranks)
+                },
                 self.pocl_threads_total
             ),
         })
@@ -386,6 +390,16 @@ mod tests {
         assert_eq!(h.hint(), Some(HostHint::Shared));
         assert!(h.hint_text().unwrap().contains("--bind-to core"));
         let fit: Vec<_> = (0..2).map(|r| process(r, "0-3", 4)).collect();
-        assert_eq!(waited(fit, 0.5).hint(), Some(HostHint::Unexplained));
+        let h = waited(fit, 0.5);
+        assert_eq!(h.hint(), Some(HostHint::Unexplained));
+        assert!(h
+            .hint_text()
+            .unwrap()
+            .contains("although its 2 ranks fit its 4 CPUs"));
+        let alone = waited(vec![process(0, "0-3", 4)], 0.5);
+        assert!(alone
+            .hint_text()
+            .unwrap()
+            .contains("although its rank fit its 4 CPUs"));
     }
 }
