@@ -188,10 +188,19 @@ fn one_and_two_ranks_split_build_time_into_cpu_and_waiting() {
     let text = common::stdout(&o);
     println!("{text}");
     assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
-    assert!(text.contains("compiles per rank (median"), "{text}");
     assert!(
-        text.contains("NEW-OLD:") && text.contains("s of CPU (each compile"),
+        text.contains("compiles per rank, the median rank"),
         "{text}"
+    );
+    assert!(
+        text.contains("CPU NEW") && text.contains(" s: compiles waited"),
+        "{text}"
+    );
+    let flat = crate::cli_report::flat(&text);
+    assert!(
+        flat.contains("s in the 1 program both runs compiled (each compile got")
+            && flat.contains("s in the 0 programs only NEW compiled"),
+        "{flat}"
     );
     let row = text
         .lines()
@@ -205,6 +214,10 @@ fn one_and_two_ranks_split_build_time_into_cpu_and_waiting() {
     let v = report_json(&[s(&two), "--against", s(&one)]);
     assert_eq!(v["new_per_rank"]["ranks"], 2, "{v:#}");
     assert_eq!(v["old_per_rank"]["ranks"], 1, "{v:#}");
+    assert_eq!(
+        v["cpu_change_by_program"]["compiled_in_both"]["programs"],
+        1
+    );
     let p = &v["programs"][0];
     assert_eq!(p["kernels"], json!(["scale"]), "{p:#}");
     assert_eq!(p["status"], "built again", "{p:#}");

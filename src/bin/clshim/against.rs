@@ -38,6 +38,8 @@ pub struct PerRank {
     pub ranks: usize,
     pub cpu: f64,
     pub waiting: f64,
+    /// The CPU of all those ranks together.
+    pub total_cpu: f64,
 }
 
 impl PerRank {
@@ -52,11 +54,17 @@ impl PerRank {
             ranks: timed.len(),
             cpu: med(&|b| b.cpu),
             waiting: med(&|b| b.waiting()),
+            total_cpu: timed.iter().map(|b| b.cpu).sum(),
         }
     }
 
     fn json(&self) -> Value {
-        json!({"ranks": self.ranks, "cpu_seconds": self.cpu, "waiting_seconds": self.waiting})
+        json!({
+            "ranks": self.ranks,
+            "cpu_seconds": self.cpu,
+            "waiting_seconds": self.waiting,
+            "total_cpu_seconds": self.total_cpu,
+        })
     }
 }
 
@@ -113,6 +121,29 @@ pub struct Comparison {
     /// launches) in each run.
     pub new_split: PerRank,
     pub old_split: PerRank,
+}
+
+/// The change of CPU per rank by program ([`Comparison::cpu_change`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CpuChange {
+    pub both: (usize, f64),
+    pub only_new: (usize, f64),
+    pub only_old: (usize, f64),
+}
+
+impl CpuChange {
+    fn json(&self) -> Value {
+        let part = |p: (usize, f64)| json!({"programs": p.0, "cpu_seconds": p.1});
+        json!({
+            "compiled_in_both": part(self.both),
+            "only_in_new": part(self.only_new),
+            "only_in_old": part(self.only_old),
+        })
+    }
+}
+
+fn plural(n: usize) -> String {
+    format!("{n} program{}", if n == 1 { "" } else { "s" })
 }
 
 fn run_split(f: &Facts) -> PerRank {
@@ -353,24 +384,59 @@ impl Comparison {
     /// The runs' median per-rank CPU and waiting, and what the difference is made of.
     fn split_text(&self, o: &mut String) {
         let (n, p) = (&self.new_split, &self.old_split);
+        let dw = n.waiting - p.waiting;
         let _ = writeln!(
             o,
-            "compiles per rank (median of builds, binary queries and first launches): CPU NEW {:.2} s, OLD {:.2} s; \
-             waiting NEW {:.2} s, OLD {:.2} s",
-            n.cpu, p.cpu, n.waiting, p.waiting
-        );
-        let (dc, dw) = (n.cpu - p.cpu, n.waiting - p.waiting);
-        let _ =
-            writeln!(
-            o,
-            "  NEW-OLD: {dc:+.2} s of CPU (each compile {}), {dw:+.2} s of waiting (compiles {})",
-            if dc >= 0.0 { "got slower" } else { "got faster" },
+            "compiles per rank, the median rank (builds, binary queries and first launches):\n  \
+             CPU NEW {:.2} s, OLD {:.2} s ({:+.2} s); waiting NEW {:.2} s, OLD {:.2} s ({dw:+.2} s: compiles {})",
+            n.cpu,
+            p.cpu,
+            n.cpu - p.cpu,
+            n.waiting,
+            p.waiting,
             if dw >= 0.0 {
                 "waited longer"
             } else {
                 "waited less"
             }
         );
+        let c = self.cpu_change();
+        let line = format!(
+            "by program, the mean rank's CPU NEW-OLD {:+.2} s: {:+.2} s in the {} both runs compiled \
+             (each compile got {}), {:+.2} s in the {} only NEW compiled (more compiles per rank), {:+.2} s \
+             in the {} only OLD compiled",
+            c.both.1 + c.only_new.1 + c.only_old.1,
+            c.both.1,
+            plural(c.both.0),
+            if c.both.1 >= 0.0 { "slower" } else { "faster" },
+            c.only_new.1,
+            plural(c.only_new.0),
+            c.only_old.1,
+            plural(c.only_old.0),
+        );
+        wrap(o, &line, "  ");
+    }
+
+    /// How the mean rank's CPU changed, by program: (programs, their CPU per rank of the
+    /// run in NEW less that in OLD) for those compiled in both runs, and for those compiled
+    /// in one run only. Means over every rank of each run add up, so the three parts make
+    /// the whole change (medians would not).
+    pub fn cpu_change(&self) -> CpuChange {
+        let per_rank = |p: &PerRank, run: &PerRank| p.total_cpu / run.ranks.max(1) as f64;
+        let mut c = CpuChange::default();
+        for r in &self.rows {
+            let (n, o) = (&r.new_split, &r.old_split);
+            let (new, old) = (per_rank(n, &self.new_split), per_rank(o, &self.old_split));
+            let (part, delta) = match (n.ranks > 0, o.ranks > 0) {
+                (true, true) => (&mut c.both, new - old),
+                (true, false) => (&mut c.only_new, new),
+                (false, true) => (&mut c.only_old, -old),
+                (false, false) => continue,
+            };
+            part.0 += 1;
+            part.1 += delta;
+        }
+        c
     }
 
     pub fn json(&self, new_dir: &str, old_dir: &str) -> Value {
@@ -382,6 +448,7 @@ impl Comparison {
             "old_build_seconds": self.old_seconds,
             "new_per_rank": self.new_split.json(),
             "old_per_rank": self.old_split.json(),
+            "cpu_change_by_program": self.cpu_change().json(),
             "programs": self.rows.iter().map(|r| json!({
                 "kernels": r.kernels,
                 "nth": r.nth,
