@@ -28,12 +28,13 @@ import argparse
 import datetime
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from workload_runs import LINE, base_env, csv_ints, median, platform_info
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = {
@@ -46,14 +47,6 @@ CONFIGS = {
 }
 ORDER = ["a", "b", "b-warm", "c", "c-warm", "d"]
 TABLE_ORDER = ["a", "b", "c", "d", "b-warm", "c-warm"]
-# Found anywhere in the output, not per line: the launcher can join two ranks' lines.
-LINE = re.compile(r"workload rank=(\S+) .*?build_s=([0-9.]+) first_run_s=([0-9.]+) total_s=([0-9.]+) result=(ok|WRONG)")
-
-
-def csv_ints(s):
-    return [int(x) for x in s.split(",") if x]
-
-
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -92,15 +85,6 @@ def parse_args(argv):
     if not args.ranks or min(args.ranks) < 1:
         ap.error("--ranks needs positive rank counts")
     return args
-
-
-def base_env():
-    env = {k: v for k, v in os.environ.items()
-           if not (k.startswith("CLSHIM_") or k in ("LD_PRELOAD", "OPENCL_LAYERS",
-                                                      "PYOPENCL_NO_CACHE", "PYOPENCL_CTX"))}
-    if "OCL_ICD_VENDORS" not in env and Path("/etc/OpenCL/vendors").is_dir():
-        env["OCL_ICD_VENDORS"] = "/etc/OpenCL/vendors"
-    return env
 
 
 def run_one(args, run_dir, config, ranks, rep):
@@ -168,12 +152,6 @@ def run_procs(cmd, env, ranks):
                                        "".join(t[0] for t in texts), "".join(t[1] for t in texts))
 
 
-def median(xs):
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
-
-
 def aggregate(runs):
     """One table cell from the runs of one (config, ranks): medians; failed if any failed."""
     cell = {"ok": all(r["ok"] for r in runs), "runs": len(runs)}
@@ -237,16 +215,6 @@ def table(args, cells, info):
     return "\n".join(out)
 
 
-def platform_info(args):
-    code = ("import pyopencl as cl; p=[p for p in cl.get_platforms()]; "
-            "print('pyopencl', cl.VERSION_TEXT, '|', '; '.join(x.version for x in p))")
-    try:
-        return subprocess.run([args.python, "-c", code], env=base_env(), capture_output=True,
-                              text=True, timeout=60).stdout.strip()
-    except Exception as e:  # informational only
-        return f"(could not query: {e})"
-
-
 def main(argv=None):
     args = parse_args(argv)
     if not Path(args.python).exists():
@@ -259,7 +227,7 @@ def main(argv=None):
     out = Path(args.out)
     run_dir = out / f"binary_policy-{stamp}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    info = platform_info(args)
+    info = platform_info(args.python, base_env())
     print(f"benchmark: {info}; output in {run_dir}", file=sys.stderr, flush=True)
 
     runs = []

@@ -563,9 +563,10 @@ impl AwaitingBuildEnd {
         }
     }
 
-    /// Writes the record for a call that ended with `result` after `seconds`, from what
-    /// was seen of its program. Touches no OpenCL object.
-    pub fn finish(self, result: cl_int, seconds: f64, seen: Seen) {
+    /// Writes the record for a call that ended with `result` after `seconds` (and
+    /// `cpu_seconds` of the calling thread), from what was seen of its program. Touches no
+    /// OpenCL object.
+    pub fn finish(self, result: cl_int, seconds: f64, cpu_seconds: Option<f64>, seen: Seen) {
         let rt = self.rt;
         let filter = rt.config.devices;
         let Seen {
@@ -606,6 +607,7 @@ impl AwaitingBuildEnd {
             .map(|k| crate::sources::kept(k, source_text.as_deref(), &copied));
         let record = schema::Record::Build(schema::Build {
             event: self.kind,
+            cpu_seconds,
             call,
             program: info.map(|i| i.id),
             result,
@@ -629,6 +631,7 @@ impl AwaitingBuildEnd {
 /// What clshim's callback saw when it fired before the call returned.
 struct Fired {
     seconds: f64,
+    cpu_seconds: Option<f64>,
     seen: Seen,
 }
 
@@ -714,7 +717,7 @@ extern "C" fn record_fired_at_exit() {
             if let (Some(p), Some(f)) = (st.pending.take(), st.fired.take()) {
                 drop(st);
                 let result = p.outcome(&f.seen);
-                p.finish(result, f.seconds, f.seen);
+                p.finish(result, f.seconds, f.cpu_seconds, f.seen);
             }
         }
     });
@@ -729,6 +732,7 @@ unsafe extern "C" fn on_build_done(program: cl_program, data: *mut c_void) {
     let ctx = unsafe { Arc::from_raw(data as *const AsyncBuild) };
     catch(|| {
         let seconds = ctx.start.elapsed().as_secs_f64();
+        let cpu_seconds = ctx.start.cpu_seconds();
         let pending = {
             let mut st = ctx.state.lock();
             st.called = true;
@@ -753,10 +757,14 @@ unsafe extern "C" fn on_build_done(program: cl_program, data: *mut c_void) {
             // build status now.
             drop(st);
             let result = p.outcome(&seen);
-            p.finish(result, seconds, seen);
+            p.finish(result, seconds, cpu_seconds, seen);
         } else {
             st.pending = Some(p);
-            st.fired = Some(Fired { seconds, seen });
+            st.fired = Some(Fired {
+                seconds,
+                cpu_seconds,
+                seen,
+            });
             st.listed = true;
             drop(st);
             await_return(&ctx);
@@ -789,13 +797,14 @@ pub unsafe fn run(
         // SAFETY: the application's call, unchanged (no callback).
         let (ret, program) = unsafe { call.forward(None, user_data) };
         let seconds = pending.start.elapsed().as_secs_f64();
+        let cpu_seconds = pending.start.cpu_seconds();
         catch(|| {
             // SAFETY: the call has not returned to the application yet.
             unsafe { pending.copy_args(ret) };
             // SAFETY: the call just returned `ret` for this program, which the application
             // has not seen back yet, so it is NULL, live, or refused as invalid.
             let seen = unsafe { pending.observe(program, Some(ret)) };
-            pending.finish(ret, seconds, seen)
+            pending.finish(ret, seconds, cpu_seconds, seen)
         });
         return (ret, program);
     };
@@ -823,7 +832,9 @@ pub unsafe fn run(
         let listed = std::mem::take(&mut st.listed);
         let finish = if let Some(f) = st.fired.take() {
             // The callback saw the program; it may have been released since.
-            st.pending.take().map(|p| (p, f.seconds, f.seen))
+            st.pending
+                .take()
+                .map(|p| (p, f.seconds, f.cpu_seconds, f.seen))
         } else if let Some(p) = st.pending.as_mut() {
             // SAFETY: the call has not returned to the application yet.
             unsafe { p.copy_args(ret) };
@@ -834,9 +845,10 @@ pub unsafe fn run(
                 // SAFETY: the call just returned `ret`; the program is NULL, live (the
                 // callback has not run, so the application has not released it), or refused.
                 let seen = unsafe { p.observe(program, Some(ret)) };
-                st.pending
-                    .take()
-                    .map(|p| (p, start.elapsed().as_secs_f64(), seen))
+                st.pending.take().map(|p| {
+                    let seconds = start.elapsed().as_secs_f64();
+                    (p, seconds, start.cpu_seconds(), seen)
+                })
             } else {
                 None // still building: the callback completes the record
             }
@@ -854,8 +866,8 @@ pub unsafe fn run(
             // refused the call, will never hand it back.
             drop(unsafe { Arc::from_raw(raw) });
         }
-        if let Some((p, seconds, seen)) = finish {
-            p.finish(ret, seconds, seen);
+        if let Some((p, seconds, cpu_seconds, seen)) = finish {
+            p.finish(ret, seconds, cpu_seconds, seen);
         }
     });
     (ret, program)

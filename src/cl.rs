@@ -83,6 +83,7 @@ pub const CL_PROGRAM_IL: cl_program_info = 0x1169;
 // clGetDeviceInfo parameters and device types.
 pub const CL_DEVICE_TYPE: cl_device_info = 0x1000;
 pub const CL_DEVICE_NAME: cl_device_info = 0x102B;
+pub const CL_DEVICE_MAX_COMPUTE_UNITS: cl_device_info = 0x1002;
 pub const CL_DEVICE_VENDOR: cl_device_info = 0x102C;
 pub const CL_DRIVER_VERSION: cl_device_info = 0x102D;
 pub const CL_DEVICE_VERSION: cl_device_info = 0x102F;

@@ -22,6 +22,8 @@ pub struct DeviceFacts {
     pub version: String,
     pub platform: String,
     pub platform_version: String,
+    /// Not part of the fingerprint: pocl takes it from the host and its variables.
+    pub compute_units: Option<u32>,
 }
 
 impl DeviceFacts {
@@ -59,6 +61,7 @@ impl DeviceFacts {
             vendor: self.vendor.clone(),
             driver: self.driver.clone(),
             matched: self.selected_by(filter),
+            compute_units: self.compute_units,
         }
     }
 }
@@ -106,6 +109,8 @@ pub unsafe fn query(route: Route, device: cl_device_id) -> Option<DeviceFacts> {
         version: text(get(CL_DEVICE_VERSION)),
         platform: platform_name,
         platform_version,
+        compute_units: get(CL_DEVICE_MAX_COMPUTE_UNITS)
+            .and_then(|b| Some(u32::from_ne_bytes(b.get(..4)?.try_into().ok()?))),
     })
 }
 
@@ -170,6 +175,7 @@ mod tests {
             version: "OpenCL 3.0".into(),
             platform: platform.into(),
             platform_version: "OpenCL 3.0 pocl 3.1".into(),
+            compute_units: Some(2),
         }
     }
 

@@ -21,6 +21,7 @@
 
 use crate::app_args::{AppArray, AppCStr, OutParam};
 use crate::cl::*;
+use crate::cpu_time::OthersCpu;
 use crate::dispatch::Route;
 use crate::guard::{self, catch};
 use crate::hash::Fnv1a;
@@ -446,6 +447,7 @@ unsafe fn first_launch(
         event
     };
     let start = Start::now();
+    let others = OthersCpu::now();
     let ret = forward(event_ptr);
     let ev = if ret == CL_SUCCESS {
         // SAFETY: the application's event out-parameter (or clshim's local), non-NULL and
@@ -455,7 +457,7 @@ unsafe fn first_launch(
         std::ptr::null_mut()
     };
     // SAFETY: the application's handles of the call that just returned, and its event.
-    catch(|| unsafe { after(rt, route, call, k, device, dims, start, ret, ev) });
+    catch(|| unsafe { after(rt, route, call, k, device, dims, (start, others), ret, ev) });
     if !own.is_null() {
         // The callback holds no reference: OpenCL keeps an event until its command completes.
         // SAFETY: the live event the implementation made for clshim.
@@ -472,6 +474,8 @@ unsafe fn first_launch(
 struct AwaitingCompletion {
     rt: &'static Runtime,
     start: Start,
+    /// pocl compiles on its worker threads: their CPU, not the launcher's.
+    others: OthersCpu,
     enqueue_result: cl_int,
     /// The record, but for its result.
     record: schema::FirstLaunch,
@@ -486,6 +490,10 @@ impl AwaitingCompletion {
             self.enqueue_result
         };
         let mut record = self.record;
+        if let Some((clock, cpu)) = self.others.interval() {
+            record.cpu_clock = Some(clock);
+            record.cpu_seconds = Some(cpu);
+        }
         record.result = result;
         record.result_name = status_name(result);
         self.rt
@@ -507,7 +515,7 @@ unsafe fn after(
     k: Kernel,
     device: usize,
     dims: Dims,
-    start: Start,
+    (start, others): (Start, OthersCpu),
     ret: cl_int,
     ev: cl_event,
 ) {
@@ -527,6 +535,8 @@ unsafe fn after(
     let record = schema::FirstLaunch {
         // The thread that launched, not the one the completion callback runs on.
         tid: crate::record::tid(),
+        cpu_seconds: None,
+        cpu_clock: None,
         call: call.name(),
         kernel: k.name,
         program: k.program,
@@ -540,6 +550,7 @@ unsafe fn after(
     let pending = AwaitingCompletion {
         rt,
         start,
+        others,
         enqueue_result: ret,
         record,
     };

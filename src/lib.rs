@@ -7,8 +7,9 @@
 //! (answering binary queries), `binary_load` (taking clshim binaries back, `container`
 //! their format, `recipe` what they carry), `launches` (first kernel launches; `launch_tables` and
 //! `address_table` its lock-free tables), `record`
-//! and `trace_file` (output, with `sources` keeping program texts and `cache_dirs` naming
-//! the compiler caches), `controls` and `config` (the user's choices), `devices`,
+//! and `trace_file` (output, with `sources` keeping program texts, `cache_dirs` naming
+//! the compiler caches, `cpu_time` and `host_cpus` what a record cost in CPU and what
+//! CPUs the process had), `controls` and `config` (the user's choices), `devices`,
 //! `programs` and `dispatch` (where calls go), `copies` (one recording copy of the library
 //! per process). `controls`, `schema` and `hash` come from the
 //! `clshim-format` crate, which the `clshim` command uses too, so its options and its
@@ -25,11 +26,13 @@ mod cl;
 pub mod config;
 mod container;
 mod copies;
+mod cpu_time;
 mod devices;
 mod dispatch;
 mod entry_points;
 mod failed_build;
 mod guard;
+mod host_cpus;
 mod intercept;
 mod launch_tables;
 mod launches;

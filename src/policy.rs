@@ -327,6 +327,7 @@ impl Query {
     /// `CL_PROGRAM_BINARY_SIZES`.
     pub fn finish(self, ret: cl_int, answer: Option<Answer>, driver_sizes: Option<Vec<usize>>) {
         let seconds = self.start.elapsed().as_secs_f64();
+        let cpu_seconds = self.start.cpu_seconds();
         let sizes = match answer {
             Some(a) => Some(a.recorded),
             None => driver_sizes.map(|v| v.into_iter().map(Some).collect()),
@@ -337,7 +338,7 @@ impl Query {
                 self.plan.as_ref(),
                 self.param,
                 self.start,
-                seconds,
+                (seconds, cpu_seconds),
                 ret,
                 sizes,
             )
@@ -376,7 +377,7 @@ fn record_query(
     plan: Option<&Plan>,
     param: cl_program_info,
     start: Start,
-    seconds: f64,
+    (seconds, cpu_seconds): (f64, Option<f64>),
     ret: cl_int,
     sizes: Option<Vec<Option<usize>>>,
 ) {
@@ -392,6 +393,7 @@ fn record_query(
         "CL_PROGRAM_BINARIES"
     };
     let record = schema::Record::BinaryQuery(schema::BinaryQuery {
+        cpu_seconds,
         call: "clGetProgramInfo",
         program: plan.map(|p| p.program.id),
         param: param_name,

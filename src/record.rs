@@ -4,6 +4,7 @@
 //! tallies together, held only to append a line.
 
 use crate::config::Config;
+use crate::cpu_time::ThreadCpu;
 use crate::lock::{ForkOrder, Lock};
 use crate::process::Identity;
 use crate::schema::{self, Common, Event, Line, Record};
@@ -11,12 +12,14 @@ use crate::trace_file::TraceFile;
 use crate::wall_union::WallUnion;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// When an event started, on both clocks: the wall clock for records, the monotonic one
-/// for its duration.
+/// When an event started, on three clocks: the wall clock for records, the monotonic one
+/// for its duration, the calling thread's CPU clock for its CPU time (a record's only: a
+/// launch already seen never makes a `Start`).
 #[derive(Clone, Copy, Debug)]
 pub struct Start {
     wall: SystemTime,
     mono: Instant,
+    cpu: ThreadCpu,
 }
 
 impl Start {
@@ -24,11 +27,18 @@ impl Start {
         Start {
             wall: SystemTime::now(),
             mono: Instant::now(),
+            cpu: ThreadCpu::now(),
         }
     }
 
     pub fn elapsed(&self) -> Duration {
         self.mono.elapsed()
+    }
+
+    /// The calling thread's CPU seconds since the start (see [`ThreadCpu::seconds`]): read
+    /// where [`Start::elapsed`] is, so both cover the same interval.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        self.cpu.seconds()
     }
 
     /// Seconds from `earlier` to this start (negative if it came first).
@@ -243,6 +253,7 @@ impl Recorder {
                         rank_source: identity.rank_source,
                         caches: &crate::cache_dirs::current(),
                         exit_recorded: true,
+                        cpus: &crate::host_cpus::current(),
                     },
                 };
                 serde_json::to_string(&header).unwrap_or_default()

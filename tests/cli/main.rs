@@ -1,6 +1,6 @@
 //! The `clshim` command, one test binary: `clshim run`, `clshim report` (on trace files
 //! written here, hostile input, and real runs reported) `clshim unsubstitute`, and why programs built (variants, kept sources,
-//! `--against`). Each module opens by saying what
+//! `--against`), and compiling against waiting across rank counts (`ranks`). Each module opens by saying what
 //! it checks; they share one link step and the harness in tests/common.
 
 #[path = "../common/mod.rs"]
@@ -9,6 +9,7 @@ mod common;
 mod cli_report;
 mod cli_run;
 mod help;
+mod ranks;
 mod report_first_launch;
 mod report_hostile;
 mod report_linked;

@@ -77,6 +77,8 @@ fn check_shape(r: &Value) {
         "local_size",
         "result",
         "result_name",
+        "cpu_seconds",
+        "cpu_clock",
     ];
     let common = ["schema", "event", "pid", "rank", "tid", "ts", "seconds"];
     let obj = r.as_object().unwrap();
@@ -103,8 +105,21 @@ fn check_shape(r: &Value) {
         r["local_size"].is_null() || r["local_size"].as_array().unwrap().len() == n,
         "{r}"
     );
+    // The other threads' CPU (pocl's workers compile there), read on Linux from the
+    // launching thread's clock while it lives: the test programs keep it alive.
+    for k in ["cpu_seconds", "cpu_clock"] {
+        assert!(r[k].as_f64().is_some_and(|c| c >= 0.0), "{k}: {r}");
+    }
     let d = &r["device"];
-    for k in ["name", "type", "platform", "vendor", "driver", "matched"] {
+    for k in [
+        "name",
+        "type",
+        "platform",
+        "vendor",
+        "driver",
+        "matched",
+        "compute_units",
+    ] {
         assert!(!d[k].is_null(), "device.{k}: {r}");
     }
     assert_eq!(d["platform"], "Portable Computing Language", "{r}");

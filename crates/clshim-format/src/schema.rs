@@ -110,6 +110,22 @@ pub struct Process<'a> {
     /// exits (absent in traces of clshim before it did), so a file without one is a
     /// process that did not reach `exit()`.
     pub exit_recorded: bool,
+    /// The CPUs the process may run on (absent in traces of clshim before it recorded them).
+    pub cpus: &'a Cpus,
+}
+
+/// The host's CPUs as a process saw them when its recording began: what `clshim report`
+/// sets its ranks against.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Cpus {
+    /// CPUs online on the host.
+    pub online: Option<u32>,
+    /// The CPUs the process's affinity allows, as a list of ranges (`0-3,8`); null where
+    /// there are no affinity masks (macOS).
+    pub affinity: Option<String>,
+    /// The CPU limit of the process's cgroup (quota over period, in CPUs), the tightest of
+    /// its cgroup and their parents; null when none is set or there are no cgroups.
+    pub cgroup_limit: Option<f64>,
 }
 
 /// A cache directory a process would use, as the `process` record describes it.
@@ -130,6 +146,45 @@ pub struct CacheDir {
     /// unknown, in traces of clshim before it recorded it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exists: Option<bool>,
+}
+
+/// CPU numbers (sorted, distinct) in the form of [`Cpus::affinity`], the kernel's list
+/// form: ranges joined by commas (`0-3,8`).
+pub fn format_cpu_list(cpus: &[usize]) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j > i {
+            format!("{}-{}", cpus[i], cpus[j])
+        } else {
+            cpus[i].to_string()
+        });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
+/// [`Cpus::affinity`] read back; None for anything else (or a range past 65,536 CPUs).
+pub fn parse_cpu_list(s: &str) -> Option<std::collections::BTreeSet<usize>> {
+    let mut set = std::collections::BTreeSet::new();
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b): (usize, usize) = match part.split_once('-') {
+            Some((a, b)) => (a.trim().parse().ok()?, b.trim().parse().ok()?),
+            None => {
+                let n = part.trim().parse().ok()?;
+                (n, n)
+            }
+        };
+        if b < a || b - a > 1 << 16 {
+            return None;
+        }
+        set.extend(a..=b);
+    }
+    Some(set)
 }
 
 /// Filesystems shared between nodes over a network (`CacheDir::fs` names), where a cache
@@ -174,6 +229,9 @@ pub struct Device {
     pub driver: String,
     /// Whether `CLSHIM_DEVICES` selects the device.
     pub matched: bool,
+    /// `CL_DEVICE_MAX_COMPUTE_UNITS` (null if the device would not say): on pocl's CPU
+    /// driver, the worker threads each process starts for it.
+    pub compute_units: Option<u32>,
 }
 
 /// Where a program came from and what it was made from.
@@ -191,6 +249,9 @@ pub struct Build {
     /// build, compile or link.
     #[serde(skip)]
     pub event: Event,
+    /// CPU seconds of the calling thread and the children it waited for (null when the
+    /// call ended on another thread, or the clock could not be read).
+    pub cpu_seconds: Option<f64>,
     pub call: &'static str,
     pub program: Option<u64>,
     pub result: i32,
@@ -235,6 +296,8 @@ pub struct OptionsReplaced {
 /// A `CL_PROGRAM_BINARY_SIZES` or `CL_PROGRAM_BINARIES` query with a value buffer.
 #[derive(Debug, Serialize)]
 pub struct BinaryQuery {
+    /// As in [`Build`].
+    pub cpu_seconds: Option<f64>,
     pub call: &'static str,
     pub program: Option<u64>,
     pub param: &'static str,
@@ -280,6 +343,13 @@ pub struct FirstLaunch {
     /// record's `tid`.
     #[serde(skip)]
     pub tid: i64,
+    /// CPU seconds of every thread but the launching one (pocl compiles and runs the
+    /// kernel on its worker threads) and of the children reaped, from the enqueue to the
+    /// completion; null where that cannot be read (macOS, a launcher that exited).
+    pub cpu_seconds: Option<f64>,
+    /// The same clock's reading at the enqueue: launches of one thread that overlap share
+    /// that clock, so their CPU together is the difference of its readings.
+    pub cpu_clock: Option<f64>,
     pub call: &'static str,
     pub kernel: Option<String>,
     pub program: Option<u64>,
@@ -329,6 +399,18 @@ impl Record {
 mod tests {
     use super::*;
     use serde::de::IntoDeserializer;
+
+    #[test]
+    fn cpu_lists_are_ranges_and_read_back() {
+        let cpus = [0, 1, 2, 3, 8, 10, 11];
+        assert_eq!(format_cpu_list(&cpus), "0-3,8,10-11");
+        assert_eq!(format_cpu_list(&[5]), "5");
+        assert_eq!(format_cpu_list(&[]), "");
+        let back: Vec<usize> = parse_cpu_list("0-3,8,10-11").unwrap().into_iter().collect();
+        assert_eq!(back, cpus);
+        assert!(parse_cpu_list("3-1").is_none());
+        assert!(parse_cpu_list("x").is_none());
+    }
 
     /// `Event::name` and the name serde writes and reads are one naming.
     #[test]

@@ -3,11 +3,16 @@
 //! only; served from a binary in NEW; for one built again, whether its text, options,
 //! device or driver changed (with the differing lines when both runs kept sources), or
 //! nothing did, and then which cache would have served it; the build time gained or lost
-//! per program, per rank and in all. Build time is what the report calls so: builds,
-//! compiles and links, and the binary queries of their programs (where `substitute` gains),
-//! with the two parts named in the totals.
+//! per program, per rank and in all (build time is what the report calls so: builds,
+//! compiles and links, and the binary queries of their programs, where `substitute` gains,
+//! with the two parts named in the totals); and, where the traces carry CPU time, how much
+//! of each program's compile per rank was CPU and how much waiting in each run (the median
+//! over ranks: sources that differ per rank are matched by kernel names), so growth with
+//! the rank count splits into "each compile got slower" and "compiles waited".
 
 use crate::build_facts::{rank_name, Facts, Variant};
+use crate::cpu_split::{Busy, RankBusy};
+use crate::report::{median, RankKey};
 use crate::variants::{changes_text, compare, difference_json, program_name, wrap, Difference};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,6 +31,44 @@ struct Side {
     seconds: f64,
     /// Variants built from source, with their builds.
     variants: BTreeMap<Variant, usize>,
+    /// Per rank: builds, binary queries and first launches, wall and CPU.
+    busy: BTreeMap<RankKey, Busy>,
+}
+
+/// The median over ranks of each rank's CPU and waiting (ranks with CPU time only).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PerRank {
+    pub ranks: usize,
+    pub cpu: f64,
+    pub waiting: f64,
+    /// The CPU of all those ranks together.
+    pub total_cpu: f64,
+}
+
+impl PerRank {
+    fn of<'a>(busy: impl Iterator<Item = &'a Busy>) -> PerRank {
+        let timed: Vec<&Busy> = busy.filter(|b| b.wall > 0.0).collect();
+        let med = |f: &dyn Fn(&Busy) -> f64| {
+            let mut v: Vec<f64> = timed.iter().map(|b| f(b)).collect();
+            v.sort_by(f64::total_cmp);
+            median(&v)
+        };
+        PerRank {
+            ranks: timed.len(),
+            cpu: med(&|b| b.cpu),
+            waiting: med(&|b| b.waiting()),
+            total_cpu: timed.iter().map(|b| b.cpu).sum(),
+        }
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "ranks": self.ranks,
+            "cpu_seconds": self.cpu,
+            "waiting_seconds": self.waiting,
+            "total_cpu_seconds": self.total_cpu,
+        })
+    }
 }
 
 fn sides(f: &Facts) -> BTreeMap<(Vec<String>, usize), Side> {
@@ -33,6 +76,9 @@ fn sides(f: &Facts) -> BTreeMap<(Vec<String>, usize), Side> {
     for (v, t) in &f.variants {
         let s = out.entry((v.kernels.clone(), v.nth)).or_default();
         s.seconds += t.seconds + t.query_seconds;
+        for (k, b) in &t.busy {
+            s.busy.entry(k.clone()).or_default().add(b);
+        }
         if v.served {
             s.served += t.builds;
         } else {
@@ -64,6 +110,9 @@ pub struct Row {
     pub new_builds: usize,
     pub new_served: usize,
     pub old_builds: usize,
+    /// Median per-rank CPU and waiting of the program's compiles in each run.
+    pub new_split: PerRank,
+    pub old_split: PerRank,
 }
 
 pub struct Comparison {
@@ -75,6 +124,38 @@ pub struct Comparison {
     pub old_seconds: f64,
     pub new_query_seconds: f64,
     pub old_query_seconds: f64,
+    /// Median per-rank CPU and waiting of all compiles (builds, binary queries and first
+    /// launches) in each run.
+    pub new_split: PerRank,
+    pub old_split: PerRank,
+}
+
+/// The change of CPU per rank by program ([`Comparison::cpu_change`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CpuChange {
+    pub both: (usize, f64),
+    pub only_new: (usize, f64),
+    pub only_old: (usize, f64),
+}
+
+impl CpuChange {
+    fn json(&self) -> Value {
+        let part = |p: (usize, f64)| json!({"programs": p.0, "cpu_seconds": p.1});
+        json!({
+            "compiled_in_both": part(self.both),
+            "only_in_new": part(self.only_new),
+            "only_in_old": part(self.only_old),
+        })
+    }
+}
+
+fn plural(n: usize) -> String {
+    format!("{n} program{}", if n == 1 { "" } else { "s" })
+}
+
+fn run_split(f: &Facts) -> PerRank {
+    let totals: Vec<Busy> = f.rank_busy.values().map(RankBusy::total).collect();
+    PerRank::of(totals.iter())
 }
 
 fn pocl_dirs(f: &Facts) -> BTreeSet<String> {
@@ -176,6 +257,8 @@ pub fn compare_runs(new: &Facts, new_dir: &Path, old: &Facts, old_dir: &Path) ->
             new_builds: n.built,
             new_served: n.served,
             old_builds: o.built + o.served,
+            new_split: PerRank::of(n.busy.values()),
+            old_split: PerRank::of(o.busy.values()),
         });
     }
     // The programs that explain the most time first.
@@ -202,6 +285,8 @@ pub fn compare_runs(new: &Facts, new_dir: &Path, old: &Facts, old_dir: &Path) ->
         new_query_seconds: queries(new),
         old_query_seconds: queries(old),
         ranks,
+        new_split: run_split(new),
+        old_split: run_split(old),
     }
 }
 
@@ -240,21 +325,50 @@ impl Comparison {
             count("only in NEW"),
             count("only in OLD")
         );
-        let _ = writeln!(
+        let timed = self.new_split.ranks + self.old_split.ranks > 0;
+        if timed {
+            self.split_text(&mut o);
+        }
+        let _ = write!(
             o,
-            "\n  {:<32} {:>8} {:>8} {:>9}  why",
+            "\n  {:<32} {:>8} {:>8} {:>9}",
             "program", "NEW s", "OLD s", "NEW-OLD"
         );
-        for r in self.rows.iter().take(PROGRAMS_SHOWN) {
-            let _ = writeln!(
+        if timed {
+            let _ = write!(
                 o,
-                "  {:<32} {:>8.2} {:>8.2} {:>+9.2}  {}",
+                "  {:>7} {:>7} {:>8} {:>8}",
+                "CPU NEW", "CPU OLD", "wait NEW", "wait OLD"
+            );
+        }
+        let _ = writeln!(o, "  why");
+        for r in self.rows.iter().take(PROGRAMS_SHOWN) {
+            let _ = write!(
+                o,
+                "  {:<32} {:>8.2} {:>8.2} {:>+9.2}",
                 program_name(&r.kernels, r.nth, 32),
                 r.new_seconds,
                 r.old_seconds,
                 r.new_seconds - r.old_seconds,
-                r.status
             );
+            if timed {
+                let cell = |p: &PerRank, v: f64| {
+                    if p.ranks > 0 {
+                        format!("{v:.2}")
+                    } else {
+                        "-".into()
+                    }
+                };
+                let _ = write!(
+                    o,
+                    "  {:>7} {:>7} {:>8} {:>8}",
+                    cell(&r.new_split, r.new_split.cpu),
+                    cell(&r.old_split, r.old_split.cpu),
+                    cell(&r.new_split, r.new_split.waiting),
+                    cell(&r.old_split, r.old_split.waiting),
+                );
+            }
+            let _ = writeln!(o, "  {}", r.status);
             if r.status == "built again" {
                 wrap(&mut o, &r.words, "       ");
                 if let Some(d) = &r.difference {
@@ -283,6 +397,64 @@ impl Comparison {
         o
     }
 
+    /// The runs' median per-rank CPU and waiting, and what the difference is made of.
+    fn split_text(&self, o: &mut String) {
+        let (n, p) = (&self.new_split, &self.old_split);
+        let dw = n.waiting - p.waiting;
+        let _ = writeln!(
+            o,
+            "compiles per rank, the median rank (builds, binary queries and first launches):\n  \
+             CPU NEW {:.2} s, OLD {:.2} s ({:+.2} s); waiting NEW {:.2} s, OLD {:.2} s ({dw:+.2} s: compiles {})",
+            n.cpu,
+            p.cpu,
+            n.cpu - p.cpu,
+            n.waiting,
+            p.waiting,
+            if dw >= 0.0 {
+                "waited longer"
+            } else {
+                "waited less"
+            }
+        );
+        let c = self.cpu_change();
+        let line = format!(
+            "by program, the mean rank's CPU NEW-OLD {:+.2} s: {:+.2} s in the {} both runs compiled \
+             (each compile got {}), {:+.2} s in the {} only NEW compiled (more compiles per rank), {:+.2} s \
+             in the {} only OLD compiled",
+            c.both.1 + c.only_new.1 + c.only_old.1,
+            c.both.1,
+            plural(c.both.0),
+            if c.both.1 >= 0.0 { "slower" } else { "faster" },
+            c.only_new.1,
+            plural(c.only_new.0),
+            c.only_old.1,
+            plural(c.only_old.0),
+        );
+        wrap(o, &line, "  ");
+    }
+
+    /// How the mean rank's CPU changed, by program: (programs, their CPU per rank of the
+    /// run in NEW less that in OLD) for those compiled in both runs, and for those compiled
+    /// in one run only. Means over every rank of each run add up, so the three parts make
+    /// the whole change (medians would not).
+    pub fn cpu_change(&self) -> CpuChange {
+        let per_rank = |p: &PerRank, run: &PerRank| p.total_cpu / run.ranks.max(1) as f64;
+        let mut c = CpuChange::default();
+        for r in &self.rows {
+            let (n, o) = (&r.new_split, &r.old_split);
+            let (new, old) = (per_rank(n, &self.new_split), per_rank(o, &self.old_split));
+            let (part, delta) = match (n.ranks > 0, o.ranks > 0) {
+                (true, true) => (&mut c.both, new - old),
+                (true, false) => (&mut c.only_new, new),
+                (false, true) => (&mut c.only_old, -old),
+                (false, false) => continue,
+            };
+            part.0 += 1;
+            part.1 += delta;
+        }
+        c
+    }
+
     pub fn json(&self, new_dir: &str, old_dir: &str) -> Value {
         json!({
             "clshim_report_against": 1,
@@ -293,6 +465,9 @@ impl Comparison {
             "old_build_time_seconds": self.old_seconds,
             "new_binary_query_seconds": self.new_query_seconds,
             "old_binary_query_seconds": self.old_query_seconds,
+            "new_per_rank": self.new_split.json(),
+            "old_per_rank": self.old_split.json(),
+            "cpu_change_by_program": self.cpu_change().json(),
             "programs": self.rows.iter().map(|r| json!({
                 "kernels": r.kernels,
                 "nth": r.nth,
@@ -306,6 +481,8 @@ impl Comparison {
                 "new_builds": r.new_builds,
                 "new_served_from_binary": r.new_served,
                 "old_builds": r.old_builds,
+                "new_per_rank": r.new_split.json(),
+                "old_per_rank": r.old_split.json(),
             })).collect::<Vec<_>>(),
             "ranks": self.ranks.iter().map(|(k, n, o)| json!({
                 "rank": k, "new_build_time_seconds": n, "old_build_time_seconds": o,

@@ -1,12 +1,14 @@
 //! What each build was made from, per rank, for the questions "why did it build?"
-//! (`variants`), "where are the caches?" (`caches`) and "what changed since the last
-//! run?" (`against`): gathered in the report's one pass over the records (`report` hands
-//! each record to [`FileFacts::add`]), one small entry per distinct (rank, kernel names,
-//! source, options, devices) rather than per record, so memory grows with the programs
-//! and ranks, not with the run's length.
+//! (`variants`), "where are the caches?" (`caches`), "what changed since the last
+//! run?" (`against`) and "compiling or waiting?" (`cpu_split`): gathered in the report's
+//! one pass over the records (`report` hands each record to [`FileFacts::add`]), one small
+//! entry per distinct (rank, kernel names, source, options, devices) rather than per
+//! record, so memory grows with the programs and ranks, not with the run's length (first
+//! launches are kept per file until its end, where overlapping ones are split).
 
+use crate::cpu_split::{Busy, RankBusy, Span};
 use crate::report::RankKey;
-use crate::schema::CacheDir;
+use crate::schema::{CacheDir, Cpus};
 use crate::traces::{Event, Id, Record};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -41,6 +43,8 @@ pub struct Tally {
     /// time.
     pub query_seconds: f64,
     pub ranks: BTreeSet<RankKey>,
+    /// Per rank: the variant's builds, binary queries and first launches, wall and CPU.
+    pub busy: BTreeMap<RankKey, Busy>,
 }
 
 /// One process's caches, as its `process` record lists them, and which of them its
@@ -54,6 +58,9 @@ pub struct ProcessCaches {
     /// `pocl` when it built on a pocl device, `pyopencl` when it asked for program
     /// binaries or loaded one (a binary cache at work), `cuda` when an NVIDIA device built.
     pub used: BTreeSet<&'static str>,
+    /// The CPUs it could use, and the worker threads of its pocl CPU device.
+    pub cpus: Option<Cpus>,
+    pub pocl_threads: Option<u64>,
 }
 
 /// Everything gathered, merged over files.
@@ -70,6 +77,8 @@ pub struct Facts {
     pub processes: Vec<ProcessCaches>,
     /// A device of NVIDIA's platform built something (its cache then matters).
     pub nvidia: bool,
+    /// Per rank: wall and CPU seconds of builds (with binary queries) and first launches.
+    pub rank_busy: BTreeMap<RankKey, RankBusy>,
 }
 
 /// The writer of a file's `process` record (rank, pid, instance), whether it runs Python,
@@ -95,6 +104,24 @@ pub struct FileFacts {
     nvidia: bool,
     /// The caches its records show in use (`ProcessCaches::used`).
     used: BTreeSet<&'static str>,
+    /// The `process` record's CPUs, and the most compute units of a pocl CPU device seen.
+    cpus: Option<Cpus>,
+    pocl_threads: Option<u64>,
+    /// Per writer: builds, compiles, links and binary queries.
+    writer_busy: Vec<Busy>,
+    /// Per entry: its builds, the binary queries and first launches of its programs.
+    entry_busy: Vec<Busy>,
+    launches: Vec<Launch>,
+}
+
+/// A first launch, kept until the file's end: launches of one thread that overlap are
+/// split there ([`crate::cpu_split::exclusive`]).
+struct Launch {
+    writer: usize,
+    tid: u64,
+    entry: Option<usize>,
+    seconds: f64,
+    span: Option<Span>,
 }
 
 fn fnv(h: &mut u64, bytes: &[u8]) {
@@ -117,12 +144,26 @@ impl FileFacts {
         self.writers.push((r.rank, r.pid, inst.map(str::to_string)));
         self.seconds.push(0.0);
         self.query_seconds.push(0.0);
+        self.writer_busy.push(Busy::default());
         self.writers.len() - 1
     }
 
+    /// The entry of the program a query or a launch concerns, if this file built it.
+    fn entry_of(&self, w: usize, r: &Record) -> Option<usize> {
+        self.by_id.get(&(w, r.program.clone()?)).copied()
+    }
+
     pub fn add(&mut self, r: &Record) {
+        let pocl_threads = r
+            .devices()
+            .chain(r.device.as_ref())
+            .filter(|d| d.is_pocl_cpu())
+            .filter_map(|d| d.compute_units)
+            .max();
+        self.pocl_threads = self.pocl_threads.max(pocl_threads);
         match r.event {
             Event::Process if self.header.is_none() => {
+                self.cpus = r.cpus.clone();
                 self.host = r.host.as_deref().map(str::to_string);
                 let python = r.exe.as_deref().is_some_and(|e| e.contains("python"));
                 self.header = Some((
@@ -139,19 +180,35 @@ impl FileFacts {
             Event::BinaryQuery => {
                 let w = self.writer(r);
                 self.query_seconds[w] += r.seconds;
-                let e = r
-                    .program
-                    .clone()
-                    .and_then(|p| self.by_id.get(&(w, p)).copied());
-                if let Some(e) = e {
+                self.writer_busy[w].record(r.seconds, r.cpu_seconds);
+                let entry = self.entry_of(w, r);
+                if let Some(e) = entry {
                     self.entries[e].4 += r.seconds;
+                    self.entry_busy[e].record(r.seconds, r.cpu_seconds);
                 }
                 if r.param.as_deref() == Some("CL_PROGRAM_BINARIES") && !r.failed() {
                     self.used.insert("pyopencl");
-                    if let Some(e) = e {
-                        self.queried.insert(e);
-                    }
+                    self.queried.extend(entry);
                 }
+            }
+            Event::FirstLaunch => {
+                let w = self.writer(r);
+                let span = match (r.cpu_clock, r.cpu_seconds) {
+                    (Some(clock), Some(cpu)) => Some(Span {
+                        start: r.ts,
+                        seconds: r.seconds,
+                        clock,
+                        cpu,
+                    }),
+                    _ => None,
+                };
+                self.launches.push(Launch {
+                    writer: w,
+                    tid: r.tid(),
+                    entry: self.entry_of(w, r),
+                    seconds: r.seconds,
+                    span,
+                });
             }
             Event::Build | Event::Compile | Event::Link => self.add_build(r),
             _ => {}
@@ -169,6 +226,7 @@ impl FileFacts {
                 self.used.insert("cuda");
             }
         }
+        self.writer_busy[w].record(r.seconds, r.cpu_seconds);
         if r.failed() || r.kernels().is_empty() {
             return;
         }
@@ -236,12 +294,14 @@ impl FileFacts {
                     nth,
                 };
                 self.entries.push((w, v, 0, 0.0, 0.0));
+                self.entry_busy.push(Busy::default());
                 self.index.insert(h, self.entries.len() - 1);
                 self.entries.len() - 1
             }
         };
         self.entries[e].2 += 1;
         self.entries[e].3 += r.seconds;
+        self.entry_busy[e].record(r.seconds, r.cpu_seconds);
         if let Some(p) = r.program.clone() {
             self.by_id.insert((w, p), e);
         }
@@ -250,7 +310,7 @@ impl FileFacts {
 
 impl Facts {
     /// Folds one file in; `host` is the report's name for the file's host.
-    pub fn add_file(&mut self, f: FileFacts, host: &str) {
+    pub fn add_file(&mut self, mut f: FileFacts, host: &str) {
         let key = |rank: Option<i64>, pid: u64, instance: &Option<String>| match rank {
             Some(n) => RankKey::Rank(n),
             None => RankKey::Process {
@@ -267,21 +327,38 @@ impl Facts {
                 python: *python,
                 caches: caches.clone(),
                 used: f.used.clone(),
+                cpus: f.cpus.clone(),
+                pocl_threads: f.pocl_threads,
             });
         }
         for (w, s) in f.seconds.iter().enumerate() {
             *self.rank_seconds.entry(keys[w].clone()).or_default() += s;
             *self.rank_query_seconds.entry(keys[w].clone()).or_default() += f.query_seconds[w];
         }
+        let mut busy = vec![RankBusy::default(); keys.len()];
+        for (w, b) in f.writer_busy.iter().enumerate() {
+            busy[w].build.add(b);
+        }
+        for (w, e, share) in launch_shares(std::mem::take(&mut f.launches)) {
+            busy[w].launch.add(&share);
+            if let Some(e) = e {
+                f.entry_busy[e].add(&share);
+            }
+        }
+        for (w, b) in busy.iter().enumerate() {
+            self.rank_busy.entry(keys[w].clone()).or_default().add(b);
+        }
         for &e in &f.queried {
             self.queried.insert(f.entries[e].1.kernels.clone());
         }
-        for (w, v, builds, seconds, query_seconds) in f.entries {
+        for ((w, v, builds, seconds, query_seconds), b) in f.entries.into_iter().zip(&f.entry_busy)
+        {
             let t = self.variants.entry(v).or_default();
             t.builds += builds;
             t.seconds += seconds;
             t.query_seconds += query_seconds;
             t.ranks.insert(keys[w].clone());
+            t.busy.entry(keys[w].clone()).or_default().add(b);
         }
         self.nvidia |= f.nvidia;
     }
@@ -293,6 +370,12 @@ impl Facts {
             mine.seconds += t.seconds;
             mine.query_seconds += t.query_seconds;
             mine.ranks.extend(t.ranks);
+            for (k, b) in t.busy {
+                mine.busy.entry(k).or_default().add(&b);
+            }
+        }
+        for (k, b) in o.rank_busy {
+            self.rank_busy.entry(k).or_default().add(&b);
         }
         for (k, s) in o.rank_seconds {
             *self.rank_seconds.entry(k).or_default() += s;
@@ -304,6 +387,31 @@ impl Facts {
         self.processes.extend(o.processes);
         self.nvidia |= o.nvidia;
     }
+}
+
+/// Each first launch's share (writer, entry, wall and CPU): launches of one thread that
+/// carry CPU time are split where they overlap; those without count their wall time as
+/// untimed.
+fn launch_shares(launches: Vec<Launch>) -> Vec<(usize, Option<usize>, Busy)> {
+    let mut by_thread: BTreeMap<(usize, u64), Vec<Launch>> = BTreeMap::new();
+    for l in launches {
+        by_thread.entry((l.writer, l.tid)).or_default().push(l);
+    }
+    let mut out = Vec::new();
+    for group in by_thread.into_values() {
+        let (timed, untimed): (Vec<Launch>, Vec<Launch>) =
+            group.into_iter().partition(|l| l.span.is_some());
+        for l in untimed {
+            let mut b = Busy::default();
+            b.record(l.seconds, None);
+            out.push((l.writer, l.entry, b));
+        }
+        let spans: Vec<Span> = timed.iter().filter_map(|l| l.span).collect();
+        for (l, share) in timed.iter().zip(crate::cpu_split::exclusive(&spans)) {
+            out.push((l.writer, l.entry, share));
+        }
+    }
+    out
 }
 
 /// A rank's name in the report's words.

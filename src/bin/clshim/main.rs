@@ -15,7 +15,9 @@ mod build_facts;
 mod caches;
 mod chrome;
 mod cli;
+mod cpu_split;
 mod help;
+mod host_load;
 mod inherited_signals;
 mod linediff;
 mod loads;
@@ -158,8 +160,10 @@ fn report_main(o: cli::ReportOpts) -> ExitCode {
     let rep = agg.report(&dir);
     let programs = variants::programs(&agg.facts, &o.dir);
     let flags = caches::flags(&agg.facts);
+    let split = cpu_split::split(&agg.facts);
     let text = if o.json {
         let mut v = rep.json();
+        v["compiling_and_waiting"] = split.json();
         v["variants"] = variants::json(&programs);
         v["caches"] = caches::json(&agg.facts, &flags);
         let mut s = serde_json::to_string_pretty(&v).expect("report JSON");
@@ -168,7 +172,7 @@ fn report_main(o: cli::ReportOpts) -> ExitCode {
     } else {
         let kept = variants::kept_any(&agg.facts);
         let why = variants::text(&programs, kept) + &caches::text(&flags);
-        rep.text(o.wide) + &render::fit(&why, o.wide)
+        rep.text(o.wide) + &render::fit(&(split.text(o.wide) + &why), o.wide)
     };
     if !print(&text, o.json) {
         return ExitCode::from(2);

@@ -63,6 +63,9 @@ pub struct Device<'a> {
     /// Whether `CLSHIM_DEVICES` selected the device (the binary policy acts on it).
     #[serde(default)]
     pub matched: Option<bool>,
+    /// pocl's CPU driver starts this many worker threads per process.
+    #[serde(default)]
+    pub compute_units: Option<u64>,
 }
 
 impl Device<'_> {
@@ -180,6 +183,12 @@ pub struct Record<'a> {
     pub tid: Option<u64>,
     pub ts: f64,
     pub seconds: f64,
+    /// CPU seconds of the calling thread (a first launch: of the other threads).
+    #[serde(default)]
+    pub cpu_seconds: Option<f64>,
+    /// A first launch's CPU clock at its start (`cpu_seconds` counts from there).
+    #[serde(default)]
+    pub cpu_clock: Option<f64>,
     /// Random per process (16 hex digits): tells apart processes that share a pid.
     #[serde(default, borrow)]
     pub instance: Option<Text<'a>>,
@@ -196,6 +205,9 @@ pub struct Record<'a> {
     /// The process record says the writer ends its file with an `exit` record.
     #[serde(default)]
     pub exit_recorded: Option<bool>,
+    /// The CPUs the process could use (a value of another shape is dropped).
+    #[serde(default, deserialize_with = "lenient")]
+    pub cpus: Option<crate::schema::Cpus>,
     #[serde(default, borrow)]
     pub kept: Option<Kept<'a>>,
     // program events
@@ -503,7 +515,7 @@ pub fn parse_line(line: &[u8], complete: bool) -> Result<Option<Record<'_>>, Str
         Ok(text) => serde_json::from_str(text),
         Err(_) => serde_json::from_slice(line),
     };
-    let r: Record = match parsed {
+    let mut r: Record = match parsed {
         Ok(r) => r,
         Err(e) => {
             let head = serde_json::from_slice::<Head>(line).ok();
@@ -549,6 +561,12 @@ pub fn parse_line(line: &[u8], complete: bool) -> Result<Option<Record<'_>>, Str
     if r.event == Event::FirstLaunch {
         launch_sizes(&r)?;
     }
+    // CPU time is an addition the report does without: an implausible one is dropped, not
+    // the record. A first launch's may exceed its wall time (many threads), a week of
+    // 4,096 threads at most.
+    let plausible = |c: &f64| (0.0..=SECONDS_MAX * 4096.0).contains(c);
+    r.cpu_seconds = r.cpu_seconds.filter(plausible);
+    r.cpu_clock = r.cpu_clock.filter(plausible);
     Ok(Some(r))
 }
 
@@ -856,6 +874,7 @@ mod tests {
             vendor: "v".into(),
             driver: "1".into(),
             matched: true,
+            compute_units: Some(16),
         };
         let source = schema::Source {
             origin: "source",
@@ -865,6 +884,7 @@ mod tests {
         let build = |event, source, inputs, headers| {
             schema::Record::Build(schema::Build {
                 event,
+                cpu_seconds: Some(0.25),
                 call: "c",
                 program: Some(1),
                 result: 0,
@@ -897,6 +917,7 @@ mod tests {
             build(Event::Compile, Some(None), None, Some(0)),
             build(Event::Link, None, Some(vec![1]), None),
             schema::Record::BinaryQuery(schema::BinaryQuery {
+                cpu_seconds: Some(0.25),
                 call: "c",
                 program: Some(1),
                 param: "p",
@@ -922,6 +943,8 @@ mod tests {
             }),
             schema::Record::FirstLaunch(schema::FirstLaunch {
                 tid: 1,
+                cpu_seconds: Some(0.25),
+                cpu_clock: Some(3.0),
                 call: "c",
                 kernel: Some("k".into()),
                 program: Some(1),
@@ -962,6 +985,11 @@ mod tests {
                 exists: Some(true),
             }],
             exit_recorded: true,
+            cpus: &schema::Cpus {
+                online: Some(16),
+                affinity: Some("0-15".into()),
+                cgroup_limit: Some(4.0),
+            },
         };
         let mut lines = vec![serde_json::to_string(&Line {
             common: common(Event::Process),
