@@ -37,7 +37,6 @@ mod lock;
 mod logger;
 #[cfg(target_os = "macos")]
 mod macos;
-mod native_store;
 mod owned_program;
 mod policy;
 #[cfg(not(target_os = "macos"))]
@@ -49,8 +48,7 @@ mod recipe;
 mod record;
 mod runtime;
 mod sources;
+mod store;
 mod trace_file;
-#[cfg(not(target_os = "macos"))]
-mod warm;
 
 use clshim_format::{controls, hash, schema, wall_union};

@@ -9,3 +9,4 @@ mod native_store;
 mod policy_devices;
 mod policy_load;
 mod policy_pocl;
+mod store_keys;

@@ -37,16 +37,16 @@ const USAGE_TAIL: &str =
                       and loader layer; each call is recorded once) | preload
                       (LD_PRELOAD only) | layer (OPENCL_LAYERS only)
   --layer             the same as --mode layer
-  --warm              run COMMAND as a child (not in clshim's place), wait for it, run
-                      the warm step below, then exit with COMMAND's status
+  With --warm, COMMAND runs as a child (not in clshim's place); when it ends, the warm
+  step below starts in the background and clshim exits with COMMAND's status at once.
 
-clshim warm: make the driver's own binaries that `substitute` asked for (requests in the
-native store), at idle priority, in this process, so that the next loads of those clshim
-binaries take them instead of building again; then keep the store under
+clshim warm: make the driver's own binaries the native store was asked for (requests
+left by runs with CLSHIM_WARM=1), at idle priority, one worker process per working
+directory and environment of the requests; then keep the store under
 $CLSHIM_NATIVE_STORE_MAX, least recently used out. Ranks may run it at once.
   --store DIR         the native store (default: $CLSHIM_NATIVE_STORE, else
-                      $XDG_CACHE_HOME/clshim/native, else ~/.cache/clshim/native)
-  --jobs N            N processes share the requests (default 1)
+                      ~/.cache/clshim/native)
+  --jobs N            N workers at once (default 1)
   --lib PATH          as for run
 
 clshim report: summarise every trace file (*.jsonl) in DIR: per program and per rank
@@ -114,8 +114,11 @@ pub struct RunOpts {
     pub native_store_max: Option<String>,
     pub lib: Option<PathBuf>,
     pub mode: Mode,
-    /// `--warm`: run the command as a child, then the warm step.
-    pub warm: bool,
+    /// `--warm` (Some(true)): leave requests, run the command as a child, then start the
+    /// warm step; `--no-warm`: leave none.
+    pub warm: Option<bool>,
+    /// `--program-cache` / `--no-program-cache`.
+    pub program_cache: Option<bool>,
     /// The command and its arguments; never empty.
     pub command: Vec<OsString>,
 }
@@ -145,6 +148,9 @@ pub struct WarmOpts {
     pub store: Option<PathBuf>,
     pub jobs: usize,
     pub lib: Option<PathBuf>,
+    /// `--worker-group HEX` (internal): be the worker of one group of requests, in the
+    /// directory and environment the command that started it set.
+    pub worker_group: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -334,6 +340,7 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
                 o.native_store_max = Some(control(name, &controls::NATIVE_STORE_MAX, v)?);
             }
             "--summary" | "--no-summary" | "--sources" | "--no-sources" | "--layer" | "--warm"
+            | "--no-warm" | "--program-cache" | "--no-program-cache"
                 if inline.is_some() =>
             {
                 return usage(format!("option {name} takes no value"));
@@ -343,7 +350,10 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
             "--sources" => o.sources = Some(true),
             "--no-sources" => o.sources = Some(false),
             "--layer" => o.mode = Mode::Layer,
-            "--warm" => o.warm = true,
+            "--warm" => o.warm = Some(true),
+            "--no-warm" => o.warm = Some(false),
+            "--program-cache" => o.program_cache = Some(true),
+            "--no-program-cache" => o.program_cache = Some(false),
             "-h" | "--help" => return Ok(Command::Help),
             _ => return usage(format!("run: unknown option '{s}' (try 'clshim --help')")),
         }
@@ -360,6 +370,7 @@ fn parse_warm(args: Vec<OsString>) -> Result<Command, UsageError> {
         store: None,
         jobs: 1,
         lib: None,
+        worker_group: None,
     };
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
@@ -385,6 +396,13 @@ fn parse_warm(args: Vec<OsString>) -> Result<Command, UsageError> {
                 o.jobs = match v.parse::<usize>() {
                     Ok(n) if (1..=256).contains(&n) => n,
                     _ => return usage(format!("--jobs: '{v}' is not a number from 1 to 256")),
+                };
+            }
+            "--worker-group" => {
+                let v = utf8(name, value(name, inline, &mut it)?)?;
+                o.worker_group = match u64::from_str_radix(&v, 16) {
+                    Ok(g) => Some(g),
+                    Err(_) => return usage(format!("--worker-group: '{v}' is not hexadecimal")),
                 };
             }
             "-h" | "--help" => return Ok(Command::Help),
