@@ -16,6 +16,7 @@ CLSHIM_APT_PACKAGES=(
     build-essential      # cc for the C tests
     python3-venv         # venv for Debian's python3 (harmless with pyenv's)
     valgrind             # memcheck run of a C test program under the shim
+    strace               # counts the file operations of a binary query on the native store
     hashcat              # a real client: dlopens the loader, compile + link, on-disk kernel cache
     libclblast-dev       # a real client: CLBlast, in-memory binary cache
     libclfft-dev         # a real client: clFFT, on-disk binary cache (CLFFT_CACHE_PATH)

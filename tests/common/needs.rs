@@ -50,6 +50,10 @@ pub const MPIEXEC: Need = Need::Program {
     name: "mpiexec",
     package: "mpich",
 };
+pub const STRACE: Need = Need::Program {
+    name: "strace",
+    package: "strace",
+};
 pub const VALGRIND: Need = Need::Program {
     name: "valgrind",
     package: "valgrind",

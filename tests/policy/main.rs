@@ -10,3 +10,4 @@ mod policy_devices;
 mod policy_load;
 mod policy_pocl;
 mod store_keys;
+mod store_safety;

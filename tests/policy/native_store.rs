@@ -32,27 +32,6 @@ fn warm(store: &Path) -> Output {
     out
 }
 
-fn files(dir: &Path, suffix: &str) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.path())
-                .filter(|p| p.to_string_lossy().ends_with(suffix))
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
-fn entries(store: &Path) -> Vec<PathBuf> {
-    files(store, ".bin")
-}
-
-fn requests(store: &Path) -> Vec<PathBuf> {
-    files(&store.join("requests"), ".req")
-}
-
 fn load_record(r: &Ran) -> Value {
     r.one("binary_load").clone()
 }
@@ -136,7 +115,7 @@ fn warm_start_loads_the_native_binary_as_without_clshim() {
         assert!(stderr(&out).contains(": 1 made,"), "{}", stderr(&out));
         assert!(requests(&store).is_empty(), "the request is done");
         assert_eq!(entries(&store).len(), 1);
-        assert!(files(&store.join("requests"), ".claim").is_empty());
+        assert!(store_files(&store.join("requests"), ".claim").is_empty());
 
         let after = substitute_load(&bin, &d, &store, &file, args);
         let l = load_record(&after);
@@ -403,19 +382,6 @@ fn a_full_or_unwritable_store_costs_the_application_nothing() {
     if mounted {
         let _ = std::process::Command::new("umount").arg(s(&store)).status();
     }
-}
-
-/// Waits (at most two minutes) until `store` holds `n` entries and no request: a warm step
-/// started in the background has done its work.
-fn wait_for_entries(store: &Path, n: usize) {
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while (entries(store).len() < n || !requests(store).is_empty())
-        && std::time::Instant::now() < until
-    {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    assert_eq!(entries(store).len(), n, "entries after the background step");
-    assert!(requests(store).is_empty());
 }
 
 /// `clshim run --warm`: the command runs as a child, its exit status comes back as soon

@@ -528,19 +528,37 @@ pub fn run_then_warm(
     lib: &Path,
     settings: Settings,
 ) -> Result<std::convert::Infallible, RunError> {
-    let mut child = cmd.spawn().map_err(|e| cannot_run(program, &e))?;
-    CHILD.store(child.id() as i32, std::sync::atomic::Ordering::Relaxed);
     let signals = [libc::SIGTERM, libc::SIGHUP, libc::SIGINT, libc::SIGQUIT];
-    for sig in signals {
-        // SAFETY: plain data for sigaction.
-        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
-        act.sa_sigaction = pass_on as *const () as usize;
-        act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-        // SAFETY: installing a handler that only calls kill (async-signal-safe); the
-        // child already has its own dispositions (restored at its exec by
-        // `inherited_signals`).
-        unsafe { libc::sigaction(sig, &act, std::ptr::null_mut()) };
+    // The signals are held back from before the child starts until clshim's handlers are
+    // in place, so one that arrives in between is passed on, not lost (or fatal to
+    // clshim). The child starts with an empty signal mask (std's spawn resets it).
+    // SAFETY: plain data for the signal set calls.
+    let mut held: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `held` is a valid set; only this thread's mask changes.
+    unsafe {
+        libc::sigemptyset(&mut held);
+        for sig in signals {
+            libc::sigaddset(&mut held, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &held, std::ptr::null_mut());
     }
+    let spawned = cmd.spawn();
+    if let Ok(c) = &spawned {
+        CHILD.store(c.id() as i32, std::sync::atomic::Ordering::Relaxed);
+        for sig in signals {
+            // SAFETY: plain data for sigaction.
+            let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+            act.sa_sigaction = pass_on as *const () as usize;
+            act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            // SAFETY: installing a handler that only calls kill (async-signal-safe); the
+            // child already has its own dispositions (restored at its exec by
+            // `inherited_signals`).
+            unsafe { libc::sigaction(sig, &act, std::ptr::null_mut()) };
+        }
+    }
+    // SAFETY: unblocking what was blocked above; a pending signal is handled now.
+    unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &held, std::ptr::null_mut()) };
+    let mut child = spawned.map_err(|e| cannot_run(program, &e))?;
     let status = child.wait();
     let code = match status {
         Ok(st) => {
