@@ -30,7 +30,7 @@ CLSHIM_APT_PACKAGES=(
 #          (the slow path clshim fixes); numpy<2 because its wheels were built against
 #          numpy 1, and pytools<2024 because newer pytools warns on stderr at every run
 #          of pyopencl 2023.1 (safe_sync), which would hide the warnings that matter.
-CLSHIM_VENV_REQS_current="pyopencl numpy"
+CLSHIM_VENV_REQS_current="pyopencl numpy pytest"
 CLSHIM_VENV_REQS_old="pyopencl==2023.1 numpy<2 pytools<2024"
 # wheelbuild: the tools that build and check the clshim wheel (tests/clients/wheel.rs builds it
 #          with `pip wheel --no-build-isolation` here, so a test run downloads nothing):

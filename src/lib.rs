@@ -42,6 +42,7 @@ mod policy;
 #[cfg(not(target_os = "macos"))]
 mod preload;
 mod process;
+mod program_cache;
 mod programs;
 mod query;
 mod recipe;

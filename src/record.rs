@@ -55,6 +55,8 @@ pub struct Tally {
     /// Of `builds`, the compiles and the links: the summary names them apart.
     pub compiles: u64,
     pub links: u64,
+    /// Of `builds`, those the program cache served from the native store.
+    pub served: u64,
     pub build_seconds: f64,
     pub queries: u64,
     pub query_seconds: f64,
@@ -80,6 +82,7 @@ impl Tally {
                 self.builds += 1;
                 self.compiles += u64::from(b.event == Event::Compile);
                 self.links += u64::from(b.event == Event::Link);
+                self.served += u64::from(b.served.is_some());
                 self.build_seconds += seconds;
             }
             Record::BinaryQuery(q) => {
@@ -365,6 +368,13 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str) -> String {
         s.push_str(&format!(
             ", {} binary loads ({} rejected)",
             t.loads, t.rejected
+        ));
+    }
+    if t.served > 0 {
+        s.push_str(&format!(
+            ", {} of {} builds served from the native store",
+            t.served,
+            t.builds - t.compiles - t.links
         ));
     }
     if t.avoidable_query_seconds > 0.2 * total && t.avoidable_query_seconds > 0.05 {

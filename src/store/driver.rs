@@ -5,6 +5,8 @@
 //! rebuilding pocl). A library without a build-id is named by its path, size, modification
 //! time and inode instead. macOS libraries carry no build-id, and the store is not used
 //! there.
+// On macOS the warm step and the program cache are not built: what only they use is idle.
+#![cfg_attr(target_os = "macos", allow(dead_code, unused_imports))]
 
 use crate::cl::cl_device_id;
 use crate::hash::Fnv1a;

@@ -5,6 +5,8 @@
 //! to a temporary name (created exclusively) and is renamed into place, so a reader sees a
 //! whole file or none, with any number of processes on one node or on NFS. A write that
 //! fails costs the caller nothing but its own error.
+// On macOS the warm step and the program cache are not built: what only they use is idle.
+#![cfg_attr(target_os = "macos", allow(dead_code, unused_imports))]
 
 use std::ffi::{c_int, c_void, CString};
 use std::os::unix::ffi::OsStrExt;
@@ -123,6 +125,22 @@ pub fn modified(dir: &Fd, name: &str) -> Option<i64> {
     // SAFETY: `dir` is open, `c` a valid name, `st` writable.
     let r = unsafe { libc::fstatat(dir.0, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
     (r == 0).then_some(st.st_mtime)
+}
+
+/// Sets the modification time of `name` below `dir` to now (a link is not followed).
+pub fn touch(dir: &Fd, name: &str) {
+    let Ok(c) = cstr(name.as_bytes()) else {
+        return;
+    };
+    // SAFETY: `dir` is open, `c` a valid name; NULL times mean now.
+    unsafe {
+        libc::utimensat(
+            dir.0,
+            c.as_ptr(),
+            std::ptr::null(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
 }
 
 /// Removes `name` below `dir` (a file or a link, never what a link names).

@@ -462,6 +462,8 @@ unsafe fn one(
         files::read_file(dir, &format::entry_name(key.key), format::MAX_ENTRY, false)
     {
         if super::verify(&existing, &key).is_ok() {
+            // Its source's mark may have gone with older entries: made again.
+            mark_source(dir, &recipe);
             return Outcome::Present;
         }
     }
@@ -494,8 +496,24 @@ unsafe fn one(
     };
     let entry = super::encode(&key, &payload);
     match files::write_atomic(dir, &format::entry_name(key.key), &entry, true, true) {
-        Ok(()) => Outcome::Made,
+        Ok(()) => {
+            mark_source(dir, &recipe);
+            Outcome::Made
+        }
         Err(e) => Outcome::Failed(format!("cannot write {}: {e}", format::entry_name(key.key))),
+    }
+}
+
+/// Marks the source of a build recipe as one the store holds a build of (an empty file
+/// named by its hash in `sources/`), for the program cache to give its programs handles.
+fn mark_source(dir: &Fd, recipe: &Recipe) {
+    if let (Kind::Built, crate::recipe::Text::Source(src)) = (recipe.kind, &recipe.text) {
+        let name = crate::program_cache::source_mark(crate::hash::fnv1a64(src));
+        let marked = files::open_sub(dir, crate::program_cache::SOURCES, true)
+            .and_then(|d| files::write_atomic(&d, &name, b"", false, false));
+        if let Err(e) = marked {
+            eprintln!("clshim warm: cannot mark a source in the store: {e}");
+        }
     }
 }
 

@@ -332,20 +332,7 @@ fn another_driver_build_is_another_build() {
     let (hdr, app) = (c.dir("hdr"), c.dir("app"));
     std::fs::write(hdr.join("val.h"), "#define VAL 4\n").unwrap();
     let opts = format!("--options=-I {}", s(&hdr));
-    let vendors = c.dir("vendors");
-    let lib = pocl_library();
-    let mut bytes = std::fs::read(&lib).unwrap();
-    flip_build_id(&mut bytes);
-    // pocl finds its device libraries in `pocl/` beside its own library, and its headers
-    // and kernel library in `../../share/pocl` from it: the copy gets the same neighbours.
-    let libdir = c.dir("driver/lib/arch");
-    let real = lib.parent().unwrap();
-    std::os::unix::fs::symlink(real.join("pocl"), libdir.join("pocl")).unwrap();
-    let share = real.join("../../share").canonicalize().unwrap();
-    std::os::unix::fs::symlink(share, c.d.path("driver/share")).unwrap();
-    let copy = libdir.join("libpocl-copy.so");
-    std::fs::write(&copy, &bytes).unwrap();
-    std::fs::write(vendors.join("pocl-copy.icd"), format!("{}\n", s(&copy))).unwrap();
+    let vendors = pocl_copy(&c.d);
     let other = [("OCL_ICD_VENDORS", s(&vendors))];
     c.run(
         Under::Store,
@@ -370,51 +357,4 @@ fn another_driver_build_is_another_build() {
         "recipe",
         "the copy's build has no entry"
     );
-}
-
-/// pocl's library as the system's ICD file names it.
-fn pocl_library() -> PathBuf {
-    let icd = std::fs::read_to_string("/etc/OpenCL/vendors/pocl.icd").expect("pocl.icd");
-    let name = icd.trim();
-    let p = Path::new(name);
-    if p.is_absolute() {
-        return p.to_path_buf();
-    }
-    ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"]
-        .iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.exists())
-        .expect("pocl's library")
-}
-
-/// Flips a byte of the ELF file's GNU build-id note (found through its program headers).
-fn flip_build_id(elf: &mut [u8]) {
-    let u16_at = |b: &[u8], at: usize| u16::from_le_bytes(b[at..at + 2].try_into().unwrap());
-    let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
-    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
-    let phoff = u64_at(elf, 0x20) as usize;
-    let (phentsize, phnum) = (u16_at(elf, 0x36) as usize, u16_at(elf, 0x38) as usize);
-    for i in 0..phnum {
-        let ph = phoff + i * phentsize;
-        if u32_at(elf, ph) != 4 {
-            continue; // not PT_NOTE
-        }
-        let (off, size) = (u64_at(elf, ph + 8) as usize, u64_at(elf, ph + 32) as usize);
-        let mut at = off;
-        while at + 12 <= off + size {
-            let (namesz, descsz, kind) = (
-                u32_at(elf, at) as usize,
-                u32_at(elf, at + 4) as usize,
-                u32_at(elf, at + 8),
-            );
-            let name_at = at + 12;
-            let desc_at = name_at + ((namesz + 3) & !3);
-            if kind == 3 && &elf[name_at..name_at + 4] == b"GNU\0" {
-                elf[desc_at] ^= 0xff;
-                return;
-            }
-            at = desc_at + ((descsz + 3) & !3);
-        }
-    }
-    panic!("no GNU build-id note");
 }

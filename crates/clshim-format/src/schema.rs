@@ -203,6 +203,10 @@ pub struct Build {
     /// With `CLSHIM_TRACE_SOURCES=1` only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kept: Option<Kept>,
+    /// A build the program cache served: `"store"` (made from the driver's binary in the
+    /// native store, nothing compiled). Absent for a build the driver compiled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub served: Option<&'static str>,
 }
 
 /// The options an application gave a build, and those clshim built with instead.

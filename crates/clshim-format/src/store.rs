@@ -76,6 +76,10 @@ pub fn replayed_variable(name: &[u8]) -> bool {
 
 /// The folder of requests inside a store.
 pub const REQUESTS: &str = "requests";
+/// The folder of source marks inside a store: an empty file, named by the hash of a
+/// source (16 hex digits), for each source the store holds a build of; the program cache
+/// gives a program a handle of clshim's only when its source is marked.
+pub const SOURCES: &str = "sources";
 
 /// The file name of the entry for `key`.
 pub fn entry_name(key: u64) -> String {
@@ -379,7 +383,9 @@ pub fn is_temporary_name(name: &str) -> bool {
             .split('-')
             .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
     numbered
-        && (key_of_name(store_name, ".bin").is_some() || key_of_name(store_name, ".req").is_some())
+        && (key_of_name(store_name, ".bin").is_some()
+            || key_of_name(store_name, ".req").is_some()
+            || key_of_name(store_name, "").is_some())
 }
 
 #[cfg(test)]

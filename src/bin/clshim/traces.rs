@@ -223,6 +223,9 @@ pub struct Record<'a> {
     /// A binary load's `native` or `recipe`.
     #[serde(default, borrow)]
     pub made_from: Option<Text<'a>>,
+    /// A build the program cache served (`store`).
+    #[serde(default, borrow)]
+    pub served: Option<Text<'a>>,
     // first_launch
     #[serde(default, borrow)]
     pub kernel: Option<Text<'a>>,
@@ -872,6 +875,7 @@ mod tests {
                         source: "0000000000000001-2".into(),
                     }],
                 }),
+                served: Some("store"),
             })
         };
         let records = [

@@ -291,13 +291,29 @@ fn enforce_cap(store: &Path, max: u64) -> u64 {
     entries.sort();
     let mut total: u64 = entries.iter().map(|e| e.2).sum();
     let mut evicted = 0;
-    for (_, name, size) in entries {
-        if total <= max {
-            break;
-        }
+    let mut kept = entries.into_iter().peekable();
+    while let Some((_, name, size)) = kept.next_if(|_| total > max) {
         if std::fs::remove_file(store.join(&name)).is_ok() {
             total -= size;
             evicted += 1;
+        }
+    }
+    // A source's mark is touched whenever one of its builds is served: a mark older than
+    // every entry left stands for builds that are gone.
+    let oldest = kept.peek().map_or(i64::MAX, |e| e.0);
+    if let Ok(rd) = std::fs::read_dir(store.join(format::SOURCES)) {
+        for e in rd.flatten() {
+            let path = e.path();
+            let name = e.file_name();
+            let ours = name
+                .to_str()
+                .is_some_and(|n| format::key_of_name(n, "").is_some());
+            let stale = path
+                .symlink_metadata()
+                .is_ok_and(|m| m.is_file() && m.mtime() < oldest);
+            if ours && stale {
+                let _ = std::fs::remove_file(&path);
+            }
         }
     }
     evicted
