@@ -16,6 +16,7 @@ CLSHIM_APT_PACKAGES=(
     build-essential      # cc for the C tests
     python3-venv         # venv for Debian's python3 (harmless with pyenv's)
     valgrind             # memcheck run of a C test program under the shim
+    strace               # counts the file operations of a binary query on the native store
     hashcat              # a real client: dlopens the loader, compile + link, on-disk kernel cache
     libclblast-dev       # a real client: CLBlast, in-memory binary cache
     libclfft-dev         # a real client: clFFT, on-disk binary cache (CLFFT_CACHE_PATH)
@@ -29,7 +30,7 @@ CLSHIM_APT_PACKAGES=(
 #          (the slow path clshim fixes); numpy<2 because its wheels were built against
 #          numpy 1, and pytools<2024 because newer pytools warns on stderr at every run
 #          of pyopencl 2023.1 (safe_sync), which would hide the warnings that matter.
-CLSHIM_VENV_REQS_current="pyopencl numpy"
+CLSHIM_VENV_REQS_current="pyopencl numpy pytest"
 CLSHIM_VENV_REQS_old="pyopencl==2023.1 numpy<2 pytools<2024"
 # wheelbuild: the tools that build and check the clshim wheel (tests/clients/wheel.rs builds it
 #          with `pip wheel --no-build-isolation` here, so a test run downloads nothing):
@@ -146,6 +147,43 @@ ensure_venv() {
     "$dir/bin/python" -m pip install -q --only-binary=:all: $reqs \
         || { rm -rf "$dir"; die "pip install failed in venv $name ($reqs)"; }
     printf '%s\n' "$want" > "$stamp"
+}
+
+# ensure_pyopencl_tests: pyopencl's own test files (test/*.py and the files they read),
+# for the pyopencl in .venv/current, from its source distribution on PyPI (found through
+# the simple index, so no build backend runs), in .venv/pyopencl-tests/ with a stamp
+# naming the version. The program cache's tests run them with and without clshim.
+ensure_pyopencl_tests() {
+    local py="$CLSHIM_ROOT/.venv/current/bin/python" dir="$CLSHIM_ROOT/.venv/pyopencl-tests"
+    local version; version="$("$py" -c 'import pyopencl; print(pyopencl.VERSION_TEXT)')"
+    if [ -f "$dir/clshim-stamp" ] && [ "$(cat "$dir/clshim-stamp")" = "$version" ]; then
+        log "pyopencl $version test files: present"
+        return 0
+    fi
+    log "pyopencl $version test files: downloading its source distribution"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    "$py" - "$version" "$dir" <<'PY' || die "could not get pyopencl's test files"
+import io, re, sys, tarfile, urllib.request
+version, dest = sys.argv[1], sys.argv[2]
+req = urllib.request.Request("https://pypi.org/simple/pyopencl/", headers={"Accept": "text/html"})
+html = urllib.request.urlopen(req, timeout=120).read().decode()
+links = re.findall(r'href="([^"#]+/pyopencl-%s\.tar\.gz)#sha256=([0-9a-f]+)"' % re.escape(version), html)
+if not links:
+    sys.exit("no source distribution of pyopencl %s on PyPI" % version)
+url, sha = links[0]
+data = urllib.request.urlopen(url, timeout=300).read()
+import hashlib
+if hashlib.sha256(data).hexdigest() != sha:
+    sys.exit("the source distribution's checksum differs from the index's")
+with tarfile.open(fileobj=io.BytesIO(data)) as t:
+    for m in t.getmembers():
+        parts = m.name.split("/")
+        if len(parts) == 3 and parts[1] == "test" and m.isfile():
+            m.name = parts[2]
+            t.extract(m, dest)
+PY
+    printf '%s\n' "$version" > "$dir/clshim-stamp"
 }
 
 # The pyopencl wheels bundle their own ocl-icd loader. Point it (and the system loader)

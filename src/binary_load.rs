@@ -21,6 +21,7 @@ use crate::recipe::{Kind, Recipe, Text};
 use crate::record::Start;
 use crate::runtime::Runtime;
 use crate::schema::{self};
+use crate::store::{Lookup, Store};
 use std::ffi::{c_char, c_void, CString};
 use std::sync::Arc;
 
@@ -558,8 +559,8 @@ fn made_from(recipe: &Recipe) -> Vec<u8> {
 
 /// The program made from the driver's own binaries in the native store, for every device
 /// of the load, of the kind the recipe says; else why not (the caller makes the recipe
-/// again). Only a recipe with its options has entries: the key holds them, since a
-/// driver ignores the options given to the build of a loaded binary.
+/// again). Only a build whose key can be computed has entries (`store::build_key`: a pocl
+/// device, a recipe with its options, includes the manifest can follow).
 ///
 /// # Safety
 /// `context` is a valid context and `devices` distinct devices of it; `real` is the
@@ -572,10 +573,6 @@ unsafe fn load_native(
     devices: &[cl_device_id],
     recipe: &Recipe,
 ) -> Result<OwnedProgram, String> {
-    use crate::native_store::{driver_identity, Key, Lookup, Store};
-    if recipe.options.is_none() {
-        return Err("a clshim binary without its options".into());
-    }
     let store = Store::from_config(&rt.config).ok_or("no native store")?;
     let encoded = recipe.encode();
     let mut payloads = Vec::with_capacity(devices.len());
@@ -583,9 +580,9 @@ unsafe fn load_native(
         // SAFETY: a device of the context (this function's contract).
         let facts = unsafe { rt.devices.get(route, d) }.ok_or("a device not queried")?;
         // SAFETY: as above.
-        let driver = unsafe { driver_identity(d) }.ok_or("no driver library identity")?;
-        let key = Key::new(&encoded, facts.fingerprint(), driver);
-        match store.lookup(&key, &encoded) {
+        let key = unsafe { crate::store::key_for(rt, &facts, d, recipe, &encoded) }
+            .map_err(|why| format!("device {i}: {why}"))?;
+        match store.lookup(&key) {
             Lookup::Found(p) => payloads.push(p),
             Lookup::Absent => return Err(format!("device {i}: no entry")),
             Lookup::Refused(why) => {
@@ -594,6 +591,36 @@ unsafe fn load_native(
             }
         }
     }
+    // SAFETY: this function's contract; one verified binary per device.
+    let program = unsafe { from_native(route, real, context, devices, &payloads) }?;
+    let want = match recipe.kind {
+        Kind::Built | Kind::Linked => CL_PROGRAM_BINARY_TYPE_EXECUTABLE,
+        Kind::Compiled => CL_PROGRAM_BINARY_TYPE_COMPILED_OBJECT,
+        Kind::Library => CL_PROGRAM_BINARY_TYPE_LIBRARY,
+    };
+    let other_kind = devices.iter().any(|&d| {
+        // SAFETY: the live program clshim just made, for devices of its context.
+        let got = unsafe { query::binary_type(route, program.get(), d) };
+        got != Some(want)
+    });
+    if other_kind {
+        return Err("the native binary is of another kind than the recipe".into());
+    }
+    Ok(program)
+}
+
+/// A program the driver makes of its own binaries, one per device; else why not.
+///
+/// # Safety
+/// `context` is a valid context and `devices` distinct devices of it; `real` is the
+/// implementation's `clCreateProgramWithBinary`.
+pub(crate) unsafe fn from_native(
+    route: Route,
+    real: FnCreateProgramWithBinary,
+    context: cl_context,
+    devices: &[cl_device_id],
+    payloads: &[Vec<u8>],
+) -> Result<OwnedProgram, String> {
     let lengths: Vec<usize> = payloads.iter().map(Vec::len).collect();
     let ptrs: Vec<*const u8> = payloads.iter().map(|p| p.as_ptr()).collect();
     let mut statuses = vec![CL_SUCCESS; devices.len()];
@@ -611,41 +638,26 @@ unsafe fn load_native(
             &mut err,
         )
     };
-    if program.is_null() || err != CL_SUCCESS {
-        if !program.is_null() {
-            // SAFETY: a program clshim just made, not handed out: released here.
-            drop(unsafe { OwnedProgram::new(route, program) });
-        }
-        return Err(format!(
+    // SAFETY: when not NULL, a program clshim just made and holds the only reference to.
+    let owned = (!program.is_null()).then(|| unsafe { OwnedProgram::new(route, program) });
+    match owned {
+        Some(p) if err == CL_SUCCESS => Ok(p),
+        _ => Err(format!(
             "the driver refused the native binary ({})",
             status_name(err)
-        ));
+        )),
     }
-    let want = match recipe.kind {
-        Kind::Built | Kind::Linked => CL_PROGRAM_BINARY_TYPE_EXECUTABLE,
-        Kind::Compiled => CL_PROGRAM_BINARY_TYPE_COMPILED_OBJECT,
-        Kind::Library => CL_PROGRAM_BINARY_TYPE_LIBRARY,
-    };
-    // SAFETY: a live program clshim just made and holds the only reference to.
-    let program = unsafe { OwnedProgram::new(route, program) };
-    let other_kind = devices.iter().any(|&d| {
-        // SAFETY: the live program clshim just made, for devices of its context.
-        let got = unsafe { query::binary_type(route, program.get(), d) };
-        got != Some(want)
-    });
-    if other_kind {
-        return Err("the native binary is of another kind than the recipe".into());
-    }
-    Ok(program)
 }
 
 /// What the registry keeps of a recreated program: its recipe (so that its own binary
-/// query can carry it again) and, for a build recipe, the options its build must use and
-/// that it stands for an executable. A linked executable made again is built already
-/// (its build is answered by clshim); one loaded from the driver's `native` binary is
-/// not, and the application's build goes to the driver.
+/// query can carry it again) and, for a build recipe made again, the options its build
+/// must use and that it stands for an executable. A linked executable made again is built
+/// already (its build is answered by clshim). A program loaded from the driver's `native`
+/// binary is one, as pocl's own binary load makes: the application's build goes to the
+/// driver with the application's own options (so build options and kernel argument info
+/// answer as for that load).
 fn remember(rt: &'static Runtime, program: cl_program, recipe: Recipe, native: bool) {
-    if matches!(recipe.kind, Kind::Built | Kind::Linked) {
+    if !native && matches!(recipe.kind, Kind::Built | Kind::Linked) {
         rt.programs.set_loaded(
             program,
             Loaded {
@@ -654,7 +666,7 @@ fn remember(rt: &'static Runtime, program: cl_program, recipe: Recipe, native: b
                     .clone()
                     .filter(|_| recipe.kind == Kind::Built),
                 executable: recipe.kind == Kind::Built,
-                linked: recipe.kind == Kind::Linked && !native,
+                linked: recipe.kind == Kind::Linked,
             },
         );
     }

@@ -506,6 +506,19 @@ impl AwaitingBuildEnd {
             // SAFETY: usable, so live.
             unsafe { self.keep_recipe(program, info.map(|i| i.origin)) };
         }
+        let from_source = info.is_some_and(|i| i.origin == Origin::Source);
+        if succeeded && usable && self.kind == Event::Build && from_source {
+            let options = self.copied.as_ref().and_then(|c| c.options.clone());
+            // SAFETY: usable, so live, and built.
+            unsafe {
+                crate::program_cache::after_source_build(
+                    rt,
+                    route,
+                    program,
+                    &options.unwrap_or_default(),
+                )
+            };
+        }
         let kernels = if succeeded && self.kind != Event::Compile && usable {
             // SAFETY: usable, so live.
             unsafe { query::kernel_names(route, program) }
@@ -623,6 +636,7 @@ impl AwaitingBuildEnd {
             kept,
             source_kernels,
             error,
+            served: None,
         });
         rt.recorder.emit(self.start, seconds, &record);
     }
@@ -770,6 +784,9 @@ unsafe extern "C" fn on_build_done(program: cl_program, data: *mut c_void) {
             await_return(&ctx);
         }
     });
+    // The program as the application knows it (a program cache handle, where one stands
+    // for it).
+    let program = crate::program_cache::app_handle(program);
     // SAFETY: the application's callback with its own data, called once, as it would be
     // without clshim.
     outside(|| unsafe { (ctx.user_fn)(program, ctx.user_data) });

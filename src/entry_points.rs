@@ -67,6 +67,21 @@ macro_rules! table {
             intercepted {
                 11 => fn clReleaseCommandQueue(command_queue: cl_command_queue) -> cl_int
                     as FnReleaseCommandQueue, release_command_queue;
+                // The program cache's own handles (`program_cache`) must be taken back at
+                // every entry point that takes a program, and given back where one is
+                // returned (a kernel's program).
+                28 => fn clRetainProgram(program: cl_program) -> cl_int
+                    as FnRetainProgram, retain_program;
+                39 => fn clGetKernelInfo(kernel: cl_kernel, param_name: cl_uint,
+                    param_value_size: usize, param_value: *mut c_void,
+                    param_value_size_ret: *mut usize) -> cl_int
+                    as FnGetKernelInfo, get_kernel_info;
+                144 => fn clSetProgramReleaseCallback(program: cl_program,
+                    pfn_notify: BuildNotify, user_data: *mut c_void) -> cl_int
+                    as FnSetProgramReleaseCallback, set_program_release_callback;
+                145 => fn clSetProgramSpecializationConstant(program: cl_program,
+                    spec_id: cl_uint, spec_size: usize, spec_value: *const c_void) -> cl_int
+                    as FnSetProgramSpecializationConstant, set_program_specialization_constant;
                 34 => fn clCreateKernel(program: cl_program, kernel_name: *const c_char,
                     errcode_ret: *mut cl_int) -> cl_kernel
                     as FnCreateKernel, create_kernel;
@@ -111,10 +126,6 @@ macro_rules! table {
                     param_value_size: usize, param_value: *mut c_void,
                     param_value_size_ret: *mut usize) -> cl_int
                     as FnGetCommandQueueInfo, get_command_queue_info;
-                39 => fn clGetKernelInfo(kernel: cl_kernel, param_name: cl_uint,
-                    param_value_size: usize, param_value: *mut c_void,
-                    param_value_size_ret: *mut usize) -> cl_int
-                    as FnGetKernelInfo, get_kernel_info;
                 44 => fn clReleaseEvent(event: cl_event) -> cl_int
                     as FnReleaseEvent, release_event;
                 81 => fn clSetEventCallback(event: cl_event, command_exec_callback_type: cl_int,

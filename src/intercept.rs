@@ -11,6 +11,7 @@ use crate::cl::*;
 use crate::dispatch::{Door, Route};
 use crate::guard::{self, catch};
 use crate::policy;
+use crate::program_cache;
 use crate::programs::Origin;
 use crate::runtime;
 use std::ffi::{c_char, c_void};
@@ -35,6 +36,28 @@ pub unsafe fn build_program<D: Door>(
     user_data: *mut c_void,
 ) -> cl_int {
     let route = D::route();
+    let mut program = program;
+    if let Some(h) = program_cache::find(program) {
+        if let (Some(_inside), Some(rt)) = (guard::enter(), runtime::get(route)) {
+            // SAFETY: the application's arguments, its program the handle.
+            let served = unsafe {
+                program_cache::serve_build(
+                    rt,
+                    route,
+                    h,
+                    num_devices,
+                    device_list,
+                    options,
+                    pfn_notify,
+                    user_data,
+                )
+            };
+            if let Some(ret) = served {
+                return ret;
+            }
+        }
+        program = h.inner();
+    }
     // SAFETY: the application's program, whose dispatch `route` knows how to find.
     let Some(real) = (unsafe { route.build_program(program) }) else {
         return missing(program, CL_INVALID_PROGRAM);
@@ -86,11 +109,17 @@ pub unsafe fn compile_program<D: Door>(
     user_data: *mut c_void,
 ) -> cl_int {
     let route = D::route();
+    let program = program_cache::resolve(program);
     // SAFETY: the application's program, whose dispatch `route` knows how to find.
     let Some(real) = (unsafe { route.compile_program(program) }) else {
         return missing(program, CL_INVALID_PROGRAM);
     };
     let n = num_input_headers as usize;
+    // Header programs that are handles go down as the driver's programs (a copy of the
+    // array, alive for the call).
+    // SAFETY: the application's array of `n` headers, as OpenCL requires.
+    let taken_back = unsafe { handles_taken_back(input_headers, n) };
+    let input_headers = taken_back.as_ref().map_or(input_headers, |v| v.as_ptr());
     // SAFETY: the application's arrays and their counts, read only once accepted.
     let call = unsafe {
         BuildCall {
@@ -135,6 +164,9 @@ pub unsafe fn link_program<D: Door>(
         errcode.set(missing(context, CL_INVALID_CONTEXT));
         return std::ptr::null_mut();
     };
+    // SAFETY: the application's array of input programs, as OpenCL requires.
+    let taken_back = unsafe { handles_taken_back(input_programs, num_input_programs as usize) };
+    let input_programs = taken_back.as_ref().map_or(input_programs, |v| v.as_ptr());
     let Some(_inside) = guard::enter() else {
         // SAFETY: the application's own call, handed on unchanged.
         return unsafe {
@@ -170,7 +202,25 @@ pub unsafe fn link_program<D: Door>(
     let (err, program) =
         unsafe { builds::run(runtime::get(route), route, call, pfn_notify, user_data) };
     errcode.set(err);
+    program_cache::forget_reused(program);
     program
+}
+
+/// A copy of `programs` (the application's array of `n`) with every program cache handle
+/// replaced by the driver's program it stands for; None when none is a handle (or no
+/// handle exists), so the application's array goes down as it is.
+///
+/// # Safety
+/// `programs` is NULL or holds `n` programs, as OpenCL requires of the call's array.
+unsafe fn handles_taken_back(programs: *const cl_program, n: usize) -> Option<Vec<cl_program>> {
+    if programs.is_null() || n == 0 || !program_cache::handles::any() {
+        return None;
+    }
+    // SAFETY: `n` programs (this function's contract).
+    let all = unsafe { AppArray::new(programs, n).read() };
+    all.iter()
+        .any(|&p| program_cache::find(p).is_some())
+        .then(|| all.iter().map(|&p| program_cache::resolve(p)).collect())
 }
 
 /// # Safety
@@ -183,10 +233,18 @@ pub unsafe fn get_program_info<D: Door>(
     size_ret: *mut usize,
 ) -> cl_int {
     let route = D::route();
+    let handle = program_cache::find(program);
+    let program = handle.map_or(program, |h| h.inner());
     // SAFETY: the application's program, whose dispatch `route` knows how to find.
     let Some(real) = (unsafe { route.get_program_info(program) }) else {
         return missing(program, CL_INVALID_PROGRAM);
     };
+    if let Some(h) = handle {
+        // SAFETY: the application's query on its handle.
+        if let Some(ret) = unsafe { handle_info(route, h, param, size, value, size_ret) } {
+            return ret;
+        }
+    }
     // The hot path: every other query, and size-only binary queries (which compile nothing),
     // go straight through.
     if (param != CL_PROGRAM_BINARY_SIZES && param != CL_PROGRAM_BINARIES) || value.is_null() {
@@ -246,6 +304,44 @@ pub unsafe fn get_program_info<D: Door>(
     }
 }
 
+/// What a handle answers itself (the application's references, and the source its
+/// program was created from); None: the driver's program answers.
+///
+/// # Safety
+/// The application's query arguments; the handle's program is live.
+unsafe fn handle_info(
+    route: Route,
+    h: &program_cache::handles::Handle,
+    param: cl_program_info,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> Option<cl_int> {
+    match param {
+        CL_PROGRAM_REFERENCE_COUNT => {
+            // SAFETY: live (this function's contract).
+            let n = unsafe { h.reference_count(route) }?;
+            let bytes = n.to_ne_bytes();
+            if !value.is_null() && size < bytes.len() {
+                return Some(CL_INVALID_VALUE);
+            }
+            // SAFETY: the application's buffer of `size` bytes and its size_ret.
+            let (value, size_ret) =
+                unsafe { (AppBuffer::new(value, size), OutParam::new(size_ret)) };
+            value.write(&bytes);
+            size_ret.set(bytes.len());
+            Some(CL_SUCCESS)
+        }
+        CL_PROGRAM_SOURCE if h.holds_source() && h.inner() != h.source_program => {
+            // SAFETY: the source program, held: its own answer.
+            let f = unsafe { route.get_program_info(h.source_program) }?;
+            // SAFETY: the application's arguments, on the program it created.
+            Some(unsafe { f(h.source_program, param, size, value, size_ret) })
+        }
+        _ => None,
+    }
+}
+
 /// `clGetProgramBuildInfo`: forwarded, and for `CL_PROGRAM_BINARY_TYPE` on a program clshim
 /// recreated from a clshim binary of an executable (a source program until the
 /// application builds it) answered as the implementation answers for a loaded executable.
@@ -262,6 +358,7 @@ pub unsafe fn get_program_build_info<D: Door>(
     size_ret: *mut usize,
 ) -> cl_int {
     let route = D::route();
+    let program = program_cache::resolve(program);
     // SAFETY: the application's program, whose dispatch `route` knows how to find.
     let Some(real) = (unsafe { route.get_program_build_info(program) }) else {
         return missing(program, CL_INVALID_PROGRAM);
@@ -357,6 +454,7 @@ pub unsafe fn create_program_with_binary<D: Door>(
         }
     }
     errcode.set(created.errcode);
+    program_cache::forget_reused(created.program);
     created.program
 }
 
@@ -419,33 +517,42 @@ pub unsafe fn create_program_with_source<D: Door>(
                 AppArray::new(lengths, count as usize),
             )
         };
-        register_created(route, program, Origin::Source, || {
+        let registered = register_created(route, program, Origin::Source, || {
             // SAFETY: called only for the program the implementation made of them.
             unsafe { source_parts(strings, lengths) }
         });
+        if let (Some(rt), Some(info)) = (runtime::existing(), registered) {
+            if rt.config.program_cache {
+                let wrapped = catch(|| {
+                    program_cache::maybe_wrap(rt, program, context, info.hash, || {
+                        // SAFETY: the strings of the program just made, not yet returned.
+                        unsafe { source_parts(strings, lengths) }.concat()
+                    })
+                });
+                return wrapped.unwrap_or(program);
+            }
+        }
     }
     program
 }
 
 /// Enters a program the implementation just made into the registry, with the hash and
-/// length of the parts `made_from` gives (what it was made from). Never disturbs the call: nothing
-/// happens for a failed creation, a nested call or an internal failure.
+/// length of the parts `made_from` gives (what it was made from), and returns its entry.
+/// Never disturbs the call: nothing happens for a failed creation, a nested call or an
+/// internal failure.
 fn register_created<'a>(
     route: Route,
     program: cl_program,
     origin: Origin,
     made_from: impl FnOnce() -> Vec<&'a [u8]>,
-) {
+) -> Option<crate::programs::ProgramInfo> {
     if program.is_null() {
-        return;
+        return None;
     }
-    if let Some(_inside) = guard::enter() {
-        if let Some(rt) = runtime::get(route) {
-            catch(|| {
-                rt.programs.made_from(program, origin, &made_from());
-            });
-        }
-    }
+    program_cache::forget_reused(program);
+    let _inside = guard::enter()?;
+    let rt = runtime::get(route)?;
+    catch(|| rt.programs.made_from(program, origin, &made_from()))
 }
 
 /// # Safety
@@ -466,7 +573,7 @@ pub unsafe fn create_program_with_il<D: Door>(
     // SAFETY: the application's own call, handed on unchanged.
     let program = unsafe { real(context, il, length, errcode_ret) };
     if !il.is_null() && length <= isize::MAX as usize {
-        register_created(route, program, Origin::Il, || {
+        let _ = register_created(route, program, Origin::Il, || {
             // SAFETY: called only for a program the implementation made of these `length`
             // bytes (so they are readable), before the call returns.
             unsafe { AppBytes::new(il as *const u8, length) }
@@ -482,6 +589,10 @@ pub unsafe fn create_program_with_il<D: Door>(
 /// The application's argument to `clReleaseProgram`.
 pub unsafe fn release_program<D: Door>(program: cl_program) -> cl_int {
     let route = D::route();
+    if let Some(h) = program_cache::find(program) {
+        // SAFETY: the handle's programs, which clshim holds.
+        return catch(|| unsafe { h.release(route) }).unwrap_or(CL_SUCCESS);
+    }
     // SAFETY: the application's program, whose dispatch `route` knows how to find.
     let Some(real) = (unsafe { route.release_program(program) }) else {
         return missing(program, CL_INVALID_PROGRAM);
@@ -498,6 +609,95 @@ pub unsafe fn release_program<D: Door>(program: cl_program) -> cl_int {
     let ret = unsafe { real(program) };
     if ret == CL_SUCCESS && last {
         catch(|| rt.programs.released(program));
+    }
+    ret
+}
+
+/// `clRetainProgram`: counted on a program cache handle, else forwarded.
+///
+/// # Safety
+/// The application's argument to `clRetainProgram`.
+pub unsafe fn retain_program<D: Door>(program: cl_program) -> cl_int {
+    let route = D::route();
+    if let Some(h) = program_cache::find(program) {
+        // SAFETY: the handle's program is live while the application may retain it.
+        return catch(|| unsafe { h.retain(route) }).unwrap_or(CL_SUCCESS);
+    }
+    // SAFETY: the application's program, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe { route.retain_program(program) }) else {
+        return missing(program, CL_INVALID_PROGRAM);
+    };
+    // SAFETY: the application's own call, handed on unchanged.
+    unsafe { real(program) }
+}
+
+/// `clSetProgramReleaseCallback`: forwarded, on the driver's program a handle stands for.
+///
+/// # Safety
+/// The application's arguments to `clSetProgramReleaseCallback`.
+pub unsafe fn set_program_release_callback<D: Door>(
+    program: cl_program,
+    pfn_notify: BuildNotify,
+    user_data: *mut c_void,
+) -> cl_int {
+    let route = D::route();
+    let program = program_cache::resolve(program);
+    // SAFETY: the application's program, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe { route.set_program_release_callback(program) }) else {
+        return missing(program, CL_INVALID_PROGRAM);
+    };
+    // SAFETY: the application's call, on the driver's program.
+    unsafe { real(program, pfn_notify, user_data) }
+}
+
+/// `clSetProgramSpecializationConstant`: forwarded, on the driver's program a handle
+/// stands for.
+///
+/// # Safety
+/// The application's arguments to `clSetProgramSpecializationConstant`.
+pub unsafe fn set_program_specialization_constant<D: Door>(
+    program: cl_program,
+    spec_id: cl_uint,
+    spec_size: usize,
+    spec_value: *const c_void,
+) -> cl_int {
+    let route = D::route();
+    let program = program_cache::resolve(program);
+    // SAFETY: the application's program, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe { route.set_program_specialization_constant(program) }) else {
+        return missing(program, CL_INVALID_PROGRAM);
+    };
+    // SAFETY: the application's call, on the driver's program.
+    unsafe { real(program, spec_id, spec_size, spec_value) }
+}
+
+/// `clGetKernelInfo`: forwarded; `CL_KERNEL_PROGRAM` names the program as the
+/// application knows it (a program cache handle, where one stands for it).
+///
+/// # Safety
+/// The application's arguments to `clGetKernelInfo`.
+pub unsafe fn get_kernel_info<D: Door>(
+    kernel: cl_kernel,
+    param: cl_uint,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> cl_int {
+    let route = D::route();
+    // SAFETY: the application's kernel, whose dispatch `route` knows how to find.
+    let Some(real) = (unsafe { route.get_kernel_info(kernel) }) else {
+        return missing(kernel, CL_INVALID_KERNEL);
+    };
+    // SAFETY: the application's own call, handed on unchanged.
+    let ret = unsafe { real(kernel, param, size, value, size_ret) };
+    if ret == CL_SUCCESS && param == CL_KERNEL_PROGRAM && program_cache::handles::any() {
+        // SAFETY: the application's buffer, into which the driver just wrote a program.
+        let value = unsafe { AppBuffer::new(value, size) };
+        catch(|| {
+            if let Some(p) = value.get::<cl_program>(0) {
+                value.set::<cl_program>(0, program_cache::app_handle(p));
+            }
+        });
     }
     ret
 }
@@ -648,6 +848,7 @@ pub unsafe fn create_kernel<D: Door>(
     errcode_ret: *mut cl_int,
 ) -> cl_kernel {
     let route = D::route();
+    let program = program_cache::resolve(program);
     // SAFETY: the application's program, whose dispatch `route` knows how to find.
     let Some(real) = (unsafe { route.create_kernel(program) }) else {
         // SAFETY: the application's `errcode_ret`: NULL or writable.
@@ -671,6 +872,7 @@ pub unsafe fn create_kernels_in_program<D: Door>(
     num_kernels_ret: *mut cl_uint,
 ) -> cl_int {
     let route = D::route();
+    let program = program_cache::resolve(program);
     // SAFETY: the application's program, whose dispatch `route` knows how to find.
     let Some(real) = (unsafe { route.create_kernels_in_program(program) }) else {
         return missing(program, CL_INVALID_PROGRAM);

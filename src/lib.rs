@@ -41,20 +41,19 @@ mod lock;
 mod logger;
 #[cfg(target_os = "macos")]
 mod macos;
-mod native_store;
 mod owned_program;
 mod policy;
 #[cfg(not(target_os = "macos"))]
 mod preload;
 mod process;
+mod program_cache;
 mod programs;
 mod query;
 mod recipe;
 mod record;
 mod runtime;
 mod sources;
+mod store;
 mod trace_file;
-#[cfg(not(target_os = "macos"))]
-mod warm;
 
 use clshim_format::{controls, hash, schema, wall_union};

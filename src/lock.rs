@@ -32,6 +32,8 @@ pub enum ForkOrder {
     FiredEarly,
     /// The texts kept in the trace directory (`sources`).
     Sources,
+    /// The program cache's handles (`program_cache::handles`).
+    Handles,
 }
 
 /// What the fork handlers can hold, whatever the lock guards.

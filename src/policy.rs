@@ -346,30 +346,29 @@ impl Query {
     }
 }
 
-/// Asks the native store (`native_store`) for the driver's binary of each clshim binary
-/// handed out that carries a recipe with its options (a source-only binary builds with
-/// the application's options, which no entry could be keyed on): one small file per
-/// program and device, made later by `clshim warm`, never here.
+/// Asks the native store for the driver's binary of each clshim binary handed out that
+/// carries a recipe with its options (a source-only binary builds with the application's
+/// options, which no entry could be keyed on): one small request per program and device,
+/// made later by `clshim warm`, never here, and only when `CLSHIM_WARM` asks for requests.
 fn request_native(rt: &'static Runtime, plan: &Plan, binaries: &[(usize, Vec<u8>)]) {
+    if !rt.config.warm_requests || rt.config.native_store.is_none() {
+        return;
+    }
     let Some(recipe) = plan.recipe.as_ref().filter(|r| r.options.is_some()) else {
         return;
     };
-    let Some(store) = crate::native_store::Store::from_config(&rt.config) else {
-        return;
-    };
     let encoded = recipe.encode();
-    for (i, binary) in binaries {
-        let Some(f) = plan.facts[*i].as_ref() else {
-            continue;
-        };
-        // SAFETY: a device of the live program, as its implementation listed it.
-        let Some(driver) = (unsafe { crate::native_store::driver_identity(plan.devices[*i]) })
-        else {
-            continue;
-        };
-        let key = crate::native_store::Key::new(&encoded, f.fingerprint(), driver);
-        store.request(&key, binary);
-    }
+    let keys: Vec<_> = binaries
+        .iter()
+        .filter_map(|(i, _)| {
+            let facts = plan.facts[*i].as_ref()?;
+            // SAFETY: a device of the live program, as its implementation listed it.
+            unsafe { crate::store::key_for(rt, facts, plan.devices[*i], recipe, &encoded) }
+                .map_err(|why| log::debug!("native store: no request: {why}"))
+                .ok()
+        })
+        .collect();
+    crate::store::request(rt, &keys, &encoded);
 }
 
 fn record_query(

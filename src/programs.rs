@@ -173,6 +173,18 @@ impl Registry {
         self.created(program, origin, Some(h.finish()), Some(len))
     }
 
+    /// Enters `program` (just made by clshim for a program cache handle) as the same
+    /// program as `like`: its id and what it was made from, so that records name one
+    /// program whichever driver program the handle stands for.
+    pub fn alias(&self, program: cl_program, like: cl_program) {
+        let mut inner = self.inner.lock();
+        let Some(info) = inner.map.get(&(like as usize)).copied() else {
+            return;
+        };
+        inner.forget_extras(program as usize);
+        inner.map.insert(program as usize, info);
+    }
+
     /// The program's entry, making an `Unknown` one on first sight.
     pub fn lookup(&self, program: cl_program) -> ProgramInfo {
         let mut inner = self.inner.lock();

@@ -65,6 +65,8 @@ pub struct Tally {
     /// Of `builds`, the compiles and the links: the summary names them apart.
     pub compiles: u64,
     pub links: u64,
+    /// Of `builds`, those the program cache served from the native store.
+    pub served: u64,
     pub build_seconds: f64,
     pub queries: u64,
     pub query_seconds: f64,
@@ -94,6 +96,7 @@ impl Tally {
                 self.builds += 1;
                 self.compiles += u64::from(b.event == Event::Compile);
                 self.links += u64::from(b.event == Event::Link);
+                self.served += u64::from(b.served.is_some());
                 self.build_seconds += seconds;
                 if b.result != crate::cl::CL_SUCCESS {
                     self.failed += 1;
@@ -427,7 +430,14 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str) -> String {
             t.loads, t.rejected
         ));
     }
-    if t.queries == 0 && t.loads == 0 && t.builds > 0 {
+    if t.served > 0 {
+        s.push_str(&format!(
+            ", {} of {} builds served from the native store",
+            t.served,
+            t.builds - t.compiles - t.links
+        ));
+    }
+    if t.queries == 0 && t.loads == 0 && t.builds > 0 && t.served == 0 {
         // Nothing for any policy to act on: say so, and what was still measured.
         s.push_str(NO_BINARY_QUERY);
     } else if t.avoidable_query_seconds > 0.2 * total && t.avoidable_query_seconds > 0.05 {

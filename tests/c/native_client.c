@@ -4,7 +4,10 @@
  * from FILE's binary and prints what an application sees: the create status and
  * binary_status, CL_PROGRAM_BINARY_TYPE and the build status before the build, the
  * build's result, the binary type, build status and log after it, and the kernel's
- * output. --seed=N changes the source; the build options are "-DSCALE=3". */
+ * output, and after the build its build options and its kernel's first argument name
+ * (as the driver answers them: pocl gives argument names only to a program built with
+ * -cl-kernel-arg-info). --seed=N changes the source; the build options are "-DSCALE=3",
+ * and --load-options=OPTS gives the load's build other ones. */
 #include "cltest.h"
 
 static unsigned char *read_file(const char *path, size_t *len) {
@@ -88,9 +91,22 @@ int main(int argc, char **argv) {
                status == 12345 ? "unset" : cl_err_name(status));
         if (err != CL_SUCCESS) return 1;
         print_type(p, dev, "before build");
-        cl_int b = clBuildProgram(p, 1, &dev, options, NULL, NULL);
+        const char *load_options = arg_value(argc, argv, "--load-options");
+        cl_int b = clBuildProgram(p, 1, &dev, load_options ? load_options : options, NULL, NULL);
         printf("build: %s\n", cl_err_name(b));
         print_type(p, dev, "after build");
+        char opts[512] = "";
+        cl_int eo = clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_OPTIONS, sizeof opts - 1, opts,
+                                          NULL);
+        printf("options: %s [%s]\n", cl_err_name(eo), opts);
+        if (b == CL_SUCCESS) {
+            cl_kernel k = clCreateKernel(p, "cube", &err);
+            CHECK(err);
+            char arg[64] = "";
+            cl_int ea = clGetKernelArgInfo(k, 0, CL_KERNEL_ARG_NAME, sizeof arg - 1, arg, NULL);
+            printf("argument name: %s [%s]\n", cl_err_name(ea), ea == CL_SUCCESS ? arg : "");
+            CHECK(clReleaseKernel(k));
+        }
         char log[4096] = "";
         size_t log_len = 0;
         cl_int e = clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log,

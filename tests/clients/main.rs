@@ -7,5 +7,6 @@ mod common;
 
 mod khronos;
 mod pyopencl;
+mod pyopencl_suite;
 mod real_clients;
 mod wheel;

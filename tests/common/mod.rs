@@ -18,13 +18,14 @@ pub mod kernels;
 pub mod needs;
 pub mod policy;
 pub mod scratch;
+pub mod store;
 pub mod traces;
 
 // A test binary that uses nothing of a submodule would warn about its re-export.
 #[allow(unused_imports)]
 pub use {
     cc::*, command::*, driver::*, hashcat::*, kcache::*, kernels::*, needs::*, scratch::*,
-    traces::*,
+    store::*, traces::*,
 };
 
 use std::path::{Path, PathBuf};

@@ -32,6 +32,8 @@ pub enum Need {
         name: &'static str,
         package: &'static str,
     },
+    /// Files `scripts/test` fetches into .venv/<name> (its `clshim-stamp` written last).
+    Fetched(&'static str),
 }
 
 /// `.venv/current`: the newest pyopencl.
@@ -42,6 +44,8 @@ pub const PYOPENCL_OLD: Need = Need::Venv("old");
 pub const WHEEL_TOOLS: Need = Need::Venv("wheelbuild");
 /// `.venv/intel`: the Khronos ICD loader and Intel's CPU OpenCL runtime.
 pub const INTEL_RUNTIME: Need = Need::Venv("intel");
+/// `.venv/pyopencl-tests`: pyopencl's own test files, of the version in `.venv/current`.
+pub const PYOPENCL_TEST_FILES: Need = Need::Fetched("pyopencl-tests");
 pub const HASHCAT: Need = Need::Program {
     name: "hashcat",
     package: "hashcat",
@@ -49,6 +53,10 @@ pub const HASHCAT: Need = Need::Program {
 pub const MPIEXEC: Need = Need::Program {
     name: "mpiexec",
     package: "mpich",
+};
+pub const STRACE: Need = Need::Program {
+    name: "strace",
+    package: "strace",
 };
 pub const VALGRIND: Need = Need::Program {
     name: "valgrind",
@@ -91,6 +99,7 @@ impl Need {
                 .iter()
                 .any(|d| Path::new(d).join(path).is_file()),
             Need::Library { name, .. } => compiler_finds_library(name),
+            Need::Fetched(name) => venv_dir(name).join("clshim-stamp").is_file(),
         }
     }
 
@@ -103,6 +112,9 @@ impl Need {
             }
             Need::Header { path, package } => format!("<{path}> (Debian package {package})"),
             Need::Library { name, package } => format!("lib{name}.so (Debian package {package})"),
+            Need::Fetched(name) => {
+                format!("{} (fetched by scripts/test)", venv_dir(name).display())
+            }
         }
     }
 }

@@ -9,3 +9,6 @@ mod native_store;
 mod policy_devices;
 mod policy_load;
 mod policy_pocl;
+mod program_cache;
+mod store_keys;
+mod store_safety;

@@ -156,11 +156,37 @@ pub const NATIVE_STORE: Control = Control {
     metavar: "DIR",
     grammar: Grammar::PathOrOff,
     reader: Reader::Library,
-    default: "$XDG_CACHE_HOME/clshim/native",
+    default: "$HOME/.cache/clshim/native",
     values: "a directory, or `off`",
-    default_doc: "`$XDG_CACHE_HOME/clshim/native`, else `~/.cache/clshim/native`",
-    doc: "Under `substitute`: the store of the driver's own binaries that `clshim warm` makes from clshim binaries, so that loading one takes the driver's binary instead of building again (see docs/binary-policies.md). `off`: no store, no requests.",
-    help: "a directory, or off (default $XDG_CACHE_HOME/clshim/native)",
+    default_doc: "`$HOME/.cache/clshim/native` (not `XDG_CACHE_HOME`, which job scripts set per rank)",
+    doc: "The store of the driver's own binaries that `clshim warm` makes: a load of a clshim binary (under `substitute`) or a source build (with `CLSHIM_PROGRAM_CACHE`) takes the driver's binary from it when an entry was made for exactly that build (see docs/binary-policies.md). `off`: no store, no requests.",
+    help: "a directory, or off (default $HOME/.cache/clshim/native)",
+};
+
+pub const WARM: Control = Control {
+    var: "CLSHIM_WARM",
+    option: "--warm",
+    metavar: "",
+    grammar: Grammar::Switch,
+    reader: Reader::Library,
+    default: "0",
+    values: "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`)",
+    default_doc: "`0`",
+    doc: "Leave a request in the native store for each build it lacks (one small private file, a few file operations), for `clshim warm` to make after the job. `clshim run --warm` sets it and starts the warm step in the background when the command ends.",
+    help: "leave requests, and start clshim warm after COMMAND",
+};
+
+pub const PROGRAM_CACHE: Control = Control {
+    var: "CLSHIM_PROGRAM_CACHE",
+    option: "--program-cache",
+    metavar: "",
+    grammar: Grammar::Switch,
+    reader: Reader::Library,
+    default: "0",
+    values: "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`)",
+    default_doc: "`0`",
+    doc: "Serve source builds on pocl devices from the native store: a `clBuildProgram` whose exact build (source, options, included files, environment, device, driver) has an entry loads the driver's binary instead of compiling; any other build compiles as without it. For applications that keep no binaries (pyopencl 2024.2.3 and later on pocl). Linux only.",
+    help: "serve source builds from the native store",
 };
 
 pub const NATIVE_STORE_MAX: Control = Control {
@@ -190,7 +216,7 @@ pub const LIB: Control = Control {
 };
 
 /// Every control, in README's order.
-pub const ALL: [&Control; 10] = [
+pub const ALL: [&Control; 12] = [
     &BINARIES,
     &DEVICES,
     &TRACE_DIR,
@@ -200,8 +226,14 @@ pub const ALL: [&Control; 10] = [
     &SUMMARY,
     &NATIVE_STORE,
     &NATIVE_STORE_MAX,
+    &WARM,
+    &PROGRAM_CACHE,
     &LIB,
 ];
+
+/// Set by `clshim run --warm` (not a user's control): the store its warm step will warm, so
+/// that a process whose requests go elsewhere can say no warm step will see them.
+pub const WARM_STORE_VAR: &str = "CLSHIM_WARM_STORE";
 
 /// A value a control accepted, parsed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -271,18 +303,15 @@ impl Control {
 }
 
 /// `CLSHIM_NATIVE_STORE`'s default place, read through `get` (the environment):
-/// `$XDG_CACHE_HOME/clshim/native` (an absolute `XDG_CACHE_HOME` only, as the XDG
-/// specification says), else `$HOME/.cache/clshim/native`; None when neither is set.
+/// `$HOME/.cache/clshim/native` (an absolute `HOME` only); None when it is not set. Not
+/// `XDG_CACHE_HOME`: MPI job scripts set it per rank, and one store per user is what lets
+/// one warm step find every rank's requests.
 pub fn native_store_default(
     get: impl Fn(&str) -> Option<std::ffi::OsString>,
 ) -> Option<std::path::PathBuf> {
-    let absolute =
-        |v: std::ffi::OsString| Some(std::path::PathBuf::from(v)).filter(|p| p.is_absolute());
-    if let Some(x) = get("XDG_CACHE_HOME").and_then(absolute) {
-        return Some(x.join("clshim/native"));
-    }
     get("HOME")
-        .and_then(absolute)
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_absolute())
         .map(|h| h.join(".cache/clshim/native"))
 }
 

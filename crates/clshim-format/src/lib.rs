@@ -2,9 +2,10 @@
 //! clshim binary's envelope: magic, versions, sizes), `controls` (every environment
 //! variable, its `clshim run` option and the values it accepts), `schema` (the trace
 //! records: version, event names, the fields of every record), `ranks` (the MPI rank from
-//! the launchers' variables), `hash` (the stable hash
-//! behind source and link identities and clshim binaries' checksums) and `wall_union` (how
-//! overlapping first launches are counted). The library parses the controls and writes the
+//! the launchers' variables), `hash` (the stable hash behind source and link identities
+//! and clshim binaries' checksums), `store` (the native store's entry header and requests)
+//! and `wall_union` (how overlapping first launches are counted). The library parses the
+//! controls and writes the
 //! records; the command sets the controls and reads the records back. A crate of its own,
 //! with serde as its only dependency, so the command links it without linking the
 //! interposer.
@@ -14,4 +15,5 @@ pub mod controls;
 pub mod hash;
 pub mod ranks;
 pub mod schema;
+pub mod store;
 pub mod wall_union;

@@ -284,6 +284,10 @@ pub struct Build {
     /// A build or compile that failed: the first error line of its build log.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A build the program cache served: `"store"` (made from the driver's binary in the
+    /// native store, nothing compiled). Absent for a build the driver compiled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub served: Option<&'static str>,
 }
 
 /// The options an application gave a build, and those clshim built with instead.

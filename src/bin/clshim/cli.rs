@@ -73,8 +73,11 @@ pub struct RunOpts {
     pub native_store_max: Option<String>,
     pub lib: Option<PathBuf>,
     pub mode: Mode,
-    /// `--warm`: run the command as a child, then the warm step.
-    pub warm: bool,
+    /// `--warm` (Some(true)): leave requests, run the command as a child, then start the
+    /// warm step; `--no-warm`: leave none.
+    pub warm: Option<bool>,
+    /// `--program-cache` / `--no-program-cache`.
+    pub program_cache: Option<bool>,
     /// The command and its arguments; never empty.
     pub command: Vec<OsString>,
 }
@@ -104,6 +107,9 @@ pub struct WarmOpts {
     pub store: Option<PathBuf>,
     pub jobs: usize,
     pub lib: Option<PathBuf>,
+    /// `--worker-group HEX` (internal): be the worker of one group of requests, in the
+    /// directory and environment the command that started it set.
+    pub worker_group: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -312,6 +318,7 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
                 o.native_store_max = Some(control(name, &controls::NATIVE_STORE_MAX, v)?);
             }
             "--summary" | "--no-summary" | "--sources" | "--no-sources" | "--layer" | "--warm"
+            | "--no-warm" | "--program-cache" | "--no-program-cache"
                 if inline.is_some() =>
             {
                 return usage(format!("option {name} takes no value"));
@@ -321,7 +328,10 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
             "--sources" => o.sources = Some(true),
             "--no-sources" => o.sources = Some(false),
             "--layer" => o.mode = Mode::Layer,
-            "--warm" => o.warm = true,
+            "--warm" => o.warm = Some(true),
+            "--no-warm" => o.warm = Some(false),
+            "--program-cache" => o.program_cache = Some(true),
+            "--no-program-cache" => o.program_cache = Some(false),
             "-h" | "--help" => return Ok(Command::Help(Some("run"))),
             _ => return unknown_option("run", &s),
         }
@@ -338,6 +348,7 @@ fn parse_warm(args: Vec<OsString>) -> Result<Command, UsageError> {
         store: None,
         jobs: 1,
         lib: None,
+        worker_group: None,
     };
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
@@ -363,6 +374,13 @@ fn parse_warm(args: Vec<OsString>) -> Result<Command, UsageError> {
                 o.jobs = match v.parse::<usize>() {
                     Ok(n) if (1..=256).contains(&n) => n,
                     _ => return usage(format!("--jobs: '{v}' is not a number from 1 to 256")),
+                };
+            }
+            "--worker-group" => {
+                let v = utf8(name, value(name, inline, &mut it)?)?;
+                o.worker_group = match u64::from_str_radix(&v, 16) {
+                    Ok(g) => Some(g),
+                    Err(_) => return usage(format!("--worker-group: '{v}' is not hexadecimal")),
                 };
             }
             "-h" | "--help" => return Ok(Command::Help(Some("warm"))),

@@ -24,7 +24,7 @@ pub struct Opt {
 }
 
 /// `clshim run`'s options that set no `CLSHIM_*` variable.
-pub const RUN_ONLY: [Opt; 4] = [
+pub const RUN_ONLY: [Opt; 3] = [
     Opt {
         name: "--lib",
         metavar: "PATH",
@@ -46,27 +46,20 @@ pub const RUN_ONLY: [Opt; 4] = [
         sets: "`OPENCL_LAYERS`",
         values: "the same as `--mode layer` (when both are given, the last one counts)",
     },
-    Opt {
-        name: "--warm",
-        metavar: "",
-        help: "run COMMAND as a child (not in clshim's place), wait for it, run\nthe warm step (clshim warm), then exit with COMMAND's status",
-        sets: "—",
-        values: "run COMMAND as a child, then the warm step (`clshim warm`), then exit with its status",
-    },
 ];
 
 pub const WARM: [Opt; 3] = [
     Opt {
         name: "--store",
         metavar: "DIR",
-        help: "the native store (default: $CLSHIM_NATIVE_STORE, else\n$XDG_CACHE_HOME/clshim/native, else ~/.cache/clshim/native)",
+        help: "the native store (default: $CLSHIM_NATIVE_STORE, else\n~/.cache/clshim/native)",
         sets: "",
         values: "",
     },
     Opt {
         name: "--jobs",
         metavar: "N",
-        help: "N processes share the requests (default 1)",
+        help: "N workers at once (default 1; one worker per working directory\nand environment of the requests)",
         sets: "",
         values: "",
     },
@@ -161,8 +154,8 @@ const COMMANDS: [Command; 4] = [
     Command {
         name: "warm",
         synopsis: "clshim warm [--store DIR] [--jobs N] [--lib PATH]",
-        summary: "after a job under --binaries substitute: make the driver's own binaries\nit asked for, so that the next loads take them",
-        about: "Make the driver's own binaries that `substitute` asked for (requests in the\nnative store), at idle priority, in this process, so that the next loads of\nthose clshim binaries take them instead of building again; then keep the\nstore under $CLSHIM_NATIVE_STORE_MAX, least recently used out. Ranks may run\nit at once.",
+        summary: "after a job that left requests (clshim run --warm): make the driver's own\nbinaries of its builds, so that the next loads and builds take them",
+        about: "Make the driver's own binaries the native store was asked for (requests left\nby runs with CLSHIM_WARM=1: under --binaries substitute when the application\nasks for binaries, and with --program-cache for source builds), at idle\npriority, one worker process per working directory and environment of the\nrequests (each reuses its ranks' pocl kernel cache); then keep the store\nunder $CLSHIM_NATIVE_STORE_MAX, least recently used out, removing nothing\nbut its own entries. Ranks may run it at once. clshim run --warm starts it\nin the background when its command ends.",
         options: &WARM,
     },
     Command {

@@ -1,7 +1,8 @@
-//! The report's count of clshim binaries loaded back (`binary_load` records of action
-//! `substitute`): how many were made from the driver's own binary in the native store,
-//! and how many were built again from their recipe (which a `clshim warm` after the job
-//! turns into native loads next time).
+//! The report's count of what the native store served: clshim binaries loaded back
+//! (`binary_load` records of action `substitute`), made from the driver's own binary in the
+//! store or built again from their recipe (which a `clshim warm` after the job turns into
+//! native loads next time), and source builds (`build` records) the program cache served
+//! from the store against those the driver compiled.
 
 use serde_json::{json, Value};
 
@@ -9,6 +10,10 @@ use serde_json::{json, Value};
 pub struct LoadCounts {
     pub native: usize,
     pub recipe: usize,
+    /// `clBuildProgram` calls the program cache served from the store.
+    pub served: usize,
+    /// `clBuildProgram` calls the driver compiled.
+    pub compiled: usize,
 }
 
 impl LoadCounts {
@@ -22,9 +27,31 @@ impl LoadCounts {
         }
     }
 
+    /// One `build` record of `clBuildProgram` (compiles and links are never served).
+    pub fn count_build(&mut self, served: Option<&str>) {
+        match served {
+            Some(_) => self.served += 1,
+            None => self.compiled += 1,
+        }
+    }
+
     pub fn add(&mut self, o: LoadCounts) {
         self.native += o.native;
         self.recipe += o.recipe;
+        self.served += o.served;
+        self.compiled += o.compiled;
+    }
+
+    /// The text report's line on builds, when the program cache served any.
+    pub fn builds_line(&self) -> Option<String> {
+        (self.served > 0).then(|| {
+            format!(
+                "program cache: {} of {} builds served from the native store, {} compiled",
+                self.served,
+                self.served + self.compiled,
+                self.compiled
+            )
+        })
     }
 
     /// The text report's line, when any clshim binary was loaded.
@@ -45,6 +72,10 @@ impl LoadCounts {
 
     pub fn json(&self) -> Value {
         json!({ "native": self.native, "recipe": self.recipe })
+    }
+
+    pub fn builds_json(&self) -> Value {
+        json!({ "served": self.served, "compiled": self.compiled })
     }
 }
 
@@ -68,8 +99,16 @@ mod tests {
             c,
             LoadCounts {
                 native: 1,
-                recipe: 2
+                recipe: 2,
+                ..LoadCounts::default()
             }
+        );
+        assert_eq!(c.builds_line(), None);
+        c.count_build(Some("store"));
+        c.count_build(None);
+        assert_eq!(
+            c.builds_line().unwrap(),
+            "program cache: 1 of 2 builds served from the native store, 1 compiled"
         );
         assert!(c
             .line()

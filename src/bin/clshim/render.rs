@@ -569,6 +569,9 @@ impl Report {
                 100.0 * share(t.launch_seconds, t.build_seconds + t.query_seconds)
             );
         }
+        if let Some(line) = t.loads.builds_line() {
+            let _ = writeln!(o, "{line}");
+        }
         if let Some(line) = t.loads.line() {
             let _ = writeln!(o, "{line}");
         }
@@ -814,6 +817,7 @@ impl Report {
             "binary_query_seconds": t.query_seconds,
             "binary_query_share": share(t.query_seconds, t.build_seconds),
             "clshim_binary_loads": t.loads.json(),
+            "program_cache_builds": t.loads.builds_json(),
             "first_launches": t.launches,
             "first_launch_seconds": t.launch_seconds,
             "first_launch_share": share(t.launch_seconds, t.build_seconds + t.query_seconds),

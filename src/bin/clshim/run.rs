@@ -17,6 +17,7 @@
 //! the command starts is a one-line error and a non-zero exit status.
 
 use crate::cli::RunOpts;
+use crate::controls;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -222,7 +223,7 @@ fn loadable(lib: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn absolute(p: &Path) -> PathBuf {
+pub fn absolute(p: &Path) -> PathBuf {
     if p.is_absolute() {
         return p.to_path_buf();
     }
@@ -386,6 +387,30 @@ pub fn environment(
     }
     if let Some(v) = &o.native_store_max {
         env.push(("CLSHIM_NATIVE_STORE_MAX", v.into()));
+    }
+    if let Some(v) = o.program_cache {
+        env.push((
+            controls::PROGRAM_CACHE.var,
+            if v { "1" } else { "0" }.into(),
+        ));
+    }
+    if let Some(v) = o.warm {
+        env.push((controls::WARM.var, if v { "1" } else { "0" }.into()));
+    }
+    // One store for every process of the job, whatever ranks do to HOME: the one resolved
+    // here, absolute, which the warm step reads too.
+    let lookup = |name: &str| {
+        env.iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var_os(name))
+    };
+    if let Some(store) = crate::warm::Settings::from_lookup(None, &lookup).store {
+        if o.warm == Some(true) {
+            env.push((controls::WARM_STORE_VAR, store.clone().into()));
+        }
+        env.retain(|(k, _)| *k != controls::NATIVE_STORE.var);
+        env.push((controls::NATIVE_STORE.var, store.into()));
     }
     env
 }
@@ -595,9 +620,8 @@ fn try_run(o: RunOpts) -> Result<std::convert::Infallible, RunError> {
             .map(|(_, v)| v.clone())
             .or_else(|| std::env::var_os(name))
     };
-    let warm_settings = o
-        .warm
-        .then(|| crate::warm::Settings::from_lookup(None, &lookup));
+    let warm_settings =
+        (o.warm == Some(true)).then(|| crate::warm::Settings::from_lookup(None, &lookup));
     for (k, v) in &env {
         cmd.env(k, v);
     }

@@ -243,6 +243,9 @@ pub struct Record<'a> {
     /// A binary load's `native` or `recipe`.
     #[serde(default, borrow)]
     pub made_from: Option<Text<'a>>,
+    /// A build the program cache served (`store`).
+    #[serde(default, borrow)]
+    pub served: Option<Text<'a>>,
     // first_launch
     #[serde(default, borrow)]
     pub kernel: Option<Text<'a>>,
@@ -910,6 +913,7 @@ mod tests {
                 }),
                 source_kernels: vec!["k".into()],
                 error: Some("error: e".into()),
+                served: Some("store"),
             })
         };
         let records = [

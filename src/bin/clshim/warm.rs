@@ -1,26 +1,34 @@
-//! `clshim warm` and `clshim run --warm`: the step that makes the driver's own binaries
-//! `substitute` asked for (the library's `warm` module does the work; see
-//! docs/binary-policies.md). This module owns the settings (the store, its size cap and
-//! the files' mode, from options and the same `CLSHIM_*` variables the library reads),
-//! the idle priority (SCHED_IDLE, nice 19 and the idle I/O class where the system has
-//! them, so the step only takes what nothing else wants), `--jobs` (more processes, never
-//! threads: pocl compiles one program at a time per process, under its LLVM lock), and
-//! the call into the library: the command links neither the library nor OpenCL, so it
-//! opens the library it finds as `clshim run` does and calls `clshim_warm_v1`.
+//! `clshim warm` and `clshim run --warm`: the step that makes the driver's own binaries the
+//! native store was asked for (the library's `store::warm` does the making; see
+//! docs/binary-policies.md). This module owns the settings (the store and its size cap,
+//! from options and the same `CLSHIM_*` variables the library reads), the idle priority
+//! (SCHED_IDLE, nice 19 and the idle I/O class where the system has them, so the step only
+//! takes what nothing else wants), the grouping of requests (one worker process per
+//! working directory and environment, set to the request's, since a driver reads its
+//! environment once: each group's pocl kernel cache is then the one its ranks filled, and
+//! pocl loads its kernel library once per worker, not once per program), `--jobs` workers
+//! at once, the store's size cap (only files that are whole store entries by their header
+//! are ever removed), and `run --warm`, which hands the step to a background process when
+//! the command ends so the job is never held. The command links neither the library nor
+//! OpenCL: a worker opens the library it finds as `clshim run` does and calls
+//! `clshim_warm_v2`.
 
 use crate::controls::{self, Value};
 use crate::run::{cannot_run, find_library, RunError};
+use clshim_format::store::{self as format, EntryHeader, Request};
+use std::collections::BTreeMap;
 use std::ffi::{c_char, CString, OsStr, OsString};
-use std::os::unix::ffi::OsStrExt;
+use std::io::Read;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// What the step works on.
 #[derive(Debug)]
 pub struct Settings {
-    /// None: the store is off (or no place for it could be named).
+    /// None: the store is off (or no place for it could be named). Absolute.
     pub store: Option<PathBuf>,
     pub max: u64,
-    pub mode: u32,
 }
 
 impl Settings {
@@ -34,36 +42,86 @@ impl Settings {
                     None => controls::native_store_default(get),
                 },
             );
-        let checked = |c: &controls::Control| {
-            get(c.var)
-                .and_then(|v| v.to_str().map(str::to_owned))
-                .and_then(|v| c.check(&v))
-        };
-        let max = match checked(&controls::NATIVE_STORE_MAX) {
+        let max = match get(controls::NATIVE_STORE_MAX.var)
+            .and_then(|v| v.to_str().map(str::to_owned))
+            .and_then(|v| controls::NATIVE_STORE_MAX.check(&v))
+        {
             Some(Value::Size(n)) => n,
             _ => 1 << 30,
         };
-        let mode = match checked(&controls::TRACE_MODE) {
-            Some(Value::Mode(m)) => m,
-            _ => 0o600,
-        };
-        Settings { store, max, mode }
+        Settings {
+            store: store.map(|s| crate::run::absolute(&s)),
+            max,
+        }
     }
 }
 
-/// The library's summary of one step (`WarmStats` in src/warm.rs, the same layout).
+/// A worker's summary (`WarmStats` in src/store/warm.rs, the same layout).
 #[repr(C)]
-#[derive(Default, Debug)]
+#[derive(Default, Debug, Clone, Copy)]
 struct WarmStats {
     made: u64,
     present: u64,
     claimed: u64,
     foreign: u64,
     failed: u64,
-    evicted: u64,
+    stale: u64,
 }
 
-type WarmFn = unsafe extern "C" fn(*const c_char, u64, u32, *mut WarmStats) -> i32;
+impl WarmStats {
+    const NAMES: [&'static str; 6] = ["made", "present", "claimed", "foreign", "failed", "stale"];
+
+    fn values(&self) -> [u64; 6] {
+        [
+            self.made,
+            self.present,
+            self.claimed,
+            self.foreign,
+            self.failed,
+            self.stale,
+        ]
+    }
+
+    /// The line a worker prints on its standard output for the command that started it.
+    fn line(&self) -> String {
+        let parts: Vec<String> = Self::NAMES
+            .iter()
+            .zip(self.values())
+            .map(|(n, v)| format!("{n}={v}"))
+            .collect();
+        format!("clshim-warm-stats {}", parts.join(" "))
+    }
+
+    fn parse(line: &str) -> Option<WarmStats> {
+        let rest = line.strip_prefix("clshim-warm-stats ")?;
+        let mut s = WarmStats::default();
+        for word in rest.split_whitespace() {
+            let (k, v) = word.split_once('=')?;
+            let v: u64 = v.parse().ok()?;
+            match k {
+                "made" => s.made = v,
+                "present" => s.present = v,
+                "claimed" => s.claimed = v,
+                "foreign" => s.foreign = v,
+                "failed" => s.failed = v,
+                "stale" => s.stale = v,
+                _ => {}
+            }
+        }
+        Some(s)
+    }
+
+    fn add(&mut self, o: WarmStats) {
+        self.made += o.made;
+        self.present += o.present;
+        self.claimed += o.claimed;
+        self.foreign += o.foreign;
+        self.failed += o.failed;
+        self.stale += o.stale;
+    }
+}
+
+type WarmFn = unsafe extern "C" fn(*const c_char, u64, *mut WarmStats) -> i32;
 
 /// Lowers this process to idle priority (each part where the system has it).
 fn idle_priority() {
@@ -81,17 +139,190 @@ fn idle_priority() {
     unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
 }
 
-/// One warm step in this process. Returns the exit status: 0 done (a request that failed
-/// is reported, not fatal), 1 the step could not run.
-fn step(lib: &Path, s: &Settings) -> i32 {
-    let Some(store) = &s.store else {
-        eprintln!("clshim warm: the native store is off (CLSHIM_NATIVE_STORE=off); nothing to do");
-        return 0;
+/// Reads a regular file whole, at most `max` bytes, without following a link or blocking
+/// on a FIFO. None: not such a file.
+fn read_bounded(path: &Path, max: u64) -> Option<Vec<u8>> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let m = f.metadata().ok()?;
+    if !m.is_file() || m.len() > max {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(m.len() as usize);
+    f.take(max).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
+}
+
+/// One group of requests: where and with what variables its worker runs, and how many.
+struct Group {
+    cwd: PathBuf,
+    env: Vec<(Vec<u8>, Vec<u8>)>,
+    requests: usize,
+}
+
+/// The requests waiting in `store`, by group; damaged ones are removed and counted.
+fn groups(store: &Path, failed: &mut u64) -> BTreeMap<u64, Group> {
+    let dir = store.join(format::REQUESTS);
+    let mut out = BTreeMap::new();
+    let Ok(rd) = std::fs::read_dir(&dir) else {
+        return out;
     };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if format::key_of_name(name, ".req").is_none() {
+            continue;
+        }
+        let path = dir.join(name);
+        let request = read_bounded(&path, format::MAX_REQUEST)
+            .ok_or_else(|| "not a readable regular file".to_string())
+            .and_then(|b| Request::decode(&b));
+        match request {
+            Ok(r) => {
+                let g = out.entry(r.group()).or_insert_with(|| Group {
+                    cwd: PathBuf::from(OsString::from_vec(r.cwd.clone())),
+                    env: r.env.clone(),
+                    requests: 0,
+                });
+                g.requests += 1;
+            }
+            Err(why) => {
+                eprintln!("clshim warm: {}: {why}; removed", path.display());
+                let _ = std::fs::remove_file(&path);
+                *failed += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The environment of a worker for `g`: this process's, without any variable a request
+/// carries (and without clshim in `LD_PRELOAD`, whose calls a worker makes itself), then
+/// the group's.
+fn worker_command(
+    me: &Path,
+    store: &Path,
+    lib: &Path,
+    group: u64,
+    g: &Group,
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(me);
+    cmd.arg("warm")
+        .arg("--store")
+        .arg(store)
+        .arg("--lib")
+        .arg(lib)
+        .arg("--worker-group")
+        .arg(format!("{group:016x}"));
+    for (k, _) in std::env::vars_os() {
+        if format::replayed_variable(k.as_bytes()) {
+            cmd.env_remove(&k);
+        }
+    }
+    if let Some(preload) = std::env::var_os("LD_PRELOAD") {
+        let kept: Vec<&[u8]> = preload
+            .as_bytes()
+            .split(|&b| b == b':' || b == b' ')
+            .filter(|p| !p.is_empty())
+            .filter(|p| {
+                let file = p.rsplit(|&b| b == b'/').next().unwrap_or(p);
+                !file.starts_with(b"libclshim")
+            })
+            .collect();
+        cmd.env("LD_PRELOAD", OsStr::from_bytes(&kept.join(&b':')));
+    }
+    cmd.env_remove("OPENCL_LAYERS");
+    cmd.env_remove(controls::TRACE_DIR.var);
+    for (k, v) in &g.env {
+        cmd.env(OsStr::from_bytes(k), OsStr::from_bytes(v));
+    }
+    cmd.current_dir(&g.cwd);
+    cmd.stdout(std::process::Stdio::piped());
+    cmd
+}
+
+/// Removes the least recently used whole entries until the store holds at most `max`
+/// bytes of them, and temporary files of clshim's own naming left over an hour ago by
+/// writers that died. A file is an entry only if its name is a key and its header, read
+/// without following a link, is clshim's and declares exactly its length: nothing else in
+/// the folder (the user's own files, if the store was pointed at a folder of theirs) is
+/// ever removed.
+fn enforce_cap(store: &Path, max: u64) -> u64 {
+    let mut entries = Vec::new();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    for sub in [store.to_path_buf(), store.join(format::REQUESTS)] {
+        let Ok(rd) = std::fs::read_dir(&sub) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let path = sub.join(name);
+            let Ok(m) = path.symlink_metadata() else {
+                continue;
+            };
+            if format::is_temporary_name(name) && m.is_file() && now - m.mtime() > 3600 {
+                let _ = std::fs::remove_file(&path);
+                continue;
+            }
+            if sub != store || format::key_of_name(name, ".bin").is_none() || !m.is_file() {
+                continue;
+            }
+            let mut head = [0u8; format::ENTRY_HEADER];
+            let whole = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(&path)
+                .and_then(|mut f| f.read_exact(&mut head))
+                .ok()
+                .and_then(|()| EntryHeader::parse(&head).ok())
+                .is_some_and(|h| h.names_whole_file(name, m.len()));
+            if whole {
+                entries.push((m.mtime(), name.to_string(), m.len()));
+            }
+        }
+    }
+    entries.sort();
+    let mut total: u64 = entries.iter().map(|e| e.2).sum();
+    let mut evicted = 0;
+    let mut kept = entries.into_iter().peekable();
+    while let Some((_, name, size)) = kept.next_if(|_| total > max) {
+        if std::fs::remove_file(store.join(&name)).is_ok() {
+            total -= size;
+            evicted += 1;
+        }
+    }
+    // A source's mark is touched whenever one of its builds is served: a mark older than
+    // every entry left stands for builds that are gone.
+    let oldest = kept.peek().map_or(i64::MAX, |e| e.0);
+    if let Ok(rd) = std::fs::read_dir(store.join(format::SOURCES)) {
+        for e in rd.flatten() {
+            let path = e.path();
+            let name = e.file_name();
+            let ours = name
+                .to_str()
+                .is_some_and(|n| format::key_of_name(n, "").is_some());
+            let stale = path
+                .symlink_metadata()
+                .is_ok_and(|m| m.is_file() && m.mtime() < oldest);
+            if ours && stale {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+    evicted
+}
+
+/// A worker: the library's step for one group, in this process (whose directory and
+/// environment the command set). Prints its stats line on standard output.
+fn worker(lib: &Path, store: &Path, group: u64) -> i32 {
     idle_priority();
-    // The step calls the driver itself: a layer the user's environment names would see
-    // and record its calls.
-    std::env::remove_var("OPENCL_LAYERS");
     let Ok(path) = CString::new(lib.as_os_str().as_bytes()) else {
         eprintln!("clshim warm: the library path holds a NUL byte");
         return 1;
@@ -104,15 +335,15 @@ fn step(lib: &Path, s: &Settings) -> i32 {
         return 1;
     }
     // SAFETY: an open handle and a NUL-terminated name.
-    let f = unsafe { libc::dlsym(handle, b"clshim_warm_v1\0".as_ptr() as *const c_char) };
+    let f = unsafe { libc::dlsym(handle, b"clshim_warm_v2\0".as_ptr() as *const c_char) };
     if f.is_null() {
         eprintln!(
-            "clshim warm: {} has no warm step (an older clshim library?)",
+            "clshim warm: {} has no warm step of this version (another clshim library?)",
             lib.display()
         );
         return 1;
     }
-    // SAFETY: the library's clshim_warm_v1, of this type (src/warm.rs).
+    // SAFETY: the library's clshim_warm_v2, of this type (src/store/warm.rs).
     let warm: WarmFn = unsafe { std::mem::transmute::<*mut libc::c_void, WarmFn>(f) };
     let Ok(store_c) = CString::new(store.as_os_str().as_bytes()) else {
         eprintln!("clshim warm: the store path holds a NUL byte");
@@ -120,22 +351,36 @@ fn step(lib: &Path, s: &Settings) -> i32 {
     };
     let mut stats = WarmStats::default();
     // SAFETY: a NUL-terminated path and a writable summary.
-    let ret = unsafe { warm(store_c.as_ptr(), s.max, s.mode, &mut stats) };
-    eprintln!(
-        "clshim warm: {}: {} made, {} present, {} claimed by another process, {} for other devices, {} failed, {} evicted",
-        store.display(),
-        stats.made,
-        stats.present,
-        stats.claimed,
-        stats.foreign,
-        stats.failed,
-        stats.evicted
-    );
+    let ret = unsafe { warm(store_c.as_ptr(), group, &mut stats) };
+    println!("{}", stats.line());
     ret
 }
 
-/// `clshim warm`: `jobs` processes (this one and `jobs - 1` copies of the command) split
-/// the requests by their claims. Returns the exit status.
+/// Why a store held nothing to make, in words for the user.
+fn nothing_to_make(store: &Path) -> String {
+    let entries = std::fs::read_dir(store)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| {
+                    e.file_name()
+                        .to_str()
+                        .is_some_and(|n| format::key_of_name(n, ".bin").is_some())
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    format!(
+        "clshim warm: {}: no requests, nothing to make ({entries} entries held). Requests are \
+         left by runs with CLSHIM_WARM=1 (clshim run --warm) for builds the store lacks: \
+         under --binaries substitute when the application asks for binaries, and with \
+         --program-cache for source builds. pyopencl 2024.2.3 and later asks pocl for no \
+         binaries: give it --program-cache.",
+        store.display()
+    )
+}
+
+/// `clshim warm`. Returns the exit status: 0 done (a request that failed is reported, not
+/// fatal), 1 the step could not run.
 pub fn warm_main(o: crate::cli::WarmOpts) -> i32 {
     let lib = match find_library(o.lib.as_deref(), std::env::var_os("CLSHIM_LIB")) {
         Ok(l) => l,
@@ -145,56 +390,192 @@ pub fn warm_main(o: crate::cli::WarmOpts) -> i32 {
         }
     };
     let s = Settings::from_lookup(o.store, &|n| std::env::var_os(n));
-    let mut helpers = Vec::new();
-    if let (Some(store), Ok(me)) = (&s.store, std::env::current_exe()) {
-        for _ in 1..o.jobs {
-            let child = std::process::Command::new(&me)
-                .arg("warm")
-                .arg("--store")
-                .arg(store)
-                .arg("--lib")
-                .arg(&lib)
-                .spawn();
-            if let Ok(c) = child {
-                helpers.push(c);
+    let Some(store) = &s.store else {
+        eprintln!("clshim warm: the native store is off (CLSHIM_NATIVE_STORE=off); nothing to do");
+        return 0;
+    };
+    if let Some(group) = o.worker_group {
+        return worker(&lib, store, group);
+    }
+    idle_priority();
+    let mut total = WarmStats::default();
+    let groups = groups(store, &mut total.failed);
+    let waiting: usize = groups.values().map(|g| g.requests).sum();
+    let me = match std::env::current_exe() {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("clshim warm: cannot find this executable: {e}");
+            return 1;
+        }
+    };
+    let mut status = 0;
+    let mut queue: Vec<(u64, Group)> = groups.into_iter().collect();
+    let mut running: Vec<std::process::Child> = Vec::new();
+    let finish = |child: std::process::Child, total: &mut WarmStats, status: &mut i32| match child
+        .wait_with_output()
+    {
+        Ok(out) => {
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                if let Some(st) = WarmStats::parse(line) {
+                    total.add(st);
+                }
+            }
+            if !out.status.success() {
+                *status = 1;
             }
         }
-    }
-    let mut status = step(&lib, &s);
-    for mut h in helpers {
-        if !h.wait().is_ok_and(|st| st.success()) {
-            status = status.max(1);
+        Err(_) => *status = 1,
+    };
+    while !queue.is_empty() || !running.is_empty() {
+        while running.len() < o.jobs {
+            let Some((group, g)) = queue.pop() else { break };
+            match worker_command(&me, store, &lib, group, &g).spawn() {
+                Ok(c) => running.push(c),
+                Err(e) => {
+                    eprintln!(
+                        "clshim warm: {} requests in {}: cannot start a worker there: {e}",
+                        g.requests,
+                        g.cwd.display()
+                    );
+                    status = 1;
+                }
+            }
         }
+        if running.is_empty() {
+            break;
+        }
+        let child = running.remove(0);
+        finish(child, &mut total, &mut status);
+    }
+    let evicted = enforce_cap(store, s.max);
+    if waiting == 0 && total.failed == 0 {
+        eprintln!("{}", nothing_to_make(store));
+    }
+    eprintln!(
+        "clshim warm: {}: {} made, {} present, {} claimed by another process, {} for devices \
+         or driver builds this host does not have, {} stale, {} failed, {} evicted",
+        store.display(),
+        total.made,
+        total.present,
+        total.claimed,
+        total.foreign,
+        total.stale,
+        total.failed,
+        evicted
+    );
+    if total.foreign > 0 {
+        eprintln!(
+            "clshim warm: the {} requests for other devices or driver builds wait (for a week) \
+             for a warm step on a host that has them",
+            total.foreign
+        );
     }
     status
 }
 
-/// `clshim run --warm`: runs `cmd` as a child, waits for it, runs the warm step, then
-/// exits with the child's status (128 + the signal when a signal ended it, as a shell
-/// reports it). clshim ignores SIGINT and SIGQUIT while the child runs, as a shell does
-/// for a foreground job, so a ^C reaches the child (the same process group) and the warm
-/// step still runs after it.
+/// The child `run --warm` waits for, for the signal handler to pass signals on to.
+static CHILD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// Passes a signal on to the child when another process sent it to clshim alone (`kill
+/// PID`: SI_USER or SI_QUEUE). A signal from the terminal (^C, a hangup: SI_KERNEL)
+/// already reached the child, which is in clshim's process group, and is not sent twice.
+extern "C" fn pass_on(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    // SAFETY: the kernel's description of the signal, valid in its handler.
+    let code = unsafe { info.as_ref() }.map_or(libc::SI_USER, |i| i.si_code);
+    let child = CHILD.load(std::sync::atomic::Ordering::Relaxed);
+    if child > 0 && (code == libc::SI_USER || code == libc::SI_QUEUE) {
+        // SAFETY: kill is async-signal-safe; the child is clshim's own.
+        unsafe { libc::kill(child, sig) };
+    }
+}
+
+/// Starts `clshim warm` on `store` in the background, detached (a session of its own, at
+/// idle priority, writing to `store/warm.log`), and returns its pid.
+fn warm_in_background(lib: &Path, store: &Path) -> Option<u32> {
+    use std::os::unix::process::CommandExt;
+    let me = std::env::current_exe().ok()?;
+    let log = std::fs::create_dir_all(store).ok().and_then(|()| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(store.join("warm.log"))
+            .ok()
+    });
+    let mut cmd = std::process::Command::new(me);
+    cmd.arg("warm")
+        .arg("--store")
+        .arg(store)
+        .arg("--lib")
+        .arg(lib);
+    cmd.stdin(std::process::Stdio::null());
+    match log
+        .as_ref()
+        .and_then(|f| Some((f.try_clone().ok()?, f.try_clone().ok()?)))
+    {
+        Some((out, err)) => {
+            cmd.stdout(out).stderr(err);
+        }
+        None => {
+            cmd.stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+        }
+    }
+    // SAFETY: setsid is async-signal-safe, the only call made between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        })
+    };
+    // The step's process outlives this one (it is reparented when clshim exits); its
+    // status is the log's to tell.
+    cmd.spawn().ok().map(|c| c.id())
+}
+
+/// `clshim run --warm`: runs `cmd` as a child, waits for it (passing on SIGTERM, SIGHUP,
+/// SIGINT and SIGQUIT that another process sends to clshim), starts the warm step in the
+/// background, then exits with the child's status (128 + the signal when a signal ended
+/// it, as a shell reports it) without waiting for the step.
 pub fn run_then_warm(
     mut cmd: std::process::Command,
     program: &OsStr,
     lib: &Path,
     settings: Settings,
 ) -> Result<std::convert::Infallible, RunError> {
-    let mut child = cmd.spawn().map_err(|e| cannot_run(program, &e))?;
-    // SAFETY: replacing this process's dispositions; the child already has its own
-    // (restored at its exec by `inherited_signals`).
-    let old = unsafe {
-        (
-            libc::signal(libc::SIGINT, libc::SIG_IGN),
-            libc::signal(libc::SIGQUIT, libc::SIG_IGN),
-        )
-    };
-    let status = child.wait();
-    // SAFETY: putting back what was there.
+    let signals = [libc::SIGTERM, libc::SIGHUP, libc::SIGINT, libc::SIGQUIT];
+    // The signals are held back from before the child starts until clshim's handlers are
+    // in place, so one that arrives in between is passed on, not lost (or fatal to
+    // clshim). The child starts with an empty signal mask (std's spawn resets it).
+    // SAFETY: plain data for the signal set calls.
+    let mut held: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `held` is a valid set; only this thread's mask changes.
     unsafe {
-        libc::signal(libc::SIGINT, old.0);
-        libc::signal(libc::SIGQUIT, old.1);
+        libc::sigemptyset(&mut held);
+        for sig in signals {
+            libc::sigaddset(&mut held, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &held, std::ptr::null_mut());
     }
+    let spawned = cmd.spawn();
+    if let Ok(c) = &spawned {
+        CHILD.store(c.id() as i32, std::sync::atomic::Ordering::Relaxed);
+        for sig in signals {
+            // SAFETY: plain data for sigaction.
+            let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+            act.sa_sigaction = pass_on as *const () as usize;
+            act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            // SAFETY: installing a handler that only calls kill (async-signal-safe); the
+            // child already has its own dispositions (restored at its exec by
+            // `inherited_signals`).
+            unsafe { libc::sigaction(sig, &act, std::ptr::null_mut()) };
+        }
+    }
+    // SAFETY: unblocking what was blocked above; a pending signal is handled now.
+    unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &held, std::ptr::null_mut()) };
+    let mut child = spawned.map_err(|e| cannot_run(program, &e))?;
+    let status = child.wait();
     let code = match status {
         Ok(st) => {
             use std::os::unix::process::ExitStatusExt;
@@ -202,6 +583,35 @@ pub fn run_then_warm(
         }
         Err(_) => 1,
     };
-    step(lib, &settings);
+    if let Some(store) = &settings.store {
+        match warm_in_background(lib, store) {
+            Some(pid) => eprintln!(
+                "clshim: the warm step goes on in the background at idle priority (pid {pid}; \
+                 log {})",
+                store.join("warm.log").display()
+            ),
+            None => eprintln!("clshim: could not start the warm step: run clshim warm later"),
+        }
+    }
     std::process::exit(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_lines_round_trip() {
+        let s = WarmStats {
+            made: 3,
+            present: 1,
+            claimed: 0,
+            foreign: 2,
+            failed: 5,
+            stale: 7,
+        };
+        let back = WarmStats::parse(&s.line()).unwrap();
+        assert_eq!(back.values(), s.values());
+        assert!(WarmStats::parse("made=1").is_none());
+    }
 }

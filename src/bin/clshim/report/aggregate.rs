@@ -588,6 +588,9 @@ impl FileAcc {
             }
         };
         if r.event.is_build() {
+            if r.call.as_deref() == Some("clBuildProgram") {
+                self.totals.loads.count_build(r.served.as_deref());
+            }
             if let Some(p) = r.program.clone() {
                 self.by_id.insert(p, ki);
             }

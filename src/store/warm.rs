@@ -1,29 +1,33 @@
-//! The warm step (`clshim warm`): turns the requests `substitute` left in the native store
-//! into the driver's own binaries, in a process of its own (the `clshim` command, at idle
-//! priority), never in the application's: a binary query on pocl holds its process-wide
-//! LLVM and kernel-library locks for the whole generic compile, stalling every build and
-//! kernel launch of the process around it. The command finds this library as `clshim run`
-//! does, opens it and calls [`clshim_warm_v1`], so the programs are made again with the
-//! very code that loads clshim binaries (`binary_load::recreate`, `container`, `recipe`)
-//! and keyed with the same `native_store::Key`. The OpenCL loader is opened here at run
-//! time (`libOpenCL.so.1`); nothing links it.
+//! The warm step's worker (`clshim warm`, one process per group of requests): turns the
+//! requests in the native store into the driver's own binaries, in a process of its own
+//! (the `clshim` command, at idle priority), never in the application's: a binary query
+//! on pocl holds its process-wide LLVM and kernel-library locks for the whole generic
+//! compile, stalling every build and kernel launch of the process around it. The command
+//! groups the requests by working directory and environment (a driver reads its
+//! environment once, when it starts), starts one worker per group in that directory with
+//! that environment (so pocl's kernel cache is the application's, and the compiles it
+//! holds are reused), and the worker calls [`clshim_warm_v2`] here, so programs are made
+//! again with the very code that loads clshim binaries (`binary_load::recreate`) and keyed
+//! with the same `BuildKey`. The OpenCL loader is opened at run time; nothing links it.
 //!
-//! For each request: claim it (an exclusive `<key>.claim` file beside it, so that ranks
-//! of one job running the step at once split the work; a claim whose process is gone from
-//! this host, or older than an hour, is taken over), read and check the clshim binary it
-//! holds, find the device with its fingerprint among the loader's platforms, make the
-//! program from the recipe (built with the recipe's options for a built program), ask the
-//! driver for `CL_PROGRAM_BINARIES`, write the entry, and remove the request. A request
-//! for a device this host does not have is left for another (for a week); a damaged one
-//! is removed.
-//! Then the store is brought under its size cap, least recently used entries first.
+//! For each request of its group: claim it (an exclusive `<key>.claim` beside it, so that
+//! warm steps running at once split the work; a claim whose process is gone from this
+//! host, or older than an hour, is taken over), check it, find its device among the
+//! loader's platforms and its driver build, compute the build's key again here (a request
+//! whose key differs now, because a file it includes changed since, is stale: the next
+//! run asks again), make the program in one context per device (pocl loads its kernel
+//! library once per context), ask the driver for `CL_PROGRAM_BINARIES`, write the entry,
+//! and remove the request. A request for a device or driver build this host does not have
+//! is left for another (for a week).
 
+use super::build_key::{BuildKey, CompileEnv};
+use super::files::{self, Fd};
 use crate::binary_load::{c_options, recreate};
 use crate::cl::*;
-use crate::container;
+use crate::devices::DeviceFacts;
 use crate::dispatch::Route;
-use crate::native_store::{self as store, Fd, Key};
 use crate::recipe::{Kind, Recipe};
+use clshim_format::store::{self as format, Request, REQUESTS};
 use std::ffi::{c_char, c_void, CStr};
 use std::path::{Path, PathBuf};
 
@@ -53,7 +57,8 @@ const STALE_CLAIM_SECONDS: i64 = 3600;
 /// gone, or its driver changed: a later run asks again).
 const STALE_FOREIGN_SECONDS: i64 = 7 * 24 * 3600;
 
-/// What one warm step did, for the command's summary line.
+/// What one worker did, for the command's summary line (the command reads the same
+/// layout).
 #[repr(C)]
 #[derive(Default, Debug)]
 pub struct WarmStats {
@@ -63,12 +68,13 @@ pub struct WarmStats {
     pub present: u64,
     /// Requests another process holds.
     pub claimed: u64,
-    /// Requests for a device this host does not have, left in place.
+    /// Requests for a device or driver build this host does not have, left in place.
     pub foreign: u64,
     /// Requests removed as damaged, or whose program the driver would not make.
     pub failed: u64,
-    /// Entries removed to keep the store under its size cap.
-    pub evicted: u64,
+    /// Requests removed because their build's key differs now (a file it includes
+    /// changed since it was left).
+    pub stale: u64,
 }
 
 /// The loader's entry points the step needs besides those of the objects' tables.
@@ -121,11 +127,13 @@ fn open_loader() -> Result<Loader, String> {
     }
 }
 
-/// One device of this host: its handle, fingerprint and driver identity.
+/// One device of this host: its handle, facts and driver identity, and the one context
+/// the worker makes on it (at its first request).
 struct Device {
     id: cl_device_id,
-    fingerprint: u64,
+    facts: DeviceFacts,
     driver: u64,
+    context: Option<cl_context>,
 }
 
 /// # Safety
@@ -169,12 +177,13 @@ unsafe fn devices(l: &Loader) -> Vec<Device> {
             // SAFETY: a live device the loader listed.
             let facts = unsafe { crate::devices::query(Route::Object, id) };
             // SAFETY: as above.
-            let driver = unsafe { store::driver_identity(id) };
-            if let (Some(f), Some(driver)) = (facts, driver) {
+            let driver = unsafe { super::driver::driver_identity(id) };
+            if let (Some(facts), Some(driver)) = (facts, driver) {
                 out.push(Device {
                     id,
-                    fingerprint: f.fingerprint(),
+                    facts,
                     driver,
+                    context: None,
                 });
             }
         }
@@ -199,8 +208,12 @@ fn now() -> i64 {
         .unwrap_or(0)
 }
 
-/// Takes the claim `name` in `dir`: Ok(true) when this process holds it now.
-fn claim(dir: &Fd, path: &Path, name: &str, host: &str) -> bool {
+/// The longest claim read back: a host name, a pid and a time fit with room to spare.
+const MAX_CLAIM: u64 = 512;
+
+/// Takes the claim `name` in `dir` (the requests folder): true when this process holds it
+/// now.
+fn claim(dir: &Fd, name: &str, host: &str) -> bool {
     let text = format!("{host} {} {}\n", std::process::id(), now());
     for _ in 0..2 {
         let Ok(c) = std::ffi::CString::new(name) else {
@@ -212,7 +225,7 @@ fn claim(dir: &Fd, path: &Path, name: &str, host: &str) -> bool {
                 dir.0,
                 c.as_ptr(),
                 libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                0o600,
+                files::FILE_MODE as libc::c_uint,
             )
         };
         if fd >= 0 {
@@ -224,23 +237,24 @@ fn claim(dir: &Fd, path: &Path, name: &str, host: &str) -> bool {
         if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
             return false;
         }
-        if !stale(&path.join(name), host) || !store::remove(dir, name) {
+        if !stale(dir, name, host) || !files::remove(dir, name) {
             return false;
         }
     }
     false
 }
 
-/// Whether a claim file's process is gone from this host, or the claim is over an hour old.
-fn stale(path: &Path, host: &str) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(m) = path.symlink_metadata() else {
-        return true;
-    };
-    if now() - m.mtime() > STALE_CLAIM_SECONDS {
+/// Whether a claim's process is gone from this host, or the claim is over an hour old.
+/// Read bounded and without following a link: anything that is not a small regular file
+/// (a FIFO, a link to /dev/zero) is no claim of a live warm step, and is taken over.
+fn stale(dir: &Fd, name: &str, host: &str) -> bool {
+    if files::modified(dir, name).map_or(true, |m| now() - m > STALE_CLAIM_SECONDS) {
         return true;
     }
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let Ok(Some(bytes)) = files::read_file(dir, name, MAX_CLAIM, false) else {
+        return true;
+    };
+    let text = String::from_utf8_lossy(&bytes);
     let mut words = text.split_whitespace();
     let (Some(h), Some(pid)) = (
         words.next(),
@@ -253,37 +267,6 @@ fn stale(path: &Path, host: &str) -> bool {
         && pid > 0
         && unsafe { libc::kill(pid, 0) } != 0
         && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-}
-
-/// The driver's binary of `recipe` for `device`, made in a context of its own.
-///
-/// # Safety
-/// `l` holds the loader's functions; `device` is a live device.
-unsafe fn native_binary(
-    l: &Loader,
-    device: cl_device_id,
-    recipe: &Recipe,
-) -> Result<Vec<u8>, String> {
-    let mut err = CL_SUCCESS;
-    // SAFETY: one live device, no properties and no callback.
-    let ctx = unsafe {
-        (l.create_context)(
-            std::ptr::null(),
-            1,
-            &device,
-            std::ptr::null(),
-            std::ptr::null_mut(),
-            &mut err,
-        )
-    };
-    if ctx.is_null() {
-        return Err(format!("no context ({})", status_name(err)));
-    }
-    // SAFETY: a valid context and its one device.
-    let result = unsafe { binary_in(ctx, device, recipe) };
-    // SAFETY: the context made above.
-    unsafe { (l.release_context)(ctx) };
-    result
 }
 
 /// # Safety
@@ -354,80 +337,75 @@ unsafe fn binary_in(
     result
 }
 
-/// Removes the least recently used entries (oldest modification time: a load touches
-/// its entry) until the store holds at most `max` bytes of them, and temporary files
-/// left over an hour ago by writers that died.
-fn enforce_cap(dir: &Fd, path: &Path, max: u64) -> u64 {
-    let mut entries = store::list(path, ".bin");
-    entries.sort_by_key(|e| (e.2, e.0.clone()));
-    let mut total: u64 = entries.iter().map(|e| e.1).sum();
-    let mut evicted = 0;
-    for (name, size, _) in entries {
-        if total <= max {
-            break;
-        }
-        if store::remove(dir, &name) {
-            total -= size;
-            evicted += 1;
-        }
-    }
-    for sub in [path.to_path_buf(), path.join(store::REQUESTS)] {
-        let Ok(rd) = std::fs::read_dir(&sub) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            use std::os::unix::fs::MetadataExt;
-            let old = e
-                .path()
-                .symlink_metadata()
-                .is_ok_and(|m| now() - m.mtime() > STALE_CLAIM_SECONDS);
-            if old && e.file_name().to_string_lossy().starts_with(".tmp-") {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-    }
-    evicted
-}
-
-fn warm(store_path: PathBuf, max: u64, mode: u32, stats: &mut WarmStats) -> Result<(), String> {
-    let dir = store::open_dir(&store_path, true, mode)
-        .map_err(|e| format!("{}: {e}", store_path.display()))?;
-    let req_path = store_path.join(store::REQUESTS);
-    let mut requests = store::list(&req_path, ".req");
+fn warm(store_path: PathBuf, group: u64, stats: &mut WarmStats) -> Result<(), String> {
+    let dir =
+        files::open_dir(&store_path, true).map_err(|e| format!("{}: {e}", store_path.display()))?;
+    let req_path = store_path.join(REQUESTS);
+    let mut requests = files::list(&req_path, ".req");
     requests.sort();
-    if !requests.is_empty() {
-        let req = store::open_sub(&dir, store::REQUESTS, true, mode)
-            .map_err(|e| format!("{}: {e}", req_path.display()))?;
-        let loader = open_loader()?;
-        // SAFETY: the loader's functions.
-        let devices = unsafe { devices(&loader) };
-        let host = host_name();
-        for (name, _, mtime) in requests {
-            let claim_name = format!("{}.claim", name.trim_end_matches(".req"));
-            if !claim(&req, &req_path, &claim_name, &host) {
-                stats.claimed += 1;
-                continue;
+    if requests.is_empty() {
+        return Ok(());
+    }
+    let req = files::open_sub(&dir, REQUESTS, true)
+        .map_err(|e| format!("{}: {e}", req_path.display()))?;
+    let loader = open_loader()?;
+    // SAFETY: the loader's functions.
+    let mut devices = unsafe { devices(&loader) };
+    let host = host_name();
+    let env = CompileEnv::of_process();
+    let cwd = std::env::current_dir().map_err(|e| format!("the working directory: {e}"))?;
+    let mut todo = Vec::new();
+    for (name, _, mtime) in requests {
+        let request = match files::read_file(&req, &name, format::MAX_REQUEST, false) {
+            Ok(Some(b)) => Request::decode(&b),
+            Ok(None) => continue, // another process finished it
+            Err(why) => Err(why),
+        };
+        match request {
+            Ok(r) if r.group() == group => todo.push((name, mtime, r)),
+            Ok(_) => {}
+            Err(why) => {
+                // Damaged or not a request: removed, unless another process is writing
+                // it (a request is renamed into place whole, so that never shows here).
+                eprintln!("clshim warm: {name}: {why}; removed");
+                files::remove(&req, &name);
+                stats.failed += 1;
             }
-            // SAFETY: the loader's functions and devices it listed.
-            let outcome = unsafe { one(&loader, &devices, &dir, &req, &name, mode) };
-            let keep =
-                matches!(outcome, Outcome::Foreign) && now() - mtime <= STALE_FOREIGN_SECONDS;
-            match outcome {
-                Outcome::Made => stats.made += 1,
-                Outcome::Present => stats.present += 1,
-                Outcome::Foreign => stats.foreign += 1,
-                Outcome::Failed(why) => {
-                    eprintln!("clshim warm: {name}: {why}");
-                    stats.failed += 1;
-                }
-            }
-            if !keep {
-                store::remove(&req, &name);
-            }
-            store::remove(&req, &claim_name);
         }
     }
-    stats.evicted = enforce_cap(&dir, &store_path, max);
+    for (name, mtime, request) in todo {
+        let claim_name = format!("{}.claim", name.trim_end_matches(".req"));
+        if !claim(&req, &claim_name, &host) {
+            stats.claimed += 1;
+            continue;
+        }
+        // SAFETY: the loader's functions and devices it listed.
+        let outcome = unsafe { one(&loader, &mut devices, &dir, &request, &env, &cwd) };
+        let keep = matches!(outcome, Outcome::Foreign) && now() - mtime <= STALE_FOREIGN_SECONDS;
+        match outcome {
+            Outcome::Made => stats.made += 1,
+            Outcome::Present => stats.present += 1,
+            Outcome::Foreign => stats.foreign += 1,
+            Outcome::Stale(why) => {
+                eprintln!("clshim warm: {name}: stale ({why}); removed");
+                stats.stale += 1;
+            }
+            Outcome::Failed(why) => {
+                eprintln!("clshim warm: {name}: {why}");
+                stats.failed += 1;
+            }
+        }
+        if !keep {
+            files::remove(&req, &name);
+        }
+        files::remove(&req, &claim_name);
+    }
+    for d in &devices {
+        if let Some(ctx) = d.context {
+            // SAFETY: the context the worker made, released once.
+            unsafe { (loader.release_context)(ctx) };
+        }
+    }
     Ok(())
 }
 
@@ -435,6 +413,7 @@ enum Outcome {
     Made,
     Present,
     Foreign,
+    Stale(String),
     Failed(String),
 }
 
@@ -444,60 +423,112 @@ enum Outcome {
 /// `l` holds the loader's functions; `devices` are live devices it listed.
 unsafe fn one(
     l: &Loader,
-    devices: &[Device],
+    devices: &mut [Device],
     dir: &Fd,
-    req: &Fd,
-    name: &str,
-    mode: u32,
+    request: &Request,
+    env: &CompileEnv,
+    cwd: &Path,
 ) -> Outcome {
-    let bytes = match store::read_file(req, name, container::MAX_SOURCE as u64 + 64, false) {
-        Ok(Some(b)) => b,
-        Ok(None) => return Outcome::Present, // another process finished it
-        Err(why) => return Outcome::Failed(format!("unreadable request: {why}")),
-    };
-    if bytes.len() < 24 || !container::is_clshim(&bytes) {
-        return Outcome::Failed("not a clshim binary".into());
-    }
-    let fingerprint = u64::from_le_bytes(bytes[16..24].try_into().unwrap());
-    let recipe = match container::decode(&bytes, fingerprint) {
-        Ok(r) if r.options.is_some() => r,
-        Ok(_) => return Outcome::Failed("a clshim binary without its options".into()),
-        Err(why) => return Outcome::Failed(format!("damaged request: {why}")),
-    };
-    let Some(device) = devices.iter().find(|d| d.fingerprint == fingerprint) else {
+    let Some(device) = devices
+        .iter_mut()
+        .find(|d| d.facts.fingerprint() == request.fingerprint && d.driver == request.driver)
+    else {
         return Outcome::Foreign;
     };
-    let encoded = recipe.encode();
-    let key = Key::new(&encoded, fingerprint, device.driver);
-    if let Ok(Some(existing)) = store::read_file(dir, &key.entry_name(), store::MAX_ENTRY, false) {
-        if store::verify(&existing, &key, &encoded).is_ok() {
+    let recipe = match Recipe::decode(&request.recipe) {
+        Ok(r) if r.options.is_some() => r,
+        Ok(_) => return Outcome::Failed("a recipe without its options".into()),
+        Err(why) => return Outcome::Failed(format!("damaged recipe: {why:?}")),
+    };
+    let key = match BuildKey::new(
+        &recipe,
+        &request.recipe,
+        &device.facts,
+        device.driver,
+        env,
+        cwd,
+    ) {
+        Ok(k) if k.key == request.key => k,
+        Ok(_) => {
+            return Outcome::Stale(
+                "its build's key differs here: a file it includes changed since, or the \
+                 environment differs"
+                    .into(),
+            )
+        }
+        Err(why) => return Outcome::Stale(why),
+    };
+    if let Ok(Some(existing)) =
+        files::read_file(dir, &format::entry_name(key.key), format::MAX_ENTRY, false)
+    {
+        if super::verify(&existing, &key).is_ok() {
+            // Its source's mark may have gone with older entries: made again.
+            mark_source(dir, &recipe);
             return Outcome::Present;
         }
     }
-    // SAFETY: the loader's functions and a live device (this function's contract).
-    let payload = match unsafe { native_binary(l, device.id, &recipe) } {
+    let ctx = match device.context {
+        Some(c) => c,
+        None => {
+            let mut err = CL_SUCCESS;
+            // SAFETY: one live device, no properties and no callback.
+            let ctx = unsafe {
+                (l.create_context)(
+                    std::ptr::null(),
+                    1,
+                    &device.id,
+                    std::ptr::null(),
+                    std::ptr::null_mut(),
+                    &mut err,
+                )
+            };
+            if ctx.is_null() {
+                return Outcome::Failed(format!("no context ({})", status_name(err)));
+            }
+            device.context = Some(ctx);
+            ctx
+        }
+    };
+    // SAFETY: a valid context of the live device.
+    let payload = match unsafe { binary_in(ctx, device.id, &recipe) } {
         Ok(p) => p,
         Err(why) => return Outcome::Failed(format!("{} recipe: {why}", recipe.kind.name())),
     };
-    let entry = store::encode(&key, &encoded, &payload);
-    match store::write_atomic(dir, &key.entry_name(), &entry, mode, true, true) {
-        Ok(()) => Outcome::Made,
-        Err(e) => Outcome::Failed(format!("cannot write {}: {e}", key.entry_name())),
+    let entry = super::encode(&key, &payload);
+    match files::write_atomic(dir, &format::entry_name(key.key), &entry, true, true) {
+        Ok(()) => {
+            mark_source(dir, &recipe);
+            Outcome::Made
+        }
+        Err(e) => Outcome::Failed(format!("cannot write {}: {e}", format::entry_name(key.key))),
     }
 }
 
-/// The warm step, for the `clshim` command: `store` (a NUL-terminated path) is the native
-/// store, `max_bytes` its size cap, `mode` the permissions of new files; `stats` (may be
-/// NULL) receives what was done. Returns 0, or 1 when the step could not run (the reason
-/// on stderr). Never unwinds.
+/// Marks the source of a build recipe as one the store holds a build of (an empty file
+/// named by its hash in `sources/`), for the program cache to give its programs handles.
+fn mark_source(dir: &Fd, recipe: &Recipe) {
+    if let (Kind::Built, crate::recipe::Text::Source(src)) = (recipe.kind, &recipe.text) {
+        let name = crate::program_cache::source_mark(crate::hash::fnv1a64(src));
+        let marked = files::open_sub(dir, crate::program_cache::SOURCES, true)
+            .and_then(|d| files::write_atomic(&d, &name, b"", false, false));
+        if let Err(e) = marked {
+            eprintln!("clshim warm: cannot mark a source in the store: {e}");
+        }
+    }
+}
+
+/// A worker of the warm step, for the `clshim` command: `store` (a NUL-terminated path)
+/// is the native store; the worker makes the requests of `group` (`Request::group`), in
+/// this process's working directory and environment, which the command set to theirs;
+/// `stats` (may be NULL) receives what was done. Returns 0, or 1 when the worker could not
+/// run (the reason on stderr). Never unwinds.
 ///
 /// # Safety
 /// `store` is a NUL-terminated string; `stats` is NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn clshim_warm_v1(
+pub unsafe extern "C" fn clshim_warm_v2(
     store: *const c_char,
-    max_bytes: u64,
-    mode: u32,
+    group: u64,
     stats: *mut WarmStats,
 ) -> i32 {
     if store.is_null() {
@@ -507,7 +538,7 @@ pub unsafe extern "C" fn clshim_warm_v1(
     let bytes = unsafe { CStr::from_ptr(store) }.to_bytes();
     let path = PathBuf::from(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(bytes));
     let mut s = WarmStats::default();
-    let result = crate::guard::catch(|| warm(path, max_bytes, mode & 0o777, &mut s))
+    let result = crate::guard::catch(|| warm(path, group, &mut s))
         .unwrap_or_else(|| Err("internal error".into()));
     if !stats.is_null() {
         // SAFETY: writable (this function's contract).

@@ -1,0 +1,472 @@
+//! The native store's two file formats, as the library (which writes requests and reads
+//! entries) and the `clshim warm` command (which groups requests and keeps the store under
+//! its cap) both need them: an entry's fixed header, which says of a file whether it is a
+//! whole entry made by clshim (the cap removes nothing else), and a request, which holds
+//! everything a later process needs to make the same build again: the recipe, the device
+//! and driver it was made for, the working directory and the environment the driver
+//! compiled in. What goes into an entry's key, and how a load checks it, is the library's
+//! (`store::build_key`); this module only moves bytes. All integers are little-endian.
+//!
+//! Entry: `magic "CLSHIMNB"` · `version u32` (2) · `flags u32` (0) · `key u64` ·
+//! `fingerprint u64` · `driver u64` · `key text length u64` · `payload length u64` ·
+//! `key text checksum u64` · `payload checksum u64` · `header checksum u64` (of the 72
+//! bytes before it) · key text · payload (the driver's binary). The file is named
+//! `<key as 16 hex digits>.bin`.
+//!
+//! Request: `magic "CLSHIMRQ"` · `version u32` (1) · `flags u32` (0) · `key u64` ·
+//! `fingerprint u64` · `driver u64` · `recipe length u64` · recipe · `cwd length u64` ·
+//! cwd · `variable count u32` · per variable (`name length u32` · name · `value length
+//! u32` · value) · `checksum u64` of everything before it. Named `<key>.req`.
+
+use crate::hash::Fnv1a;
+
+pub const ENTRY_MAGIC: &[u8; 8] = b"CLSHIMNB";
+pub const ENTRY_VERSION: u32 = 2;
+/// The entry header's length: magic, version, flags, eight u64 fields, its checksum.
+pub const ENTRY_HEADER: usize = 8 + 4 + 4 + 8 * 8;
+/// The largest entry a reader accepts: far beyond a real program's binary, small enough
+/// that a damaged length never makes clshim allocate without bound.
+pub const MAX_ENTRY: u64 = 1 << 30;
+
+pub const REQUEST_MAGIC: &[u8; 8] = b"CLSHIMRQ";
+pub const REQUEST_VERSION: u32 = 1;
+/// The largest request: a recipe at its bound (a clshim binary's body) and room for the
+/// directory and the variables.
+pub const MAX_REQUEST: u64 = crate::binary::MAX_BODY as u64 + (1 << 20);
+/// The most variables a request carries.
+const MAX_VARIABLES: u32 = 4096;
+
+/// pocl's variables that say where it keeps files or what it logs, and so never what it
+/// compiles: left out of build keys (a rank's own `POCL_CACHE_DIR` must not make its builds
+/// another key than its neighbour's).
+const NOT_KEYED: &[&str] = &[
+    "POCL_CACHE_DIR",
+    "POCL_KERNEL_CACHE",
+    "POCL_DEBUG",
+    "POCL_DEBUG_LLVM_PASSES",
+    "POCL_LEAVE_KERNEL_COMPILER_TEMP_FILES",
+];
+
+/// Variables that are not keyed but that a warm step sets from a request, so that it makes
+/// the build where the application's pocl keeps its kernel cache (reusing the compiles it
+/// holds) and with the same driver (the ICD loaders' variables and the library path).
+const REPLAYED: &[&str] = &[
+    "POCL_CACHE_DIR",
+    "POCL_KERNEL_CACHE",
+    "XDG_CACHE_HOME",
+    "HOME",
+    "OCL_ICD_VENDORS",
+    "OCL_ICD_FILENAMES",
+    "OPENCL_VENDOR_PATH",
+    "LD_LIBRARY_PATH",
+];
+
+/// Whether a variable is part of every build key: pocl's (`POCL_*`), but for those that
+/// only say where it keeps files or what it logs.
+pub fn keyed_variable(name: &[u8]) -> bool {
+    name.starts_with(b"POCL_") && !NOT_KEYED.iter().any(|n| n.as_bytes() == name)
+}
+
+/// Whether a request carries a variable for its warm step: the keyed ones and those that
+/// place pocl's kernel cache and find the driver. A warm worker's environment has exactly
+/// the request's of these.
+pub fn replayed_variable(name: &[u8]) -> bool {
+    keyed_variable(name) || REPLAYED.iter().any(|n| n.as_bytes() == name)
+}
+
+/// The folder of requests inside a store.
+pub const REQUESTS: &str = "requests";
+/// The folder of source marks inside a store: an empty file, named by the hash of a
+/// source (16 hex digits), for each source the store holds a build of; the program cache
+/// gives a program a handle of clshim's only when its source is marked.
+pub const SOURCES: &str = "sources";
+
+/// The file name of the entry for `key`.
+pub fn entry_name(key: u64) -> String {
+    format!("{key:016x}.bin")
+}
+
+/// The file name of the request for `key`.
+pub fn request_name(key: u64) -> String {
+    format!("{key:016x}.req")
+}
+
+/// The key a store file name stands for: 16 lower-case hex digits and `suffix`.
+pub fn key_of_name(name: &str, suffix: &str) -> Option<u64> {
+    let hex = name.strip_suffix(suffix)?;
+    (hex.len() == 16 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+        .then(|| u64::from_str_radix(hex, 16).ok())
+        .flatten()
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+/// An entry's fixed header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryHeader {
+    pub key: u64,
+    pub fingerprint: u64,
+    pub driver: u64,
+    pub key_text_len: u64,
+    pub payload_len: u64,
+    pub key_text_sum: u64,
+    pub payload_sum: u64,
+}
+
+impl EntryHeader {
+    /// The header of an entry holding `key_text` and `payload`.
+    pub fn new(key: u64, fingerprint: u64, driver: u64, key_text: &[u8], payload: &[u8]) -> Self {
+        EntryHeader {
+            key,
+            fingerprint,
+            driver,
+            key_text_len: key_text.len() as u64,
+            payload_len: payload.len() as u64,
+            key_text_sum: crate::hash::fnv1a64(key_text),
+            payload_sum: crate::hash::fnv1a64(payload),
+        }
+    }
+
+    pub fn encode(&self) -> [u8; ENTRY_HEADER] {
+        let mut out = [0u8; ENTRY_HEADER];
+        out[..8].copy_from_slice(ENTRY_MAGIC);
+        out[8..12].copy_from_slice(&ENTRY_VERSION.to_le_bytes());
+        let fields = [
+            self.key,
+            self.fingerprint,
+            self.driver,
+            self.key_text_len,
+            self.payload_len,
+            self.key_text_sum,
+            self.payload_sum,
+        ];
+        for (i, v) in fields.iter().enumerate() {
+            out[16 + 8 * i..24 + 8 * i].copy_from_slice(&v.to_le_bytes());
+        }
+        let sum = crate::hash::fnv1a64(&out[..ENTRY_HEADER - 8]);
+        out[ENTRY_HEADER - 8..].copy_from_slice(&sum.to_le_bytes());
+        out
+    }
+
+    /// The header at the start of `bytes`, if it is one clshim wrote (magic, version, no
+    /// unknown flag, its own checksum); else why not.
+    pub fn parse(bytes: &[u8]) -> Result<EntryHeader, String> {
+        if bytes.len() < ENTRY_HEADER || &bytes[..8] != ENTRY_MAGIC {
+            return Err("not a native store entry (no header)".into());
+        }
+        let version = u32_at(bytes, 8);
+        if version != ENTRY_VERSION {
+            return Err(format!("store format version {version}"));
+        }
+        if u32_at(bytes, 12) != 0 {
+            return Err("unknown flags".into());
+        }
+        if crate::hash::fnv1a64(&bytes[..ENTRY_HEADER - 8]) != u64_at(bytes, ENTRY_HEADER - 8) {
+            return Err("header checksum mismatch".into());
+        }
+        Ok(EntryHeader {
+            key: u64_at(bytes, 16),
+            fingerprint: u64_at(bytes, 24),
+            driver: u64_at(bytes, 32),
+            key_text_len: u64_at(bytes, 40),
+            payload_len: u64_at(bytes, 48),
+            key_text_sum: u64_at(bytes, 56),
+            payload_sum: u64_at(bytes, 64),
+        })
+    }
+
+    /// The length of the whole entry this header describes (None: it overflows).
+    pub fn total(&self) -> Option<u64> {
+        (ENTRY_HEADER as u64)
+            .checked_add(self.key_text_len)?
+            .checked_add(self.payload_len)
+    }
+
+    /// Whether a file named `name` of `len` bytes starting with this header is a whole
+    /// entry by its header alone: the name is its key's, the length the one it declares.
+    /// What the cap checks before it removes a file.
+    pub fn names_whole_file(&self, name: &str, len: u64) -> bool {
+        key_of_name(name, ".bin") == Some(self.key) && self.total() == Some(len)
+    }
+}
+
+/// An entry: its header, then the key text, then the payload.
+pub fn encode_entry(
+    key: u64,
+    fingerprint: u64,
+    driver: u64,
+    key_text: &[u8],
+    payload: &[u8],
+) -> Vec<u8> {
+    let h = EntryHeader::new(key, fingerprint, driver, key_text, payload);
+    let mut out = Vec::with_capacity(ENTRY_HEADER + key_text.len() + payload.len());
+    out.extend_from_slice(&h.encode());
+    out.extend_from_slice(key_text);
+    out.extend_from_slice(payload);
+    out
+}
+
+/// The key text and payload of a whole, undamaged entry (both checksums hold, the length
+/// is exactly the declared one, the payload is not empty); else why not. Whether the entry
+/// is the one a load wants is the caller's to check.
+pub fn open_entry(bytes: &[u8]) -> Result<(EntryHeader, &[u8], &[u8]), String> {
+    let h = EntryHeader::parse(bytes)?;
+    if h.total() != Some(bytes.len() as u64) {
+        return Err(format!(
+            "length {} differs from the declared {}",
+            bytes.len(),
+            h.total().map_or("overflow".to_string(), |t| t.to_string())
+        ));
+    }
+    let text_end = ENTRY_HEADER + h.key_text_len as usize;
+    let (text, payload) = (&bytes[ENTRY_HEADER..text_end], &bytes[text_end..]);
+    if crate::hash::fnv1a64(text) != h.key_text_sum {
+        return Err("key text checksum mismatch".into());
+    }
+    if payload.is_empty() {
+        return Err("empty payload".into());
+    }
+    if crate::hash::fnv1a64(payload) != h.payload_sum {
+        return Err("payload checksum mismatch".into());
+    }
+    Ok((h, text, payload))
+}
+
+/// What a later process needs to make a build again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub key: u64,
+    pub fingerprint: u64,
+    pub driver: u64,
+    /// The recipe's encoding (the library's `recipe` format).
+    pub recipe: Vec<u8>,
+    /// The working directory the build ran in (relative include paths resolve against it).
+    pub cwd: Vec<u8>,
+    /// The variables to set, and only these of their kind, where the build is made again
+    /// (name, value), sorted by name.
+    pub env: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Request {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64 + self.recipe.len() + self.cwd.len());
+        out.extend_from_slice(REQUEST_MAGIC);
+        out.extend_from_slice(&REQUEST_VERSION.to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes());
+        for v in [self.key, self.fingerprint, self.driver] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        for part in [&self.recipe, &self.cwd] {
+            out.extend_from_slice(&(part.len() as u64).to_le_bytes());
+            out.extend_from_slice(part);
+        }
+        out.extend_from_slice(&(self.env.len() as u32).to_le_bytes());
+        for (name, value) in &self.env {
+            for part in [name, value] {
+                out.extend_from_slice(&(part.len() as u32).to_le_bytes());
+                out.extend_from_slice(part);
+            }
+        }
+        let sum = crate::hash::fnv1a64(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
+        out
+    }
+
+    /// A whole request, or why not: every length is checked against the bytes left
+    /// before anything is taken, and the checksum covers it all.
+    pub fn decode(bytes: &[u8]) -> Result<Request, String> {
+        if bytes.len() < 8 + 4 + 4 + 24 + 8 || &bytes[..8] != REQUEST_MAGIC {
+            return Err("not a clshim request".into());
+        }
+        let (body, sum) = bytes.split_at(bytes.len() - 8);
+        if crate::hash::fnv1a64(body) != u64_at(sum, 0) {
+            return Err("checksum mismatch".into());
+        }
+        let version = u32_at(body, 8);
+        if version != REQUEST_VERSION {
+            return Err(format!("request format version {version}"));
+        }
+        if u32_at(body, 12) != 0 {
+            return Err("unknown flags".into());
+        }
+        let mut r = Reader { b: body, at: 16 };
+        let (key, fingerprint, driver) = (r.u64()?, r.u64()?, r.u64()?);
+        let recipe = r.bytes_u64()?;
+        let cwd = r.bytes_u64()?;
+        let n = r.u32()?;
+        if n > MAX_VARIABLES {
+            return Err(format!("{n} variables"));
+        }
+        let mut env = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            env.push((r.bytes_u32()?, r.bytes_u32()?));
+        }
+        if r.at != body.len() {
+            return Err("trailing bytes".into());
+        }
+        Ok(Request {
+            key,
+            fingerprint,
+            driver,
+            recipe,
+            cwd,
+            env,
+        })
+    }
+
+    /// Requests that can be made in one process: the same directory and variables (a
+    /// driver reads its environment once, when it starts).
+    pub fn group(&self) -> u64 {
+        let mut h = Fnv1a::default();
+        h.update(b"clshim-request-group\0");
+        h.update(&(self.cwd.len() as u64).to_le_bytes())
+            .update(&self.cwd);
+        for (name, value) in &self.env {
+            h.update(&(name.len() as u64).to_le_bytes()).update(name);
+            h.update(&(value.len() as u64).to_le_bytes()).update(value);
+        }
+        h.finish()
+    }
+}
+
+/// A cursor over a request's bytes, each read checked against what is left.
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: u64) -> Result<&[u8], String> {
+        let left = (self.b.len() - self.at) as u64;
+        if n > left {
+            return Err(format!("a length of {n} with {left} bytes left"));
+        }
+        let s = &self.b[self.at..self.at + n as usize];
+        self.at += n as usize;
+        Ok(s)
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64_at(self.take(8)?, 0))
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32_at(self.take(4)?, 0))
+    }
+    fn bytes_u64(&mut self) -> Result<Vec<u8>, String> {
+        let n = self.u64()?;
+        Ok(self.take(n)?.to_vec())
+    }
+    fn bytes_u32(&mut self) -> Result<Vec<u8>, String> {
+        let n = self.u32()? as u64;
+        Ok(self.take(n)?.to_vec())
+    }
+}
+
+/// Whether `name` is one of the temporary names a store writer gives a file before it
+/// renames it into place (`.tmp-<store name>-<pid>-<nanoseconds>-<counter>`), and so may
+/// be removed once its writer is surely gone.
+pub fn is_temporary_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix(".tmp-") else {
+        return false;
+    };
+    let mut parts = rest.splitn(2, '-');
+    let (Some(store_name), Some(numbers)) = (parts.next(), parts.next()) else {
+        return false;
+    };
+    let numbered = numbers.split('-').count() == 3
+        && numbers
+            .split('-')
+            .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    numbered
+        && (key_of_name(store_name, ".bin").is_some()
+            || key_of_name(store_name, ".req").is_some()
+            || key_of_name(store_name, "").is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_opens_only_whole() {
+        let e = encode_entry(7, 8, 9, b"key text", b"payload");
+        let (h, text, payload) = open_entry(&e).unwrap();
+        assert_eq!((h.key, h.fingerprint, h.driver), (7, 8, 9));
+        assert_eq!((text, payload), (&b"key text"[..], &b"payload"[..]));
+        assert!(h.names_whole_file(&entry_name(7), e.len() as u64));
+        assert!(!h.names_whole_file(&entry_name(8), e.len() as u64));
+        assert!(!h.names_whole_file(&entry_name(7), e.len() as u64 + 1));
+        for cut in [0, 10, ENTRY_HEADER, e.len() - 1] {
+            assert!(open_entry(&e[..cut]).is_err(), "{cut}");
+        }
+        for at in 0..e.len() {
+            let mut d = e.clone();
+            d[at] ^= 0x10;
+            assert!(open_entry(&d).is_err(), "flip at {at}");
+        }
+        assert!(open_entry(&encode_entry(7, 8, 9, b"t", b"")).is_err());
+    }
+
+    #[test]
+    fn a_request_round_trips_and_refuses_damage() {
+        let r = Request {
+            key: 1,
+            fingerprint: 2,
+            driver: 3,
+            recipe: b"recipe".to_vec(),
+            cwd: b"/work".to_vec(),
+            env: vec![(b"POCL_A".to_vec(), b"1".to_vec())],
+        };
+        let bytes = r.encode();
+        assert_eq!(Request::decode(&bytes).unwrap(), r);
+        for cut in 0..bytes.len() {
+            assert!(Request::decode(&bytes[..cut]).is_err(), "{cut}");
+        }
+        for at in 0..bytes.len() {
+            let mut d = bytes.clone();
+            d[at] ^= 0x01;
+            assert!(Request::decode(&d).is_err(), "flip at {at}");
+        }
+        let other = Request {
+            cwd: b"/elsewhere".to_vec(),
+            ..r.clone()
+        };
+        assert_ne!(r.group(), other.group());
+        assert_eq!(
+            r.group(),
+            Request {
+                key: 5,
+                ..r.clone()
+            }
+            .group()
+        );
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(key_of_name("00000000000000ff.bin", ".bin"), Some(255));
+        for bad in [
+            "ff.bin",
+            "00000000000000FF.bin",
+            "00000000000000ff.req",
+            "x.bin",
+        ] {
+            assert_eq!(key_of_name(bad, ".bin"), None, "{bad}");
+        }
+        assert!(is_temporary_name(".tmp-00000000000000ff.bin-12-345-0"));
+        assert!(is_temporary_name(".tmp-00000000000000ff.req-12-345-0"));
+        for bad in [
+            ".tmp-photo.bin-12-345-0",
+            ".tmp-00000000000000ff.bin-12-345",
+            ".tmp-00000000000000ff.bin-a-345-0",
+            "tmp-00000000000000ff.bin-12-345-0",
+        ] {
+            assert!(!is_temporary_name(bad), "{bad}");
+        }
+    }
+}

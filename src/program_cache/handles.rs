@@ -1,0 +1,316 @@
+//! The program handles the program cache hands out. `clCreateProgramWithSource` must
+//! return a program before the build's options are known, and a build served from the
+//! native store makes another program (one from the driver's binary); so, for a source
+//! the store holds a build of, the application gets a handle of clshim's instead of the
+//! driver's program, and the handle stands for the driver's program of the moment: the
+//! source program until a build is served, then the program made from the binary.
+//!
+//! A handle starts, as every ICD object does, with a pointer to a dispatch table: clshim's
+//! own, whose program entry points are clshim's, so a call a loader makes on a handle
+//! (`clRetainProgram` through a loader no door sees included) comes back to clshim. Every
+//! entry point that takes a program takes a handle back ([`resolve`], one relaxed load
+//! while no handle exists), and every answer that names a program gives the handle back
+//! ([`app_handle`]: a kernel's program, build callbacks). The application's references
+//! are counted on the handle; clshim holds one reference on each driver program the handle
+//! stood for while the application holds any, and `CL_PROGRAM_REFERENCE_COUNT` answers as
+//! the driver would for the one program (the application's references and those of its
+//! kernels). A handle whose program outlives the application's last reference (a kernel
+//! still holds it) stays known until a new program takes that program's address, so a
+//! kernel's program still answers the handle.
+// On macOS the warm step and the program cache are not built: what only they use is idle.
+#![cfg_attr(target_os = "macos", allow(dead_code, unused_imports))]
+
+use crate::cl::*;
+use crate::dispatch::Route;
+use crate::lock::{ForkOrder, Lock};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use std::sync::OnceLock;
+
+/// The slots of the handles' dispatch table: every program entry point of the ICD table
+/// (`clSetProgramSpecializationConstant` is the last, at 145).
+const TABLE_LEN: usize = 150;
+
+/// One handle. `repr(C)`, the dispatch table first, as loaders read it.
+#[repr(C)]
+pub struct Handle {
+    dispatch: *const *const c_void,
+    /// The driver's program behind the handle now.
+    inner: AtomicPtr<c_void>,
+    /// The source program the application's `clCreateProgramWithSource` made.
+    pub source_program: cl_program,
+    pub context: cl_context,
+    /// The source text (what a build's key starts from).
+    pub source: Vec<u8>,
+    app_refs: AtomicU32,
+    state: Lock<State>,
+}
+
+struct State {
+    /// The driver programs clshim holds one reference on, for the handle.
+    held: Vec<cl_program>,
+    /// A served build is running: another build on the handle gets CL_INVALID_OPERATION, as
+    /// a driver answers a build during a build.
+    building: bool,
+}
+
+// SAFETY: the raw handles are opaque values passed back to the driver; the mutable state
+// is atomic or behind `state`'s lock.
+unsafe impl Send for Handle {}
+// SAFETY: as above.
+unsafe impl Sync for Handle {}
+
+impl Handle {
+    pub fn inner(&self) -> cl_program {
+        self.inner.load(Ordering::Acquire)
+    }
+
+    pub fn as_program(&self) -> cl_program {
+        self as *const Handle as cl_program
+    }
+}
+
+#[derive(Default)]
+struct Maps {
+    /// Every handle, by its address.
+    handles: HashMap<usize, &'static Handle>,
+    /// The handle each driver program stands behind.
+    by_inner: HashMap<usize, usize>,
+}
+
+/// Whether any handle was ever made: until then, taking a program back costs one load.
+static ANY: AtomicBool = AtomicBool::new(false);
+
+fn maps() -> &'static Lock<Maps> {
+    static MAPS: OnceLock<&'static Lock<Maps>> = OnceLock::new();
+    MAPS.get_or_init(|| Lock::new_fork_held(ForkOrder::Handles, Maps::default()))
+}
+
+/// Whether any handle was ever made.
+#[inline]
+pub fn any() -> bool {
+    ANY.load(Ordering::Relaxed)
+}
+
+/// The handle `program` is, if it is one.
+pub fn find(program: cl_program) -> Option<&'static Handle> {
+    if !ANY.load(Ordering::Relaxed) || program.is_null() {
+        return None;
+    }
+    maps().lock().handles.get(&(program as usize)).copied()
+}
+
+/// The driver's program for `program`: itself, or the one a handle stands for now.
+#[inline]
+pub fn resolve(program: cl_program) -> cl_program {
+    match find(program) {
+        Some(h) => h.inner(),
+        None => program,
+    }
+}
+
+/// What the application knows `program` (a driver's program) as: the handle that stands
+/// for it, or itself.
+pub fn app_handle(program: cl_program) -> cl_program {
+    if !ANY.load(Ordering::Relaxed) || program.is_null() {
+        return program;
+    }
+    match maps().lock().by_inner.get(&(program as usize)) {
+        Some(&h) => h as cl_program,
+        None => program,
+    }
+}
+
+/// The handles' dispatch table: the program entry points are the preload door's (a call
+/// that reaches them through a handle is taken back and forwarded through the driver's
+/// own table); every other slot is empty, since loaders call through a program only its
+/// program entry points.
+#[cfg(not(target_os = "macos"))]
+fn table() -> *const *const c_void {
+    struct Table([*const c_void; TABLE_LEN]);
+    // SAFETY: a table of function addresses, written once and never changed.
+    unsafe impl Sync for Table {}
+    // SAFETY: as above.
+    unsafe impl Send for Table {}
+    static TABLE: OnceLock<Table> = OnceLock::new();
+    let t = TABLE.get_or_init(|| {
+        use crate::preload as p;
+        let mut t = [std::ptr::null::<c_void>(); TABLE_LEN];
+        t[28] = p::clRetainProgram as *const c_void;
+        t[29] = p::clReleaseProgram as *const c_void;
+        t[30] = p::clBuildProgram as *const c_void;
+        t[32] = p::clGetProgramInfo as *const c_void;
+        t[33] = p::clGetProgramBuildInfo as *const c_void;
+        t[34] = p::clCreateKernel as *const c_void;
+        t[35] = p::clCreateKernelsInProgram as *const c_void;
+        t[98] = p::clCompileProgram as *const c_void;
+        t[144] = p::clSetProgramReleaseCallback as *const c_void;
+        t[145] = p::clSetProgramSpecializationConstant as *const c_void;
+        Table(t)
+    });
+    t.0.as_ptr()
+}
+
+/// A handle for the source program `source_program` of `context`, made from `source`;
+/// the application holds one reference to it, clshim one to the source program.
+#[cfg(not(target_os = "macos"))]
+pub fn wrap(source_program: cl_program, context: cl_context, source: Vec<u8>) -> cl_program {
+    let h: &'static Handle = Box::leak(Box::new(Handle {
+        dispatch: table(),
+        inner: AtomicPtr::new(source_program),
+        source_program,
+        context,
+        source,
+        app_refs: AtomicU32::new(1),
+        state: Lock::new(State {
+            held: vec![source_program],
+            building: false,
+        }),
+    }));
+    let mut m = maps().lock();
+    m.handles.insert(h as *const Handle as usize, h);
+    m.by_inner
+        .insert(source_program as usize, h as *const Handle as usize);
+    ANY.store(true, Ordering::Release);
+    h.as_program()
+}
+
+impl Handle {
+    /// Starts a served build: false when one runs already.
+    pub fn begin_build(&self) -> bool {
+        let mut st = self.state.lock();
+        !std::mem::replace(&mut st.building, true)
+    }
+
+    pub fn end_build(&self) {
+        self.state.lock().building = false;
+    }
+
+    /// Makes the handle stand for `program` (whose one reference clshim now holds).
+    pub fn stand_for(&self, program: cl_program) {
+        let mut st = self.state.lock();
+        if !st.held.contains(&program) {
+            st.held.push(program);
+        }
+        self.inner.store(program, Ordering::Release);
+        drop(st);
+        maps()
+            .lock()
+            .by_inner
+            .insert(program as usize, self as *const Handle as usize);
+    }
+
+    /// `clRetainProgram` on the handle.
+    ///
+    /// # Safety
+    /// The handle's program is live (the application holds a reference, or a kernel does).
+    pub unsafe fn retain(&self, route: Route) -> cl_int {
+        let was = self.app_refs.fetch_add(1, Ordering::AcqRel);
+        if was == 0 {
+            // Taken back from a kernel after the application's last release: clshim holds
+            // the program again for the handle.
+            let p = self.inner();
+            // SAFETY: a kernel holds the program, so it is live (this function's contract).
+            if let Some(f) = unsafe { route.retain_program(p) } {
+                // SAFETY: the live program's own entry.
+                unsafe { f(p) };
+            }
+            self.state.lock().held.push(p);
+        }
+        CL_SUCCESS
+    }
+
+    /// `clReleaseProgram` on the handle: at the application's last reference, clshim lets
+    /// go of every program it held for the handle; the handle is forgotten with its
+    /// program, or, while a kernel still holds that program, when the program's address
+    /// is taken by a new one ([`forget_reused`]).
+    ///
+    /// # Safety
+    /// The programs the handle holds are live.
+    pub unsafe fn release(&'static self, route: Route) -> cl_int {
+        let dropped = self
+            .app_refs
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        match dropped {
+            Err(_) => return CL_INVALID_PROGRAM,
+            Ok(n) if n > 1 => return CL_SUCCESS,
+            Ok(_) => {}
+        }
+        let held = std::mem::take(&mut self.state.lock().held);
+        let current = self.inner();
+        let mut current_dies = false;
+        for p in held {
+            // SAFETY: a program clshim holds a reference to: live.
+            let last = unsafe { crate::query::reference_count(route, p) } == Some(1);
+            if last {
+                if let Some(rt) = crate::runtime::existing() {
+                    rt.programs.released(p);
+                }
+                if p == current {
+                    current_dies = true;
+                } else {
+                    maps().lock().by_inner.remove(&(p as usize));
+                }
+            }
+            // SAFETY: releasing the reference clshim holds, through the program's own entry.
+            if let Some(f) = unsafe { route.release_program(p) } {
+                // SAFETY: as above.
+                unsafe { f(p) };
+            }
+        }
+        if current_dies {
+            self.forget();
+        }
+        CL_SUCCESS
+    }
+
+    /// `CL_PROGRAM_REFERENCE_COUNT` as the driver would answer it for one program: the
+    /// application's references and those the driver's own objects hold (kernels).
+    ///
+    /// # Safety
+    /// The handle's program is live.
+    pub unsafe fn reference_count(&self, route: Route) -> Option<cl_uint> {
+        let p = self.inner();
+        // SAFETY: live (this function's contract).
+        let driver = unsafe { crate::query::reference_count(route, p) }?;
+        let ours = self.state.lock().held.contains(&p) as cl_uint;
+        Some(driver.saturating_sub(ours) + self.app_refs.load(Ordering::Acquire))
+    }
+
+    /// Whether clshim still holds the source program (for `CL_PROGRAM_SOURCE`).
+    pub fn holds_source(&self) -> bool {
+        self.state.lock().held.contains(&self.source_program)
+    }
+
+    /// Removes the handle from every map and frees it.
+    fn forget(&'static self) {
+        let me = self as *const Handle as usize;
+        let mut m = maps().lock();
+        m.handles.remove(&me);
+        m.by_inner.retain(|_, h| *h != me);
+        drop(m);
+        // SAFETY: made by Box::leak in `wrap`, removed from every map above, so no one can
+        // find it again; the application released its last reference to it.
+        drop(unsafe { Box::from_raw(self as *const Handle as *mut Handle) });
+    }
+}
+
+/// A new program was made at `program`'s address: any program a handle stood for there
+/// is gone, and a handle the application let go of that stood for it is forgotten.
+pub fn forget_reused(program: cl_program) {
+    if !ANY.load(Ordering::Relaxed) || program.is_null() {
+        return;
+    }
+    let mut m = maps().lock();
+    let Some(h) = m.by_inner.remove(&(program as usize)) else {
+        return;
+    };
+    let handle = m.handles.get(&h).copied();
+    drop(m);
+    if let Some(handle) = handle {
+        if handle.app_refs.load(Ordering::Acquire) == 0 && handle.inner() == program {
+            handle.forget();
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! The program cache's three moments: at `clCreateProgramWithSource`, whether the program
+//! gets a handle (its source is marked in the store); at `clBuildProgram` on a handle,
+//! whether the store serves the build; after a source build the driver compiled, the
+//! request that lets a warm step make its entry.
+// On macOS the warm step and the program cache are not built: what only they use is idle.
+#![cfg_attr(target_os = "macos", allow(dead_code, unused_imports))]
+
+use super::handles::{self, Handle};
+use crate::app_args::{AppArray, AppCStr};
+use crate::cl::*;
+use crate::config::BinaryPolicy;
+use crate::dispatch::Route;
+use crate::guard::{catch, outside};
+use crate::owned_program::OwnedProgram;
+use crate::query;
+use crate::recipe::{Recipe, Text};
+use crate::record::Start;
+use crate::runtime::Runtime;
+use crate::schema;
+use crate::store::{files, Lookup, Store};
+use std::ffi::{c_char, c_void};
+use std::sync::Arc;
+
+/// The program `clCreateProgramWithSource` hands the application: a handle when the
+/// program cache is on and the store marks this source (`hash` of its text) as one it
+/// made builds of, else the driver's `program` itself.
+#[cfg(not(target_os = "macos"))]
+pub fn maybe_wrap(
+    rt: &Runtime,
+    program: cl_program,
+    context: cl_context,
+    hash: Option<u64>,
+    source: impl FnOnce() -> Vec<u8>,
+) -> cl_program {
+    if !rt.config.program_cache || program.is_null() {
+        return program;
+    }
+    let (Some(store), Some(hash)) = (Store::from_config(&rt.config), hash) else {
+        return program;
+    };
+    let marked = files::open_dir(&store.dir, false)
+        .and_then(|d| files::open_sub(&d, super::SOURCES, false))
+        .is_ok_and(|d| files::exists(&d, &super::source_mark(hash)));
+    if !marked {
+        return program;
+    }
+    handles::wrap(program, context, source())
+}
+
+#[cfg(target_os = "macos")]
+pub fn maybe_wrap(
+    _rt: &Runtime,
+    program: cl_program,
+    _context: cl_context,
+    _hash: Option<u64>,
+    _source: impl FnOnce() -> Vec<u8>,
+) -> cl_program {
+    program
+}
+
+/// A served build's program, with what its record needs.
+struct Served {
+    program: OwnedProgram,
+    devices: Vec<cl_device_id>,
+    kernels: Vec<String>,
+    options: Vec<u8>,
+}
+
+/// `clBuildProgram` on the handle `h`: Some(status) when the store served it (or a build
+/// runs on the handle already); None when the source program must be built as without
+/// the cache (the handle then stands for it again).
+///
+/// # Safety
+/// The arguments are the application's to `clBuildProgram` (`h` its program).
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn serve_build(
+    rt: &'static Runtime,
+    route: Route,
+    h: &'static Handle,
+    num_devices: cl_uint,
+    device_list: *const cl_device_id,
+    options: *const c_char,
+    notify: BuildNotify,
+    user_data: *mut c_void,
+) -> Option<cl_int> {
+    if !rt.config.program_cache {
+        return None;
+    }
+    let start = Start::now();
+    if !h.begin_build() {
+        return Some(CL_INVALID_OPERATION);
+    }
+    if h.inner() != h.source_program {
+        // Built before, and served: a driver refuses to build a program its kernels hold
+        // (they hold a reference each beside clshim's one).
+        // SAFETY: the program the handle stands for, which clshim holds.
+        let refs = unsafe { query::reference_count(route, h.inner()) }.unwrap_or(0);
+        if refs > 1 {
+            h.end_build();
+            return Some(CL_INVALID_OPERATION);
+        }
+    }
+    // SAFETY: the application's arguments (this function's contract).
+    let served = catch(|| unsafe { try_serve(rt, route, h, num_devices, device_list, options) });
+    h.end_build();
+    let served = match served {
+        Some(Ok(s)) => s,
+        Some(Err(why)) => {
+            log::debug!("program cache: not served: {why}");
+            if h.inner() != h.source_program {
+                h.stand_for(h.source_program);
+            }
+            return None;
+        }
+        None => return None,
+    };
+    let seconds = start.elapsed().as_secs_f64();
+    let cpu_seconds = start.cpu_seconds();
+    let program = served.program.get();
+    catch(|| {
+        record(
+            rt,
+            route,
+            h,
+            start,
+            (seconds, cpu_seconds),
+            &served,
+            program,
+        )
+    });
+    let program = served.program.into_raw();
+    // The mark of a source whose builds are served stays as fresh as their entries, so
+    // the cap keeps it as long as them.
+    if let Some(store) = Store::from_config(&rt.config) {
+        let mark = super::source_mark(crate::hash::fnv1a64(&h.source));
+        if let Ok(d) = files::open_dir(&store.dir, false)
+            .and_then(|d| files::open_sub(&d, super::SOURCES, false))
+        {
+            files::touch(&d, &mark);
+        }
+    }
+    h.stand_for(program);
+    if let Some(f) = notify {
+        // SAFETY: the application's callback with its own data, once, with the program as
+        // the application knows it; pocl calls a build's callback before the build returns
+        // too.
+        outside(|| unsafe { f(h.as_program(), user_data) });
+    }
+    Some(CL_SUCCESS)
+}
+
+/// The served program, or why the store cannot serve this build.
+///
+/// # Safety
+/// As for [`serve_build`].
+unsafe fn try_serve(
+    rt: &'static Runtime,
+    route: Route,
+    h: &'static Handle,
+    num_devices: cl_uint,
+    device_list: *const cl_device_id,
+    options: *const c_char,
+) -> Result<Served, String> {
+    let source_program = h.source_program;
+    // SAFETY: the handle's source program, which clshim holds.
+    let devices = unsafe { query::devices(route, source_program) }.ok_or("no devices")?;
+    if num_devices != 0 || !device_list.is_null() {
+        // Only a list of exactly the program's devices is served (a program from binaries
+        // belongs to the devices it was made for); it is read no further than that.
+        if device_list.is_null() || num_devices as usize != devices.len() {
+            return Err("a device list other than the program's".into());
+        }
+        // SAFETY: the application's list of `num_devices` devices, as OpenCL requires.
+        let named = unsafe { AppArray::new(device_list, num_devices as usize).read() };
+        let all =
+            named.iter().all(|d| devices.contains(d)) && devices.iter().all(|d| named.contains(d));
+        if !all {
+            return Err("a device list other than the program's".into());
+        }
+    }
+    // SAFETY: the application's options: NULL or a NUL-terminated string, as OpenCL
+    // requires.
+    let opts = unsafe { AppCStr::new(options) }
+        .bytes()
+        .map(<[u8]>::to_vec)
+        .unwrap_or_default();
+    let recipe = Recipe::built(Text::Source(h.source.clone()), opts.clone());
+    recipe.check().map_err(|b| format!("{b:?}"))?;
+    let encoded = recipe.encode();
+    let store = Store::from_config(&rt.config).ok_or("no native store")?;
+    let mut payloads = Vec::with_capacity(devices.len());
+    for (i, &d) in devices.iter().enumerate() {
+        // SAFETY: a device of the live program.
+        let facts = unsafe { rt.devices.get(route, d) }.ok_or("a device not queried")?;
+        // SAFETY: as above.
+        let key = unsafe { crate::store::key_for(rt, &facts, d, &recipe, &encoded) }?;
+        match store.lookup(&key) {
+            Lookup::Found(p) => payloads.push(p),
+            Lookup::Absent => return Err(format!("device {i}: no entry")),
+            Lookup::Refused(why) => {
+                log::warn!("native store: ignored {why}");
+                return Err(format!("device {i}: ignored {why}"));
+            }
+        }
+    }
+    // SAFETY: the handle's context, valid while its program lives.
+    let create = unsafe { route.create_program_with_binary(h.context) }
+        .ok_or("no clCreateProgramWithBinary")?;
+    // SAFETY: a valid context, its program's devices, one verified binary each.
+    let program =
+        unsafe { crate::binary_load::from_native(route, create, h.context, &devices, &payloads) }?;
+    crate::program_cache::forget_reused(program.get());
+    for &d in &devices {
+        // SAFETY: the live program clshim just made, for devices of its context.
+        let t = unsafe { query::binary_type(route, program.get(), d) };
+        if t != Some(CL_PROGRAM_BINARY_TYPE_EXECUTABLE) {
+            return Err("the native binary is no executable".into());
+        }
+    }
+    // SAFETY: the live program clshim just made.
+    let build = unsafe { route.build_program(program.get()) }.ok_or("no clBuildProgram")?;
+    // SAFETY: the program's own entry, all its devices, the application's options (valid
+    // for the call), no callback.
+    let ret = unsafe {
+        build(
+            program.get(),
+            0,
+            std::ptr::null(),
+            options,
+            None,
+            std::ptr::null_mut(),
+        )
+    };
+    if ret != CL_SUCCESS {
+        return Err(format!(
+            "the driver's build of its binary: {}",
+            status_name(ret)
+        ));
+    }
+    rt.programs.alias(program.get(), source_program);
+    if rt.config.binaries == BinaryPolicy::Substitute {
+        rt.programs.set_recipe(program.get(), Arc::new(recipe));
+    }
+    // SAFETY: the live program, built.
+    let kernels = unsafe { query::kernel_names(route, program.get()) };
+    Ok(Served {
+        program,
+        devices,
+        kernels,
+        options: opts,
+    })
+}
+
+fn record(
+    rt: &'static Runtime,
+    route: Route,
+    h: &Handle,
+    start: Start,
+    (seconds, cpu_seconds): (f64, Option<f64>),
+    s: &Served,
+    program: cl_program,
+) {
+    let info = rt.programs.lookup(program);
+    let facts: Vec<_> = s
+        .devices
+        .iter()
+        // SAFETY: the program's devices.
+        .filter_map(|&d| unsafe { rt.devices.get(route, d) })
+        .collect();
+    let kept = rt.sources.as_ref().map(|k| {
+        let mut call = crate::builds::Copied::default();
+        call.options = Some(s.options.clone());
+        crate::sources::kept(k, Some(&h.source), &call)
+    });
+    let record = schema::Record::Build(schema::Build {
+        event: schema::Event::Build,
+        call: "clBuildProgram",
+        program: Some(info.id),
+        result: CL_SUCCESS,
+        result_name: status_name(CL_SUCCESS),
+        options: Some(String::from_utf8_lossy(&s.options).into_owned()),
+        is_async: false,
+        kernels: s.kernels.clone(),
+        devices: facts
+            .iter()
+            .map(|f| f.describe(rt.config.devices))
+            .collect(),
+        source: Some(Some(info.source())),
+        inputs: None,
+        headers: None,
+        options_replaced: None,
+        kept,
+        source_kernels: Vec::new(),
+        error: None,
+        cpu_seconds,
+        served: Some("store"),
+    });
+    rt.recorder.emit(start, seconds, &record);
+}
+
+/// After the driver built `program` from source with `options` (the application's, as
+/// given): leaves a request for each of its devices' builds the store lacks, when the
+/// program cache is on and `CLSHIM_WARM` asks for requests. A few file operations a
+/// device.
+///
+/// # Safety
+/// `program` is live and built.
+pub unsafe fn after_source_build(
+    rt: &'static Runtime,
+    route: Route,
+    program: cl_program,
+    options: &[u8],
+) {
+    if !rt.config.program_cache || !rt.config.warm_requests || rt.config.native_store.is_none() {
+        return;
+    }
+    // SAFETY: live (this function's contract).
+    let Some(source) = (unsafe { query::source(route, program) }).filter(|s| !s.is_empty()) else {
+        return;
+    };
+    let recipe = Recipe::built(Text::Source(source), options.to_vec());
+    if recipe.check().is_err() {
+        return;
+    }
+    let encoded = recipe.encode();
+    // SAFETY: live.
+    let devices = unsafe { query::devices(route, program) }.unwrap_or_default();
+    let keys: Vec<_> = devices
+        .iter()
+        .filter_map(|&d| {
+            // SAFETY: a device of the live program.
+            let facts = unsafe { rt.devices.get(route, d) }?;
+            // SAFETY: as above.
+            unsafe { crate::store::key_for(rt, &facts, d, &recipe, &encoded) }
+                .map_err(|why| log::debug!("program cache: no request: {why}"))
+                .ok()
+        })
+        .collect();
+    crate::store::request(rt, &keys, &encoded);
+}

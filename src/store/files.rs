@@ -1,0 +1,343 @@
+//! The store's file operations, each safe against what else may sit in a store folder
+//! (a link, a FIFO, a file being written by another rank): directories are opened
+//! without following a link and must be the user's own and closed to others; files are
+//! read bounded, without following a link and without blocking on a FIFO; every write goes
+//! to a temporary name (created exclusively) and is renamed into place, so a reader sees a
+//! whole file or none, with any number of processes on one node or on NFS. A write that
+//! fails costs the caller nothing but its own error.
+// On macOS the warm step and the program cache are not built: what only they use is idle.
+#![cfg_attr(target_os = "macos", allow(dead_code, unused_imports))]
+
+use std::ffi::{c_int, c_void, CString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Directories of the store: the owner's only, whatever the application's umask.
+pub const DIR_MODE: u32 = 0o700;
+/// Files of the store: they hold program sources, so the owner's only.
+pub const FILE_MODE: u32 = 0o600;
+
+/// An open descriptor, closed when dropped.
+pub struct Fd(pub c_int);
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // SAFETY: a descriptor this module opened and still owns.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+fn cstr(s: &[u8]) -> std::io::Result<CString> {
+    CString::new(s).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+}
+
+fn last_error<T>() -> std::io::Result<T> {
+    Err(std::io::Error::last_os_error())
+}
+
+/// Opens a directory (creating it, and its parents, with [`DIR_MODE`] when `create`),
+/// not following a symbolic link at its last component, and refuses one that is not the
+/// user's own or that others may write to.
+pub fn open_dir(path: &Path, create: bool) -> std::io::Result<Fd> {
+    if create {
+        use std::os::unix::fs::DirBuilderExt;
+        let mut b = std::fs::DirBuilder::new();
+        b.recursive(true).mode(DIR_MODE);
+        b.create(path)?;
+    }
+    let c = cstr(path.as_os_str().as_bytes())?;
+    // SAFETY: a valid NUL-terminated path.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return last_error();
+    }
+    let fd = Fd(fd);
+    check_dir(&fd)?;
+    Ok(fd)
+}
+
+/// Opens (creating when `create`) the directory `name` below `dir`, with the same checks.
+pub fn open_sub(dir: &Fd, name: &str, create: bool) -> std::io::Result<Fd> {
+    let c = cstr(name.as_bytes())?;
+    if create {
+        // SAFETY: `dir` is open; `c` a valid name.
+        let r = unsafe { libc::mkdirat(dir.0, c.as_ptr(), DIR_MODE as libc::mode_t) };
+        if r != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
+            return last_error();
+        }
+    }
+    // SAFETY: as above.
+    let fd = unsafe {
+        libc::openat(
+            dir.0,
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return last_error();
+    }
+    let fd = Fd(fd);
+    check_dir(&fd)?;
+    Ok(fd)
+}
+
+fn check_dir(fd: &Fd) -> std::io::Result<()> {
+    // SAFETY: plain data filled by fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: an open descriptor.
+    if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
+        return last_error();
+    }
+    // SAFETY: no arguments.
+    let me = unsafe { libc::geteuid() };
+    if st.st_uid != me || st.st_mode & 0o002 != 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "the store directory is another user's, or others may write to it",
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `name` exists below `dir` (as anything: a link is not followed).
+pub fn exists(dir: &Fd, name: &str) -> bool {
+    let Ok(c) = cstr(name.as_bytes()) else {
+        return false;
+    };
+    // SAFETY: plain data filled by fstatat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `dir` is open, `c` a valid name, `st` writable.
+    unsafe { libc::fstatat(dir.0, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) == 0 }
+}
+
+/// The modification time (seconds) of `name` below `dir`, a link not followed.
+pub fn modified(dir: &Fd, name: &str) -> Option<i64> {
+    let c = cstr(name.as_bytes()).ok()?;
+    // SAFETY: plain data filled by fstatat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `dir` is open, `c` a valid name, `st` writable.
+    let r = unsafe { libc::fstatat(dir.0, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
+    (r == 0).then_some(st.st_mtime)
+}
+
+/// Sets the modification time of `name` below `dir` to now (a link is not followed).
+pub fn touch(dir: &Fd, name: &str) {
+    let Ok(c) = cstr(name.as_bytes()) else {
+        return;
+    };
+    // SAFETY: `dir` is open, `c` a valid name; NULL times mean now.
+    unsafe {
+        libc::utimensat(
+            dir.0,
+            c.as_ptr(),
+            std::ptr::null(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+}
+
+/// Removes `name` below `dir` (a file or a link, never what a link names).
+pub fn remove(dir: &Fd, name: &str) -> bool {
+    let Ok(c) = cstr(name.as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `dir` is open, `c` a valid name.
+    unsafe { libc::unlinkat(dir.0, c.as_ptr(), 0) == 0 }
+}
+
+/// Opens the regular file `name` below `dir` for reading, without following a link and
+/// without blocking on a FIFO planted there; with its length. Ok(None): no such file.
+fn open_regular(dir: &Fd, name: &str) -> Result<Option<(Fd, u64)>, String> {
+    let c = cstr(name.as_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: `dir` is open, `c` a valid name. O_NONBLOCK: a FIFO planted there must not
+    // block the open.
+    let fd = unsafe {
+        libc::openat(
+            dir.0,
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
+        )
+    };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOENT) => Ok(None),
+            Some(libc::ELOOP) => Err("a symbolic link".into()),
+            _ => Err(format!("cannot open: {e}")),
+        };
+    }
+    let fd = Fd(fd);
+    // SAFETY: plain data filled by fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: an open descriptor.
+    if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
+        return Err("cannot stat".into());
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err("not a regular file".into());
+    }
+    Ok(Some((fd, st.st_size as u64)))
+}
+
+/// Up to `len` bytes from the start of an open file (fewer if it is shorter).
+fn read_at_most(fd: &Fd, len: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; len];
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: `buf[got..]` is writable for its length.
+        let n = unsafe {
+            libc::pread(
+                fd.0,
+                buf[got..].as_mut_ptr() as *mut c_void,
+                buf.len() - got,
+                got as libc::off_t,
+            )
+        };
+        if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        if n <= 0 {
+            break;
+        }
+        got += n as usize;
+    }
+    buf.truncate(got);
+    buf
+}
+
+/// Reads the regular file `name` below `dir` whole (at most `max` bytes, else an error),
+/// without following a link; when `touch`, sets its modification time to now (least
+/// recently used goes first). Ok(None): there is no such file.
+pub fn read_file(dir: &Fd, name: &str, max: u64, touch: bool) -> Result<Option<Vec<u8>>, String> {
+    let Some((fd, size)) = open_regular(dir, name)? else {
+        return Ok(None);
+    };
+    if size > max {
+        return Err(format!("{size} bytes, over the limit"));
+    }
+    let buf = read_at_most(&fd, size as usize);
+    if touch {
+        // SAFETY: an open descriptor; NULL times mean now.
+        unsafe { libc::futimens(fd.0, std::ptr::null()) };
+    }
+    Ok(Some(buf))
+}
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Writes `bytes` as `name` below `dir`, completely or not at all: to a temporary name
+/// (created exclusively, not following links, with [`FILE_MODE`]), synced when `sync` (an
+/// entry; a request is checked by its own checksum when read, and the application must
+/// not wait for a disk), then renamed. When `name` already exists it is kept unless
+/// `replace` (a complete file by the same name is as good as this one).
+pub fn write_atomic(
+    dir: &Fd,
+    name: &str,
+    bytes: &[u8],
+    replace: bool,
+    sync: bool,
+) -> std::io::Result<()> {
+    if !replace && exists(dir, name) {
+        return Ok(());
+    }
+    if over_file_size_limit(bytes.len()) {
+        return Err(std::io::Error::from_raw_os_error(libc::EFBIG));
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let tmp = format!(
+        ".tmp-{name}-{}-{nanos}-{}",
+        std::process::id(),
+        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    );
+    let ctmp = cstr(tmp.as_bytes())?;
+    let cname = cstr(name.as_bytes())?;
+    // SAFETY: `dir` is open, `ctmp` a valid name.
+    let fd = unsafe {
+        libc::openat(
+            dir.0,
+            ctmp.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            FILE_MODE as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return last_error();
+    }
+    let result = (|| {
+        let fd = Fd(fd);
+        let mut done = 0;
+        while done < bytes.len() {
+            // SAFETY: `bytes[done..]` is readable for its length.
+            let n = unsafe {
+                libc::write(
+                    fd.0,
+                    bytes[done..].as_ptr() as *const c_void,
+                    bytes.len() - done,
+                )
+            };
+            if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            if n <= 0 {
+                return last_error();
+            }
+            done += n as usize;
+        }
+        // SAFETY: an open descriptor.
+        if sync && unsafe { libc::fsync(fd.0) } != 0 {
+            return last_error();
+        }
+        drop(fd);
+        // SAFETY: `dir` is open; both names valid.
+        if unsafe { libc::renameat(dir.0, ctmp.as_ptr(), dir.0, cname.as_ptr()) } != 0 {
+            return last_error();
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        remove(dir, &tmp);
+    }
+    result
+}
+
+/// Whether a file of `len` bytes would pass the process's file-size limit (`ulimit -f`):
+/// writing past it raises SIGXFSZ, which ends a process that does not handle it, and the
+/// application must never pay for a store write.
+fn over_file_size_limit(len: usize) -> bool {
+    // SAFETY: plain data filled by getrlimit.
+    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: `r` is writable.
+    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut r) } != 0 {
+        return true;
+    }
+    r.rlim_cur != libc::RLIM_INFINITY && len as u64 >= r.rlim_cur as u64
+}
+
+/// The names (and sizes and modification times) of the plain files below `dir` whose
+/// names end with `suffix` (temporary files start with a dot and are left out).
+pub fn list(path: &Path, suffix: &str) -> Vec<(String, u64, i64)> {
+    let Ok(rd) = std::fs::read_dir(path) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.to_string();
+            if name.starts_with('.') || !name.ends_with(suffix) {
+                return None;
+            }
+            let m = e.path().symlink_metadata().ok()?;
+            use std::os::unix::fs::MetadataExt;
+            Some((name, m.len(), m.mtime()))
+        })
+        .collect()
+}

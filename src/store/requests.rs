@@ -1,0 +1,85 @@
+//! Requests: what the library leaves in the store, when `CLSHIM_WARM` asks for it, for a
+//! build the store lacks, so that `clshim warm` can make its entry later, in a process of
+//! its own. A request holds what that process needs to make the same build again: the
+//! recipe, the device and driver, the working directory and the environment (with the
+//! application's pocl kernel cache, so the warm step reuses the compiles it holds). It
+//! holds program sources, so it is private (0600) whatever `CLSHIM_TRACE_MODE` says.
+//!
+//! Leaving one costs a constant number of file operations however many wait: whether the
+//! entry or the request exists, and one atomic write. It is never synced (the application
+//! must not wait for a disk; a torn request fails its checksum in the warm step). Each
+//! process leaves at most [`MAX_PER_PROCESS`] requests and [`MAX_BYTES_PER_PROCESS`]
+//! bytes of them; the warm step removes the requests it takes up.
+
+use super::build_key::{BuildKey, CompileEnv};
+use super::files;
+use super::Store;
+use clshim_format::store::{entry_name, request_name, Request, REQUESTS};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+pub const MAX_PER_PROCESS: u64 = 4096;
+pub const MAX_BYTES_PER_PROCESS: u64 = 256 << 20;
+
+static LEFT: AtomicU64 = AtomicU64::new(0);
+static LEFT_BYTES: AtomicU64 = AtomicU64::new(0);
+static WARNED_ELSEWHERE: AtomicBool = AtomicBool::new(false);
+
+/// Leaves a request to make the build `key` of `encoded` (a recipe's encoding) unless
+/// its entry or a request for it exists, or this process is at its bounds. `warm_store`
+/// is the store `clshim run --warm` will warm, when it set one: a request left elsewhere
+/// is named in a warning, once, since no warm step will see it. Never fails loudly.
+pub fn leave(
+    store: &Store,
+    key: &BuildKey,
+    encoded: &[u8],
+    env: &CompileEnv,
+    cwd: &Path,
+    warm_store: Option<&Path>,
+) {
+    let request = Request {
+        key: key.key,
+        fingerprint: key.fingerprint,
+        driver: key.driver,
+        recipe: encoded.to_vec(),
+        cwd: cwd.as_os_str().as_bytes().to_vec(),
+        env: env.replay.clone(),
+    };
+    let result = (|| -> std::io::Result<&'static str> {
+        let dir = files::open_dir(&store.dir, true)?;
+        if files::exists(&dir, &entry_name(key.key)) {
+            return Ok("has an entry");
+        }
+        let req = files::open_sub(&dir, REQUESTS, true)?;
+        let name = request_name(key.key);
+        if files::exists(&req, &name) {
+            return Ok("already requested");
+        }
+        let bytes = request.encode();
+        let n = bytes.len() as u64;
+        if LEFT.load(Ordering::Relaxed) >= MAX_PER_PROCESS
+            || LEFT_BYTES.load(Ordering::Relaxed) + n > MAX_BYTES_PER_PROCESS
+        {
+            return Ok("this process left as many requests as it may");
+        }
+        files::write_atomic(&req, &name, &bytes, false, false)?;
+        LEFT.fetch_add(1, Ordering::Relaxed);
+        LEFT_BYTES.fetch_add(n, Ordering::Relaxed);
+        if let Some(w) = warm_store.filter(|w| *w != store.dir) {
+            if !WARNED_ELSEWHERE.swap(true, Ordering::Relaxed) {
+                log::warn!(
+                    "requests go to the native store {}, but clshim run --warm warms {}: no warm \
+                     step will make them (give every process the same CLSHIM_NATIVE_STORE)",
+                    store.dir.display(),
+                    w.display()
+                );
+            }
+        }
+        Ok("requested")
+    })();
+    match result {
+        Ok(what) => log::debug!("native store: {:016x}: {what}", key.key),
+        Err(e) => log::debug!("native store: no request for {:016x}: {e}", key.key),
+    }
+}

@@ -1,0 +1,112 @@
+//! What the native store tests look at: a store's entries and requests, and waiting for a
+//! warm step that runs in the background (`clshim run --warm`) to finish.
+
+use std::path::{Path, PathBuf};
+
+/// The files of `dir` whose names end with `suffix`, sorted.
+pub fn store_files(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.to_string_lossy().ends_with(suffix))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+pub fn entries(store: &Path) -> Vec<PathBuf> {
+    store_files(store, ".bin")
+}
+
+pub fn requests(store: &Path) -> Vec<PathBuf> {
+    store_files(&store.join("requests"), ".req")
+}
+
+/// Waits (at most two minutes) until `store` holds `n` entries and no request: a warm
+/// step started in the background has done its work.
+pub fn wait_for_entries(store: &Path, n: usize) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while (entries(store).len() < n || !requests(store).is_empty())
+        && std::time::Instant::now() < until
+    {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(entries(store).len(), n, "entries after the background step");
+    assert!(requests(store).is_empty(), "{:?}", requests(store));
+}
+
+/// A folder of ICD files naming a copy of pocl's library whose GNU build-id differs: the
+/// same driver as another build. pocl finds its device libraries in `pocl/` beside its
+/// own library, and its headers and kernel library in `../../share/pocl` from it, so the
+/// copy gets the same neighbours.
+pub fn pocl_copy(d: &super::Scratch) -> PathBuf {
+    let lib = pocl_library();
+    let mut bytes = std::fs::read(&lib).unwrap();
+    flip_build_id(&mut bytes);
+    let libdir = d.path("driver/lib/arch");
+    std::fs::create_dir_all(&libdir).unwrap();
+    let real = lib.parent().unwrap();
+    std::os::unix::fs::symlink(real.join("pocl"), libdir.join("pocl")).unwrap();
+    let share = real.join("../../share").canonicalize().unwrap();
+    std::os::unix::fs::symlink(share, d.path("driver/share")).unwrap();
+    let copy = libdir.join("libpocl-copy.so");
+    std::fs::write(&copy, &bytes).unwrap();
+    let vendors = d.path("vendors");
+    std::fs::create_dir_all(&vendors).unwrap();
+    std::fs::write(
+        vendors.join("pocl-copy.icd"),
+        format!("{}\n", copy.display()),
+    )
+    .unwrap();
+    vendors
+}
+
+/// pocl's library as the system's ICD file names it.
+pub fn pocl_library() -> PathBuf {
+    let icd = std::fs::read_to_string("/etc/OpenCL/vendors/pocl.icd").expect("pocl.icd");
+    let name = icd.trim();
+    let p = Path::new(name);
+    if p.is_absolute() {
+        return p.to_path_buf();
+    }
+    ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"]
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.exists())
+        .expect("pocl's library")
+}
+
+/// Flips a byte of the ELF file's GNU build-id note (found through its program headers).
+pub fn flip_build_id(elf: &mut [u8]) {
+    let u16_at = |b: &[u8], at: usize| u16::from_le_bytes(b[at..at + 2].try_into().unwrap());
+    let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+    let phoff = u64_at(elf, 0x20) as usize;
+    let (phentsize, phnum) = (u16_at(elf, 0x36) as usize, u16_at(elf, 0x38) as usize);
+    for i in 0..phnum {
+        let ph = phoff + i * phentsize;
+        if u32_at(elf, ph) != 4 {
+            continue; // not PT_NOTE
+        }
+        let (off, size) = (u64_at(elf, ph + 8) as usize, u64_at(elf, ph + 32) as usize);
+        let mut at = off;
+        while at + 12 <= off + size {
+            let (namesz, descsz, kind) = (
+                u32_at(elf, at) as usize,
+                u32_at(elf, at + 4) as usize,
+                u32_at(elf, at + 8),
+            );
+            let name_at = at + 12;
+            let desc_at = name_at + ((namesz + 3) & !3);
+            if kind == 3 && &elf[name_at..name_at + 4] == b"GNU\0" {
+                elf[desc_at] ^= 0xff;
+                return;
+            }
+            at = desc_at + ((descsz + 3) & !3);
+        }
+    }
+    panic!("no GNU build-id note");
+}

@@ -1,0 +1,169 @@
+//! The program cache (`CLSHIM_PROGRAM_CACHE=1`) on real pocl: a client's source builds,
+//! after one cold run that leaves requests and a warm step, are served from the native
+//! store, and the client sees exactly what it sees without clshim (tests/c/program_api.c
+//! prints every answer an application can ask of a program: info and build info before
+//! and after the build, reference counts, kernels and their program, argument names, a
+//! rebuild refused while a kernel holds the program, a kernel outliving its program, the
+//! program as a compile header and link input, a failing build), through the preload door,
+//! the loader layer and both; with 8 threads building one source at once; forking while a
+//! thread builds; and with entries that are damaged or made by another driver build, which
+//! are compiled instead.
+
+use crate::common::*;
+use serde_json::Value;
+use std::path::PathBuf;
+
+fn client() -> PathBuf {
+    build_c("program_api", &["-lpthread"])
+}
+
+struct Setup {
+    d: Scratch,
+    bin: PathBuf,
+    home: PathBuf,
+}
+
+impl Setup {
+    fn new(tag: &str) -> Setup {
+        let d = scratch(tag);
+        let home = d.path("home");
+        std::fs::create_dir_all(&home).unwrap();
+        Setup {
+            bin: client(),
+            home,
+            d,
+        }
+    }
+
+    fn store(&self) -> PathBuf {
+        self.home.join(".cache/clshim/native")
+    }
+
+    /// Runs the client with `args`, without clshim (`mode` None) or under `clshim run
+    /// --program-cache --mode MODE` with `extra` variables; returns its output and records.
+    fn run(
+        &self,
+        mode: Option<&str>,
+        args: &[&str],
+        extra: &[(&str, &str)],
+    ) -> (String, Vec<Value>) {
+        let traces = self.d.path(&format!("traces-{}", next()));
+        let mut cmd = match mode {
+            None => std::process::Command::new(&self.bin),
+            Some(m) => {
+                let mut c = clshim();
+                c.args([
+                    "run",
+                    "--lib",
+                    s(&shim_path()),
+                    "--mode",
+                    m,
+                    "--program-cache",
+                    "--trace-dir",
+                    s(&traces),
+                    "--",
+                ])
+                .arg(&self.bin);
+                c
+            }
+        };
+        cmd.args(args);
+        clear_shim_env(&mut cmd, &[]);
+        cmd.env("HOME", &self.home)
+            .env("POCL_CACHE_DIR", self.d.path("kc"));
+        for (k, v) in extra {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{args:?} {mode:?}: {}", stderr(&out));
+        let records = if traces.exists() {
+            checked_traces(&traces)
+        } else {
+            Vec::new()
+        };
+        (stdout(&out), records)
+    }
+
+    /// A cold run that leaves requests, then the warm step.
+    fn fill(&self, args: &[&str]) {
+        self.run(Some("both"), args, &[("CLSHIM_WARM", "1")]);
+        let out = clshim_out(
+            &["warm", "--lib", s(&shim_path())],
+            &[("HOME", s(&self.home))],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(!entries(&self.store()).is_empty(), "{}", stderr(&out));
+    }
+}
+
+fn next() -> usize {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+fn served(records: &[Value]) -> usize {
+    records
+        .iter()
+        .filter(|r| r["event"] == "build" && r["served"] == "store")
+        .count()
+}
+
+/// Plain, then cold (nothing served: the store is empty), then warm through each door.
+fn same_through_every_door(tag: &str, args: &[&str], want_served: usize) {
+    let s = Setup::new(tag);
+    let (plain, _) = s.run(None, args, &[]);
+    assert!(plain.ends_with("ok\n"), "{plain}");
+    let (cold, records) = s.run(Some("both"), args, &[]);
+    assert_eq!(cold, plain, "a cold run with the cache on");
+    assert_eq!(served(&records), 0);
+    s.fill(args);
+    for mode in ["preload", "layer", "both"] {
+        let (warm, records) = s.run(Some(mode), args, &[]);
+        assert_eq!(warm, plain, "{mode}: as without clshim");
+        assert!(
+            served(&records) >= want_served,
+            "{mode}: {} builds served",
+            served(&records)
+        );
+    }
+}
+
+#[test]
+fn the_program_api_answers_as_without_clshim() {
+    same_through_every_door("cache-api", &["api"], 2);
+}
+
+#[test]
+fn threads_building_one_source_at_once() {
+    same_through_every_door("cache-threads", &["threads", "--threads=8"], 8);
+}
+
+#[test]
+fn forking_while_a_thread_builds() {
+    same_through_every_door("cache-fork", &["fork"], 1);
+}
+
+/// A damaged entry (a payload byte flipped) and a store seen through another driver build
+/// (a copy of pocl's library with another build-id, as tests/policy/store_keys.rs makes):
+/// nothing is served, the builds compile, and the client sees what it sees without
+/// clshim.
+#[test]
+fn damaged_entries_and_another_driver_are_compiled_instead() {
+    let setup = Setup::new("cache-damaged");
+    let (plain, _) = setup.run(None, &["api"], &[]);
+    setup.fill(&["api"]);
+    for e in entries(&setup.store()) {
+        let mut b = std::fs::read(&e).unwrap();
+        let n = b.len();
+        b[n - 50] ^= 0x40;
+        std::fs::write(&e, b).unwrap();
+    }
+    let (got, records) = setup.run(Some("both"), &["api"], &[]);
+    assert_eq!(got, plain);
+    assert_eq!(served(&records), 0, "no damaged entry is served");
+    let vendors = pocl_copy(&setup.d);
+    setup.fill(&["api"]);
+    let (got, records) = setup.run(Some("both"), &["api"], &[("OCL_ICD_VENDORS", s(&vendors))]);
+    assert_eq!(got, plain);
+    assert_eq!(served(&records), 0, "another driver build has no entry");
+}

@@ -1,0 +1,416 @@
+//! The native store costs the user nothing it should not (issue 24's smaller findings,
+//! each of which failed on the code before): the size cap removes only whole store
+//! entries, never the user's files in a folder the store was pointed at; claims are read
+//! bounded without following links (a FIFO or a link to /dev/zero in a claim's place
+//! neither hangs nor exhausts the warm step); requests are left only when asked for
+//! (`CLSHIM_WARM`), and private whatever `CLSHIM_TRACE_MODE` says; a binary query costs
+//! the same file operations however many requests wait; a native load answers build
+//! options and kernel argument names as pocl's own binary load does; one store serves
+//! every rank whatever the ranks do to `XDG_CACHE_HOME`, and requests that no warm step
+//! will see are named; `clshim run --warm` passes on the signals a job script sends it.
+
+use crate::common::*;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+fn client() -> PathBuf {
+    build_c("native_client", &[])
+}
+
+fn warm_out(store: &Path, env: &[(&str, &str)]) -> std::process::Output {
+    let lib = shim_path();
+    clshim_out(&["warm", "--store", s(store), "--lib", s(&lib)], env)
+}
+
+/// A `substitute` run of the native client that saves its binary to `file`, leaving a
+/// request in `store` (`warm`) or not.
+fn save(bin: &Path, d: &Scratch, store: &Path, file: &Path, extra: &[(&str, &str)]) -> Ran {
+    let save = format!("--save={}", s(file));
+    let kc = d.path("kc");
+    let mut env = vec![
+        ("CLSHIM_BINARIES", "substitute"),
+        ("CLSHIM_NATIVE_STORE", s(store)),
+        ("POCL_CACHE_DIR", s(&kc)),
+    ];
+    env.extend_from_slice(extra);
+    let r = shimmed(Driver::Pocl, bin, &[&save], &env);
+    r.ok();
+    r
+}
+
+const WARM: (&str, &str) = ("CLSHIM_WARM", "1");
+
+/// A store pointed at a folder of the user's: the cap (here 1 byte: every entry must go)
+/// removes the store's whole entries and its own old temporary files, and nothing else:
+/// not a `*.bin` of the user's, not a file with a key's name that is no entry, not a
+/// temporary-looking file of another naming.
+#[test]
+fn the_cap_removes_only_whole_store_entries() {
+    let bin = client();
+    let d = scratch("store-cap");
+    let store = d.path("folder");
+    save(&bin, &d, &store, &d.path("c.bin"), &[WARM]);
+    let out = warm_out(&store, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(entries(&store).len(), 1);
+    let keyed_garbage = "0123456789abcdef.bin";
+    let ours_old = ".tmp-0123456789abcdef.bin-1-2-3";
+    let users = ["photo.bin", keyed_garbage, "notes.txt", ".tmp-draft"];
+    for f in users.iter().chain([&ours_old]) {
+        std::fs::write(store.join(f), b"the user's bytes").unwrap();
+    }
+    let old = std::time::SystemTime::now() - Duration::from_secs(7200);
+    for f in [".tmp-draft", ours_old] {
+        std::fs::File::options()
+            .write(true)
+            .open(store.join(f))
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    }
+    let out = warm_out(&store, &[("CLSHIM_NATIVE_STORE_MAX", "1")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("1 evicted"), "{}", stderr(&out));
+    for f in users {
+        assert!(store.join(f).exists(), "{f} was the user's and must stay");
+    }
+    assert!(
+        !store.join(ours_old).exists(),
+        "clshim's own old temporary file goes"
+    );
+    assert_eq!(
+        entries(&store).len(),
+        2,
+        "photo.bin and the garbage stay: {:?}",
+        entries(&store)
+    );
+}
+
+/// A claim that is a FIFO, and one that is a link to /dev/zero: the warm step neither
+/// blocks on the first nor reads the second without end; it takes both over (no live
+/// warm step holds such a claim) and makes both entries, within a minute.
+#[test]
+fn claims_are_read_bounded_without_following_links() {
+    let bin = client();
+    let d = scratch("store-claims");
+    let store = d.path("store");
+    for seed in ["1", "2"] {
+        let file = d.path(&format!("c{seed}.bin"));
+        let save = format!("--save={}", s(&file));
+        let kc = d.path("kc");
+        shimmed(
+            Driver::Pocl,
+            &bin,
+            &[&save, &format!("--seed={seed}")],
+            &[
+                ("CLSHIM_BINARIES", "substitute"),
+                ("CLSHIM_NATIVE_STORE", s(&store)),
+                ("POCL_CACHE_DIR", s(&kc)),
+                WARM,
+            ],
+        )
+        .ok();
+    }
+    let reqs = requests(&store);
+    assert_eq!(reqs.len(), 2);
+    let fifo = std::ffi::CString::new(s(&reqs[0].with_extension("claim"))).unwrap();
+    // SAFETY: a valid path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    std::os::unix::fs::symlink("/dev/zero", reqs[1].with_extension("claim")).unwrap();
+    let lib = shim_path();
+    let mut c = clshim();
+    c.args(["warm", "--store", s(&store), "--lib", s(&lib)]);
+    clear_shim_env(&mut c, &[]);
+    let mut child = c.stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let until = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the warm step hung or failed"
+    );
+    assert_eq!(entries(&store).len(), 2);
+    assert!(requests(&store).is_empty());
+}
+
+/// Requests are left only with `CLSHIM_WARM=1`, and are private (the file 0600, its
+/// folder 0700) even when trace files are made readable to others.
+#[test]
+fn requests_are_left_only_when_asked_and_are_private() {
+    let bin = client();
+    let d = scratch("store-private");
+    let store = d.path("store");
+    let mode = ("CLSHIM_TRACE_MODE", "0644");
+    save(&bin, &d, &store, &d.path("a.bin"), &[mode]);
+    assert!(
+        requests(&store).is_empty(),
+        "no request without CLSHIM_WARM"
+    );
+    save(&bin, &d, &store, &d.path("b.bin"), &[mode, WARM]);
+    let reqs = requests(&store);
+    assert_eq!(reqs.len(), 1);
+    let m = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(m(&reqs[0]), 0o600, "the request");
+    assert_eq!(m(&store.join("requests")), 0o700, "its folder");
+    assert_eq!(m(&store), 0o700, "the store");
+}
+
+/// The file operations a `substitute` run makes on the requests folder (traced with
+/// strace, paths shown for descriptors) are the same with 1,024 requests waiting as with
+/// none: a binary query never lists or reads what waits.
+#[test]
+fn a_binary_query_costs_the_same_file_operations_however_many_requests_wait() {
+    if !needs(&[STRACE]) {
+        return;
+    }
+    let bin = client();
+    let d = scratch("store-o1");
+    let mut counts = Vec::new();
+    for waiting in [0usize, 1024] {
+        let store = d.path(&format!("store{waiting}"));
+        let req = store.join("requests");
+        std::fs::create_dir_all(&req).unwrap();
+        std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::set_permissions(&req, std::fs::Permissions::from_mode(0o700)).unwrap();
+        for i in 0..waiting {
+            std::fs::write(req.join(format!("{:016x}.req", i + 1)), b"waiting").unwrap();
+        }
+        let trace = d.path(&format!("strace{waiting}"));
+        let mut cmd = std::process::Command::new("strace");
+        cmd.args([
+            "-f",
+            "-y",
+            "-qq",
+            "-o",
+            s(&trace),
+            "-e",
+            "trace=%file,%desc",
+        ])
+        .arg(&bin)
+        .arg(format!("--save={}", s(&d.path(&format!("c{waiting}.bin")))));
+        cmd.env("CLSHIM_BINARIES", "substitute")
+            .env("CLSHIM_NATIVE_STORE", &store)
+            .env("CLSHIM_WARM", "1")
+            .env("POCL_CACHE_DIR", d.path("kc"));
+        let out = run(cmd, true);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let calls = std::fs::read_to_string(&trace)
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains(&format!("store{waiting}/requests")))
+            .count();
+        counts.push((calls, requests(&store).len() - waiting));
+    }
+    assert_eq!(
+        counts[0].0, counts[1].0,
+        "operations on requests/: {counts:?}"
+    );
+    assert!(counts[1].0 < 20, "{counts:?}");
+    assert_eq!((counts[0].1, counts[1].1), (1, 1), "the run's own request");
+}
+
+/// A load taken from the native store is built with the options the application gives
+/// the build, as pocl's own binary load is: the build options it answers, and whether
+/// the kernel's argument names are there (`-cl-kernel-arg-info` given at the load, not
+/// at the save), are what they are without clshim.
+#[test]
+fn a_native_load_answers_options_and_argument_names_as_pocls_own_load() {
+    let bin = client();
+    let d = scratch("store-options");
+    let store = d.path("store");
+    let file = d.path("c.bin");
+    save(&bin, &d, &store, &file, &[WARM]);
+    let out = warm_out(&store, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let load_opts = "--load-options=-DSCALE=3 -cl-kernel-arg-info";
+    let kc = d.path("kc-plain");
+    let pocl_bin = d.path("pocl.bin");
+    plain(
+        Driver::Pocl,
+        &bin,
+        &[&format!("--save={}", s(&pocl_bin))],
+        &[("POCL_CACHE_DIR", s(&kc))],
+    )
+    .ok();
+    let want = plain(
+        Driver::Pocl,
+        &bin,
+        &[&format!("--load={}", s(&pocl_bin)), load_opts],
+        &[("POCL_CACHE_DIR", s(&kc))],
+    );
+    want.ok().has_line("argument name: CL_SUCCESS [out]");
+    let got = shimmed(
+        Driver::Pocl,
+        &bin,
+        &[&format!("--load={}", s(&file)), load_opts],
+        &[
+            ("CLSHIM_BINARIES", "substitute"),
+            ("CLSHIM_NATIVE_STORE", s(&store)),
+            ("POCL_CACHE_DIR", s(&d.path("kc"))),
+        ],
+    );
+    got.ok();
+    assert_eq!(got.one("binary_load")["made_from"], "native");
+    assert_eq!(got.stdout(), want.stdout());
+}
+
+/// `clshim run --warm` over `mpiexec -n 2`, each rank setting its own `XDG_CACHE_HOME`
+/// (as mirgecom's documentation advises): both ranks' requests go to the one store under
+/// `$HOME`, and the background warm step makes both entries. A rank that names another
+/// store is warned that no warm step will see its requests.
+#[test]
+fn one_store_serves_every_rank_and_requests_no_warm_step_sees_are_named() {
+    if !needs(&[MPIEXEC]) {
+        return;
+    }
+    let bin = client();
+    let d = scratch("store-ranks");
+    let home = d.path("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let lib = shim_path();
+    let script = format!(
+        "export XDG_CACHE_HOME={}/xdg$PMI_RANK POCL_CACHE_DIR={}/kc$PMI_RANK; \
+         exec {} --save={}/c$PMI_RANK.bin --seed=$PMI_RANK",
+        s(&d.path("")),
+        s(&d.path("")),
+        s(&bin),
+        s(&d.path(""))
+    );
+    let out = clshim_out(
+        &[
+            "run",
+            "--lib",
+            s(&lib),
+            "--warm",
+            "--binaries",
+            "substitute",
+            "--",
+            "mpiexec",
+            "-n",
+            "2",
+            "sh",
+            "-c",
+            &script,
+        ],
+        &[("HOME", s(&home))],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_for_entries(&home.join(".cache/clshim/native"), 2);
+    // A rank that sends its requests elsewhere is told so.
+    let elsewhere = d.path("elsewhere");
+    let script = format!(
+        "CLSHIM_NATIVE_STORE={} exec {} --save={}",
+        s(&elsewhere),
+        s(&bin),
+        s(&d.path("x.bin"))
+    );
+    let out = clshim_out(
+        &[
+            "run",
+            "--lib",
+            s(&lib),
+            "--warm",
+            "--binaries",
+            "substitute",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+        &[("HOME", s(&home)), ("POCL_CACHE_DIR", s(&d.path("kcx")))],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "requests go to the native store {}",
+            s(&elsewhere)
+        )) && err.contains("no warm step will make them"),
+        "{err}"
+    );
+}
+
+/// SIGTERM, SIGHUP and SIGINT sent to `clshim run --warm` alone (a job script's `kill
+/// $pid`) reach the command, which ends as it handles them; clshim then exits with the
+/// command's status and leaves no orphan behind.
+#[test]
+fn run_warm_passes_on_signals_sent_to_it() {
+    let d = scratch("store-signals");
+    let lib = shim_path();
+    for (sig, name) in [
+        (libc::SIGTERM, "TERM"),
+        (libc::SIGHUP, "HUP"),
+        (libc::SIGINT, "INT"),
+    ] {
+        let pidfile = d.path(&format!("child-{name}"));
+        let script = format!(
+            "echo $$ > {}; trap 'echo got {name}; exit 3' {name}; echo ready; \
+             while :; do sleep 0.05; done",
+            s(&pidfile)
+        );
+        let mut c = clshim();
+        c.args([
+            "run",
+            "--lib",
+            s(&lib),
+            "--warm",
+            "--native-store",
+            s(&d.path("store")),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ]);
+        clear_shim_env(&mut c, &[]);
+        let mut child = c
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::BufRead;
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        assert_eq!(lines.next().unwrap().unwrap(), "ready");
+        // SAFETY: a signal to the clshim process this test started.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let until = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break Some(st);
+            }
+            if Instant::now() > until {
+                let _ = child.kill();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        // SAFETY: signal 0 only checks that the process exists.
+        let alive = unsafe { libc::kill(pid, 0) } == 0;
+        if alive {
+            // SAFETY: the test's own orphan, so that its pipe closes.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        let rest: Vec<String> = lines.map_while(Result::ok).collect();
+        assert!(!alive, "{name}: the command was left running");
+        assert_eq!(rest, [format!("got {name}")], "{name}");
+        assert_eq!(
+            status.and_then(|s| s.code()),
+            Some(3),
+            "{name}: the command's status"
+        );
+    }
+}
