@@ -358,11 +358,26 @@ pub unsafe fn get_program_build_info<D: Door>(
     size_ret: *mut usize,
 ) -> cl_int {
     let route = D::route();
-    let program = program_cache::resolve(program);
+    let handle = program_cache::find(program);
+    let program = handle.map_or(program, |h| h.inner());
     // SAFETY: the application's program, whose dispatch `route` knows how to find.
     let Some(real) = (unsafe { route.get_program_build_info(program) }) else {
         return missing(program, CL_INVALID_PROGRAM);
     };
+    if param == CL_PROGRAM_BUILD_LOG {
+        // A served build answers the log its source build gave.
+        if let Some(log) = handle.and_then(|h| catch(|| h.served_log(device)).flatten()) {
+            if !value.is_null() && size < log.len() {
+                return CL_INVALID_VALUE;
+            }
+            // SAFETY: the application's buffer of `size` bytes and its size_ret.
+            let (value, size_ret) =
+                unsafe { (AppBuffer::new(value, size), OutParam::new(size_ret)) };
+            value.write(&log);
+            size_ret.set(log.len());
+            return CL_SUCCESS;
+        }
+    }
     // SAFETY: the application's own call, handed on unchanged.
     let ret = unsafe { real(program, device, param, size, value, size_ret) };
     if param != CL_PROGRAM_BINARY_TYPE

@@ -53,6 +53,9 @@ struct State {
     /// A served build is running: another build on the handle gets CL_INVALID_OPERATION, as
     /// a driver answers a build during a build.
     building: bool,
+    /// The build log each device's source build gave, for the served program (whose own
+    /// log is the binary build's).
+    logs: Vec<(cl_device_id, Vec<u8>)>,
 }
 
 // SAFETY: the raw handles are opaque values passed back to the driver; the mutable state
@@ -166,6 +169,7 @@ pub fn wrap(source_program: cl_program, context: cl_context, source: Vec<u8>) ->
         state: Lock::new(State {
             held: vec![source_program],
             building: false,
+            logs: Vec::new(),
         }),
     }));
     let mut m = maps().lock();
@@ -187,12 +191,15 @@ impl Handle {
         self.state.lock().building = false;
     }
 
-    /// Makes the handle stand for `program` (whose one reference clshim now holds).
-    pub fn stand_for(&self, program: cl_program) {
+    /// Makes the handle stand for `program` (whose one reference clshim now holds), a
+    /// served build's with the logs its source builds gave (`logs`), or the source
+    /// program (no logs: its own).
+    pub fn stand_for(&self, program: cl_program, logs: Vec<(cl_device_id, Vec<u8>)>) {
         let mut st = self.state.lock();
         if !st.held.contains(&program) {
             st.held.push(program);
         }
+        st.logs = logs;
         self.inner.store(program, Ordering::Release);
         drop(st);
         maps()
@@ -276,6 +283,16 @@ impl Handle {
         let driver = unsafe { crate::query::reference_count(route, p) }?;
         let ours = self.state.lock().held.contains(&p) as cl_uint;
         Some(driver.saturating_sub(ours) + self.app_refs.load(Ordering::Acquire))
+    }
+
+    /// The build log of `device` a served build answers (None: the driver's program
+    /// answers its own).
+    pub fn served_log(&self, device: cl_device_id) -> Option<Vec<u8>> {
+        let st = self.state.lock();
+        st.logs
+            .iter()
+            .find(|(d, _)| *d == device)
+            .map(|(_, l)| l.clone())
     }
 
     /// Whether clshim still holds the source program (for `CL_PROGRAM_SOURCE`).

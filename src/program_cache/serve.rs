@@ -61,6 +61,8 @@ pub fn maybe_wrap(
 /// A served build's program, with what its record needs.
 struct Served {
     program: OwnedProgram,
+    /// Each device's build log, as its source build gave it.
+    logs: Vec<(cl_device_id, Vec<u8>)>,
     devices: Vec<cl_device_id>,
     kernels: Vec<String>,
     options: Vec<u8>,
@@ -108,7 +110,7 @@ pub unsafe fn serve_build(
         Some(Err(why)) => {
             log::debug!("program cache: not served: {why}");
             if h.inner() != h.source_program {
-                h.stand_for(h.source_program);
+                h.stand_for(h.source_program, Vec::new());
             }
             return None;
         }
@@ -128,6 +130,7 @@ pub unsafe fn serve_build(
             program,
         )
     });
+    let logs = served.logs;
     let program = served.program.into_raw();
     // The mark of a source whose builds are served stays as fresh as their entries, so
     // the cap keeps it as long as them.
@@ -139,7 +142,7 @@ pub unsafe fn serve_build(
             files::touch(&d, &mark);
         }
     }
-    h.stand_for(program);
+    h.stand_for(program, logs);
     if let Some(f) = notify {
         // SAFETY: the application's callback with its own data, once, with the program as
         // the application knows it; pocl calls a build's callback before the build returns
@@ -189,13 +192,17 @@ unsafe fn try_serve(
     let encoded = recipe.encode();
     let store = Store::from_config(&rt.config).ok_or("no native store")?;
     let mut payloads = Vec::with_capacity(devices.len());
+    let mut logs = Vec::with_capacity(devices.len());
     for (i, &d) in devices.iter().enumerate() {
         // SAFETY: a device of the live program.
         let facts = unsafe { rt.devices.get(route, d) }.ok_or("a device not queried")?;
         // SAFETY: as above.
         let key = unsafe { crate::store::key_for(rt, &facts, d, &recipe, &encoded) }?;
         match store.lookup(&key) {
-            Lookup::Found(p) => payloads.push(p),
+            Lookup::Found { log, binary } => {
+                payloads.push(binary);
+                logs.push((d, log));
+            }
             Lookup::Absent => return Err(format!("device {i}: no entry")),
             Lookup::Refused(why) => {
                 log::warn!("native store: ignored {why}");
@@ -245,6 +252,7 @@ unsafe fn try_serve(
     let kernels = unsafe { query::kernel_names(route, program.get()) };
     Ok(Served {
         program,
+        logs,
         devices,
         kernels,
         options: opts,

@@ -34,8 +34,11 @@ pub struct Store {
 
 /// What the store holds for one build.
 pub enum Lookup {
-    /// The driver's binary, from a verified entry made for exactly this key.
-    Found(Vec<u8>),
+    /// The driver's build log and binary, from a verified entry made for exactly this key.
+    Found {
+        log: Vec<u8>,
+        binary: Vec<u8>,
+    },
     Absent,
     /// Ignored: damaged, foreign or unreadable, with why.
     Refused(String),
@@ -60,8 +63,11 @@ impl Store {
             Ok(None) => return Lookup::Absent,
             Err(why) => return Lookup::Refused(format!("entry {name}: {why}")),
         };
-        match verify(&bytes, key) {
-            Ok(payload) => Lookup::Found(payload.to_vec()),
+        match verify(&bytes, key).and_then(format::decode_payload) {
+            Ok((log, binary)) => Lookup::Found {
+                log: log.to_vec(),
+                binary: binary.to_vec(),
+            },
             Err(why) => Lookup::Refused(format!("entry {name}: {why}")),
         }
     }
@@ -124,10 +130,11 @@ pub fn verify<'a>(bytes: &'a [u8], key: &BuildKey) -> Result<&'a [u8], String> {
     Ok(payload)
 }
 
-/// An entry holding `payload` for `key`.
+/// An entry for `key` holding the driver's build `log` and `binary`.
 #[cfg_attr(target_os = "macos", allow(dead_code))]
-pub fn encode(key: &BuildKey, payload: &[u8]) -> Vec<u8> {
-    format::encode_entry(key.key, key.fingerprint, key.driver, &key.text, payload)
+pub fn encode(key: &BuildKey, log: &[u8], binary: &[u8]) -> Vec<u8> {
+    let payload = format::encode_payload(log, binary);
+    format::encode_entry(key.key, key.fingerprint, key.driver, &key.text, &payload)
 }
 
 #[cfg(test)]
@@ -146,8 +153,11 @@ mod tests {
     #[test]
     fn an_entry_verifies_only_for_its_own_key() {
         let k = key(b"key text");
-        let e = encode(&k, b"payload");
-        assert_eq!(verify(&e, &k).unwrap(), b"payload");
+        let e = encode(&k, b"", b"payload");
+        assert_eq!(
+            format::decode_payload(verify(&e, &k).unwrap()).unwrap().1,
+            b"payload"
+        );
         assert!(verify(
             &e,
             &BuildKey {

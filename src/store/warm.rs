@@ -269,13 +269,15 @@ fn stale(dir: &Fd, name: &str, host: &str) -> bool {
         && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
+/// The driver's build log and binary of `recipe` for `device`, made in `ctx`.
+///
 /// # Safety
 /// `ctx` is a valid context of `device`.
 unsafe fn binary_in(
     ctx: cl_context,
     device: cl_device_id,
     recipe: &Recipe,
-) -> Result<Vec<u8>, String> {
+) -> Result<(Vec<u8>, Vec<u8>), String> {
     let route = Route::Object;
     // SAFETY: a valid context and its device (this function's contract).
     let owned = unsafe { recreate(route, ctx, &[device], recipe) }?;
@@ -331,7 +333,11 @@ unsafe fn binary_in(
         if ret != CL_SUCCESS {
             return Err(format!("no binary ({})", status_name(ret)));
         }
-        Ok(bytes)
+        // The log the source build gave (pocl's kernel cache keeps it with the build), for
+        // a program cache's served build to answer as that build.
+        // SAFETY: the live program and its device.
+        let log = unsafe { crate::query::build_log(route, program, device) }.unwrap_or_default();
+        Ok((log, bytes))
     })();
     drop(owned);
     result
@@ -494,7 +500,7 @@ unsafe fn one(
         Ok(p) => p,
         Err(why) => return Outcome::Failed(format!("{} recipe: {why}", recipe.kind.name())),
     };
-    let entry = super::encode(&key, &payload);
+    let entry = super::encode(&key, &payload.0, &payload.1);
     match files::write_atomic(dir, &format::entry_name(key.key), &entry, true, true) {
         Ok(()) => {
             mark_source(dir, &recipe);

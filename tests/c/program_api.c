@@ -24,6 +24,7 @@ static int seed = 0;
 
 static void source_of(char *buf, size_t n, int k) {
     snprintf(buf, n,
+             "#warning \"program_api: a warning for the build log\"\n"
              "__kernel void scale(__global int *out, int by) {\n"
              "    int i = get_global_id(0);\n"
              "    out[i] = (i + %d) * by * FACTOR;\n"
@@ -56,9 +57,10 @@ static void build_info(cl_program p, cl_device_id d, const char *when) {
     cl_int e2 = clGetProgramBuildInfo(p, d, CL_PROGRAM_BINARY_TYPE, sizeof t, &t, NULL);
     cl_int e3 = clGetProgramBuildInfo(p, d, CL_PROGRAM_BUILD_OPTIONS, sizeof opts, opts, NULL);
     cl_int e4 = clGetProgramBuildInfo(p, d, CL_PROGRAM_BUILD_LOG, sizeof log, log, &log_len);
-    printf("  %s: status %s %d, binary type %s %u, options %s [%s], log %s (%zu bytes)\n", when,
-           cl_err_name(e1), (int)st, cl_err_name(e2), (unsigned)t, cl_err_name(e3), opts,
-           cl_err_name(e4), log_len);
+    /* The log names pocl's temporary file, the same for a build from pocl's kernel cache. */
+    printf("  %s: status %s %d, binary type %s %u, options %s [%s], log %s (%zu bytes) [%s]\n",
+           when, cl_err_name(e1), (int)st, cl_err_name(e2), (unsigned)t, cl_err_name(e3), opts,
+           cl_err_name(e4), log_len, e4 == CL_SUCCESS ? log : "");
 }
 
 static void program_info(cl_program p, cl_context ctx, cl_device_id dev, const char *when) {

@@ -10,7 +10,8 @@
 //! Entry: `magic "CLSHIMNB"` · `version u32` (2) · `flags u32` (0) · `key u64` ·
 //! `fingerprint u64` · `driver u64` · `key text length u64` · `payload length u64` ·
 //! `key text checksum u64` · `payload checksum u64` · `header checksum u64` (of the 72
-//! bytes before it) · key text · payload (the driver's binary). The file is named
+//! bytes before it) · key text · payload: `build log length u64` · the build log the
+//! driver gave the build (per device) · the driver's binary. The file is named
 //! `<key as 16 hex digits>.bin`.
 //!
 //! Request: `magic "CLSHIMRQ"` · `version u32` (1) · `flags u32` (0) · `key u64` ·
@@ -238,6 +239,29 @@ pub fn open_entry(bytes: &[u8]) -> Result<(EntryHeader, &[u8], &[u8]), String> {
     Ok((h, text, payload))
 }
 
+/// An entry's payload: the build log the driver gave the build, then its binary.
+pub fn encode_payload(log: &[u8], binary: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + log.len() + binary.len());
+    out.extend_from_slice(&(log.len() as u64).to_le_bytes());
+    out.extend_from_slice(log);
+    out.extend_from_slice(binary);
+    out
+}
+
+/// The build log and the binary of a payload; Err when it cannot be one, or holds no
+/// binary.
+pub fn decode_payload(payload: &[u8]) -> Result<(&[u8], &[u8]), String> {
+    if payload.len() < 8 {
+        return Err("a payload without its build log's length".into());
+    }
+    let n = u64_at(payload, 0);
+    let rest = &payload[8..];
+    if n >= rest.len() as u64 {
+        return Err(format!("a build log of {n} bytes in {} bytes", rest.len()));
+    }
+    Ok(rest.split_at(n as usize))
+}
+
 /// What a later process needs to make a build again.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {
@@ -410,6 +434,24 @@ mod tests {
             assert!(open_entry(&d).is_err(), "flip at {at}");
         }
         assert!(open_entry(&encode_entry(7, 8, 9, b"t", b"")).is_err());
+    }
+
+    #[test]
+    fn a_payload_holds_a_log_and_a_binary() {
+        let p = encode_payload(b"warning: w", b"ELF");
+        assert_eq!(
+            decode_payload(&p).unwrap(),
+            (&b"warning: w"[..], &b"ELF"[..])
+        );
+        assert_eq!(decode_payload(&encode_payload(b"", b"x")).unwrap().1, b"x");
+        assert!(
+            decode_payload(&encode_payload(b"log", b"")).is_err(),
+            "no binary"
+        );
+        assert!(decode_payload(b"short").is_err());
+        let mut long = p.clone();
+        long[0] = 0xff;
+        assert!(decode_payload(&long).is_err());
     }
 
     #[test]
