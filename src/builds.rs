@@ -614,10 +614,14 @@ impl AwaitingBuildEnd {
                 given: given.as_ref().map(text),
                 used: copied.options.as_ref().map(text).unwrap_or_default(),
             });
-        let kept = rt
-            .sources
-            .as_ref()
-            .map(|k| crate::sources::kept(k, source_text.as_deref(), &copied));
+        let kept = rt.sources.as_ref().map(|k| {
+            crate::sources::kept(
+                k,
+                source_text.as_deref(),
+                copied.options.as_deref(),
+                copied.headers.as_deref().unwrap_or_default(),
+            )
+        });
         let record = schema::Record::Build(schema::Build {
             event: self.kind,
             cpu_seconds,

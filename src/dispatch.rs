@@ -19,6 +19,14 @@ use std::ffi::c_void;
 pub trait Door {
     fn route() -> Route;
 
+    /// The dispatch table of the program cache's handles when they are made through this
+    /// door (`program_cache::handles`): the preload door's program entry points, which take
+    /// a handle back and forward through the object's own table. None where handles are
+    /// not made (macOS).
+    fn program_handle_table() -> Option<*const *const c_void> {
+        None
+    }
+
     /// The implementation's `clEnqueueNDRangeKernel` for a launch already seen on `queue`:
     /// the route's entry, unless the door keeps it at hand (the layer does, so that the
     /// launch path reads one word and calls nothing).

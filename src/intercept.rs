@@ -539,10 +539,12 @@ pub unsafe fn create_program_with_source<D: Door>(
         if let (Some(rt), Some(info)) = (runtime::existing(), registered) {
             if rt.config.program_cache {
                 let wrapped = catch(|| {
-                    program_cache::maybe_wrap(rt, program, context, info.hash, || {
+                    let source = || {
                         // SAFETY: the strings of the program just made, not yet returned.
                         unsafe { source_parts(strings, lengths) }.concat()
-                    })
+                    };
+                    let table = D::program_handle_table();
+                    program_cache::maybe_wrap(rt, program, context, info.hash, source, table)
                 });
                 return wrapped.unwrap_or(program);
             }

@@ -290,6 +290,13 @@ impl Door for Layer {
         route()
     }
 
+    /// The preload door's table: a call a loader makes through a handle goes straight to
+    /// the object's own dispatch, below every layer, as the loader's own dispatch does.
+    #[cfg(not(target_os = "macos"))]
+    fn program_handle_table() -> Option<*const *const c_void> {
+        Some(crate::preload::program_handle_table())
+    }
+
     #[inline(always)]
     unsafe fn nd_range_entry(_queue: cl_command_queue) -> Option<FnEnqueueNDRangeKernel> {
         match NEXT_ND_RANGE.load(Ordering::Acquire) {

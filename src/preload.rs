@@ -28,4 +28,40 @@ impl Door for Preload {
         // SAFETY: a queue of a launch already seen (this function's contract, `Door`'s).
         unsafe { Route::LiveObject.enqueue_nd_range_kernel(queue) }
     }
+
+    fn program_handle_table() -> Option<*const *const c_void> {
+        Some(program_handle_table())
+    }
+}
+
+/// The slots of the program cache handles' dispatch table: every program entry point of
+/// the ICD table (`clSetProgramSpecializationConstant` is the last, at 145).
+const HANDLE_TABLE_LEN: usize = 150;
+
+/// The dispatch table of the program cache's handles, in every door: this door's program
+/// entry points (a call that reaches one through a handle is taken back and forwarded
+/// through the driver's own table); every other slot is empty, since loaders call through
+/// a program only its program entry points.
+pub fn program_handle_table() -> *const *const c_void {
+    struct Table([*const c_void; HANDLE_TABLE_LEN]);
+    // SAFETY: a table of function addresses, written once and never changed.
+    unsafe impl Sync for Table {}
+    // SAFETY: as above.
+    unsafe impl Send for Table {}
+    static TABLE: std::sync::OnceLock<Table> = std::sync::OnceLock::new();
+    let t = TABLE.get_or_init(|| {
+        let mut t = [std::ptr::null::<c_void>(); HANDLE_TABLE_LEN];
+        t[28] = clRetainProgram as *const c_void;
+        t[29] = clReleaseProgram as *const c_void;
+        t[30] = clBuildProgram as *const c_void;
+        t[32] = clGetProgramInfo as *const c_void;
+        t[33] = clGetProgramBuildInfo as *const c_void;
+        t[34] = clCreateKernel as *const c_void;
+        t[35] = clCreateKernelsInProgram as *const c_void;
+        t[98] = clCompileProgram as *const c_void;
+        t[144] = clSetProgramReleaseCallback as *const c_void;
+        t[145] = clSetProgramSpecializationConstant as *const c_void;
+        Table(t)
+    });
+    t.0.as_ptr()
 }

@@ -241,14 +241,17 @@ impl Keeper {
 
 /// What a build record says of its kept texts: the source (when the program has one),
 /// the options and a compile's headers, each kept.
-pub fn kept(k: &Keeper, source: Option<&[u8]>, call: &crate::builds::Copied) -> schema::Kept {
+pub fn kept(
+    k: &Keeper,
+    source: Option<&[u8]>,
+    options: Option<&[u8]>,
+    headers: &[crate::recipe::Header],
+) -> schema::Kept {
     schema::Kept {
         source: source.map(|t| k.keep(Kind::Source, t)),
-        options: call.options.as_deref().map(|o| k.keep(Kind::Options, o)),
-        headers: call
-            .headers
+        options: options.map(|o| k.keep(Kind::Options, o)),
+        headers: headers
             .iter()
-            .flatten()
             .map(|h| schema::KeptHeader {
                 name: String::from_utf8_lossy(&h.name).into_owned(),
                 source: k.keep(Kind::Header, &h.source),

@@ -6,7 +6,7 @@
 //! source program until a build is served, then the program made from the binary.
 //!
 //! A handle starts, as every ICD object does, with a pointer to a dispatch table: clshim's
-//! own, whose program entry points are clshim's, so a call a loader makes on a handle
+//! own (the door's: `Door::program_handle_table`), whose program entry points are clshim's, so a call a loader makes on a handle
 //! (`clRetainProgram` through a loader no door sees included) comes back to clshim. Every
 //! entry point that takes a program takes a handle back ([`resolve`], one relaxed load
 //! while no handle exists), and every answer that names a program gives the handle back
@@ -27,10 +27,6 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::OnceLock;
-
-/// The slots of the handles' dispatch table: every program entry point of the ICD table
-/// (`clSetProgramSpecializationConstant` is the last, at 145).
-const TABLE_LEN: usize = 150;
 
 /// One handle. `repr(C)`, the dispatch table first, as loaders read it.
 #[repr(C)]
@@ -125,42 +121,17 @@ pub fn app_handle(program: cl_program) -> cl_program {
     }
 }
 
-/// The handles' dispatch table: the program entry points are the preload door's (a call
-/// that reaches them through a handle is taken back and forwarded through the driver's
-/// own table); every other slot is empty, since loaders call through a program only its
-/// program entry points.
-#[cfg(not(target_os = "macos"))]
-fn table() -> *const *const c_void {
-    struct Table([*const c_void; TABLE_LEN]);
-    // SAFETY: a table of function addresses, written once and never changed.
-    unsafe impl Sync for Table {}
-    // SAFETY: as above.
-    unsafe impl Send for Table {}
-    static TABLE: OnceLock<Table> = OnceLock::new();
-    let t = TABLE.get_or_init(|| {
-        use crate::preload as p;
-        let mut t = [std::ptr::null::<c_void>(); TABLE_LEN];
-        t[28] = p::clRetainProgram as *const c_void;
-        t[29] = p::clReleaseProgram as *const c_void;
-        t[30] = p::clBuildProgram as *const c_void;
-        t[32] = p::clGetProgramInfo as *const c_void;
-        t[33] = p::clGetProgramBuildInfo as *const c_void;
-        t[34] = p::clCreateKernel as *const c_void;
-        t[35] = p::clCreateKernelsInProgram as *const c_void;
-        t[98] = p::clCompileProgram as *const c_void;
-        t[144] = p::clSetProgramReleaseCallback as *const c_void;
-        t[145] = p::clSetProgramSpecializationConstant as *const c_void;
-        Table(t)
-    });
-    t.0.as_ptr()
-}
-
-/// A handle for the source program `source_program` of `context`, made from `source`;
-/// the application holds one reference to it, clshim one to the source program.
-#[cfg(not(target_os = "macos"))]
-pub fn wrap(source_program: cl_program, context: cl_context, source: Vec<u8>) -> cl_program {
+/// A handle for the source program `source_program` of `context`, made from `source`,
+/// whose dispatch table is `table` (the door's: `Door::program_handle_table`); the
+/// application holds one reference to it, clshim one to the source program.
+pub fn wrap(
+    source_program: cl_program,
+    context: cl_context,
+    source: Vec<u8>,
+    table: *const *const c_void,
+) -> cl_program {
     let h: &'static Handle = Box::leak(Box::new(Handle {
-        dispatch: table(),
+        dispatch: table,
         inner: AtomicPtr::new(source_program),
         source_program,
         context,

@@ -21,20 +21,20 @@ use crate::store::{files, Lookup, Store};
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 
-/// The program `clCreateProgramWithSource` hands the application: a handle when the
-/// program cache is on and the store marks this source (`hash` of its text) as one it
-/// made builds of, else the driver's `program` itself.
-#[cfg(not(target_os = "macos"))]
+/// The program `clCreateProgramWithSource` hands the application: a handle (with the
+/// door's dispatch `table`) when the program cache is on and the store marks this source
+/// (`hash` of its text) as one it made builds of, else the driver's `program` itself.
 pub fn maybe_wrap(
     rt: &Runtime,
     program: cl_program,
     context: cl_context,
     hash: Option<u64>,
     source: impl FnOnce() -> Vec<u8>,
+    table: Option<*const *const c_void>,
 ) -> cl_program {
-    if !rt.config.program_cache || program.is_null() {
+    let Some(table) = table.filter(|_| rt.config.program_cache && !program.is_null()) else {
         return program;
-    }
+    };
     let (Some(store), Some(hash)) = (Store::from_config(&rt.config), hash) else {
         return program;
     };
@@ -44,18 +44,7 @@ pub fn maybe_wrap(
     if !marked {
         return program;
     }
-    handles::wrap(program, context, source())
-}
-
-#[cfg(target_os = "macos")]
-pub fn maybe_wrap(
-    _rt: &Runtime,
-    program: cl_program,
-    _context: cl_context,
-    _hash: Option<u64>,
-    _source: impl FnOnce() -> Vec<u8>,
-) -> cl_program {
-    program
+    handles::wrap(program, context, source(), table)
 }
 
 /// A served build's program, with what its record needs.
@@ -275,11 +264,10 @@ fn record(
         // SAFETY: the program's devices.
         .filter_map(|&d| unsafe { rt.devices.get(route, d) })
         .collect();
-    let kept = rt.sources.as_ref().map(|k| {
-        let mut call = crate::builds::Copied::default();
-        call.options = Some(s.options.clone());
-        crate::sources::kept(k, Some(&h.source), &call)
-    });
+    let kept = rt
+        .sources
+        .as_ref()
+        .map(|k| crate::sources::kept(k, Some(&h.source), Some(&s.options), &[]));
     let record = schema::Record::Build(schema::Build {
         event: schema::Event::Build,
         call: "clBuildProgram",

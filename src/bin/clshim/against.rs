@@ -11,8 +11,8 @@
 //! the rank count splits into "each compile got slower" and "compiles waited".
 
 use crate::build_facts::{rank_name, Facts, Variant};
-use crate::cpu_split::{Busy, RankBusy};
-use crate::report::{median, RankKey};
+use crate::busy::{Busy, RankBusy};
+use crate::rank_key::{median, RankKey};
 use crate::variants::{changes_text, compare, difference_json, program_name, wrap, Difference};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};

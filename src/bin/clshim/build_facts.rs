@@ -6,8 +6,8 @@
 //! record, so memory grows with the programs and ranks, not with the run's length (first
 //! launches are kept per file until its end, where overlapping ones are split).
 
-use crate::cpu_split::{Busy, RankBusy, Span};
-use crate::report::RankKey;
+use crate::busy::{Busy, RankBusy, Span};
+use crate::rank_key::RankKey;
 use crate::schema::{CacheDir, Cpus};
 use crate::traces::{Event, Id, Record};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -407,7 +407,7 @@ fn launch_shares(launches: Vec<Launch>) -> Vec<(usize, Option<usize>, Busy)> {
             out.push((l.writer, l.entry, b));
         }
         let spans: Vec<Span> = timed.iter().filter_map(|l| l.span).collect();
-        for (l, share) in timed.iter().zip(crate::cpu_split::exclusive(&spans)) {
+        for (l, share) in timed.iter().zip(crate::busy::exclusive(&spans)) {
             out.push((l.writer, l.entry, share));
         }
     }

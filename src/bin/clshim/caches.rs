@@ -8,7 +8,7 @@
 //! where an NVIDIA device built): current pyopencl on pocl never makes its cache.
 
 use crate::build_facts::{rank_list, Facts};
-use crate::report::RankKey;
+use crate::rank_key::RankKey;
 use crate::schema::is_network_fs;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};

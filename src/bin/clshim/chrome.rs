@@ -12,7 +12,8 @@
 //! written beside FILE under a temporary name and renamed over it, so an existing
 //! FILE (or a symbolic link there) is replaced, never written through.
 
-use crate::report::{rank_labels, Aggregate, RankKey};
+use crate::rank_key::{rank_labels, RankKey};
+use crate::report::Aggregate;
 use crate::traces::{self, Event, Record, Text};
 use serde::{Serialize, Serializer};
 use std::collections::{BTreeMap, HashMap};
@@ -259,7 +260,7 @@ fn file_events(
     if !buf.is_empty() {
         send(buf);
     }
-    res.map_err(|e| format!("read error: {}", crate::run::describe(&e)))
+    res.map_err(|e| format!("read error: {}", crate::library::describe(&e)))
 }
 
 /// A file created beside its target under a temporary name (exclusively, never through

@@ -12,133 +12,15 @@
 //! CPU time is waiting: for a core, a lock or the disk.
 
 use crate::build_facts::{rank_name, Facts};
+use crate::busy::{Busy, RankBusy};
 use crate::host_load::{self, HostRow};
-use crate::report::{median, rank_labels, RankKey};
+use crate::rank_key::{median, rank_labels, RankKey};
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
 /// Ranks listed in the text unless `--wide`: those that waited most.
 pub const RANKS_SHOWN: usize = 16;
-
-/// Wall and CPU seconds of the records that carry both, and the wall seconds of those
-/// that do not (traces of an older clshim, a launcher that exited).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Busy {
-    pub wall: f64,
-    pub cpu: f64,
-    pub untimed: f64,
-}
-
-impl Busy {
-    pub fn record(&mut self, seconds: f64, cpu: Option<f64>) {
-        match cpu {
-            Some(c) => {
-                self.wall += seconds;
-                self.cpu += c;
-            }
-            None => self.untimed += seconds,
-        }
-    }
-
-    pub fn add(&mut self, o: &Busy) {
-        self.wall += o.wall;
-        self.cpu += o.cpu;
-        self.untimed += o.untimed;
-    }
-
-    /// Wall less CPU, where positive: first launches can use more CPU than wall time
-    /// (the kernel runs on many threads).
-    pub fn waiting(&self) -> f64 {
-        (self.wall - self.cpu).max(0.0)
-    }
-
-    pub fn waiting_share(&self) -> f64 {
-        if self.wall > 0.0 {
-            self.waiting() / self.wall
-        } else {
-            0.0
-        }
-    }
-
-    pub fn json(&self) -> Value {
-        json!({
-            "wall_seconds": self.wall,
-            "cpu_seconds": self.cpu,
-            "waiting_seconds": self.waiting(),
-            "untimed_seconds": self.untimed,
-        })
-    }
-}
-
-/// One rank's build records and first launches.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct RankBusy {
-    /// Builds, compiles, links and binary queries.
-    pub build: Busy,
-    /// First launches, each instant counted once ([`exclusive`]).
-    pub launch: Busy,
-}
-
-impl RankBusy {
-    pub fn add(&mut self, o: &RankBusy) {
-        self.build.add(&o.build);
-        self.launch.add(&o.launch);
-    }
-
-    /// Build and first launches together: what a compile cost the rank.
-    pub fn total(&self) -> Busy {
-        let mut t = self.build;
-        t.add(&self.launch);
-        t
-    }
-}
-
-/// A first launch of one launching thread, on that thread's CPU clock of the others.
-#[derive(Clone, Copy, Debug)]
-pub struct Span {
-    pub start: f64,
-    pub seconds: f64,
-    /// The clock at the enqueue (`cpu_clock`) and the CPU seconds since (`cpu_seconds`).
-    pub clock: f64,
-    pub cpu: f64,
-}
-
-/// Each launch's own share of wall and CPU time when launches overlap: every instant of
-/// their union goes to the launch in flight that completes first (on an in-order queue,
-/// the command running then), and its CPU is the clock's advance over that instant. The
-/// shares add up to the union's wall time and to the clock's advance over it, so
-/// overlapping launches count nothing twice. Spans must share one clock (one launching
-/// thread).
-pub fn exclusive(spans: &[Span]) -> Vec<Busy> {
-    // Points in time with the clock's reading there: each span's start and end.
-    let mut points: Vec<(f64, f64, usize, bool)> = Vec::with_capacity(2 * spans.len());
-    for (i, s) in spans.iter().enumerate() {
-        points.push((s.start, s.clock, i, true));
-        points.push((s.start + s.seconds, s.clock + s.cpu, i, false));
-    }
-    points.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.3.cmp(&a.3)));
-    let mut out = vec![Busy::default(); spans.len()];
-    // In flight, by (end, index): the first one completes first.
-    let mut active: BTreeSet<(u64, usize)> = BTreeSet::new();
-    let end_key = |i: usize| ((spans[i].start + spans[i].seconds).max(0.0).to_bits(), i);
-    for k in 0..points.len() {
-        let (t, q, i, starts) = points[k];
-        if starts {
-            active.insert(end_key(i));
-        } else {
-            active.remove(&end_key(i));
-        }
-        let (Some(&(_, owner)), Some(&(t_next, q_next, _, _))) =
-            (active.iter().next(), points.get(k + 1))
-        else {
-            continue;
-        };
-        out[owner].wall += (t_next - t).max(0.0);
-        out[owner].cpu += (q_next - q).max(0.0);
-    }
-    out
-}
 
 #[derive(Debug, Clone)]
 pub struct RankRow {
@@ -341,54 +223,5 @@ impl Split {
             })).collect::<Vec<_>>(),
             "hosts": host_load::json(&self.hosts),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn span(start: f64, seconds: f64, clock: f64, cpu: f64) -> Span {
-        Span {
-            start,
-            seconds,
-            clock,
-            cpu,
-        }
-    }
-
-    #[test]
-    fn overlapping_launches_count_each_instant_once() {
-        // An in-order queue: A compiles 0-2 s (2 s of CPU); B, enqueued at 0.5 s, waits for A,
-        // then compiles 2-3 s (1 s of CPU). B's own interval holds A's compile.
-        let spans = [span(0.0, 2.0, 10.0, 2.0), span(0.5, 2.5, 10.4, 2.6)];
-        let shares = exclusive(&spans);
-        assert!((shares[0].wall - 2.0).abs() < 1e-9, "{shares:?}");
-        assert!((shares[0].cpu - 2.0).abs() < 1e-9, "{shares:?}");
-        assert!((shares[1].wall - 1.0).abs() < 1e-9, "{shares:?}");
-        assert!((shares[1].cpu - 1.0).abs() < 1e-9, "{shares:?}");
-        // Apart: each keeps its own; a gap between them belongs to neither.
-        let apart = exclusive(&[span(0.0, 1.0, 0.0, 0.5), span(5.0, 1.0, 3.0, 0.75)]);
-        assert_eq!(apart[0].wall, 1.0);
-        assert_eq!(apart[0].cpu, 0.5);
-        assert_eq!(apart[1].wall, 1.0);
-        assert_eq!(apart[1].cpu, 0.75);
-        assert!(exclusive(&[]).is_empty());
-    }
-
-    #[test]
-    fn waiting_is_wall_less_cpu_where_positive() {
-        let mut b = Busy::default();
-        b.record(2.0, Some(1.5));
-        b.record(1.0, None);
-        assert_eq!(b.waiting(), 0.5);
-        assert_eq!(b.untimed, 1.0);
-        assert_eq!(b.waiting_share(), 0.25);
-        let parallel = Busy {
-            wall: 1.0,
-            cpu: 4.0,
-            untimed: 0.0,
-        };
-        assert_eq!(parallel.waiting(), 0.0);
     }
 }

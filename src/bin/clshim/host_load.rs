@@ -7,8 +7,8 @@
 //! `cpu_split` shows this section after the ranks' split.
 
 use crate::build_facts::ProcessCaches;
-use crate::cpu_split::{Busy, RankBusy};
-use crate::report::RankKey;
+use crate::busy::{Busy, RankBusy};
+use crate::rank_key::RankKey;
 use crate::schema::parse_cpu_list;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};

@@ -12,6 +12,7 @@
 mod against;
 mod binary_scan;
 mod build_facts;
+mod busy;
 mod caches;
 mod chrome;
 mod cli;
@@ -19,9 +20,11 @@ mod cpu_split;
 mod help;
 mod host_load;
 mod inherited_signals;
+mod library;
 mod linediff;
 mod loads;
 mod macos_env;
+mod rank_key;
 mod render;
 mod report;
 mod run;
@@ -94,7 +97,7 @@ fn load(dir_path: &std::path::Path, by_source: bool) -> Result<report::Aggregate
             eprintln!(
                 "clshim report: {}: {}",
                 terminal::text(&dir),
-                run::describe(&e)
+                library::describe(&e)
             );
             return Err(ExitCode::from(2));
         }
@@ -104,7 +107,7 @@ fn load(dir_path: &std::path::Path, by_source: bool) -> Result<report::Aggregate
                 eprintln!(
                     "clshim report: {}: cannot list: {}",
                     terminal::text(&dir),
-                    run::describe(&e)
+                    library::describe(&e)
                 );
                 return Err(ExitCode::from(2));
             }
@@ -188,7 +191,7 @@ fn report_main(o: cli::ReportOpts) -> ExitCode {
                 eprintln!(
                     "clshim report: cannot write {}: {}",
                     path.display(),
-                    run::describe(&e)
+                    library::describe(&e)
                 );
                 return ExitCode::from(2);
             }

@@ -6,9 +6,10 @@
 //! notes and hints are wrapped; the hints' own texts, which the JSON carries, are not
 //! changed, only laid out again.
 
+use crate::rank_key::RankKey;
 use crate::report::{
     share, ForwardedHint, ForwardedKind, LaunchHint, ProgramKey, ProgramKind, ProgramRow,
-    QueryHint, RankKey, Report, Stats, SLOW_FACTOR, SLOW_MARGIN_S,
+    QueryHint, Report, Stats, SLOW_FACTOR, SLOW_MARGIN_S,
 };
 use serde_json::{json, Value};
 use std::collections::BTreeSet;

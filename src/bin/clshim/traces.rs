@@ -392,7 +392,7 @@ fn kind_of(ft: std::fs::FileType) -> &'static str {
 /// keeps a FIFO that appears between the check and the open from blocking; the
 /// descriptor's own `fstat` decides. `len` bounds what will be read.
 pub fn open_regular(path: &Path) -> Result<(File, Identity), String> {
-    let describe = |e: &std::io::Error| format!("cannot read: {}", crate::run::describe(e));
+    let describe = |e: &std::io::Error| format!("cannot read: {}", crate::library::describe(e));
     let meta = std::fs::metadata(path).map_err(|e| describe(&e))?;
     if !meta.file_type().is_file() {
         return Err(format!(

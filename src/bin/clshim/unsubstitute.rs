@@ -127,7 +127,7 @@ pub fn main(opts: UnsubstituteOpts) -> ExitCode {
 /// descriptor and the filesystem's device number.
 fn open_root(dir: &Path) -> Result<(OwnedFd, u64), String> {
     let c = cstring(dir.as_os_str()).ok_or("the name holds a NUL byte")?;
-    let st = lstat_at(libc::AT_FDCWD, &c).map_err(|e| crate::run::describe(&e))?;
+    let st = lstat_at(libc::AT_FDCWD, &c).map_err(|e| crate::library::describe(&e))?;
     match st.st_mode & libc::S_IFMT {
         libc::S_IFDIR => {}
         libc::S_IFLNK => {
@@ -136,7 +136,7 @@ fn open_root(dir: &Path) -> Result<(OwnedFd, u64), String> {
         _ => return Err("not a directory".into()),
     }
     let fd =
-        open_at(libc::AT_FDCWD, &c, libc::O_DIRECTORY).map_err(|e| crate::run::describe(&e))?;
+        open_at(libc::AT_FDCWD, &c, libc::O_DIRECTORY).map_err(|e| crate::library::describe(&e))?;
     same_inode(&fd, &st).map_err(|e| e.to_string())?;
     Ok((fd, st.st_dev as u64))
 }
@@ -153,7 +153,10 @@ impl Walk<'_> {
         let names = match list(fd) {
             Ok(n) => n,
             Err(e) => {
-                self.skip(path, &format!("cannot list: {}", crate::run::describe(&e)));
+                self.skip(
+                    path,
+                    &format!("cannot list: {}", crate::library::describe(&e)),
+                );
                 return false;
             }
         };
@@ -171,7 +174,7 @@ impl Walk<'_> {
             let st = match lstat_at(fd.as_raw_fd(), &name) {
                 Ok(st) => st,
                 Err(e) => {
-                    self.skip(&child, &crate::run::describe(&e));
+                    self.skip(&child, &crate::library::describe(&e));
                     continue;
                 }
             };
@@ -195,7 +198,7 @@ impl Walk<'_> {
                         Err(e) => {
                             self.skip(
                                 &child,
-                                &format!("cannot open: {}", crate::run::describe(&e)),
+                                &format!("cannot open: {}", crate::library::describe(&e)),
                             );
                             continue;
                         }
@@ -213,7 +216,7 @@ impl Walk<'_> {
                             eprintln!(
                                 "clshim unsubstitute: {}: folder kept: {}",
                                 shown(&child),
-                                crate::run::describe(&e)
+                                crate::library::describe(&e)
                             );
                         }
                     }
@@ -237,7 +240,10 @@ impl Walk<'_> {
         {
             Ok(fd) => fd,
             Err(e) => {
-                self.skip(path, &format!("cannot read: {}", crate::run::describe(&e)));
+                self.skip(
+                    path,
+                    &format!("cannot read: {}", crate::library::describe(&e)),
+                );
                 return None;
             }
         };
@@ -245,7 +251,10 @@ impl Walk<'_> {
         match binary_scan::scan(&file, st.st_size as u64) {
             Ok(f) => Some(f),
             Err(e) => {
-                self.skip(path, &format!("cannot read: {}", crate::run::describe(&e)));
+                self.skip(
+                    path,
+                    &format!("cannot read: {}", crate::library::describe(&e)),
+                );
                 None
             }
         }
@@ -352,7 +361,7 @@ impl Walk<'_> {
                 eprintln!(
                     "clshim unsubstitute: {}: not removed: {}",
                     shown(path),
-                    crate::run::describe(&e)
+                    crate::library::describe(&e)
                 );
                 false
             }

@@ -14,7 +14,7 @@
 //! `clshim_warm_v2`.
 
 use crate::controls::{self, Value};
-use crate::run::{cannot_run, find_library, RunError};
+use crate::library::{absolute, cannot_run, find_library, RunError};
 use clshim_format::store::{self as format, EntryHeader, Request};
 use std::collections::BTreeMap;
 use std::ffi::{c_char, CString, OsStr, OsString};
@@ -50,7 +50,7 @@ impl Settings {
             _ => 1 << 30,
         };
         Settings {
-            store: store.map(|s| crate::run::absolute(&s)),
+            store: store.map(|s| absolute(&s)),
             max,
         }
     }

@@ -9,6 +9,7 @@
 //! accumulators ([`FileAcc`], merged into an [`Aggregate`]), so memory depends on the
 //! number of programs, ranks and threads, not on the number of records. The rows and
 //! statistics are `rows`', the hints `hints`', rendering `render`'s, the timeline `chrome`'s.
+use crate::rank_key::{median, RankKey};
 use crate::traces::{self, Event, Id, Identity, Problem, Record};
 use crate::wall_union::WallUnion;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -21,18 +22,6 @@ pub const SLOW_MARGIN_S: f64 = 0.5;
 /// Problems kept per file and in all (the count of skipped lines stays exact).
 pub const PROBLEMS_PER_FILE: usize = 100;
 pub const PROBLEMS_LISTED: usize = 1000;
-
-/// Who a record belongs to: its MPI rank, or its process when no rank is known.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum RankKey {
-    Rank(i64),
-    Process {
-        host: String,
-        pid: u64,
-        /// The record's `instance`: processes of different pid namespaces share pids.
-        instance: Option<String>,
-    },
-}
 
 /// One process: its `instance` on its host when the records carry one, else its file.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -81,14 +70,6 @@ pub struct Stats {
     pub median: f64,
     pub max: f64,
     pub total: f64,
-}
-
-pub fn median(sorted: &[f64]) -> f64 {
-    match sorted.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => sorted[n / 2],
-        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
-    }
 }
 
 impl Stats {
@@ -1117,7 +1098,7 @@ fn read_file(agg: &mut Aggregate, index: usize, path: &Path, by_source: bool) {
     if let Err(e) = res {
         skipped += 1;
         probs.push(problem(
-            format!("read error: {}", crate::run::describe(&e)),
+            format!("read error: {}", crate::library::describe(&e)),
             0,
         ));
     }

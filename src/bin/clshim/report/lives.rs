@@ -6,7 +6,7 @@
 //! that ran at separate times, as a trace directory reused by a second run does (the
 //! report then adds both runs together).
 
-use super::aggregate::RankKey;
+use crate::rank_key::RankKey;
 use crate::traces::{Event, Record};
 
 /// One writer's life within one file.

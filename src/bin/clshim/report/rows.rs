@@ -4,9 +4,10 @@
 //! the ranks far slower than the median. The hints it carries are decided in `hints`;
 //! how rows are printed is `render`'s.
 
-use super::aggregate::{median, share, Aggregate, RankKey, Slot, Stats};
+use super::aggregate::{share, Aggregate, Slot, Stats};
 use super::aggregate::{ProgramKey, SLOW_FACTOR, SLOW_MARGIN_S};
-use std::collections::{BTreeSet, HashMap};
+use crate::rank_key::{median, rank_labels, RankKey};
+use std::collections::BTreeSet;
 
 #[derive(Debug)]
 pub struct ProgramRow {
@@ -101,31 +102,6 @@ impl RankRow {
     pub fn total(&self) -> f64 {
         self.build_seconds + self.query_seconds + self.launch_seconds
     }
-}
-
-/// Labels of rank rows; `host:pid` gets the instance's first 8 digits only where two
-/// processes share it.
-pub fn rank_labels<'a>(keys: impl Iterator<Item = &'a RankKey> + Clone) -> Vec<String> {
-    let mut seen: HashMap<(&str, u64), usize> = HashMap::new();
-    for k in keys.clone() {
-        if let RankKey::Process { host, pid, .. } = k {
-            *seen.entry((host, *pid)).or_default() += 1;
-        }
-    }
-    keys.map(|k| match k {
-        RankKey::Rank(r) => r.to_string(),
-        RankKey::Process {
-            host,
-            pid,
-            instance,
-        } => match instance {
-            Some(i) if seen[&(host.as_str(), *pid)] > 1 => {
-                format!("{host}:{pid}#{}", i.chars().take(8).collect::<String>())
-            }
-            _ => format!("{host}:{pid}"),
-        },
-    })
-    .collect()
 }
 
 impl Aggregate {
