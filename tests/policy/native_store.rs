@@ -510,3 +510,20 @@ fn a_native_load_answers_its_binary_query_with_the_same_clshim_binary() {
         std::fs::read(d.path("again.0")).unwrap()
     );
 }
+
+/// A warm step that finds no request says why there was nothing to make: no run left
+/// requests (only runs with `CLSHIM_WARM=1`, i.e. `clshim run --warm`, do), and current
+/// pyopencl asks pocl for no binaries, so its builds need `--program-cache`.
+#[test]
+fn a_warm_step_with_nothing_to_make_says_why() {
+    let d = scratch("native-nothing");
+    let store = d.path("store");
+    let out = warm(&store);
+    let err = stderr(&out);
+    assert!(
+        err.contains("no requests, nothing to make (0 entries held)")
+            && err.contains("CLSHIM_WARM=1")
+            && err.contains("--program-cache"),
+        "{err}"
+    );
+}
