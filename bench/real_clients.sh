@@ -94,7 +94,9 @@ one() {
                 local policy="$config"
                 [ "$config" != warmstep ] || policy=substitute
                 shim=("$clshim" run --binaries "$policy" --native-store "$d/native" --no-summary
-                    --trace-dir "$d/trace-$phase" --) ;;
+                    --trace-dir "$d/trace-$phase" --)
+                # warmstep: the cold run leaves requests for the warm step run between.
+                [ "$config" != warmstep ] || shim=(env CLSHIM_WARM=1 "${shim[@]}") ;;
         esac
         if [ "$phase" = warm ] && [ "$config" = warmstep ]; then
             t0=$(date +%s.%N)

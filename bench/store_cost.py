@@ -84,7 +84,13 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--python", default=os.path.join(ROOT, ".venv", "old", "bin", "python"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out", "store-cost"))
+    ap.add_argument("--build", metavar="DIR",
+                    help="the folder holding the clshim and libclshim.so to measure (default: this "
+                         "repository's target/release), e.g. an earlier version's, for a before/after")
     a = ap.parse_args()
+    global CLSHIM, LIB
+    if a.build:
+        CLSHIM, LIB = os.path.join(a.build, "clshim"), os.path.join(a.build, "libclshim.so")
     job = ["mpiexec", "-n", str(a.ranks), a.python, os.path.join(ROOT, "bench", "workload.py"),
            "-n", str(a.kernels), "-s", str(a.statements)]
     rows = {k: [] for k in ("plain", "sub_job", "sub_warm", "run", "run_warm", "warm_plain", "warm_store",
