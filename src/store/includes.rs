@@ -14,10 +14,14 @@
 //! probed, not only up to the first hit, so that a file appearing in a directory searched
 //! earlier, or one `#include_next` would reach, changes the manifest; every file found is
 //! hashed whole and scanned in turn. A probe records absent, a regular file (length and
-//! FNV-1a 64 of its bytes) or something else. A directive whose name comes from a macro,
-//! options that quote or escape (pocl splits them its own way), or more files than a
-//! bound make the build uncacheable: it is never served from a store.
+//! FNV-1a 64 of its bytes) or something else. A directive whose name comes from macros
+//! (hashcat's `#include M2S(INCLUDE_PATH/x.h)`) is named by expanding them with every
+//! definition the options and the part's texts hold (`macros`), once all are seen. A
+//! name those macros cannot settle, options that quote or escape (pocl splits them its
+//! own way), or more files than a bound make the build uncacheable: it is never served
+//! from a store.
 
+use super::macros::Macros;
 use crate::hash::Fnv1a;
 use std::collections::HashSet;
 use std::os::unix::ffi::OsStrExt;
@@ -69,9 +73,10 @@ impl Manifest {
 }
 
 /// The include search of one build part: its options' `-I` directories after the
-/// working directory.
+/// working directory, and the macros its options define (an include may be named by one).
 pub struct SearchPath {
     dirs: Vec<PathBuf>,
+    macros: Macros,
 }
 
 impl SearchPath {
@@ -98,7 +103,10 @@ impl SearchPath {
                 dirs.push(cwd.join(std::ffi::OsStr::from_bytes(dir)));
             }
         }
-        Ok(SearchPath { dirs })
+        Ok(SearchPath {
+            dirs,
+            macros: Macros::from_options(options),
+        })
     }
 }
 
@@ -109,6 +117,9 @@ enum Name<'a> {
     Quoted(&'a [u8]),
     /// `<name>`.
     Angled(&'a [u8]),
+    /// Neither: an operand made of macros (`M2S(INCLUDE_PATH/inc_x.h)`), named once every
+    /// definition the build can see is known (`macros`).
+    Macro(&'a [u8]),
 }
 
 /// The text with line continuations joined and comments replaced by a space (string and
@@ -198,10 +209,8 @@ fn name_at(s: &[u8]) -> Result<Name<'_>, String> {
     let (close, quoted) = match s.first() {
         Some(b'"') => (b'"', true),
         Some(b'<') => (b'>', false),
-        _ => {
-            let shown: String = String::from_utf8_lossy(&s[..s.len().min(40)]).into();
-            return Err(format!("an include named by a macro ({})", shown.trim()));
-        }
+        Some(_) => return Ok(Name::Macro(s)),
+        None => return Err("an include without a name".into()),
     };
     let end = s[1..]
         .iter()
@@ -252,7 +261,10 @@ fn names_in(clean: &[u8]) -> Result<Vec<Name<'_>>, String> {
             }
             let rest = skip_blanks(&line[after..]);
             match rest.strip_prefix(b"(") {
-                Some(inner) => out.push(name_at(inner)?),
+                Some(inner) => match name_at(inner)? {
+                    Name::Macro(_) => return Err("a __has_include named by a macro".into()),
+                    name => out.push(name),
+                },
                 // `defined(__has_include)` and the like: a test for the feature itself.
                 None => continue,
             }
@@ -269,48 +281,97 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 #[derive(Default)]
 pub struct Scanner {
     manifest: Manifest,
+}
+
+/// What one part's scan has seen: the files scanned (each once; another part, with
+/// other options, scans them again), the macros defined so far, and the includes named
+/// by macros, waiting for every definition to be seen.
+struct Part<'s> {
+    search: &'s SearchPath,
     scanned: HashSet<PathBuf>,
+    macros: Macros,
+    waiting: Vec<(Vec<u8>, Option<PathBuf>)>,
 }
 
 impl Scanner {
     /// Adds what `text` (a program source or header given through the API, with no
-    /// directory of its own) can read through `search`.
+    /// directory of its own) can read through `search`. Includes named by macros are
+    /// resolved once the part's texts are all seen, and again at the end: a name that
+    /// changes with definitions seen later is uncertain, and so is the build.
     pub fn scan_text(&mut self, text: &[u8], search: &SearchPath) -> Result<(), String> {
-        self.scan(text, None, search)
+        let mut part = Part {
+            search,
+            scanned: HashSet::new(),
+            macros: search.macros.clone(),
+            waiting: Vec::new(),
+        };
+        self.scan(&mut part, text, None)?;
+        let mut resolved: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        while let Some((operand, dir)) = part.waiting.pop() {
+            let name = part.macros.include_name(&operand)?;
+            self.include(&mut part, &name, dir.as_deref())?;
+            resolved.push((operand, name));
+        }
+        for (operand, name) in resolved {
+            if part.macros.include_name(&operand)? != name {
+                return Err("an include named by a macro that a later header defines again".into());
+            }
+        }
+        Ok(())
     }
 
     pub fn finish(self) -> Manifest {
         self.manifest
     }
 
-    fn scan(&mut self, text: &[u8], dir: Option<&Path>, search: &SearchPath) -> Result<(), String> {
+    fn scan(&mut self, part: &mut Part, text: &[u8], dir: Option<&Path>) -> Result<(), String> {
         let clean = without_comments(text);
+        part.macros.add_text(&clean);
         for name in names_in(&clean)? {
-            let (bytes, beside) = match name {
-                Name::Quoted(n) => (n, dir),
-                Name::Angled(n) => (n, None),
-            };
-            if bytes.is_empty() || bytes.contains(&0) {
-                return Err("an empty include name".into());
-            }
-            let name = Path::new(std::ffi::OsStr::from_bytes(bytes));
-            let candidates: Vec<PathBuf> = if name.is_absolute() {
-                vec![name.to_path_buf()]
-            } else {
-                beside
-                    .into_iter()
-                    .chain(search.dirs.iter().map(PathBuf::as_path))
-                    .map(|d| d.join(name))
-                    .collect()
-            };
-            for path in candidates {
-                self.probe(path, search)?;
+            match name {
+                Name::Quoted(n) => self.include(part, n, dir)?,
+                Name::Angled(n) => self.include(part, n, None)?,
+                Name::Macro(operand) => {
+                    let operand = operand
+                        .iter()
+                        .take_while(|&&b| b != b'\n')
+                        .copied()
+                        .collect();
+                    part.waiting.push((operand, dir.map(Path::to_path_buf)));
+                }
             }
         }
         Ok(())
     }
 
-    fn probe(&mut self, path: PathBuf, search: &SearchPath) -> Result<(), String> {
+    /// Probes `name` in every directory it may be found in: beside the includer
+    /// (`beside`, for a quoted name), then the search path.
+    fn include(
+        &mut self,
+        part: &mut Part,
+        name: &[u8],
+        beside: Option<&Path>,
+    ) -> Result<(), String> {
+        if name.is_empty() || name.contains(&0) {
+            return Err("an empty include name".into());
+        }
+        let name = Path::new(std::ffi::OsStr::from_bytes(name));
+        let candidates: Vec<PathBuf> = if name.is_absolute() {
+            vec![name.to_path_buf()]
+        } else {
+            beside
+                .into_iter()
+                .chain(part.search.dirs.iter().map(PathBuf::as_path))
+                .map(|d| d.join(name))
+                .collect()
+        };
+        for path in candidates {
+            self.probe(part, path)?;
+        }
+        Ok(())
+    }
+
+    fn probe(&mut self, part: &mut Part, path: PathBuf) -> Result<(), String> {
         if self.manifest.probes.len() >= MAX_PROBES {
             return Err(format!("more than {MAX_PROBES} include probes"));
         }
@@ -336,9 +397,9 @@ impl Scanner {
         };
         self.manifest.probes.push((path.clone(), found));
         if let Some(bytes) = text {
-            if self.scanned.insert(path.clone()) {
+            if part.scanned.insert(path.clone()) {
                 let dir = path.parent().map(Path::to_path_buf);
-                self.scan(&bytes, dir.as_deref(), search)?;
+                self.scan(part, &bytes, dir.as_deref())?;
             }
         }
         Ok(())
@@ -376,13 +437,18 @@ mod tests {
             .map(|n| match n {
                 Name::Quoted(b) => format!("\"{}\"", String::from_utf8_lossy(b)),
                 Name::Angled(b) => format!("<{}>", String::from_utf8_lossy(b)),
+                Name::Macro(b) => format!("macro {}", String::from_utf8_lossy(b)),
             })
             .collect();
         assert_eq!(
             got,
             ["\"a.h\"", "<b.h>", "\"c.h\"", "<d.h>", "\"e.h\"", "\"f.h\"", "<g.h>"]
         );
-        assert!(names_in(&without_comments(b"#include HEADER\n")).is_err());
+        assert_eq!(
+            names_in(&without_comments(b"#include HEADER\n")).unwrap(),
+            [Name::Macro(b"HEADER")]
+        );
+        assert!(names_in(&without_comments(b"#if __has_include(HEADER)\n")).is_err());
         assert!(names_in(&without_comments(b"#include \"open\n")).is_err());
     }
 
@@ -423,6 +489,49 @@ mod tests {
         assert!(manifest(src, "-I \"x y\"", &d).is_err());
         let _ = std::fs::remove_dir_all(&d);
         let _ = std::fs::remove_dir_all(&other);
+    }
+
+    #[test]
+    fn includes_named_by_macros_are_followed_as_hashcat_names_them() {
+        let d = scratch("macros");
+        let inc = d.join("OpenCL");
+        std::fs::create_dir_all(&inc).unwrap();
+        std::fs::write(
+            inc.join("inc_vendor.h"),
+            "#include M2S(INCLUDE_PATH/inc_types.h)\n",
+        )
+        .unwrap();
+        std::fs::write(inc.join("inc_types.h"), "typedef int u32x;\n").unwrap();
+        let opts = format!(
+            "-D KERNEL_STATIC -D INCLUDE_PATH={} -D XM2S(x)=#x -D M2S(x)=XM2S(x) -w",
+            inc.display()
+        );
+        let src = "#include M2S(INCLUDE_PATH/inc_vendor.h)\n";
+        let m1 = manifest(src, &opts, &d).unwrap();
+        let found: Vec<&PathBuf> = m1
+            .probes
+            .iter()
+            .filter(|(_, f)| matches!(f, Found::File { .. }))
+            .map(|(p, _)| p)
+            .collect();
+        assert_eq!(found, [&inc.join("inc_vendor.h"), &inc.join("inc_types.h")]);
+        std::fs::write(inc.join("inc_types.h"), "typedef uint u32x;\n").unwrap();
+        assert_ne!(
+            m1,
+            manifest(src, &opts, &d).unwrap(),
+            "a nested header edited"
+        );
+        // A macro the build cannot be sure of leaves it uncacheable.
+        assert!(manifest("#include UNKNOWN\n", "", &d).is_err());
+        let twice = "#ifdef A\n#define H \"a.h\"\n#else\n#define H \"b.h\"\n#endif\n#include H\n";
+        assert!(manifest(twice, "", &d).is_err());
+        let later = "#define H \"a.h\"\n#include H\n#include \"redefine.h\"\n";
+        std::fs::write(d.join("redefine.h"), "#undef H\n").unwrap();
+        assert!(
+            manifest(later, "", &d).is_err(),
+            "redefined by a header it includes"
+        );
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod build_key;
 pub mod driver;
 pub mod files;
 pub mod includes;
+mod macros;
 pub mod requests;
 #[cfg(not(target_os = "macos"))]
 pub mod warm;
