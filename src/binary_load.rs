@@ -583,7 +583,7 @@ unsafe fn load_native(
         let key = unsafe { crate::store::key_for(rt, &facts, d, recipe, &encoded) }
             .map_err(|why| format!("device {i}: {why}"))?;
         match store.lookup(&key) {
-            Lookup::Found { binary, .. } => payloads.push(binary),
+            Lookup::Found(p) => payloads.push(p.binary),
             Lookup::Absent => return Err(format!("device {i}: no entry")),
             Lookup::Refused(why) => {
                 log::warn!("native store: ignored {why}");

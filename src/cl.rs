@@ -102,6 +102,7 @@ pub const CL_PLATFORM_NAME: cl_platform_info = 0x0902;
 pub const CL_QUEUE_DEVICE: cl_uint = 0x1091;
 pub const CL_KERNEL_FUNCTION_NAME: cl_uint = 0x1190;
 pub const CL_KERNEL_PROGRAM: cl_uint = 0x1194;
+pub const CL_KERNEL_ATTRIBUTES: cl_uint = 0x1195;
 pub const CL_EVENT_REFERENCE_COUNT: cl_uint = 0x11D2;
 pub const CL_COMPLETE: cl_int = 0;
 

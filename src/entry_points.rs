@@ -126,6 +126,8 @@ macro_rules! table {
                     param_value_size: usize, param_value: *mut c_void,
                     param_value_size_ret: *mut usize) -> cl_int
                     as FnGetCommandQueueInfo, get_command_queue_info;
+                37 => fn clReleaseKernel(kernel: cl_kernel) -> cl_int
+                    as FnReleaseKernel, release_kernel;
                 44 => fn clReleaseEvent(event: cl_event) -> cl_int
                     as FnReleaseEvent, release_event;
                 81 => fn clSetEventCallback(event: cl_event, command_exec_callback_type: cl_int,

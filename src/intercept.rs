@@ -367,15 +367,8 @@ pub unsafe fn get_program_build_info<D: Door>(
     if param == CL_PROGRAM_BUILD_LOG {
         // A served build answers the log its source build gave.
         if let Some(log) = handle.and_then(|h| catch(|| h.served_log(device)).flatten()) {
-            if !value.is_null() && size < log.len() {
-                return CL_INVALID_VALUE;
-            }
             // SAFETY: the application's buffer of `size` bytes and its size_ret.
-            let (value, size_ret) =
-                unsafe { (AppBuffer::new(value, size), OutParam::new(size_ret)) };
-            value.write(&log);
-            size_ret.set(log.len());
-            return CL_SUCCESS;
+            return unsafe { answer_bytes(&log, size, value, size_ret) };
         }
     }
     // SAFETY: the application's own call, handed on unchanged.
@@ -688,8 +681,30 @@ pub unsafe fn set_program_specialization_constant<D: Door>(
     unsafe { real(program, spec_id, spec_size, spec_value) }
 }
 
+/// Answers an info query with `bytes` as a driver does: the size always, the bytes when
+/// the buffer holds them, CL_INVALID_VALUE when it is too small.
+///
+/// # Safety
+/// `value` is NULL or `size` writable bytes; `size_ret` NULL or writable.
+unsafe fn answer_bytes(
+    bytes: &[u8],
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> cl_int {
+    if !value.is_null() && size < bytes.len() {
+        return CL_INVALID_VALUE;
+    }
+    // SAFETY: this function's contract.
+    let (value, size_ret) = unsafe { (AppBuffer::new(value, size), OutParam::new(size_ret)) };
+    value.write(bytes);
+    size_ret.set(bytes.len());
+    CL_SUCCESS
+}
+
 /// `clGetKernelInfo`: forwarded; `CL_KERNEL_PROGRAM` names the program as the
-/// application knows it (a program cache handle, where one stands for it).
+/// application knows it (a program cache handle, where one stands for it), and a kernel
+/// of a served build answers `CL_KERNEL_ATTRIBUTES` as its source build did.
 ///
 /// # Safety
 /// The application's arguments to `clGetKernelInfo`.
@@ -705,6 +720,16 @@ pub unsafe fn get_kernel_info<D: Door>(
     let Some(real) = (unsafe { route.get_kernel_info(kernel) }) else {
         return missing(kernel, CL_INVALID_KERNEL);
     };
+    if param == CL_KERNEL_ATTRIBUTES && program_cache::handles::any() {
+        // SAFETY: the application's kernel, asked through its own entry.
+        let served = catch(|| unsafe { served_attributes(route, kernel) }).flatten();
+        if let Some(attributes) = served {
+            let mut text = attributes;
+            text.push(0);
+            // SAFETY: the application's buffer of `size` bytes and its size_ret.
+            return unsafe { answer_bytes(&text, size, value, size_ret) };
+        }
+    }
     // SAFETY: the application's own call, handed on unchanged.
     let ret = unsafe { real(kernel, param, size, value, size_ret) };
     if ret == CL_SUCCESS && param == CL_KERNEL_PROGRAM && program_cache::handles::any() {
@@ -717,6 +742,26 @@ pub unsafe fn get_kernel_info<D: Door>(
         });
     }
     ret
+}
+
+/// The attributes a served build answers for `kernel`, if its program is one.
+///
+/// # Safety
+/// `kernel` is a live kernel reachable through `route`.
+unsafe fn served_attributes(route: Route, kernel: cl_kernel) -> Option<Vec<u8>> {
+    // SAFETY: this function's contract.
+    let info = unsafe { route.get_kernel_info(kernel) }?;
+    // SAFETY: the kernel's own entry (not text: a handle's bytes may hold a zero).
+    let program = unsafe { crate::query::info_bytes(info, kernel, CL_KERNEL_PROGRAM) }?;
+    let program = usize::from_ne_bytes(
+        program
+            .get(..std::mem::size_of::<usize>())?
+            .try_into()
+            .ok()?,
+    );
+    // SAFETY: as above.
+    let name = unsafe { crate::query::kernel_text(route, kernel, CL_KERNEL_FUNCTION_NAME) }?;
+    program_cache::handles::served_attributes(program as cl_program, &name)
 }
 
 // ---------------------------------------------------------------------------------------

@@ -224,3 +224,54 @@ pub unsafe fn reference_count(route: Route, program: cl_program) -> Option<cl_ui
     let bytes = unsafe { info(route, program, CL_PROGRAM_REFERENCE_COUNT) }?;
     Some(cl_uint::from_ne_bytes(bytes.get(..4)?.try_into().ok()?))
 }
+
+/// A kernel's answer to `param` as text: what precedes its NUL.
+///
+/// # Safety
+/// `kernel` must be a live kernel reachable through `route`.
+pub unsafe fn kernel_text(route: Route, kernel: cl_kernel, param: cl_uint) -> Option<Vec<u8>> {
+    // SAFETY: a live kernel reachable through `route` (this function's contract).
+    let f = unsafe { route.get_kernel_info(kernel) }?;
+    // SAFETY: the kernel's own clGetKernelInfo.
+    let mut bytes = unsafe { info_bytes(f, kernel, param) }?;
+    if let Some(end) = bytes.iter().position(|&b| b == 0) {
+        bytes.truncate(end);
+    }
+    Some(bytes)
+}
+
+/// Each kernel of a built program with its `CL_KERNEL_ATTRIBUTES`, for those the driver
+/// answers.
+///
+/// # Safety
+/// As for [`devices`]; the program is built.
+pub unsafe fn kernel_attributes(route: Route, program: cl_program) -> Vec<(Vec<u8>, Vec<u8>)> {
+    // SAFETY: a live program reachable through `route` (this function's contract).
+    let (Some(create), names) = (unsafe { route.create_kernel(program) }, unsafe {
+        kernel_names(route, program)
+    }) else {
+        return Vec::new();
+    };
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let Ok(c_name) = std::ffi::CString::new(name) else {
+            continue;
+        };
+        let mut err = CL_SUCCESS;
+        // SAFETY: the built program's own entry, a NUL-terminated name and a local status.
+        let kernel = unsafe { create(program, c_name.as_ptr(), &mut err) };
+        if kernel.is_null() {
+            continue;
+        }
+        // SAFETY: the live kernel just made.
+        if let Some(attrs) = unsafe { kernel_text(route, kernel, CL_KERNEL_ATTRIBUTES) } {
+            out.push((c_name.into_bytes(), attrs));
+        }
+        // SAFETY: releasing the kernel made above, through its own entry.
+        if let Some(release) = unsafe { route.release_kernel(kernel) } {
+            // SAFETY: as above.
+            unsafe { release(kernel) };
+        }
+    }
+    out
+}

@@ -49,9 +49,18 @@ struct State {
     /// A served build is running: another build on the handle gets CL_INVALID_OPERATION, as
     /// a driver answers a build during a build.
     building: bool,
-    /// The build log each device's source build gave, for the served program (whose own
-    /// log is the binary build's).
-    logs: Vec<(cl_device_id, Vec<u8>)>,
+    /// What the served program answers as its source build did.
+    answers: SourceAnswers,
+}
+
+/// What a served program answers as the source build it stands for did, where the driver's
+/// program from binaries would answer otherwise.
+#[derive(Default)]
+pub struct SourceAnswers {
+    /// The build log each device's source build gave (the binary build's own is another).
+    pub logs: Vec<(cl_device_id, Vec<u8>)>,
+    /// Each kernel's `CL_KERNEL_ATTRIBUTES` (pocl's binaries do not carry them).
+    pub attributes: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 // SAFETY: the raw handles are opaque values passed back to the driver; the mutable state
@@ -140,7 +149,7 @@ pub fn wrap(
         state: Lock::new(State {
             held: vec![source_program],
             building: false,
-            logs: Vec::new(),
+            answers: SourceAnswers::default(),
         }),
     }));
     let mut m = maps().lock();
@@ -163,14 +172,14 @@ impl Handle {
     }
 
     /// Makes the handle stand for `program` (whose one reference clshim now holds), a
-    /// served build's with the logs its source builds gave (`logs`), or the source
-    /// program (no logs: its own).
-    pub fn stand_for(&self, program: cl_program, logs: Vec<(cl_device_id, Vec<u8>)>) {
+    /// served build's with what its source builds answered (`answers`), or the source
+    /// program (no answers: its own).
+    pub fn stand_for(&self, program: cl_program, answers: SourceAnswers) {
         let mut st = self.state.lock();
         if !st.held.contains(&program) {
             st.held.push(program);
         }
-        st.logs = logs;
+        st.answers = answers;
         self.inner.store(program, Ordering::Release);
         drop(st);
         maps()
@@ -260,7 +269,8 @@ impl Handle {
     /// answers its own).
     pub fn served_log(&self, device: cl_device_id) -> Option<Vec<u8>> {
         let st = self.state.lock();
-        st.logs
+        st.answers
+            .logs
             .iter()
             .find(|(d, _)| *d == device)
             .map(|(_, l)| l.clone())
@@ -282,6 +292,26 @@ impl Handle {
         // find it again; the application released its last reference to it.
         drop(unsafe { Box::from_raw(self as *const Handle as *mut Handle) });
     }
+}
+
+/// The `CL_KERNEL_ATTRIBUTES` of kernel `name` that a served build's program `program` (a
+/// driver's) answers; None: the driver's program answers its own.
+pub fn served_attributes(program: cl_program, name: &[u8]) -> Option<Vec<u8>> {
+    if !ANY.load(Ordering::Relaxed) || program.is_null() {
+        return None;
+    }
+    let m = maps().lock();
+    let h = *m.handles.get(m.by_inner.get(&(program as usize))?)?;
+    drop(m);
+    if h.inner() != program {
+        return None;
+    }
+    let st = h.state.lock();
+    st.answers
+        .attributes
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, a)| a.clone())
 }
 
 /// A new program was made at `program`'s address: any program a handle stood for there

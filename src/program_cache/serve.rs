@@ -5,7 +5,7 @@
 // On macOS the warm step and the program cache are not built: what only they use is idle.
 #![cfg_attr(target_os = "macos", allow(dead_code, unused_imports))]
 
-use super::handles::{self, Handle};
+use super::handles::{self, Handle, SourceAnswers};
 use crate::app_args::{AppArray, AppCStr};
 use crate::cl::*;
 use crate::config::BinaryPolicy;
@@ -50,8 +50,8 @@ pub fn maybe_wrap(
 /// A served build's program, with what its record needs.
 struct Served {
     program: OwnedProgram,
-    /// Each device's build log, as its source build gave it.
-    logs: Vec<(cl_device_id, Vec<u8>)>,
+    /// What its source builds answered.
+    answers: SourceAnswers,
     devices: Vec<cl_device_id>,
     kernels: Vec<String>,
     options: Vec<u8>,
@@ -99,7 +99,7 @@ pub unsafe fn serve_build(
         Some(Err(why)) => {
             log::debug!("program cache: not served: {why}");
             if h.inner() != h.source_program {
-                h.stand_for(h.source_program, Vec::new());
+                h.stand_for(h.source_program, SourceAnswers::default());
             }
             return None;
         }
@@ -119,7 +119,7 @@ pub unsafe fn serve_build(
             program,
         )
     });
-    let logs = served.logs;
+    let answers = served.answers;
     let program = served.program.into_raw();
     // The mark of a source whose builds are served stays as fresh as their entries, so
     // the cap keeps it as long as them.
@@ -131,7 +131,7 @@ pub unsafe fn serve_build(
             files::touch(&d, &mark);
         }
     }
-    h.stand_for(program, logs);
+    h.stand_for(program, answers);
     if let Some(f) = notify {
         // SAFETY: the application's callback with its own data, once, with the program as
         // the application knows it; pocl calls a build's callback before the build returns
@@ -181,16 +181,20 @@ unsafe fn try_serve(
     let encoded = recipe.encode();
     let store = Store::from_config(&rt.config).ok_or("no native store")?;
     let mut payloads = Vec::with_capacity(devices.len());
-    let mut logs = Vec::with_capacity(devices.len());
+    let mut answers = SourceAnswers::default();
     for (i, &d) in devices.iter().enumerate() {
         // SAFETY: a device of the live program.
         let facts = unsafe { rt.devices.get(route, d) }.ok_or("a device not queried")?;
         // SAFETY: as above.
         let key = unsafe { crate::store::key_for(rt, &facts, d, &recipe, &encoded) }?;
         match store.lookup(&key) {
-            Lookup::Found { log, binary } => {
-                payloads.push(binary);
-                logs.push((d, log));
+            Lookup::Found(p) => {
+                payloads.push(p.binary);
+                answers.logs.push((d, p.log));
+                // The same source and options give each device the same attributes.
+                if i == 0 {
+                    answers.attributes = p.attributes;
+                }
             }
             Lookup::Absent => return Err(format!("device {i}: no entry")),
             Lookup::Refused(why) => {
@@ -241,7 +245,7 @@ unsafe fn try_serve(
     let kernels = unsafe { query::kernel_names(route, program.get()) };
     Ok(Served {
         program,
-        logs,
+        answers,
         devices,
         kernels,
         options: opts,

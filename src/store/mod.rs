@@ -35,11 +35,9 @@ pub struct Store {
 
 /// What the store holds for one build.
 pub enum Lookup {
-    /// The driver's build log and binary, from a verified entry made for exactly this key.
-    Found {
-        log: Vec<u8>,
-        binary: Vec<u8>,
-    },
+    /// What the driver answered of the build from source, and its binary, from a verified
+    /// entry made for exactly this key.
+    Found(format::Payload),
     Absent,
     /// Ignored: damaged, foreign or unreadable, with why.
     Refused(String),
@@ -64,11 +62,8 @@ impl Store {
             Ok(None) => return Lookup::Absent,
             Err(why) => return Lookup::Refused(format!("entry {name}: {why}")),
         };
-        match verify(&bytes, key).and_then(format::decode_payload) {
-            Ok((log, binary)) => Lookup::Found {
-                log: log.to_vec(),
-                binary: binary.to_vec(),
-            },
+        match verify(&bytes, key).and_then(format::Payload::decode) {
+            Ok(payload) => Lookup::Found(payload),
             Err(why) => Lookup::Refused(format!("entry {name}: {why}")),
         }
     }
@@ -131,11 +126,16 @@ pub fn verify<'a>(bytes: &'a [u8], key: &BuildKey) -> Result<&'a [u8], String> {
     Ok(payload)
 }
 
-/// An entry for `key` holding the driver's build `log` and `binary`.
+/// An entry for `key` holding `payload`.
 #[cfg_attr(target_os = "macos", allow(dead_code))]
-pub fn encode(key: &BuildKey, log: &[u8], binary: &[u8]) -> Vec<u8> {
-    let payload = format::encode_payload(log, binary);
-    format::encode_entry(key.key, key.fingerprint, key.driver, &key.text, &payload)
+pub fn encode(key: &BuildKey, payload: &format::Payload) -> Vec<u8> {
+    format::encode_entry(
+        key.key,
+        key.fingerprint,
+        key.driver,
+        &key.text,
+        &payload.encode(),
+    )
 }
 
 #[cfg(test)]
@@ -154,10 +154,14 @@ mod tests {
     #[test]
     fn an_entry_verifies_only_for_its_own_key() {
         let k = key(b"key text");
-        let e = encode(&k, b"", b"payload");
+        let payload = format::Payload {
+            binary: b"binary".to_vec(),
+            ..Default::default()
+        };
+        let e = encode(&k, &payload);
         assert_eq!(
-            format::decode_payload(verify(&e, &k).unwrap()).unwrap().1,
-            b"payload"
+            format::Payload::decode(verify(&e, &k).unwrap()).unwrap(),
+            payload
         );
         assert!(verify(
             &e,

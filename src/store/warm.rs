@@ -277,7 +277,7 @@ unsafe fn binary_in(
     ctx: cl_context,
     device: cl_device_id,
     recipe: &Recipe,
-) -> Result<(Vec<u8>, Vec<u8>), String> {
+) -> Result<format::Payload, String> {
     let route = Route::Object;
     // SAFETY: a valid context and its device (this function's contract).
     let owned = unsafe { recreate(route, ctx, &[device], recipe) }?;
@@ -337,7 +337,17 @@ unsafe fn binary_in(
         // a program cache's served build to answer as that build.
         // SAFETY: the live program and its device.
         let log = unsafe { crate::query::build_log(route, program, device) }.unwrap_or_default();
-        Ok((log, bytes))
+        let attributes = if recipe.kind == Kind::Built {
+            // SAFETY: the live program, built.
+            unsafe { crate::query::kernel_attributes(route, program) }
+        } else {
+            Vec::new()
+        };
+        Ok(format::Payload {
+            log,
+            attributes,
+            binary: bytes,
+        })
     })();
     drop(owned);
     result
@@ -500,7 +510,7 @@ unsafe fn one(
         Ok(p) => p,
         Err(why) => return Outcome::Failed(format!("{} recipe: {why}", recipe.kind.name())),
     };
-    let entry = super::encode(&key, &payload.0, &payload.1);
+    let entry = super::encode(&key, &payload);
     match files::write_atomic(dir, &format::entry_name(key.key), &entry, true, true) {
         Ok(()) => {
             mark_source(dir, &recipe);

@@ -5,7 +5,7 @@
  *   api      one program, built with options and a callback: every clGetProgramInfo and
  *            clGetProgramBuildInfo answer before and after the build, reference counts
  *            through retain/release and kernels, CL_KERNEL_PROGRAM, kernel argument
- *            names, clCreateKernelsInProgram, a rebuild with other options, a kernel that
+ *            names, clCreateKernelsInProgram with each kernel's attributes, a rebuild with other options, a kernel that
  *            outlives its program's last release, the program as a compile header and a
  *            link input, and a build that fails;
  *   threads  N threads (--threads=N, default 8) each make and build the same source in
@@ -25,11 +25,13 @@ static int seed = 0;
 static void source_of(char *buf, size_t n, int k) {
     snprintf(buf, n,
              "#warning \"program_api: a warning for the build log\"\n"
-             "__kernel void scale(__global int *out, int by) {\n"
+             "__kernel __attribute__((vec_type_hint(int4)))\n"
+             "void scale(__global int *out, int by) {\n"
              "    int i = get_global_id(0);\n"
              "    out[i] = (i + %d) * by * FACTOR;\n"
              "}\n"
-             "__kernel void second(__global int *out) { out[get_global_id(0)] = %d; }\n",
+             "__kernel __attribute__((reqd_work_group_size(1, 1, 1)))\n"
+             "void second(__global int *out) { out[get_global_id(0)] = %d; }\n",
              k + seed, 7 + seed);
 }
 
@@ -148,9 +150,14 @@ static void api(cl_context ctx, cl_device_id dev) {
     err = clCreateKernelsInProgram(p, 4, all, &got);
     printf("kernels in program: %s %u\n", cl_err_name(err), got);
     for (cl_uint i = 0; i < got; i++) {
-        char name[64] = "";
+        char name[64] = "", attrs[256] = "";
+        size_t attrs_size = 0;
         CHECK(clGetKernelInfo(all[i], CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL));
-        printf("  %s\n", name);
+        CHECK(clGetKernelInfo(all[i], CL_KERNEL_ATTRIBUTES, 0, NULL, &attrs_size));
+        cl_int e = clGetKernelInfo(all[i], CL_KERNEL_ATTRIBUTES, sizeof attrs, attrs, NULL);
+        cl_int small = clGetKernelInfo(all[i], CL_KERNEL_ATTRIBUTES, 1, attrs + 200, NULL);
+        printf("  %s: attributes %s [%s] (%zu bytes), into 1 byte %s\n", name, cl_err_name(e),
+               attrs, attrs_size, cl_err_name(small));
         CHECK(clReleaseKernel(all[i]));
     }
     err = clBuildProgram(p, 1, &dev, "-DFACTOR=5", NULL, NULL);

@@ -7,12 +7,13 @@
 //! compiled in. What goes into an entry's key, and how a load checks it, is the library's
 //! (`store::build_key`); this module only moves bytes. All integers are little-endian.
 //!
-//! Entry: `magic "CLSHIMNB"` · `version u32` (2) · `flags u32` (0) · `key u64` ·
+//! Entry: `magic "CLSHIMNB"` · `version u32` (3) · `flags u32` (0) · `key u64` ·
 //! `fingerprint u64` · `driver u64` · `key text length u64` · `payload length u64` ·
 //! `key text checksum u64` · `payload checksum u64` · `header checksum u64` (of the 72
 //! bytes before it) · key text · payload: `build log length u64` · the build log the
-//! driver gave the build (per device) · the driver's binary. The file is named
-//! `<key as 16 hex digits>.bin`.
+//! driver gave the build (per device) · `kernel attributes length u64` · each kernel's
+//! name and `CL_KERNEL_ATTRIBUTES` (`name NUL attributes NUL`, in turn) · the driver's
+//! binary. The file is named `<key as 16 hex digits>.bin`.
 //!
 //! Request: `magic "CLSHIMRQ"` · `version u32` (1) · `flags u32` (0) · `key u64` ·
 //! `fingerprint u64` · `driver u64` · `recipe length u64` · recipe · `cwd length u64` ·
@@ -22,7 +23,7 @@
 use crate::hash::Fnv1a;
 
 pub const ENTRY_MAGIC: &[u8; 8] = b"CLSHIMNB";
-pub const ENTRY_VERSION: u32 = 2;
+pub const ENTRY_VERSION: u32 = 3;
 /// The entry header's length: magic, version, flags, eight u64 fields, its checksum.
 pub const ENTRY_HEADER: usize = 8 + 4 + 4 + 8 * 8;
 /// The largest entry a reader accepts: far beyond a real program's binary, small enough
@@ -239,27 +240,57 @@ pub fn open_entry(bytes: &[u8]) -> Result<(EntryHeader, &[u8], &[u8]), String> {
     Ok((h, text, payload))
 }
 
-/// An entry's payload: the build log the driver gave the build, then its binary.
-pub fn encode_payload(log: &[u8], binary: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(8 + log.len() + binary.len());
-    out.extend_from_slice(&(log.len() as u64).to_le_bytes());
-    out.extend_from_slice(log);
-    out.extend_from_slice(binary);
-    out
+/// What an entry holds besides its key: what the driver answers of the build from source
+/// (its log, each kernel's attribute string, which pocl's binaries do not carry), and the
+/// driver's binary.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Payload {
+    pub log: Vec<u8>,
+    /// (kernel name, `CL_KERNEL_ATTRIBUTES`), neither holding a NUL.
+    pub attributes: Vec<(Vec<u8>, Vec<u8>)>,
+    pub binary: Vec<u8>,
 }
 
-/// The build log and the binary of a payload; Err when it cannot be one, or holds no
-/// binary.
-pub fn decode_payload(payload: &[u8]) -> Result<(&[u8], &[u8]), String> {
-    if payload.len() < 8 {
-        return Err("a payload without its build log's length".into());
+impl Payload {
+    pub fn encode(&self) -> Vec<u8> {
+        let attrs: Vec<u8> = self
+            .attributes
+            .iter()
+            .flat_map(|(n, a)| n.iter().chain(&[0]).chain(a).chain(&[0]).copied())
+            .collect();
+        let mut out = Vec::with_capacity(16 + self.log.len() + attrs.len() + self.binary.len());
+        for part in [&self.log, &attrs] {
+            out.extend_from_slice(&(part.len() as u64).to_le_bytes());
+            out.extend_from_slice(part);
+        }
+        out.extend_from_slice(&self.binary);
+        out
     }
-    let n = u64_at(payload, 0);
-    let rest = &payload[8..];
-    if n >= rest.len() as u64 {
-        return Err(format!("a build log of {n} bytes in {} bytes", rest.len()));
+
+    /// A payload, or why its bytes cannot be one (or hold no binary).
+    pub fn decode(bytes: &[u8]) -> Result<Payload, String> {
+        let mut r = Reader { b: bytes, at: 0 };
+        let log = r.bytes_u64()?;
+        let attrs = r.bytes_u64()?;
+        let binary = bytes[r.at..].to_vec();
+        if binary.is_empty() {
+            return Err("a payload without a binary".into());
+        }
+        let fields: Vec<&[u8]> = attrs.split(|&b| b == 0).collect();
+        // `name NUL attributes NUL` pairs: an even number of fields and one empty one last.
+        if fields.last() != Some(&&[][..]) || fields.len() % 2 != 1 {
+            return Err("kernel attributes cut short".into());
+        }
+        let attributes = fields[..fields.len() - 1]
+            .chunks(2)
+            .map(|p| (p[0].to_vec(), p[1].to_vec()))
+            .collect();
+        Ok(Payload {
+            log,
+            attributes,
+            binary,
+        })
     }
-    Ok(rest.split_at(n as usize))
 }
 
 /// What a later process needs to make a build again.
@@ -437,21 +468,40 @@ mod tests {
     }
 
     #[test]
-    fn a_payload_holds_a_log_and_a_binary() {
-        let p = encode_payload(b"warning: w", b"ELF");
-        assert_eq!(
-            decode_payload(&p).unwrap(),
-            (&b"warning: w"[..], &b"ELF"[..])
-        );
-        assert_eq!(decode_payload(&encode_payload(b"", b"x")).unwrap().1, b"x");
+    fn a_payload_holds_a_log_attributes_and_a_binary() {
+        let p = Payload {
+            log: b"warning: w".to_vec(),
+            attributes: vec![
+                (
+                    b"k".to_vec(),
+                    b"__attribute__((vec_type_hint(uint4)))".to_vec(),
+                ),
+                (b"plain".to_vec(), Vec::new()),
+            ],
+            binary: b"ELF".to_vec(),
+        };
+        assert_eq!(Payload::decode(&p.encode()).unwrap(), p);
+        let none = Payload {
+            binary: b"x".to_vec(),
+            ..Payload::default()
+        };
+        assert_eq!(Payload::decode(&none.encode()).unwrap(), none);
         assert!(
-            decode_payload(&encode_payload(b"log", b"")).is_err(),
+            Payload::decode(&Payload::default().encode()).is_err(),
             "no binary"
         );
-        assert!(decode_payload(b"short").is_err());
-        let mut long = p.clone();
-        long[0] = 0xff;
-        assert!(decode_payload(&long).is_err());
+        let bytes = p.encode();
+        for cut in 0..17 {
+            assert!(Payload::decode(&bytes[..cut]).is_err(), "{cut}");
+        }
+        // Attributes without their last NUL, or a name without its attributes.
+        for attrs in [&b"k\0a"[..], b"k\0"] {
+            let mut odd = 0u64.to_le_bytes().to_vec();
+            odd.extend_from_slice(&(attrs.len() as u64).to_le_bytes());
+            odd.extend_from_slice(attrs);
+            odd.extend_from_slice(b"x");
+            assert!(Payload::decode(&odd).is_err(), "{attrs:?}");
+        }
     }
 
     #[test]
