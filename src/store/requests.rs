@@ -14,7 +14,7 @@
 use super::build_key::{BuildKey, CompileEnv};
 use super::files;
 use super::Store;
-use clshim_format::store::{entry_name, request_name, Request, REQUESTS};
+use clshim_format::store::{entry_name, request_name, set_aside_name, Request, REQUESTS};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -55,6 +55,9 @@ pub fn leave(
         let name = request_name(key.key);
         if files::exists(&req, &name) {
             return Ok("already requested");
+        }
+        if files::exists(&req, &set_aside_name(key.key)) {
+            return Ok("set aside: making it crashed a warm step's driver");
         }
         let bytes = request.encode();
         let n = bytes.len() as u64;

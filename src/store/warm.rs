@@ -6,7 +6,7 @@
 //! groups the requests by working directory and environment (a driver reads its
 //! environment once, when it starts), starts one worker per group in that directory with
 //! that environment (so pocl's kernel cache is the application's, and the compiles it
-//! holds are reused), and the worker calls [`clshim_warm_v2`] here, so programs are made
+//! holds are reused), and the worker calls [`clshim_warm_v3`] here, so programs are made
 //! again with the very code that loads clshim binaries (`binary_load::recreate`) and keyed
 //! with the same `BuildKey`. The OpenCL loader is opened at run time; nothing links it.
 //!
@@ -27,7 +27,7 @@ use crate::cl::*;
 use crate::devices::DeviceFacts;
 use crate::dispatch::Route;
 use crate::recipe::{Kind, Recipe};
-use clshim_format::store::{self as format, Request, REQUESTS};
+use clshim_format::store::{self as format, Request, WarmEvent, REQUESTS};
 use std::ffi::{c_char, c_void, CStr};
 use std::path::{Path, PathBuf};
 
@@ -57,25 +57,8 @@ const STALE_CLAIM_SECONDS: i64 = 3600;
 /// gone, or its driver changed: a later run asks again).
 const STALE_FOREIGN_SECONDS: i64 = 7 * 24 * 3600;
 
-/// What one worker did, for the command's summary line (the command reads the same
-/// layout).
-#[repr(C)]
-#[derive(Default, Debug)]
-pub struct WarmStats {
-    /// Entries written.
-    pub made: u64,
-    /// Requests whose entry existed already.
-    pub present: u64,
-    /// Requests another process holds.
-    pub claimed: u64,
-    /// Requests for a device or driver build this host does not have, left in place.
-    pub foreign: u64,
-    /// Requests removed as damaged, or whose program the driver would not make.
-    pub failed: u64,
-    /// Requests removed because their build's key differs now (a file it includes
-    /// changed since it was left).
-    pub stale: u64,
-}
+/// Where a worker reports each request's events (`WarmEvent`) as they happen.
+pub type Report = unsafe extern "C" fn(event: u32, key: u64);
 
 /// The loader's entry points the step needs besides those of the objects' tables.
 struct Loader {
@@ -353,7 +336,7 @@ unsafe fn binary_in(
     result
 }
 
-fn warm(store_path: PathBuf, group: u64, stats: &mut WarmStats) -> Result<(), String> {
+fn warm(store_path: PathBuf, group: u64, report: &dyn Fn(WarmEvent, u64)) -> Result<(), String> {
     let dir =
         files::open_dir(&store_path, true).map_err(|e| format!("{}: {e}", store_path.display()))?;
     let req_path = store_path.join(REQUESTS);
@@ -385,36 +368,43 @@ fn warm(store_path: PathBuf, group: u64, stats: &mut WarmStats) -> Result<(), St
                 // it (a request is renamed into place whole, so that never shows here).
                 eprintln!("clshim warm: {name}: {why}; removed");
                 files::remove(&req, &name);
-                stats.failed += 1;
+                report(
+                    WarmEvent::Failed,
+                    format::key_of_name(&name, ".req").unwrap_or(0),
+                );
             }
         }
     }
     for (name, mtime, request) in todo {
         let claim_name = format!("{}.claim", name.trim_end_matches(".req"));
         if !claim(&req, &claim_name, &host) {
-            stats.claimed += 1;
+            report(WarmEvent::Claimed, request.key);
             continue;
         }
+        // Before the driver sees it: should the driver kill this process, the command
+        // knows which request did.
+        report(WarmEvent::Begin, request.key);
         // SAFETY: the loader's functions and devices it listed.
         let outcome = unsafe { one(&loader, &mut devices, &dir, &request, &env, &cwd) };
         let keep = matches!(outcome, Outcome::Foreign) && now() - mtime <= STALE_FOREIGN_SECONDS;
-        match outcome {
-            Outcome::Made => stats.made += 1,
-            Outcome::Present => stats.present += 1,
-            Outcome::Foreign => stats.foreign += 1,
+        let event = match outcome {
+            Outcome::Made => WarmEvent::Made,
+            Outcome::Present => WarmEvent::Present,
+            Outcome::Foreign => WarmEvent::Foreign,
             Outcome::Stale(why) => {
                 eprintln!("clshim warm: {name}: stale ({why}); removed");
-                stats.stale += 1;
+                WarmEvent::Stale
             }
             Outcome::Failed(why) => {
                 eprintln!("clshim warm: {name}: {why}");
-                stats.failed += 1;
+                WarmEvent::Failed
             }
-        }
+        };
         if !keep {
             files::remove(&req, &name);
         }
         files::remove(&req, &claim_name);
+        report(event, request.key);
     }
     for d in &devices {
         if let Some(ctx) = d.context {
@@ -535,17 +525,18 @@ fn mark_source(dir: &Fd, recipe: &Recipe) {
 
 /// A worker of the warm step, for the `clshim` command: `store` (a NUL-terminated path)
 /// is the native store; the worker makes the requests of `group` (`Request::group`), in
-/// this process's working directory and environment, which the command set to theirs;
-/// `stats` (may be NULL) receives what was done. Returns 0, or 1 when the worker could not
-/// run (the reason on stderr). Never unwinds.
+/// this process's working directory and environment, which the command set to theirs,
+/// and calls `report` (may be NULL) with each request's events (`WarmEvent` as u32, and
+/// the request's key) as they happen. Returns 0, or 1 when the worker could not run (the
+/// reason on stderr). Never unwinds.
 ///
 /// # Safety
-/// `store` is a NUL-terminated string; `stats` is NULL or writable.
+/// `store` is a NUL-terminated string; `report` is NULL or callable from this thread.
 #[no_mangle]
-pub unsafe extern "C" fn clshim_warm_v2(
+pub unsafe extern "C" fn clshim_warm_v3(
     store: *const c_char,
     group: u64,
-    stats: *mut WarmStats,
+    report: Option<Report>,
 ) -> i32 {
     if store.is_null() {
         return 1;
@@ -553,13 +544,14 @@ pub unsafe extern "C" fn clshim_warm_v2(
     // SAFETY: a NUL-terminated string (this function's contract).
     let bytes = unsafe { CStr::from_ptr(store) }.to_bytes();
     let path = PathBuf::from(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(bytes));
-    let mut s = WarmStats::default();
-    let result = crate::guard::catch(|| warm(path, group, &mut s))
+    let tell = |event: WarmEvent, key: u64| {
+        if let Some(f) = report {
+            // SAFETY: callable (this function's contract).
+            unsafe { f(event as u32, key) };
+        }
+    };
+    let result = crate::guard::catch(|| warm(path, group, &tell))
         .unwrap_or_else(|| Err("internal error".into()));
-    if !stats.is_null() {
-        // SAFETY: writable (this function's contract).
-        unsafe { stats.write(s) };
-    }
     match result {
         Ok(()) => 0,
         Err(why) => {

@@ -7,7 +7,9 @@
  * output, and after the build its build options and its kernel's first argument name
  * (as the driver answers them: pocl gives argument names only to a program built with
  * -cl-kernel-arg-info). --seed=N changes the source; the build options are "-DSCALE=3",
- * and --load-options=OPTS gives the load's build other ones. */
+ * --load-options=OPTS gives the load's build other ones, --name-length=N pads the
+ * kernel's name ("cube") with underscores to N characters, and --no-run saves without
+ * running the kernel (pocl cannot launch kernels with very long names). */
 #include "cltest.h"
 
 static unsigned char *read_file(const char *path, size_t *len) {
@@ -36,13 +38,17 @@ int main(int argc, char **argv) {
     const char *save = arg_value(argc, argv, "--save");
     const char *load = arg_value(argc, argv, "--load");
     int compile_link = has_arg(argc, argv, "--compile-link");
-    char src[512];
+    const char *length = arg_value(argc, argv, "--name-length");
+    char name[1024] = "cube";
+    size_t want = length ? (size_t)atoi(length) : 0;
+    for (size_t i = strlen(name); i < want && i + 1 < sizeof name; i++) name[i] = '_';
+    char src[2048];
     snprintf(src, sizeof src,
-             "__kernel void cube(__global int *out) {\n"
+             "__kernel void %s(__global int *out) {\n"
              "    int i = get_global_id(0);\n"
              "    out[i] = SCALE * i * i * i + %s;\n"
              "}\n",
-             seed ? seed : "5");
+             name, seed ? seed : "5");
     const char *options = "-DSCALE=3";
     cl_platform_id plat;
     cl_device_id dev;
@@ -62,7 +68,7 @@ int main(int argc, char **argv) {
         } else {
             build_or_die(prog, dev, options);
         }
-        run_int_kernel(ctx, dev, prog, "cube", 6, "source");
+        if (!has_arg(argc, argv, "--no-run")) run_int_kernel(ctx, dev, prog, name, 6, "source");
         size_t size = 0;
         CHECK(clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL));
         unsigned char *bin = malloc(size ? size : 1);
@@ -100,7 +106,7 @@ int main(int argc, char **argv) {
                                           NULL);
         printf("options: %s [%s]\n", cl_err_name(eo), opts);
         if (b == CL_SUCCESS) {
-            cl_kernel k = clCreateKernel(p, "cube", &err);
+            cl_kernel k = clCreateKernel(p, name, &err);
             CHECK(err);
             char arg[64] = "";
             cl_int ea = clGetKernelArgInfo(k, 0, CL_KERNEL_ARG_NAME, sizeof arg - 1, arg, NULL);
@@ -112,7 +118,7 @@ int main(int argc, char **argv) {
         cl_int e = clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log,
                                          &log_len);
         printf("log: %s [%s]\n", cl_err_name(e), log);
-        if (b == CL_SUCCESS) run_int_kernel(ctx, dev, p, "cube", 6, "binary");
+        if (b == CL_SUCCESS) run_int_kernel(ctx, dev, p, name, 6, "binary");
         CHECK(clReleaseProgram(p));
         free(bin);
     }

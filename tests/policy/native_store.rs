@@ -527,3 +527,45 @@ fn a_warm_step_with_nothing_to_make_says_why() {
         "{err}"
     );
 }
+
+/// A request whose build crashes the driver in the warm step costs that request only:
+/// pocl 3.1 aborts making the binary of a kernel named with 256 characters or more (the
+/// OpenCL CTS's `kernel_name_size` found it, and every later warm step died on the same
+/// request). The step names the request, sets it aside, makes the others in a new
+/// worker, counts them all, and no later run asks for that build again.
+#[test]
+fn a_request_that_crashes_the_driver_is_set_aside_and_the_rest_made() {
+    let bin = client();
+    let d = scratch("native-crash");
+    let store = d.path("store");
+    let long = ["--name-length=300", "--no-run"];
+    for args in [&["--seed=1"][..], &long, &["--seed=2"], &["--seed=3"]] {
+        substitute_save(&bin, &d, &store, args);
+    }
+    assert_eq!(requests(&store).len(), 4);
+    let out = warm(&store);
+    let err = stderr(&out);
+    assert!(
+        err.contains("the driver crashed (SIGABRT) making request")
+            && err.contains("set aside, and not asked for again for a week"),
+        "pocl 3.1 aborts on a 300-character kernel name; a pocl that no longer does needs \
+         another crash for this test: {err}"
+    );
+    assert!(
+        err.contains(": 3 made,") && err.contains(" 1 failed,"),
+        "{err}"
+    );
+    assert_eq!(entries(&store).len(), 3);
+    assert!(requests(&store).is_empty(), "{:?}", requests(&store));
+    let left = store_files(&store.join("requests"), "");
+    assert!(
+        left.len() == 1 && s(&left[0]).ends_with(".set-aside"),
+        "only the mark is left: {left:?}"
+    );
+    // The application's run itself never crashed (clshim answered its binary query), and
+    // runs again without leaving the request.
+    substitute_save(&bin, &d, &store, &long);
+    assert!(requests(&store).is_empty());
+    let again = warm(&store);
+    assert!(!stderr(&again).contains("crashed"), "{}", stderr(&again));
+}

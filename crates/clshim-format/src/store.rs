@@ -93,6 +93,80 @@ pub fn request_name(key: u64) -> String {
     format!("{key:016x}.req")
 }
 
+/// The file name of the mark of a build whose request killed a warm worker (its driver
+/// crashed making it): no process leaves a request for it again while the mark lasts (a
+/// week), so that warm steps do not crash on it every time.
+pub fn set_aside_name(key: u64) -> String {
+    format!("{key:016x}.set-aside")
+}
+
+/// How long a set-aside mark lasts, in seconds.
+pub const SET_ASIDE_SECONDS: i64 = 7 * 24 * 3600;
+
+/// What a warm worker reports of each request as it goes, one line each on its standard
+/// output, so that a worker its driver kills loses no count and names the request it was
+/// making.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum WarmEvent {
+    /// The worker claimed the request and starts making it.
+    Begin = 0,
+    Made = 1,
+    /// Its entry existed already.
+    Present = 2,
+    /// Another process holds it.
+    Claimed = 3,
+    /// For a device or driver build this host does not have; left in place.
+    Foreign = 4,
+    /// Removed as damaged, or the driver would not make its program.
+    Failed = 5,
+    /// Removed: its build's key differs now (a file it includes changed).
+    Stale = 6,
+}
+
+impl WarmEvent {
+    const ALL: [WarmEvent; 7] = [
+        WarmEvent::Begin,
+        WarmEvent::Made,
+        WarmEvent::Present,
+        WarmEvent::Claimed,
+        WarmEvent::Foreign,
+        WarmEvent::Failed,
+        WarmEvent::Stale,
+    ];
+
+    pub fn from_u32(v: u32) -> Option<WarmEvent> {
+        Self::ALL.get(v as usize).copied()
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WarmEvent::Begin => "begin",
+            WarmEvent::Made => "made",
+            WarmEvent::Present => "present",
+            WarmEvent::Claimed => "claimed",
+            WarmEvent::Foreign => "foreign",
+            WarmEvent::Failed => "failed",
+            WarmEvent::Stale => "stale",
+        }
+    }
+
+    /// The worker's line for this event on the request `key`.
+    pub fn line(self, key: u64) -> String {
+        format!("clshim-warm {} {key:016x}", self.name())
+    }
+
+    /// The event and key of a worker's line; None for any other line.
+    pub fn parse_line(line: &str) -> Option<(WarmEvent, u64)> {
+        let mut words = line.strip_prefix("clshim-warm ")?.split(' ');
+        let (name, key, None) = (words.next()?, words.next()?, words.next()) else {
+            return None;
+        };
+        let event = Self::ALL.into_iter().find(|e| e.name() == name)?;
+        Some((event, key_of_name(key, "")?))
+    }
+}
+
 /// The key a store file name stands for: 16 lower-case hex digits and `suffix`.
 pub fn key_of_name(name: &str, suffix: &str) -> Option<u64> {
     let hex = name.strip_suffix(suffix)?;
@@ -501,6 +575,27 @@ mod tests {
             odd.extend_from_slice(attrs);
             odd.extend_from_slice(b"x");
             assert!(Payload::decode(&odd).is_err(), "{attrs:?}");
+        }
+    }
+
+    #[test]
+    fn warm_events_round_trip_as_lines() {
+        for v in 0..7 {
+            let e = WarmEvent::from_u32(v).unwrap();
+            assert_eq!(e as u32, v);
+            assert_eq!(
+                WarmEvent::parse_line(&e.line(0x0123_4567_89ab_cdef)),
+                Some((e, 0x0123_4567_89ab_cdef))
+            );
+        }
+        assert_eq!(WarmEvent::from_u32(7), None);
+        for bad in [
+            "clshim-warm made 0123",
+            "clshim-warm made 0123456789abcdef extra",
+            "clshim-warm sung 0123456789abcdef",
+            "warm made 0123456789abcdef",
+        ] {
+            assert_eq!(WarmEvent::parse_line(bad), None, "{bad}");
         }
     }
 

@@ -11,11 +11,14 @@
 //! are ever removed), and `run --warm`, which hands the step to a background process when
 //! the command ends so the job is never held. The command links neither the library nor
 //! OpenCL: a worker opens the library it finds as `clshim run` does and calls
-//! `clshim_warm_v2`.
+//! `clshim_warm_v3`. A worker reports each request as it goes: when its driver kills it
+//! (pocl 3.1 aborts making the binary of a kernel named with 256 characters or more), the
+//! command sets the request it was making aside, says so, and starts another worker for
+//! the rest of the group.
 
 use crate::controls::{self, Value};
 use crate::library::{absolute, cannot_run, find_library, RunError};
-use clshim_format::store::{self as format, EntryHeader, Request};
+use clshim_format::store::{self as format, EntryHeader, Request, WarmEvent};
 use std::collections::BTreeMap;
 use std::ffi::{c_char, CString, OsStr, OsString};
 use std::io::Read;
@@ -56,9 +59,8 @@ impl Settings {
     }
 }
 
-/// A worker's summary (`WarmStats` in src/store/warm.rs, the same layout).
-#[repr(C)]
-#[derive(Default, Debug, Clone, Copy)]
+/// What the step's workers did, counted from the events they report (`WarmEvent`).
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
 struct WarmStats {
     made: u64,
     present: u64,
@@ -69,48 +71,6 @@ struct WarmStats {
 }
 
 impl WarmStats {
-    const NAMES: [&'static str; 6] = ["made", "present", "claimed", "foreign", "failed", "stale"];
-
-    fn values(&self) -> [u64; 6] {
-        [
-            self.made,
-            self.present,
-            self.claimed,
-            self.foreign,
-            self.failed,
-            self.stale,
-        ]
-    }
-
-    /// The line a worker prints on its standard output for the command that started it.
-    fn line(&self) -> String {
-        let parts: Vec<String> = Self::NAMES
-            .iter()
-            .zip(self.values())
-            .map(|(n, v)| format!("{n}={v}"))
-            .collect();
-        format!("clshim-warm-stats {}", parts.join(" "))
-    }
-
-    fn parse(line: &str) -> Option<WarmStats> {
-        let rest = line.strip_prefix("clshim-warm-stats ")?;
-        let mut s = WarmStats::default();
-        for word in rest.split_whitespace() {
-            let (k, v) = word.split_once('=')?;
-            let v: u64 = v.parse().ok()?;
-            match k {
-                "made" => s.made = v,
-                "present" => s.present = v,
-                "claimed" => s.claimed = v,
-                "foreign" => s.foreign = v,
-                "failed" => s.failed = v,
-                "stale" => s.stale = v,
-                _ => {}
-            }
-        }
-        Some(s)
-    }
-
     fn add(&mut self, o: WarmStats) {
         self.made += o.made;
         self.present += o.present;
@@ -119,9 +79,48 @@ impl WarmStats {
         self.failed += o.failed;
         self.stale += o.stale;
     }
+
+    fn count(&mut self, e: WarmEvent) {
+        match e {
+            WarmEvent::Begin => {}
+            WarmEvent::Made => self.made += 1,
+            WarmEvent::Present => self.present += 1,
+            WarmEvent::Claimed => self.claimed += 1,
+            WarmEvent::Foreign => self.foreign += 1,
+            WarmEvent::Failed => self.failed += 1,
+            WarmEvent::Stale => self.stale += 1,
+        }
+    }
 }
 
-type WarmFn = unsafe extern "C" fn(*const c_char, u64, *mut WarmStats) -> i32;
+/// What one worker's standard output says it did: the counts, and the request it had
+/// begun and not finished (the one its death, if it died, is laid to).
+fn read_events(stdout: &[u8]) -> (WarmStats, Option<u64>) {
+    let mut stats = WarmStats::default();
+    let mut in_flight = None;
+    for line in String::from_utf8_lossy(stdout).lines() {
+        let Some((event, key)) = WarmEvent::parse_line(line) else {
+            continue;
+        };
+        stats.count(event);
+        in_flight = (event == WarmEvent::Begin).then_some(key);
+    }
+    (stats, in_flight)
+}
+
+type WarmFn = unsafe extern "C" fn(*const c_char, u64, Option<Report>) -> i32;
+type Report = unsafe extern "C" fn(u32, u64);
+
+/// A worker's report of one event: a line on its standard output, for the command that
+/// started it (written at once: a driver may kill the worker next).
+unsafe extern "C" fn report_event(event: u32, key: u64) {
+    if let Some(e) = WarmEvent::from_u32(event) {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{}", e.line(key));
+        let _ = out.flush();
+    }
+}
 
 /// Lowers this process to idle priority (each part where the system has it).
 fn idle_priority() {
@@ -271,6 +270,11 @@ fn enforce_cap(store: &Path, max: u64) -> u64 {
                 let _ = std::fs::remove_file(&path);
                 continue;
             }
+            let set_aside = format::key_of_name(name, ".set-aside").is_some();
+            if set_aside && m.is_file() && now - m.mtime() > format::SET_ASIDE_SECONDS {
+                let _ = std::fs::remove_file(&path);
+                continue;
+            }
             if sub != store || format::key_of_name(name, ".bin").is_none() || !m.is_file() {
                 continue;
             }
@@ -320,9 +324,17 @@ fn enforce_cap(store: &Path, max: u64) -> u64 {
 }
 
 /// A worker: the library's step for one group, in this process (whose directory and
-/// environment the command set). Prints its stats line on standard output.
+/// environment the command set). Prints each request's events on standard output.
 fn worker(lib: &Path, store: &Path, group: u64) -> i32 {
     idle_priority();
+    // A driver that crashes on a request kills the worker: no core file in the
+    // application's directory for it (the command says which request did it).
+    let none = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a plain value for this process's own limit.
+    unsafe { libc::setrlimit(libc::RLIMIT_CORE, &none) };
     let Ok(path) = CString::new(lib.as_os_str().as_bytes()) else {
         eprintln!("clshim warm: the library path holds a NUL byte");
         return 1;
@@ -335,7 +347,7 @@ fn worker(lib: &Path, store: &Path, group: u64) -> i32 {
         return 1;
     }
     // SAFETY: an open handle and a NUL-terminated name.
-    let f = unsafe { libc::dlsym(handle, b"clshim_warm_v2\0".as_ptr() as *const c_char) };
+    let f = unsafe { libc::dlsym(handle, b"clshim_warm_v3\0".as_ptr() as *const c_char) };
     if f.is_null() {
         eprintln!(
             "clshim warm: {} has no warm step of this version (another clshim library?)",
@@ -343,17 +355,14 @@ fn worker(lib: &Path, store: &Path, group: u64) -> i32 {
         );
         return 1;
     }
-    // SAFETY: the library's clshim_warm_v2, of this type (src/store/warm.rs).
+    // SAFETY: the library's clshim_warm_v3, of this type (src/store/warm.rs).
     let warm: WarmFn = unsafe { std::mem::transmute::<*mut libc::c_void, WarmFn>(f) };
     let Ok(store_c) = CString::new(store.as_os_str().as_bytes()) else {
         eprintln!("clshim warm: the store path holds a NUL byte");
         return 1;
     };
-    let mut stats = WarmStats::default();
-    // SAFETY: a NUL-terminated path and a writable summary.
-    let ret = unsafe { warm(store_c.as_ptr(), group, &mut stats) };
-    println!("{}", stats.line());
-    ret
+    // SAFETY: a NUL-terminated path and a report function callable from any thread.
+    unsafe { warm(store_c.as_ptr(), group, Some(report_event)) }
 }
 
 /// Why a store held nothing to make, in words for the user.
@@ -377,6 +386,90 @@ fn nothing_to_make(store: &Path) -> String {
          binaries: give it --program-cache.",
         store.display()
     )
+}
+
+/// How many requests one step sets aside (each after a worker's crash) before it stops.
+const MAX_SET_ASIDE: usize = 64;
+
+/// Signals a crash raises, as opposed to one a person or the system sends.
+const CRASH_SIGNALS: [(i32, &str); 6] = [
+    (libc::SIGABRT, "SIGABRT"),
+    (libc::SIGSEGV, "SIGSEGV"),
+    (libc::SIGBUS, "SIGBUS"),
+    (libc::SIGFPE, "SIGFPE"),
+    (libc::SIGILL, "SIGILL"),
+    (libc::SIGTRAP, "SIGTRAP"),
+];
+
+enum Finished {
+    Done,
+    /// The worker could not run, or was stopped from outside; the step fails.
+    Failed,
+    /// The driver crashed the worker on a request, which is set aside: the group goes
+    /// again for the rest.
+    SetAside,
+}
+
+/// Waits for a worker and counts what it reports. When its driver crashed it while it
+/// made a request, that request is set aside: removed with its claim, and marked so that
+/// no process leaves it again for a week (`format::set_aside_name`), since every warm step
+/// would crash on it again.
+fn finish(child: std::process::Child, store: &Path, g: &Group, total: &mut WarmStats) -> Finished {
+    use std::os::unix::process::ExitStatusExt;
+    let out = match child.wait_with_output() {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("clshim warm: lost a worker: {e}");
+            return Finished::Failed;
+        }
+    };
+    let (stats, in_flight) = read_events(&out.stdout);
+    total.add(stats);
+    if out.status.success() {
+        return Finished::Done;
+    }
+    let crash = out
+        .status
+        .signal()
+        .and_then(|sig| CRASH_SIGNALS.iter().find(|(s, _)| *s == sig));
+    match (crash, in_flight) {
+        (Some((_, name)), Some(key)) => {
+            let dir = store.join(format::REQUESTS);
+            let _ = std::fs::remove_file(dir.join(format::request_name(key)));
+            let _ = std::fs::remove_file(dir.join(format!("{key:016x}.claim")));
+            let marked = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(dir.join(format::set_aside_name(key)));
+            eprintln!(
+                "clshim warm: the driver crashed ({name}) making request {key:016x} (from {}): \
+                 set aside{}; the rest of its group goes on",
+                g.cwd.display(),
+                if marked.is_ok() {
+                    ", and not asked for again for a week"
+                } else {
+                    ""
+                }
+            );
+            total.failed += 1;
+            Finished::SetAside
+        }
+        _ => {
+            let how = match out.status.signal() {
+                Some(sig) => format!("killed by signal {sig}"),
+                None => format!("exit status {}", out.status.code().unwrap_or(-1)),
+            };
+            eprintln!(
+                "clshim warm: the worker for {} requests in {} ended ({how})",
+                g.requests,
+                g.cwd.display()
+            );
+            Finished::Failed
+        }
+    }
 }
 
 /// `clshim warm`. Returns the exit status: 0 done (a request that failed is reported, not
@@ -410,27 +503,13 @@ pub fn warm_main(o: crate::cli::WarmOpts) -> i32 {
     };
     let mut status = 0;
     let mut queue: Vec<(u64, Group)> = groups.into_iter().collect();
-    let mut running: Vec<std::process::Child> = Vec::new();
-    let finish = |child: std::process::Child, total: &mut WarmStats, status: &mut i32| match child
-        .wait_with_output()
-    {
-        Ok(out) => {
-            for line in String::from_utf8_lossy(&out.stdout).lines() {
-                if let Some(st) = WarmStats::parse(line) {
-                    total.add(st);
-                }
-            }
-            if !out.status.success() {
-                *status = 1;
-            }
-        }
-        Err(_) => *status = 1,
-    };
+    let mut running: Vec<(std::process::Child, u64, Group)> = Vec::new();
+    let mut set_aside = 0;
     while !queue.is_empty() || !running.is_empty() {
         while running.len() < o.jobs {
             let Some((group, g)) = queue.pop() else { break };
             match worker_command(&me, store, &lib, group, &g).spawn() {
-                Ok(c) => running.push(c),
+                Ok(c) => running.push((c, group, g)),
                 Err(e) => {
                     eprintln!(
                         "clshim warm: {} requests in {}: cannot start a worker there: {e}",
@@ -444,8 +523,25 @@ pub fn warm_main(o: crate::cli::WarmOpts) -> i32 {
         if running.is_empty() {
             break;
         }
-        let child = running.remove(0);
-        finish(child, &mut total, &mut status);
+        let (child, group, g) = running.remove(0);
+        match finish(child, store, &g, &mut total) {
+            Finished::Done => {}
+            Finished::Failed => status = 1,
+            // Each new worker has one request fewer to crash on, so this ends; the bound
+            // only caps the time a driver that crashes on everything can take.
+            Finished::SetAside if set_aside < MAX_SET_ASIDE => {
+                set_aside += 1;
+                queue.push((group, g));
+            }
+            Finished::SetAside => {
+                eprintln!(
+                    "clshim warm: {MAX_SET_ASIDE} requests crashed their workers: the rest of \
+                     {} waits for the next warm step",
+                    g.cwd.display()
+                );
+                status = 1;
+            }
+        }
     }
     let evicted = enforce_cap(store, s.max);
     if waiting == 0 && total.failed == 0 {
@@ -601,17 +697,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stats_lines_round_trip() {
-        let s = WarmStats {
-            made: 3,
-            present: 1,
-            claimed: 0,
-            foreign: 2,
-            failed: 5,
-            stale: 7,
-        };
-        let back = WarmStats::parse(&s.line()).unwrap();
-        assert_eq!(back.values(), s.values());
-        assert!(WarmStats::parse("made=1").is_none());
+    fn events_count_and_name_the_request_in_flight() {
+        let line = |e: WarmEvent, k| e.line(k) + "\n";
+        let out = [
+            line(WarmEvent::Claimed, 1),
+            line(WarmEvent::Begin, 2),
+            line(WarmEvent::Made, 2),
+            "pocl: some text of the driver's\n".to_string(),
+            line(WarmEvent::Begin, 3),
+            line(WarmEvent::Failed, 3),
+            line(WarmEvent::Begin, 4),
+        ]
+        .concat();
+        let (stats, in_flight) = read_events(out.as_bytes());
+        assert_eq!(
+            stats,
+            WarmStats {
+                made: 1,
+                claimed: 1,
+                failed: 1,
+                ..WarmStats::default()
+            }
+        );
+        assert_eq!(in_flight, Some(4));
+        let (_, done) = read_events(line(WarmEvent::Begin, 5).replace("\n", "").as_bytes());
+        assert_eq!(
+            done,
+            Some(5),
+            "a last line cut short of its newline still counts"
+        );
+        let (_, none) = read_events(b"");
+        assert_eq!(none, None);
     }
 }
