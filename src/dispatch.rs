@@ -177,6 +177,8 @@ macro_rules! accessors {
             /// # Safety
             /// `obj` must be NULL or a live ICD object.
             #[inline]
+            // The warm step (not built for macOS) is the one user of a few.
+            #[cfg_attr(target_os = "macos", allow(dead_code))]
             pub unsafe fn $acc(self, obj: Handle) -> Option<$ty> {
                 // SAFETY: `obj` is NULL or a live ICD object (this function's contract); the
                 // table's row that names this accessor pairs this slot with this type.

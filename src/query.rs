@@ -240,6 +240,7 @@ pub unsafe fn kernel_text(route: Route, kernel: cl_kernel, param: cl_uint) -> Op
     Some(bytes)
 }
 
+#[cfg(not(target_os = "macos"))]
 /// Each kernel of a built program with its `CL_KERNEL_ATTRIBUTES`, for those the driver
 /// answers.
 ///
