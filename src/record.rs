@@ -449,8 +449,9 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str) -> String {
 /// The summary's words for a process that asked for no binary (pyopencl 2024.2.3 and newer
 /// on pocl keep no binary cache): the policies, `clshim warm` and `clshim unsubstitute`
 /// have nothing to act on.
-pub const NO_BINARY_QUERY: &str = ": no binary query, so no policy had anything to act on \
-     (the application keeps no binaries); clshim measured builds and first launches only";
+pub const NO_BINARY_QUERY: &str = ": no binary query, so no binary policy had anything to act \
+     on (the application keeps no binaries; --program-cache with --warm serves its source \
+     builds from the native store); clshim measured builds and first launches only";
 
 #[cfg(test)]
 mod tests {

@@ -307,8 +307,9 @@ fn builds_without_binary_queries_are_said_to_leave_the_policies_nothing() {
     assert!(
         words.contains(
             "note: no binary queries: the applications asked for no program binaries \
-             (pyopencl 2024.2.3 and newer keep none on pocl), so --binaries substitute, --warm \
-             and clshim unsubstitute have nothing to act on here."
+             (pyopencl 2024.2.3 and newer keep none on pocl), so --binaries substitute and \
+             clshim unsubstitute have nothing to act on here; clshim run --program-cache \
+             --warm, then clshim warm, serves their source builds from the native store."
         ),
         "{out}"
     );

@@ -372,7 +372,7 @@ fn no_binary_query_is_said_and_files_without_rank_have_none() {
         s.assert_ok("build_fail with the shim");
         assert!(
             s.stderr().contains(&format!(
-                "; policy {policy}: no binary query, so no policy had anything to act on"
+                "; policy {policy}: no binary query, so no binary policy had anything to act on"
             )) && s
                 .stderr()
                 .contains("clshim measured builds and first launches only"),

@@ -22,8 +22,10 @@ pub const WIDTH: usize = 120;
 /// keep no binary cache on pocl, so the binary policies have nothing to act on.
 pub const NO_BINARY_QUERY: &str = "note: no binary queries: the applications asked for no \
      program binaries (pyopencl 2024.2.3 and newer keep none on pocl), so --binaries \
-     substitute, --warm and clshim unsubstitute have nothing to act on here. This report \
-     measures builds and first launches (where pocl compiles the kernels that run).";
+     substitute and clshim unsubstitute have nothing to act on here; clshim run \
+     --program-cache --warm, then clshim warm, serves their source builds from the native \
+     store. This report measures builds and first launches (where pocl compiles the \
+     kernels that run).";
 
 /// Said for a directory with no trace file: what may have kept every process from
 /// recording (LD_PRELOAD.md, "Where each door does not reach").
@@ -522,7 +524,7 @@ impl Report {
     /// Builds were made and no binary asked for or loaded: no policy had anything to do.
     fn no_binary_query(&self) -> bool {
         let t = &self.totals;
-        t.builds > 0 && t.queries == 0 && t.binary_loads == 0
+        t.builds > 0 && t.queries == 0 && t.binary_loads == 0 && t.loads.served == 0
     }
 
     /// The text report: fitted to [`WIDTH`] columns, or the full table when `wide`.
