@@ -3,7 +3,9 @@
  * builds the program from source with `--options=OPTS`, runs it, prints "VAL=<n>" and
  * writes its binary to FILE; `--load=FILE` makes the program from FILE's binary, builds
  * it with the same options, runs it and prints "VAL=<n>". A failed build prints its
- * status ("build: CL_...") and exits 0, so a run's output is always comparable. */
+ * status ("build: CL_...") and exits 0, so a run's output is always comparable.
+ * --macro-include names the header as hashcat does, `#include M2S(INCLUDE_PATH/val.h)`,
+ * for options that define M2S, XM2S and INCLUDE_PATH. */
 #include "cltest.h"
 
 static unsigned char *read_file(const char *path, size_t *len) {
@@ -42,7 +44,10 @@ int main(int argc, char **argv) {
     const char *load = arg_value(argc, argv, "--load");
     const char *options = arg_value(argc, argv, "--options");
     if (!options) options = "";
-    const char *src =
+    const char *src_macro =
+        "#include M2S(INCLUDE_PATH/val.h)\n"
+        "__kernel void val(__global int *out) { out[0] = VAL; }\n";
+    const char *src = has_arg(argc, argv, "--macro-include") ? src_macro :
         "#include \"val.h\"\n"
         "#ifndef VAL\n"
         "#define VAL 1\n"

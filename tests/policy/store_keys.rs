@@ -5,7 +5,8 @@
 //! gives without clshim and with the store off, when a header was edited, a relative
 //! include path resolves elsewhere, the driver's environment defines VAL, a header
 //! appears in a directory searched earlier, the options name a file pocl refuses, the
-//! device is another, or the driver library is another build. The first three are the
+//! device is another, or the driver library is another build; and an include named by
+//! macros (hashcat's way) is followed, stored and keyed like a quoted one. The first three are the
 //! findings of issue 24, which gave stale code before the key held what the compiler
 //! reads.
 
@@ -186,6 +187,52 @@ fn an_edited_header_is_another_build() {
     );
     assert_eq!(again, want);
     assert_eq!(made_from(&records), "native", "the new build's own entry");
+}
+
+/// An include named by macros, as hashcat names every one (`#include
+/// M2S(INCLUDE_PATH/val.h)` with `-D INCLUDE_PATH=DIR` and the stringifying macros among
+/// the options), is followed: its build is stored and served, and an edit of the header
+/// it names is another build, as for a quoted name. Before the macros were expanded such
+/// a build was never stored (hashcat's warm runs built everything again).
+#[test]
+fn an_include_named_by_macros_is_followed() {
+    let c = Case::new("keys-macro");
+    let hdr = c.dir("hdr");
+    let app = c.dir("app");
+    std::fs::write(hdr.join("val.h"), "#define VAL 5\n").unwrap();
+    let opts = format!(
+        "-D XM2S(x)=#x -D M2S(x)=XM2S(x) -D INCLUDE_PATH={}",
+        s(&hdr)
+    );
+    let macro_run = |under: Under, args: &[String]| {
+        let mut a = args.to_vec();
+        a.push("--macro-include".into());
+        c.run(under, &app, &a, &[])
+    };
+    let save = |under: Under, file: &str| {
+        let file = c.d.path(file);
+        let opt = format!("--options={opts}");
+        macro_run(under, &[format!("--save={}", s(&file)), opt.clone()]);
+        macro_run(under, &[format!("--load={}", s(&file)), opt])
+    };
+    assert_eq!(save(Under::Plain, "plain5.bin").0, "VAL=5\n");
+    assert_eq!(save(Under::Store, "first.bin").0, "VAL=5\n");
+    c.warm(&c.d.path(""), &[]);
+    let (warm, records) = save(Under::Store, "first.bin");
+    assert_eq!(warm, "VAL=5\n");
+    assert_eq!(
+        made_from(&records),
+        "native",
+        "the build is stored and served"
+    );
+    std::fs::write(hdr.join("val.h"), "#define VAL 6\n").unwrap();
+    assert_eq!(save(Under::Plain, "plain6.bin").0, "VAL=6\n");
+    let (edited, records) = save(Under::Store, "second.bin");
+    assert_eq!(
+        edited, "VAL=6\n",
+        "the edited header's value, not the stored build's"
+    );
+    assert_eq!(made_from(&records), "recipe");
 }
 
 /// A relative include path (`-I inc`) resolves against the application's working
