@@ -157,6 +157,7 @@ pub struct Recorder {
     /// Held across fork (registered with the fork handlers).
     state: &'static Lock<State>,
     policy: &'static str,
+    program_cache: bool,
     devices_filter: &'static str,
     mode: &'static str,
 }
@@ -189,6 +190,7 @@ impl Recorder {
                 },
             ),
             policy: config.binaries.name(),
+            program_cache: config.program_cache,
             devices_filter: config.devices.name(),
             mode,
         }
@@ -229,6 +231,7 @@ impl Recorder {
         };
         let text = serde_json::to_string(&line).unwrap_or_default();
         let (policy, filter, mode) = (self.policy, self.devices_filter, self.mode);
+        let program_cache = self.program_cache;
         file.append(
             || (identity.file_stem(), identity.instance.clone()),
             || {
@@ -247,6 +250,7 @@ impl Recorder {
                         clshim_version: env!("CARGO_PKG_VERSION"),
                         mode,
                         policy,
+                        program_cache,
                         devices_filter: filter,
                         host: &identity.host,
                         exe: &identity.exe,
@@ -303,7 +307,12 @@ impl Recorder {
         if state.identity.pid != std::process::id() || !state.tally.recorded_anything() {
             return None;
         }
-        Some(summary_line(&state.identity, &state.tally, self.policy))
+        Some(summary_line(
+            &state.identity,
+            &state.tally,
+            self.policy,
+            self.program_cache,
+        ))
     }
 }
 
@@ -385,7 +394,7 @@ fn build_counts(t: &Tally) -> String {
         .join(" + ")
 }
 
-pub fn summary_line(id: &Identity, t: &Tally, policy: &str) -> String {
+pub fn summary_line(id: &Identity, t: &Tally, policy: &str, program_cache: bool) -> String {
     let who = match id.rank {
         Some(r) => format!("rank {r} pid {}", id.pid),
         None => format!("pid {}", id.pid),
@@ -439,7 +448,11 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str) -> String {
     }
     if t.queries == 0 && t.loads == 0 && t.builds > 0 && t.served == 0 {
         // Nothing for any policy to act on: say so, and what was still measured.
-        s.push_str(NO_BINARY_QUERY);
+        s.push_str(if program_cache {
+            NOTHING_SERVED
+        } else {
+            NO_BINARY_QUERY
+        });
     } else if t.avoidable_query_seconds > 0.2 * total && t.avoidable_query_seconds > 0.05 {
         s.push_str("; CLSHIM_BINARIES=substitute avoids pocl's second compile");
     }
@@ -452,6 +465,11 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str) -> String {
 pub const NO_BINARY_QUERY: &str = ": no binary query, so no binary policy had anything to act \
      on (the application keeps no binaries; --program-cache with --warm serves its source \
      builds from the native store); clshim measured builds and first launches only";
+
+/// The same, for a process whose program cache served none of its builds.
+pub const NOTHING_SERVED: &str = ": no binary query, and the native store held none of these \
+     builds for the program cache (clshim warm makes them after a run with --warm; later \
+     runs are served); clshim measured builds and first launches only";
 
 #[cfg(test)]
 mod tests {
@@ -478,7 +496,7 @@ mod tests {
             avoidable_query_seconds: 3.0,
             ..Tally::default()
         };
-        let s = summary_line(&id, &t, "pass");
+        let s = summary_line(&id, &t, "pass", false);
         assert!(
             s.starts_with(
                 "clshim: rank 2 pid 9: 4 builds 1.00 s, 4 binary queries 3.00 s (75% of 4.00 s)"
@@ -490,7 +508,7 @@ mod tests {
             avoidable_query_seconds: 0.0,
             ..t
         };
-        assert!(!summary_line(&id, &quiet, "substitute").contains("CLSHIM_BINARIES"));
+        assert!(!summary_line(&id, &quiet, "substitute", false).contains("CLSHIM_BINARIES"));
         assert!(!s.contains("first launches"), "{s}");
         // Three launches in flight together, 5.5 s of their own: 2.5 s of wall clock.
         let mut wall = WallUnion::new();
@@ -502,7 +520,15 @@ mod tests {
             first_launch_wall: wall,
             ..quiet
         };
-        let s = summary_line(&id, &launched, "pass");
+        // No binary query: what is said depends on whether the program cache was on.
+        let sourced = Tally {
+            builds: 4,
+            build_seconds: 1.0,
+            ..Tally::default()
+        };
+        assert!(summary_line(&id, &sourced, "pass", false).ends_with(NO_BINARY_QUERY));
+        assert!(summary_line(&id, &sourced, "pass", true).ends_with(NOTHING_SERVED));
+        let s = summary_line(&id, &launched, "pass", false);
         assert!(
             s.contains(
                 "(75% of 4.00 s), 3 first launches 2.50 s wall clock (overlapping ones counted \
@@ -519,10 +545,10 @@ mod tests {
             ..Tally::default()
         };
         assert!(
-            summary_line(&id, &linked, "substitute")
+            summary_line(&id, &linked, "substitute", false)
                 .starts_with("clshim: rank 2 pid 9: 3 compiles + 3 links 1.00 s, 4 binary"),
             "{}",
-            summary_line(&id, &linked, "substitute")
+            summary_line(&id, &linked, "substitute", false)
         );
         let mixed = Tally {
             builds: 4,
@@ -531,9 +557,8 @@ mod tests {
             build_seconds: 1.0,
             ..Tally::default()
         };
-        assert!(
-            summary_line(&id, &mixed, "pass").contains(": 1 build + 2 compiles + 1 link 1.00 s,")
-        );
+        assert!(summary_line(&id, &mixed, "pass", false)
+            .contains(": 1 build + 2 compiles + 1 link 1.00 s,"));
         let only_launches = Tally {
             first_launches: 1,
             ..Tally::default()

@@ -313,6 +313,26 @@ fn builds_without_binary_queries_are_said_to_leave_the_policies_nothing() {
         ),
         "{out}"
     );
+    // The same run with the program cache on, which served nothing: the store was empty.
+    let d = common::scratch("no-queries-cache");
+    let mut p = Proc::new("n", Some(0), 710, 1_750_000_000.0, "pass");
+    let header = p.lines[0].replace(
+        r#""policy":"pass""#,
+        r#""policy":"pass","program_cache":true"#,
+    );
+    assert_ne!(header, p.lines[0]);
+    p.lines[0] = header;
+    p.build(&["k"], H1, 0.5, &pocl_cpu());
+    p.write(&d);
+    let out = common::stdout(&report(&[s(&d)]));
+    let words = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        words.contains(
+            "note: no binary queries, and the program cache served none of these builds: the \
+             native store held none of them yet."
+        ) && !words.contains("serves their source builds"),
+        "{out}"
+    );
     let d = common::scratch("with-queries");
     four_rank_job(&d, "pass");
     assert!(!common::stdout(&report(&[s(&d)])).contains("no binary queries"));

@@ -96,6 +96,9 @@ pub struct Process<'a> {
     /// `preload` or `layer`: the door the process's first call came through.
     pub mode: &'static str,
     pub policy: &'static str,
+    /// Whether the program cache was on (`CLSHIM_PROGRAM_CACHE`; absent in traces of
+    /// clshim before it recorded it).
+    pub program_cache: bool,
     pub devices_filter: &'static str,
     pub host: &'a str,
     pub exe: &'a str,

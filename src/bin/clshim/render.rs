@@ -27,6 +27,14 @@ pub const NO_BINARY_QUERY: &str = "note: no binary queries: the applications ask
      store. This report measures builds and first launches (where pocl compiles the \
      kernels that run).";
 
+/// Said instead when those processes ran with the program cache on and it served none of
+/// their builds.
+pub const NOTHING_SERVED: &str = "note: no binary queries, and the program cache served none \
+     of these builds: the native store held none of them yet. clshim warm makes them after \
+     a run with --warm (clshim run --warm starts it when the command ends), and later runs \
+     are served. This report measures builds and first launches (where pocl compiles the \
+     kernels that run).";
+
 /// Said for a directory with no trace file: what may have kept every process from
 /// recording (LD_PRELOAD.md, "Where each door does not reach").
 pub const NO_TRACE_FILES: &str = "note: no trace files: no process recorded anything here. \
@@ -516,7 +524,11 @@ impl Report {
             ));
         }
         if self.no_binary_query() {
-            notes.push(NO_BINARY_QUERY.to_string());
+            notes.push(if self.totals.program_cache_processes > 0 {
+                NOTHING_SERVED.to_string()
+            } else {
+                NO_BINARY_QUERY.to_string()
+            });
         }
         notes
     }

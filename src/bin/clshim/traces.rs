@@ -205,6 +205,9 @@ pub struct Record<'a> {
     /// The process record says the writer ends its file with an `exit` record.
     #[serde(default)]
     pub exit_recorded: Option<bool>,
+    /// The process record says the program cache was on.
+    #[serde(default)]
+    pub program_cache: Option<bool>,
     /// The CPUs the process could use (a value of another shape is dropped).
     #[serde(default, deserialize_with = "lenient")]
     pub cpus: Option<crate::schema::Cpus>,
@@ -974,6 +977,7 @@ mod tests {
             clshim_version: "0",
             mode: "preload",
             policy: "pass",
+            program_cache: true,
             devices_filter: "pocl-cpu",
             host: "h",
             exe: "e",

@@ -277,12 +277,15 @@ pub struct Totals {
     pub loads: crate::loads::LoadCounts,
     /// `clCreateProgramWithBinary` calls of any binary.
     pub binary_loads: usize,
+    /// Processes that ran with the program cache on.
+    pub program_cache_processes: usize,
 }
 
 impl Totals {
     fn add(&mut self, o: Totals) {
         self.loads.add(o.loads);
         self.binary_loads += o.binary_loads;
+        self.program_cache_processes += o.program_cache_processes;
         self.builds += o.builds;
         self.build_seconds += o.build_seconds;
         self.queries += o.queries;
@@ -387,6 +390,7 @@ struct FileAcc {
     header_host: Option<String>,
     header: Option<Local>,
     policy: Option<String>,
+    program_cache: bool,
     records: usize,
     t0: f64,
     locals: Locals,
@@ -470,6 +474,7 @@ impl FileAcc {
                 self.header = Some(Local::of(&r));
                 self.header_host = r.host.as_deref().map(str::to_string);
                 self.policy = r.policy.as_deref().map(str::to_string);
+                self.program_cache = r.program_cache == Some(true);
             }
             return;
         }
@@ -932,6 +937,7 @@ impl Aggregate {
             self.t0 = self.t0.min(acc.t0);
         }
         let mut totals = acc.totals;
+        totals.program_cache_processes = usize::from(acc.program_cache);
         totals.pocl_cpu_pass_query_seconds = match acc.policy.as_deref() {
             Some("pass") => acc.pocl_query_all,
             Some(_) => 0.0,
