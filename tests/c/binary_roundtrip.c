@@ -10,18 +10,6 @@
  *   --seed=N, --no-run */
 #include "cltest.h"
 
-static unsigned char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc(n > 0 ? n : 1);
-    *len = fread(buf, 1, n, f);
-    fclose(f);
-    return buf;
-}
-
 int main(int argc, char **argv) {
     const char *seed = arg_value(argc, argv, "--seed");
     const char *corrupt = arg_value(argc, argv, "--corrupt");

@@ -144,4 +144,18 @@ static inline int has_arg(int argc, char **argv, const char *flag) {
     return 0;
 }
 
+/* The whole of a file (a cache file a client saved), its length in *len; NULL if it
+ * cannot be opened. */
+static inline unsigned char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc(n > 0 ? n : 1);
+    *len = fread(buf, 1, n, f);
+    fclose(f);
+    return buf;
+}
+
 #endif

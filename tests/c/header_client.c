@@ -8,18 +8,6 @@
  * for options that define M2S, XM2S and INCLUDE_PATH. */
 #include "cltest.h"
 
-static unsigned char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc(n > 0 ? n : 1);
-    *len = fread(buf, 1, n, f);
-    fclose(f);
-    return buf;
-}
-
 static int run_val(cl_context ctx, cl_device_id dev, cl_program prog) {
     cl_int err;
     cl_kernel k = clCreateKernel(prog, "val", &err);

@@ -12,18 +12,6 @@
  * running the kernel (pocl cannot launch kernels with very long names). */
 #include "cltest.h"
 
-static unsigned char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc(n > 0 ? n : 1);
-    *len = fread(buf, 1, n, f);
-    fclose(f);
-    return buf;
-}
-
 static void print_type(cl_program p, cl_device_id d, const char *when) {
     cl_program_binary_type t = 99;
     cl_int e = clGetProgramBuildInfo(p, d, CL_PROGRAM_BINARY_TYPE, sizeof t, &t, NULL);
