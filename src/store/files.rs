@@ -47,19 +47,7 @@ pub fn open_dir(path: &Path, create: bool) -> std::io::Result<Fd> {
         b.create(path)?;
     }
     let c = cstr(path.as_os_str().as_bytes())?;
-    // SAFETY: a valid NUL-terminated path.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return last_error();
-    }
-    let fd = Fd(fd);
-    check_dir(&fd)?;
-    Ok(fd)
+    open_dir_at(libc::AT_FDCWD, &c)
 }
 
 /// Opens (creating when `create`) the directory `name` below `dir`, with the same checks.
@@ -72,11 +60,18 @@ pub fn open_sub(dir: &Fd, name: &str, create: bool) -> std::io::Result<Fd> {
             return last_error();
         }
     }
-    // SAFETY: as above.
+    open_dir_at(dir.0, &c)
+}
+
+/// Opens the directory `name` relative to `at` (a directory or `AT_FDCWD`), not following
+/// a link at its last component, and checks it is the user's own and not writable by
+/// others.
+fn open_dir_at(at: libc::c_int, name: &std::ffi::CStr) -> std::io::Result<Fd> {
+    // SAFETY: `at` is open (or AT_FDCWD); `name` a valid NUL-terminated name.
     let fd = unsafe {
         libc::openat(
-            dir.0,
-            c.as_ptr(),
+            at,
+            name.as_ptr(),
             libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
         )
     };
