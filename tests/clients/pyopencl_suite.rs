@@ -42,25 +42,7 @@ fn pytest(
     traces: &Path,
 ) -> (BTreeMap<String, String>, usize) {
     let python = venv_python("current");
-    let mut cmd = match mode {
-        None => std::process::Command::new(&python),
-        Some(m) => {
-            let mut c = clshim();
-            c.args([
-                "run",
-                "--lib",
-                s(&shim_path()),
-                "--mode",
-                m,
-                "--program-cache",
-                "--trace-dir",
-                s(traces),
-                "--",
-            ])
-            .arg(&python);
-            c
-        }
-    };
+    let mut cmd = program_cache_command(&python, mode, traces);
     cmd.args(["-m", "pytest", "-rA", "-p", "no:cacheprovider", "-q"])
         .args(FILES)
         .current_dir(tests);

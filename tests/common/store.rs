@@ -1,7 +1,22 @@
 //! What the native store tests look at: a store's entries and requests, and waiting for a
-//! warm step that runs in the background (`clshim run --warm`) to finish.
+//! warm step that runs in the background (`clshim run --warm`) to finish; and how the
+//! program cache's tests start a program, with it or without clshim.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// `program` without clshim (`mode` None), or under `clshim run --program-cache --mode
+/// MODE` recording into `traces`; the caller adds its arguments and environment.
+pub fn program_cache_command(program: &Path, mode: Option<&str>, traces: &Path) -> Command {
+    let Some(m) = mode else {
+        return Command::new(program);
+    };
+    let mut c = super::clshim();
+    c.args(["run", "--lib", super::s(&super::shim_path()), "--mode", m])
+        .args(["--program-cache", "--trace-dir", super::s(traces), "--"])
+        .arg(program);
+    c
+}
 
 /// The files of `dir` whose names end with `suffix`, sorted.
 pub fn store_files(dir: &Path, suffix: &str) -> Vec<PathBuf> {

@@ -48,25 +48,7 @@ impl Setup {
         extra: &[(&str, &str)],
     ) -> (String, Vec<Value>) {
         let traces = self.d.path(&format!("traces-{}", next()));
-        let mut cmd = match mode {
-            None => std::process::Command::new(&self.bin),
-            Some(m) => {
-                let mut c = clshim();
-                c.args([
-                    "run",
-                    "--lib",
-                    s(&shim_path()),
-                    "--mode",
-                    m,
-                    "--program-cache",
-                    "--trace-dir",
-                    s(&traces),
-                    "--",
-                ])
-                .arg(&self.bin);
-                c
-            }
-        };
+        let mut cmd = program_cache_command(&self.bin, mode, &traces);
         cmd.args(args);
         clear_shim_env(&mut cmd, &[]);
         cmd.env("HOME", &self.home)
