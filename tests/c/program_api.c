@@ -163,6 +163,11 @@ static void api(cl_context ctx, cl_device_id dev) {
     err = clBuildProgram(p, 1, &dev, "-DFACTOR=5", NULL, NULL);
     printf("rebuild with a kernel attached: %s\n", cl_err_name(err));
     CHECK(clReleaseKernel(k));
+    /* OpenCL keeps a kernel while an enqueued command needs it, and pocl lets go of the
+     * command's reference on its own thread after the command completed (later still
+     * under clshim, whose completion callback of the first launch runs there first): wait
+     * until only this reference holds the program, at most 5 s, then rebuild. */
+    for (int i = 0; i < 5000 && refcount(p) > 1; i++) usleep(1000);
     err = clBuildProgram(p, 1, &dev, "-DFACTOR=5", NULL, NULL);
     printf("rebuild: %s\n", cl_err_name(err));
     build_info(p, dev, "rebuilt");
