@@ -144,6 +144,21 @@ static inline int has_arg(int argc, char **argv, const char *flag) {
     return 0;
 }
 
+/* Writes the binary of a program of one device to `path`, as a binary cache saves it:
+ * 0, or 1 after printing why it could not. */
+static inline int write_binary(cl_program prog, const char *path) {
+    size_t size = 0;
+    CHECK(clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL));
+    unsigned char *bin = malloc(size ? size : 1);
+    unsigned char *bins[] = {bin};
+    CHECK(clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL));
+    FILE *f = fopen(path, "wb");
+    int failed = !f || fwrite(bin, 1, size, f) != size || fclose(f) != 0;
+    if (failed) printf("FAILED cannot write %s\n", path);
+    free(bin);
+    return failed;
+}
+
 /* The whole of a file (a cache file a client saved), its length in *len; NULL if it
  * cannot be opened. */
 static inline unsigned char *read_file(const char *path, size_t *len) {

@@ -55,17 +55,7 @@ int main(int argc, char **argv) {
             return 0;
         }
         printf("VAL=%d\n", run_val(ctx, dev, prog));
-        size_t size = 0;
-        CHECK(clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL));
-        unsigned char *bin = malloc(size ? size : 1);
-        unsigned char *bins[] = {bin};
-        CHECK(clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL));
-        FILE *f = fopen(save, "wb");
-        if (!f || fwrite(bin, 1, size, f) != size || fclose(f) != 0) {
-            printf("FAILED cannot write %s\n", save);
-            return 1;
-        }
-        free(bin);
+        if (write_binary(prog, save) != 0) return 1;
         CHECK(clReleaseProgram(prog));
     }
     if (load) {

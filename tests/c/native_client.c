@@ -57,18 +57,8 @@ int main(int argc, char **argv) {
             build_or_die(prog, dev, options);
         }
         if (!has_arg(argc, argv, "--no-run")) run_int_kernel(ctx, dev, prog, name, 6, "source");
-        size_t size = 0;
-        CHECK(clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL));
-        unsigned char *bin = malloc(size ? size : 1);
-        unsigned char *bins[] = {bin};
-        CHECK(clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL));
-        FILE *f = fopen(save, "wb");
-        if (!f || fwrite(bin, 1, size, f) != size || fclose(f) != 0) {
-            printf("FAILED cannot write %s\n", save);
-            return 1;
-        }
+        if (write_binary(prog, save) != 0) return 1;
         printf("saved\n");
-        free(bin);
         CHECK(clReleaseProgram(prog));
     }
     if (load) {
