@@ -9,10 +9,5 @@ set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 cd "$CLSHIM_ROOT"
-ensure_system_packages
-ensure_venv old
 ensure_venv current
-clshim_opencl_env
-ensure_cargo
-cargo build --release --quiet
-exec "$CLSHIM_ROOT/.venv/old/bin/python" "$CLSHIM_ROOT/bench/program_cache.py" "$@"
+python_bench program_cache.py "$@"

@@ -9,9 +9,4 @@ set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 cd "$CLSHIM_ROOT"
-ensure_system_packages
-ensure_venv old
-clshim_opencl_env
-ensure_cargo
-cargo build --release --quiet
-exec "$CLSHIM_ROOT/.venv/old/bin/python" "$CLSHIM_ROOT/bench/store_cost.py" "$@"
+python_bench store_cost.py "$@"

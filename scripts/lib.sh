@@ -206,3 +206,17 @@ PY
 )" || die "pyopencl in .venv/$1 does not see pocl (OCL_ICD_VENDORS=${OCL_ICD_VENDORS:-unset}): $out"
     log "venv $1: pyopencl $("$py" -c 'import pyopencl; print(pyopencl.VERSION_TEXT)') sees: $out"
 }
+
+# python_bench SCRIPT [ARGS...]: what every Python benchmark under bench/ needs (the Debian
+# packages, .venv/old with pyopencl 2023.1, the OpenCL environment, the release build),
+# then SCRIPT run by .venv/old's Python in place of the calling shell.
+python_bench() {
+    local script="$1"
+    shift
+    ensure_system_packages
+    ensure_venv old
+    clshim_opencl_env
+    ensure_cargo
+    (cd "$CLSHIM_ROOT" && cargo build --release --quiet)
+    exec "$CLSHIM_ROOT/.venv/old/bin/python" "$CLSHIM_ROOT/bench/$script" "$@"
+}
