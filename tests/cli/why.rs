@@ -364,6 +364,28 @@ fn line(v: Value) -> String {
     v.to_string() + "\n"
 }
 
+/// Rank `rank`'s trace file on host n1 in `d`: its process record (`base`, the fields
+/// every record of the rank has, with `process`) and one build of kernel `k` on pocl's
+/// CPU device from the source of hash `hash`.
+fn rank_with_one_build(d: &Path, rank: u64, base: &Value, process: Value, hash: &str) {
+    let build = serde_json::json!({"event": "build", "ts": 1.75e9 + 1.0, "seconds": 2.0,
+        "program": 1, "call": "clBuildProgram", "result": 0, "result_name": "CL_SUCCESS",
+        "options": null, "async": false, "kernels": ["k"], "devices": [common::pocl_cpu()],
+        "source": {"origin": "source", "hash": hash, "length": 10}});
+    let with_base = |fields: Value| {
+        let mut v = base.clone();
+        v.as_object_mut()
+            .unwrap()
+            .extend(fields.as_object().unwrap().clone());
+        line(v)
+    };
+    std::fs::write(
+        d.join(format!("clshim-n1-r{rank}-p{}.jsonl", 100 + rank)),
+        with_base(process) + &with_base(build),
+    )
+    .unwrap();
+}
+
 /// Two ranks of one host whose pocl cache is one directory on NFS, building one kernel
 /// from different sources that were not kept: the report flags the shared directory and
 /// the network filesystem, and says `--sources` would show the difference.
@@ -373,7 +395,6 @@ fn shared_and_network_caches_are_flagged_and_unkept_sources_named() {
     for rank in 0..2 {
         let base = serde_json::json!({"schema": 1, "pid": 100 + rank, "rank": rank, "tid": 1,
                                       "instance": format!("{rank:016x}")});
-        let mut process = base.clone();
         let extra = serde_json::json!({"event": "process", "ts": 1.75e9, "seconds": 0.0,
             "host": "n1", "exe": "/usr/bin/python3", "argv": [], "ppid": 1, "size": 2,
             "rank_source": "PMI_RANK", "clshim_version": "0", "mode": "preload",
@@ -382,22 +403,13 @@ fn shared_and_network_caches_are_flagged_and_unkept_sources_named() {
                         "from": "HOME", "fs": "nfs"},
                        {"cache": "cuda", "path": "/home/u/.nv/ComputeCache",
                         "from": "HOME", "fs": "nfs"}]});
-        let mut build = base.clone();
-        let b = serde_json::json!({"event": "build", "ts": 1.75e9 + 1.0, "seconds": 2.0,
-            "program": 1, "call": "clBuildProgram", "result": 0, "result_name": "CL_SUCCESS",
-            "options": null, "async": false, "kernels": ["k"], "devices": [common::pocl_cpu()],
-            "source": {"origin": "source", "hash": format!("fnv1a64:{:016x}", rank + 1),
-                       "length": 10}});
-        for (t, e) in [(&mut process, extra), (&mut build, b)] {
-            t.as_object_mut()
-                .unwrap()
-                .extend(e.as_object().unwrap().clone());
-        }
-        std::fs::write(
-            d.join(format!("clshim-n1-r{rank}-p{}.jsonl", 100 + rank)),
-            line(process) + &line(build),
-        )
-        .unwrap();
+        rank_with_one_build(
+            &d,
+            rank,
+            &base,
+            extra,
+            &format!("fnv1a64:{:016x}", rank + 1),
+        );
     }
     let o = report(&[s(&d)]);
     let out = common::stdout(&o);
@@ -423,7 +435,6 @@ fn shared_and_network_caches_are_flagged_and_unkept_sources_named() {
 fn python_ranks(d: &Path, ranks: u64, fs: &str) {
     for rank in 0..ranks {
         let base = serde_json::json!({"schema": 1, "pid": 100 + rank, "rank": rank, "tid": 1});
-        let mut process = base.clone();
         let extra = serde_json::json!({"event": "process", "ts": 1.75e9, "seconds": 0.0,
             "host": "n1", "exe": "/usr/bin/python3.12", "argv": [], "ppid": 1,
             "size": ranks, "rank_source": "PMI_RANK", "clshim_version": "0",
@@ -432,21 +443,7 @@ fn python_ranks(d: &Path, ranks: u64, fs: &str) {
                         "fs": fs, "exists": true},
                        {"cache": "pyopencl", "path": "/c/pyopencl", "from": "XDG_CACHE_HOME",
                         "fs": fs, "exists": false}]});
-        let mut build = base.clone();
-        let b = serde_json::json!({"event": "build", "ts": 1.75e9 + 1.0, "seconds": 2.0,
-            "program": 1, "call": "clBuildProgram", "result": 0, "result_name": "CL_SUCCESS",
-            "options": null, "async": false, "kernels": ["k"], "devices": [common::pocl_cpu()],
-            "source": {"origin": "source", "hash": "fnv1a64:0000000000000001", "length": 10}});
-        for (t, e) in [(&mut process, extra), (&mut build, b)] {
-            t.as_object_mut()
-                .unwrap()
-                .extend(e.as_object().unwrap().clone());
-        }
-        std::fs::write(
-            d.join(format!("clshim-n1-r{rank}-p{}.jsonl", 100 + rank)),
-            line(process) + &line(build),
-        )
-        .unwrap();
+        rank_with_one_build(d, rank, &base, extra, "fnv1a64:0000000000000001");
     }
 }
 
