@@ -750,18 +750,8 @@ pub unsafe fn get_kernel_info<D: Door>(
 /// `kernel` is a live kernel reachable through `route`.
 unsafe fn served_attributes(route: Route, kernel: cl_kernel) -> Option<Vec<u8>> {
     // SAFETY: this function's contract.
-    let info = unsafe { route.get_kernel_info(kernel) }?;
-    // SAFETY: the kernel's own entry (not text: a handle's bytes may hold a zero).
-    let program = unsafe { crate::query::info_bytes(info, kernel, CL_KERNEL_PROGRAM) }?;
-    let program = usize::from_ne_bytes(
-        program
-            .get(..std::mem::size_of::<usize>())?
-            .try_into()
-            .ok()?,
-    );
-    // SAFETY: as above.
-    let name = unsafe { crate::query::kernel_text(route, kernel, CL_KERNEL_FUNCTION_NAME) }?;
-    program_cache::handles::served_attributes(program as cl_program, &name)
+    let (name, program) = unsafe { crate::query::kernel_facts(route, kernel) };
+    program_cache::handles::served_attributes(program?, name?.as_bytes())
 }
 
 // ---------------------------------------------------------------------------------------

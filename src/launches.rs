@@ -29,7 +29,6 @@ use crate::launch_tables::{
     claim, kernel_identity, kernel_identity_at_home, queue_device, queue_device_at_home, seen,
     seen_at_home, set_kernel_identity, set_queue_device, K0,
 };
-use crate::query::info_bytes;
 use crate::record::Start;
 use crate::runtime::{self, Runtime};
 use crate::schema::{self};
@@ -375,29 +374,6 @@ struct Kernel {
     program: Option<u64>,
 }
 
-/// The kernel's name and program, asked of the implementation.
-///
-/// # Safety
-/// `kernel` is the application's kernel of the call being intercepted.
-unsafe fn kernel_facts(route: Route, kernel: cl_kernel) -> (Option<String>, Option<cl_program>) {
-    // SAFETY: the application's kernel (this function's contract).
-    let Some(f) = (unsafe { route.get_kernel_info(kernel) }) else {
-        return (None, None);
-    };
-    // SAFETY: the kernel's own clGetKernelInfo.
-    let name = unsafe { info_bytes(f, kernel, CL_KERNEL_FUNCTION_NAME) }.map(|b| {
-        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-        String::from_utf8_lossy(&b[..end]).into_owned()
-    });
-    // SAFETY: as above.
-    let program = unsafe { info_bytes(f, kernel, CL_KERNEL_PROGRAM) }.and_then(|b| {
-        let w = std::mem::size_of::<usize>();
-        let p = usize::from_ne_bytes(b.get(..w)?.try_into().ok()?);
-        (p != 0).then_some(p as cl_program)
-    });
-    (name, program)
-}
-
 /// The slow path of [`launch`]: a configuration not seen yet.
 ///
 /// # Safety
@@ -424,7 +400,7 @@ unsafe fn first_launch(
     };
     let prepared = catch(|| {
         // SAFETY: the application's kernel of this enqueue.
-        let (name, program) = unsafe { kernel_facts(route, kernel) };
+        let (name, program) = unsafe { crate::query::kernel_facts(route, kernel) };
         let program = program.map(|p| rt.programs.lookup(p).id);
         let identity = if identity != 0 {
             identity

@@ -225,6 +225,33 @@ pub unsafe fn reference_count(route: Route, program: cl_program) -> Option<cl_ui
     Some(cl_uint::from_ne_bytes(bytes.get(..4)?.try_into().ok()?))
 }
 
+/// The kernel's name and program, asked of the implementation.
+///
+/// # Safety
+/// `kernel` must be a live kernel reachable through `route`.
+pub unsafe fn kernel_facts(
+    route: Route,
+    kernel: cl_kernel,
+) -> (Option<String>, Option<cl_program>) {
+    // SAFETY: a live kernel reachable through `route` (this function's contract).
+    let Some(f) = (unsafe { route.get_kernel_info(kernel) }) else {
+        return (None, None);
+    };
+    // SAFETY: the kernel's own clGetKernelInfo.
+    let name = unsafe { info_bytes(f, kernel, CL_KERNEL_FUNCTION_NAME) }.map(|b| {
+        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        String::from_utf8_lossy(&b[..end]).into_owned()
+    });
+    // SAFETY: as above (a handle's bytes, not text: they may hold a zero).
+    let program = unsafe { info_bytes(f, kernel, CL_KERNEL_PROGRAM) }.and_then(|b| {
+        let w = std::mem::size_of::<usize>();
+        let p = usize::from_ne_bytes(b.get(..w)?.try_into().ok()?);
+        (p != 0).then_some(p as cl_program)
+    });
+    (name, program)
+}
+
+#[cfg(not(target_os = "macos"))]
 /// A kernel's answer to `param` as text: what precedes its NUL.
 ///
 /// # Safety
