@@ -580,11 +580,17 @@ unsafe fn load_native(
         // SAFETY: a device of the context (this function's contract).
         let facts = unsafe { rt.devices.get(route, d) }.ok_or("a device not queried")?;
         // SAFETY: as above.
-        let key = unsafe { crate::store::key_for(rt, &facts, d, recipe, &encoded) }
+        let key = unsafe { crate::store::key_for(&facts, d, recipe, &encoded) }
             .map_err(|why| format!("device {i}: {why}"))?;
         match store.lookup(&key) {
             Lookup::Found(p) => payloads.push(p.binary),
             Lookup::Absent => return Err(format!("device {i}: no entry")),
+            Lookup::Differs(why) => {
+                return Err(format!(
+                    "device {i}: its entry's compile read other files ({why})"
+                ))
+            }
+            Lookup::Uncacheable(why) => return Err(format!("device {i}: not kept: {why}")),
             Lookup::Refused(why) => {
                 log::warn!("native store: ignored {why}");
                 return Err(format!("device {i}: ignored {why}"));

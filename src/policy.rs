@@ -363,7 +363,7 @@ fn request_native(rt: &'static Runtime, plan: &Plan, binaries: &[(usize, Vec<u8>
         .filter_map(|(i, _)| {
             let facts = plan.facts[*i].as_ref()?;
             // SAFETY: a device of the live program, as its implementation listed it.
-            unsafe { crate::store::key_for(rt, facts, plan.devices[*i], recipe, &encoded) }
+            unsafe { crate::store::key_for(facts, plan.devices[*i], recipe, &encoded) }
                 .map_err(|why| log::debug!("native store: no request: {why}"))
                 .ok()
         })

@@ -20,9 +20,6 @@ pub struct Runtime {
     pub recorder: Recorder,
     /// `CLSHIM_TRACE_SOURCES=1` with a trace directory: where program texts are kept.
     pub sources: Option<crate::sources::Keeper>,
-    /// The environment the driver compiles in, as the native store keys builds on it:
-    /// read once, as the driver reads its own.
-    pub compile_env: crate::store::build_key::CompileEnv,
 }
 
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
@@ -68,7 +65,6 @@ fn init(route: Route) -> Runtime {
         .filter(|_| config.trace_sources)
         .map(|d| crate::sources::Keeper::new(d, config.trace_mode));
     Runtime {
-        compile_env: crate::store::build_key::CompileEnv::of_process(),
         sources,
         config,
         devices: DeviceCache::default(),

@@ -186,7 +186,7 @@ unsafe fn try_serve(
         // SAFETY: a device of the live program.
         let facts = unsafe { rt.devices.get(route, d) }.ok_or("a device not queried")?;
         // SAFETY: as above.
-        let key = unsafe { crate::store::key_for(rt, &facts, d, &recipe, &encoded) }?;
+        let key = unsafe { crate::store::key_for(&facts, d, &recipe, &encoded) }?;
         match store.lookup(&key) {
             Lookup::Found(p) => {
                 payloads.push(p.binary);
@@ -197,6 +197,12 @@ unsafe fn try_serve(
                 }
             }
             Lookup::Absent => return Err(format!("device {i}: no entry")),
+            Lookup::Differs(why) => {
+                return Err(format!(
+                    "device {i}: its entry's compile read other files ({why})"
+                ))
+            }
+            Lookup::Uncacheable(why) => return Err(format!("device {i}: not kept: {why}")),
             Lookup::Refused(why) => {
                 log::warn!("native store: ignored {why}");
                 return Err(format!("device {i}: ignored {why}"));
@@ -331,7 +337,7 @@ pub unsafe fn after_source_build(
             // SAFETY: a device of the live program.
             let facts = unsafe { rt.devices.get(route, d) }?;
             // SAFETY: as above.
-            unsafe { crate::store::key_for(rt, &facts, d, &recipe, &encoded) }
+            unsafe { crate::store::key_for(&facts, d, &recipe, &encoded) }
                 .map_err(|why| log::debug!("program cache: no request: {why}"))
                 .ok()
         })

@@ -1,34 +1,28 @@
 //! What decides the result of a build, as one key, kept apart from where entries are
-//! stored (ccache and sccache keep the two apart the same way). A build is served from the
-//! store only by an entry made for exactly this key, and the key holds everything the
-//! driver's compile reads:
+//! stored (ccache and sccache keep the two apart the same way). The key holds what is known
+//! before the compile runs:
 //! - the recipe: source or IL, options, headers given through the API, link inputs;
 //! - the device (its fingerprint: platform, device, versions) and the driver build
 //!   (`store::driver`: build-ids of the driver and the compiler libraries beside it);
-//! - the driver's environment: every `POCL_*` variable but those that only say where
-//!   pocl keeps its files or what it logs (`POCL_EXTRA_BUILD_FLAGS` changes the code;
-//!   `POCL_CACHE_DIR` does not);
-//! - the files the sources can include, found as the compile finds them from the working
-//!   directory (`store::includes`: every probe on the search path, with the content hash
-//!   of every file found), so an edited header, a header that appears earlier on the
-//!   path, or the same relative `-I` from another directory is another key.
+//! - the driver's environment as it is at this build (pocl reads `POCL_EXTRA_BUILD_FLAGS`
+//!   at every build): every `POCL_*` variable but those that only say where pocl keeps its
+//!   files or what it logs (`POCL_CACHE_DIR` does not change the code).
 //!
-//! The store serves pocl devices only: pocl is the driver whose binary queries cost a
-//! compile, and the one whose environment is known here; other drivers' programs are made
-//! again from their recipes as before. The key text (all of the above as bytes) is stored
-//! in the entry and compared byte for byte at load, so a hash collision can never serve
-//! another build.
+//! What the compile then reads from disk (included files, the places it looked for one and
+//! found none) is not guessed here: the entry carries the manifest the warm step recorded
+//! from the compile itself (`store::manifest`), and a process checks it before it takes
+//! the entry. The store serves pocl devices only: pocl is the driver whose binary queries
+//! cost a compile, and the one whose environment and steps are known here; other drivers'
+//! programs are made again from their recipes as before. The key text (all of the above as
+//! bytes) is stored in the entry and compared byte for byte at load, so a collision of the
+//! key's 64-bit hash can never serve another build.
 
-use super::includes::{Scanner, SearchPath};
 use crate::devices::DeviceFacts;
 use crate::hash::Fnv1a;
-use crate::recipe::{Recipe, Text};
+use crate::recipe::Recipe;
 use clshim_format::store::{keyed_variable, replayed_variable};
-use std::collections::HashSet;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
-use std::sync::Arc;
 
 /// The environment a driver compiles in, as keys and warm steps need it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -82,28 +76,24 @@ fn put(out: &mut Vec<u8>, bytes: &[u8]) {
 
 impl BuildKey {
     /// The key of making `recipe` (whose encoding is `encoded`) on a device with `facts`
-    /// and driver identity `driver`, in `env` and working directory `cwd`, as the files
-    /// on disk stand now. Err: why no entry can stand for this build (a device of another
-    /// driver than pocl, a recipe without its options, an include the manifest cannot
-    /// follow).
+    /// and driver identity `driver`, in `env`. Err: why no entry can stand for this build
+    /// (a device of another driver than pocl, a recipe without its options).
     pub fn new(
         recipe: &Recipe,
         encoded: &[u8],
         facts: &DeviceFacts,
         driver: u64,
         env: &CompileEnv,
-        cwd: &Path,
     ) -> Result<BuildKey, String> {
         if facts.platform != crate::schema::POCL_PLATFORM {
             return Err("the store serves pocl devices only".into());
         }
+        if !has_options(recipe) {
+            return Err("a recipe without its options".into());
+        }
         let fingerprint = facts.fingerprint();
-        let mut scanner = Scanner::default();
-        let mut seen = HashSet::new();
-        manifest_of(recipe, cwd, &mut scanner, &mut seen)?;
-        let manifest = scanner.finish();
         let mut text = Vec::with_capacity(encoded.len() + 256);
-        text.extend_from_slice(b"clshim-build-key-1\0");
+        text.extend_from_slice(b"clshim-build-key-2\0");
         text.extend_from_slice(&fingerprint.to_le_bytes());
         text.extend_from_slice(&driver.to_le_bytes());
         put(&mut text, encoded);
@@ -112,7 +102,6 @@ impl BuildKey {
             put(&mut text, name);
             put(&mut text, value);
         }
-        manifest.encode_into(&mut text);
         Ok(BuildKey {
             key: Fnv1a::default().update(&text).finish(),
             fingerprint,
@@ -122,35 +111,16 @@ impl BuildKey {
     }
 }
 
-/// Adds what every part of `recipe` can include (each distinct part once).
-fn manifest_of(
-    recipe: &Recipe,
-    cwd: &Path,
-    scanner: &mut Scanner,
-    seen: &mut HashSet<*const Recipe>,
-) -> Result<(), String> {
-    let options = recipe
-        .options
-        .as_deref()
-        .ok_or("a recipe without its options")?;
-    let search = SearchPath::of(options, cwd)?;
-    if let Text::Source(src) = &recipe.text {
-        scanner.scan_text(src, &search)?;
-    }
-    for h in &recipe.headers {
-        scanner.scan_text(&h.source, &search)?;
-    }
-    for input in &recipe.inputs {
-        if seen.insert(Arc::as_ptr(input)) {
-            manifest_of(input, cwd, scanner, seen)?;
-        }
-    }
-    Ok(())
+/// Whether every part of `recipe` carries its options (a version-1 clshim binary builds
+/// with whatever options the application passes, which no key could hold).
+fn has_options(recipe: &Recipe) -> bool {
+    recipe.options.is_some() && recipe.inputs.iter().all(|i| has_options(i))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::recipe::Text;
 
     fn facts(platform: &str) -> DeviceFacts {
         DeviceFacts {
@@ -194,7 +164,6 @@ mod tests {
 
     #[test]
     fn every_part_of_the_key_changes_it() {
-        let dir = std::env::temp_dir();
         let r = Recipe::built(
             Text::Source(b"kernel void k() {}".to_vec()),
             b"-DX".to_vec(),
@@ -203,9 +172,9 @@ mod tests {
         let pocl = facts(crate::schema::POCL_PLATFORM);
         let env = vars(&[]);
         let k = |r: &Recipe, f: &DeviceFacts, d: u64, e: &CompileEnv| {
-            BuildKey::new(r, &r.encode(), f, d, e, &dir)
+            BuildKey::new(r, &r.encode(), f, d, e)
         };
-        let base = BuildKey::new(&r, &enc, &pocl, 1, &env, &dir).unwrap();
+        let base = BuildKey::new(&r, &enc, &pocl, 1, &env).unwrap();
         assert_eq!(base, k(&r, &pocl, 1, &env).unwrap());
         let other = Recipe::built(
             Text::Source(b"kernel void k() {}".to_vec()),

@@ -3,10 +3,12 @@
 //! the driver's binary in about a millisecond instead of building again (pocl's kernel cache
 //! still preprocesses the source to find its entry: about 20 ms a program). This module
 //! owns where the store is and what a lookup answers; its parts own the rest:
-//! `build_key` (what decides a build's result, and so an entry's key), `includes` (the
-//! files a build can read), `driver` (which build of the driver), `files` (safe file
-//! operations), `requests` (what the library leaves for the warm step) and `warm` (the
-//! step itself). The file formats are `clshim_format::store`'s.
+//! `build_key` (what decides a build's result before it runs, and so an entry's key),
+//! `record` and `manifest` (what the compile itself read, recorded where the warm step
+//! builds, checked where a process would build), `driver` (which build of the driver),
+//! `files` (safe file operations), `requests` (what the library leaves for the warm step)
+//! and `warm` (the step itself). The file formats are `clshim_format::store`'s and
+//! `clshim_format::manifest`'s.
 //!
 //! One store per user: `CLSHIM_NATIVE_STORE`, else `$HOME/.cache/clshim/native`. Not
 //! `XDG_CACHE_HOME`: MPI job scripts give each rank its own (mirgecom's documentation
@@ -17,13 +19,14 @@
 pub mod build_key;
 pub mod driver;
 pub mod files;
-pub mod includes;
-mod macros;
+pub mod manifest;
+pub mod record;
 pub mod requests;
-#[cfg(not(target_os = "macos"))]
+#[cfg(target_os = "linux")]
 pub mod warm;
 
-use build_key::BuildKey;
+use build_key::{BuildKey, CompileEnv};
+use clshim_format::manifest::Manifest;
 use clshim_format::store::{self as format, entry_name};
 use std::path::PathBuf;
 
@@ -36,11 +39,30 @@ pub struct Store {
 /// What the store holds for one build.
 pub enum Lookup {
     /// What the driver answered of the build from source, and its binary, from a verified
-    /// entry made for exactly this key.
+    /// entry made for exactly this key, whose compile found what this build would find.
     Found(format::Payload),
     Absent,
+    /// An entry of this key whose compile read other files than this build would (a
+    /// header edited since, a header that appeared, another working directory's files).
+    Differs(String),
+    /// This build cannot be kept, as the warm step found (while the files its compile
+    /// read stay as they are): why.
+    Uncacheable(String),
     /// Ignored: damaged, foreign or unreadable, with why.
     Refused(String),
+}
+
+impl Lookup {
+    /// Whether a warm step could make what this lookup lacks.
+    pub fn wants_request(&self) -> bool {
+        matches!(self, Lookup::Absent | Lookup::Differs(_))
+    }
+}
+
+/// Where this process builds, for the names of a manifest that are relative: its working
+/// directory (the kernel's), and pocl's cache folder as pocl finds it in the environment.
+pub fn pocl_cache() -> PathBuf {
+    manifest::pocl_cache_dir(&|n| std::env::var_os(n))
 }
 
 impl Store {
@@ -48,8 +70,8 @@ impl Store {
         c.native_store.clone().map(|dir| Store { dir })
     }
 
-    /// The verified payload of the entry for `key`: the file must be whole and undamaged,
-    /// and its key text this key's byte for byte.
+    /// What the store holds for `key`, built in this process: the entry must be whole and
+    /// undamaged, its key text this key's byte for byte, and its manifest must hold here.
     pub fn lookup(&self, key: &BuildKey) -> Lookup {
         let dir = match files::open_dir(&self.dir, false) {
             Ok(d) => d,
@@ -62,20 +84,29 @@ impl Store {
             Ok(None) => return Lookup::Absent,
             Err(why) => return Lookup::Refused(format!("entry {name}: {why}")),
         };
-        match verify(&bytes, key).and_then(format::Payload::decode) {
-            Ok(payload) => Lookup::Found(payload),
+        let (flags, manifest, payload) = match verify(&bytes, key) {
+            Ok(parts) => parts,
+            Err(why) => return Lookup::Refused(format!("entry {name}: {why}")),
+        };
+        if let Err(why) = manifest::check(&manifest, &pocl_cache()) {
+            return Lookup::Differs(why);
+        }
+        if flags & format::UNCACHEABLE != 0 {
+            return Lookup::Uncacheable(String::from_utf8_lossy(payload).into_owned());
+        }
+        match format::Payload::decode(payload) {
+            Ok(p) => Lookup::Found(p),
             Err(why) => Lookup::Refused(format!("entry {name}: {why}")),
         }
     }
 }
 
-/// The key of making `recipe` (encoded as `encoded`) on `device` in this process, as the
-/// files on disk stand now; Err: why no entry can stand for it.
+/// The key of making `recipe` (encoded as `encoded`) on `device` in this process, with the
+/// environment as it is now; Err: why no entry can stand for it.
 ///
 /// # Safety
 /// `device` is a live device, whose facts are `facts`.
 pub unsafe fn key_for(
-    rt: &crate::runtime::Runtime,
     facts: &crate::devices::DeviceFacts,
     device: crate::cl::cl_device_id,
     recipe: &crate::recipe::Recipe,
@@ -83,8 +114,7 @@ pub unsafe fn key_for(
 ) -> Result<BuildKey, String> {
     // SAFETY: a live device (this function's contract).
     let driver = unsafe { driver::driver_identity(device) }.ok_or("no driver library identity")?;
-    let cwd = std::env::current_dir().map_err(|e| format!("the working directory: {e}"))?;
-    BuildKey::new(recipe, encoded, facts, driver, &rt.compile_env, &cwd)
+    BuildKey::new(recipe, encoded, facts, driver, &CompileEnv::of_process())
 }
 
 /// Leaves a request for each build in `keys` the store lacks, when `CLSHIM_WARM` asks
@@ -96,21 +126,23 @@ pub fn request(rt: &crate::runtime::Runtime, keys: &[BuildKey], encoded: &[u8]) 
     let Ok(cwd) = std::env::current_dir() else {
         return;
     };
+    let env = CompileEnv::of_process();
     for key in keys {
         requests::leave(
             &store,
             key,
             encoded,
-            &rt.compile_env,
+            &env,
             &cwd,
             rt.config.warm_store.as_deref(),
         );
     }
 }
 
-/// The payload of `bytes` if it is a whole, undamaged entry made for exactly `key`.
-pub fn verify<'a>(bytes: &'a [u8], key: &BuildKey) -> Result<&'a [u8], String> {
-    let (h, text, payload) = format::open_entry(bytes)?;
+/// The flags, manifest and payload of `bytes` if it is a whole, undamaged entry made for
+/// exactly `key`.
+pub fn verify<'a>(bytes: &'a [u8], key: &BuildKey) -> Result<(u32, Manifest, &'a [u8]), String> {
+    let (h, parts) = format::open_entry(bytes)?;
     if h.key != key.key {
         return Err("another key than its name".into());
     }
@@ -120,22 +152,34 @@ pub fn verify<'a>(bytes: &'a [u8], key: &BuildKey) -> Result<&'a [u8], String> {
     if h.driver != key.driver {
         return Err("made by another driver build".into());
     }
-    if text != key.text {
+    if parts.key_text != key.text {
         return Err("made for another build (its key text differs)".into());
     }
-    Ok(payload)
+    let manifest = Manifest::decode(parts.manifest)?;
+    Ok((h.flags, manifest, parts.payload))
 }
 
-/// An entry for `key` holding `payload`.
+/// An entry for `key`: what its compile found (`manifest`), and the payload, or (flagged
+/// `UNCACHEABLE`) why the build cannot be kept.
 #[cfg_attr(target_os = "macos", allow(dead_code))]
-pub fn encode(key: &BuildKey, payload: &format::Payload) -> Vec<u8> {
-    format::encode_entry(
-        key.key,
-        key.fingerprint,
-        key.driver,
-        &key.text,
-        &payload.encode(),
-    )
+pub fn encode(
+    key: &BuildKey,
+    manifest: &Manifest,
+    content: Result<&format::Payload, &str>,
+) -> Vec<u8> {
+    let (flags, payload) = match content {
+        Ok(p) => (0, p.encode()),
+        Err(why) => (format::UNCACHEABLE, why.as_bytes().to_vec()),
+    };
+    format::encode_entry(&format::EntryParts {
+        key: key.key,
+        fingerprint: key.fingerprint,
+        driver: key.driver,
+        flags,
+        key_text: &key.text,
+        manifest: &manifest.encode(),
+        payload: &payload,
+    })
 }
 
 #[cfg(test)]
@@ -158,11 +202,13 @@ mod tests {
             binary: b"binary".to_vec(),
             ..Default::default()
         };
-        let e = encode(&k, &payload);
-        assert_eq!(
-            format::Payload::decode(verify(&e, &k).unwrap()).unwrap(),
-            payload
-        );
+        let e = encode(&k, &Manifest::default(), Ok(&payload));
+        let (flags, manifest, bytes) = verify(&e, &k).unwrap();
+        assert_eq!((flags, manifest), (0, Manifest::default()));
+        assert_eq!(format::Payload::decode(bytes).unwrap(), payload);
+        let why = encode(&k, &Manifest::default(), Err("uses __TIME__"));
+        let (flags, _, bytes) = verify(&why, &k).unwrap();
+        assert_eq!((flags, bytes), (format::UNCACHEABLE, &b"uses __TIME__"[..]));
         assert!(verify(
             &e,
             &BuildKey {

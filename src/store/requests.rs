@@ -6,7 +6,8 @@
 //! holds program sources, so it is private (0600) whatever `CLSHIM_TRACE_MODE` says.
 //!
 //! Leaving one costs a constant number of file operations however many wait: whether the
-//! entry or the request exists, and one atomic write. It is never synced (the application
+//! entry (and, when there is one, whether its manifest holds) or the request exists, and
+//! one atomic write. It is never synced (the application
 //! must not wait for a disk; a torn request fails its checksum in the warm step). Each
 //! process leaves at most [`MAX_PER_PROCESS`] requests and [`MAX_BYTES_PER_PROCESS`]
 //! bytes of them; the warm step removes the requests it takes up.
@@ -48,7 +49,8 @@ pub fn leave(
     };
     let result = (|| -> std::io::Result<&'static str> {
         let dir = files::open_dir(&store.dir, true)?;
-        if files::exists(&dir, &entry_name(key.key)) {
+        // An entry whose compile read other files than this build would is made again.
+        if files::exists(&dir, &entry_name(key.key)) && !store.lookup(key).wants_request() {
             return Ok("has an entry");
         }
         let req = files::open_sub(&dir, REQUESTS, true)?;

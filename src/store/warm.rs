@@ -3,33 +3,47 @@
 //! (the `clshim` command, at idle priority), never in the application's: a binary query
 //! on pocl holds its process-wide LLVM and kernel-library locks for the whole generic
 //! compile, stalling every build and kernel launch of the process around it. The command
-//! groups the requests by working directory and environment (a driver reads its
-//! environment once, when it starts), starts one worker per group in that directory with
-//! that environment (so pocl's kernel cache is the application's, and the compiles it
-//! holds are reused), and the worker calls [`clshim_warm_v3`] here, so programs are made
-//! again with the very code that loads clshim binaries (`binary_load::recreate`) and keyed
-//! with the same `BuildKey`. The OpenCL loader is opened at run time; nothing links it.
+//! groups the requests by working directory and environment and starts one worker per
+//! group in that directory with that environment; the worker calls [`clshim_warm_v4`]
+//! here, so programs are made again with the very code that loads clshim binaries
+//! (`binary_load::recreate`) and keyed with the same `BuildKey`. The OpenCL loader is
+//! opened at run time; nothing links it.
+//!
+//! The worker watches its own compiles (`store::record`): it forks a tracer first, and
+//! pocl compiles in a private cache folder of the worker's, so that every name the compile
+//! looks up is either the application's (its headers, its working directory, the places
+//! it probed) or pocl's own (files it made during the build). The tracer copies pocl's
+//! compile of each program from the application's kernel cache when that holds it, so the
+//! source build is the cache hit it was for the application and only the generic compile
+//! of the binary query is new. The driver's own files are those a compile of an empty
+//! kernel reads, recorded once per worker.
 //!
 //! For each request of its group: claim it (an exclusive `<key>.claim` beside it, so that
 //! warm steps running at once split the work; a claim whose process is gone from this
 //! host, or older than an hour, is taken over), check it, find its device among the
-//! loader's platforms and its driver build, compute the build's key again here (a request
-//! whose key differs now, because a file it includes changed since, is stale: the next
-//! run asks again), make the program in one context per device (pocl loads its kernel
-//! library once per context), ask the driver for `CL_PROGRAM_BINARIES`, write the entry,
-//! and remove the request. A request for a device or driver build this host does not have
-//! is left for another (for a week).
+//! loader's platforms and its driver build, compute the build's key here (a request whose
+//! key differs, because the worker's environment is not the request's, is stale), build
+//! the program in one context per device while the tracer watches, make the manifest of
+//! what the compile read (`store::manifest`), ask the driver for `CL_PROGRAM_BINARIES`,
+//! write the entry (or, for a build that cannot be kept, an entry that says why), and
+//! remove the request. A compile whose inputs changed while it ran is made again once,
+//! after a second; failing that it waits for a later step. A request for a device or
+//! driver build this host does not have is left for another (for a week).
 
 use super::build_key::{BuildKey, CompileEnv};
 use super::files::{self, Fd};
+use super::manifest::{self, DriverFiles, Refusal};
+use super::record::{self, Recorder};
 use crate::binary_load::{c_options, recreate};
 use crate::cl::*;
 use crate::devices::DeviceFacts;
 use crate::dispatch::Route;
-use crate::recipe::{Kind, Recipe};
+use crate::owned_program::OwnedProgram;
+use crate::recipe::{Kind, Recipe, Text};
 use clshim_format::store::{self as format, Request, WarmEvent, REQUESTS};
 use std::ffi::{c_char, c_void, CStr};
-use std::path::{Path, PathBuf};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::PathBuf;
 
 type FnGetPlatformIDs = unsafe extern "C" fn(cl_uint, *mut cl_platform_id, *mut cl_uint) -> cl_int;
 type FnGetDeviceIDs = unsafe extern "C" fn(
@@ -252,91 +266,186 @@ fn stale(dir: &Fd, name: &str, host: &str) -> bool {
         && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
-/// The driver's build log and binary of `recipe` for `device`, made in `ctx`.
+/// Makes and builds `recipe` for `device` in `ctx`: the program, or why not.
 ///
 /// # Safety
 /// `ctx` is a valid context of `device`.
-unsafe fn binary_in(
+unsafe fn make(
     ctx: cl_context,
     device: cl_device_id,
     recipe: &Recipe,
-) -> Result<format::Payload, String> {
+) -> Result<OwnedProgram, String> {
     let route = Route::Object;
     // SAFETY: a valid context and its device (this function's contract).
     let owned = unsafe { recreate(route, ctx, &[device], recipe) }?;
-    let program = owned.get();
-    let result = (|| {
-        if recipe.kind == Kind::Built {
-            let options = c_options(&recipe.options);
-            // SAFETY: the live program just made.
-            let build = unsafe { route.build_program(program) }.ok_or("no clBuildProgram")?;
-            // SAFETY: the program's own entry, its device, clshim's options, no callback.
-            let ret = unsafe {
-                build(
-                    program,
-                    1,
-                    &device,
-                    options.as_ptr(),
-                    None,
-                    std::ptr::null_mut(),
-                )
-            };
-            if ret != CL_SUCCESS {
-                return Err(format!("the build failed ({})", status_name(ret)));
-            }
-        }
-        // SAFETY: the live program.
-        let info = unsafe { route.get_program_info(program) }.ok_or("no clGetProgramInfo")?;
-        let mut size = 0usize;
-        // SAFETY: one device: one size.
+    if recipe.kind == Kind::Built {
+        let options = c_options(&recipe.options);
+        // SAFETY: the live program just made.
+        let build = unsafe { route.build_program(owned.get()) }.ok_or("no clBuildProgram")?;
+        // SAFETY: the program's own entry, its device, clshim's options, no callback.
         let ret = unsafe {
-            info(
-                program,
-                CL_PROGRAM_BINARY_SIZES,
-                std::mem::size_of::<usize>(),
-                &mut size as *mut usize as *mut c_void,
-                std::ptr::null_mut(),
-            )
-        };
-        if ret != CL_SUCCESS || size == 0 {
-            return Err(format!("no binary size ({})", status_name(ret)));
-        }
-        let mut bytes = vec![0u8; size];
-        let mut ptr = bytes.as_mut_ptr();
-        // SAFETY: one buffer of the size the driver gave.
-        let ret = unsafe {
-            info(
-                program,
-                CL_PROGRAM_BINARIES,
-                std::mem::size_of::<*mut u8>(),
-                &mut ptr as *mut *mut u8 as *mut c_void,
+            build(
+                owned.get(),
+                1,
+                &device,
+                options.as_ptr(),
+                None,
                 std::ptr::null_mut(),
             )
         };
         if ret != CL_SUCCESS {
-            return Err(format!("no binary ({})", status_name(ret)));
+            return Err(format!("the build failed ({})", status_name(ret)));
         }
-        // The log the source build gave (pocl's kernel cache keeps it with the build), for
-        // a program cache's served build to answer as that build.
-        // SAFETY: the live program and its device.
-        let log = unsafe { crate::query::build_log(route, program, device) }.unwrap_or_default();
-        let attributes = if recipe.kind == Kind::Built {
-            // SAFETY: the live program, built.
-            unsafe { crate::query::kernel_attributes(route, program) }
-        } else {
-            Vec::new()
-        };
-        Ok(format::Payload {
-            log,
-            attributes,
-            binary: bytes,
-        })
-    })();
-    drop(owned);
-    result
+    }
+    Ok(owned)
 }
 
-fn warm(store_path: PathBuf, group: u64, report: &dyn Fn(WarmEvent, u64)) -> Result<(), String> {
+/// The driver's build log and binary of `program` (built from `recipe`) for `device`.
+///
+/// # Safety
+/// `program` is live and built for `device`.
+unsafe fn payload_of(
+    program: cl_program,
+    device: cl_device_id,
+    recipe: &Recipe,
+) -> Result<format::Payload, String> {
+    let route = Route::Object;
+    // SAFETY: the live program.
+    let info = unsafe { route.get_program_info(program) }.ok_or("no clGetProgramInfo")?;
+    let mut size = 0usize;
+    // SAFETY: one device: one size.
+    let ret = unsafe {
+        info(
+            program,
+            CL_PROGRAM_BINARY_SIZES,
+            std::mem::size_of::<usize>(),
+            &mut size as *mut usize as *mut c_void,
+            std::ptr::null_mut(),
+        )
+    };
+    if ret != CL_SUCCESS || size == 0 {
+        return Err(format!("no binary size ({})", status_name(ret)));
+    }
+    let mut bytes = vec![0u8; size];
+    let mut ptr = bytes.as_mut_ptr();
+    // SAFETY: one buffer of the size the driver gave.
+    let ret = unsafe {
+        info(
+            program,
+            CL_PROGRAM_BINARIES,
+            std::mem::size_of::<*mut u8>(),
+            &mut ptr as *mut *mut u8 as *mut c_void,
+            std::ptr::null_mut(),
+        )
+    };
+    if ret != CL_SUCCESS {
+        return Err(format!("no binary ({})", status_name(ret)));
+    }
+    // The log the source build gave (pocl's kernel cache keeps it with the build), for a
+    // program cache's served build to answer as that build.
+    // SAFETY: the live program and its device.
+    let log = unsafe { crate::query::build_log(route, program, device) }.unwrap_or_default();
+    let attributes = if recipe.kind == Kind::Built {
+        // SAFETY: the live program, built.
+        unsafe { crate::query::kernel_attributes(route, program) }
+    } else {
+        Vec::new()
+    };
+    Ok(format::Payload {
+        log,
+        attributes,
+        binary: bytes,
+    })
+}
+
+/// Where the worker's compiles happen: pocl's private cache folder (the worker's
+/// `POCL_CACHE_DIR`), the application's kernel cache the requests' group names, and what
+/// the driver reads for any program.
+struct Workspace {
+    own: PathBuf,
+    theirs: PathBuf,
+    recorder: Recorder,
+    driver: Option<Result<DriverFiles, String>>,
+}
+
+impl Workspace {
+    /// Empties the private cache folder (pocl's files of the last build), keeping it.
+    fn clear(&self) {
+        if let Ok(rd) = std::fs::read_dir(&self.own) {
+            for e in rd.flatten() {
+                let p = e.path();
+                let _ = match e.file_type() {
+                    Ok(t) if t.is_dir() => std::fs::remove_dir_all(&p),
+                    _ => std::fs::remove_file(&p),
+                };
+            }
+        }
+    }
+
+    /// Builds `recipe` while the tracer watches: the program, and the record of its compile.
+    ///
+    /// # Safety
+    /// `ctx` is a valid context of `device`.
+    unsafe fn watched(
+        &self,
+        ctx: cl_context,
+        device: cl_device_id,
+        recipe: &Recipe,
+    ) -> (Result<OwnedProgram, String>, Result<record::Record, String>) {
+        self.clear();
+        let own = self.own.as_os_str().as_bytes();
+        let theirs = self.theirs.as_os_str().as_bytes();
+        self.recorder.begin(Some((own, theirs)));
+        // SAFETY: this function's contract.
+        let program = unsafe { make(ctx, device, recipe) };
+        let rec = self.recorder.end();
+        (program, rec)
+    }
+
+    /// What the driver reads for any program, learnt from a watched compile of an empty
+    /// kernel on `device` (once per worker).
+    ///
+    /// # Safety
+    /// `ctx` is a valid context of `device`.
+    unsafe fn driver_files(
+        &mut self,
+        ctx: cl_context,
+        device: cl_device_id,
+    ) -> Result<&DriverFiles, String> {
+        if self.driver.is_none() {
+            let empty = Recipe::built(
+                Text::Source(b"kernel void clshim_driver_files(void) {}\n".to_vec()),
+                Vec::new(),
+            );
+            // SAFETY: this function's contract.
+            let (program, rec) = unsafe { self.watched(ctx, device, &empty) };
+            let files = match (program, rec) {
+                (Ok(_), Ok(r)) if r.problems.is_empty() => Ok(DriverFiles::from_record(
+                    &r,
+                    self.own.as_os_str().as_bytes(),
+                )),
+                (Ok(_), Ok(r)) => Err(format!(
+                    "its compiles cannot be watched: {}",
+                    r.problems.join("; ")
+                )),
+                (Err(why), _) => Err(format!("an empty kernel does not build here: {why}")),
+                (_, Err(why)) => Err(format!("its compiles cannot be watched: {why}")),
+            };
+            self.driver = Some(files);
+        }
+        match self.driver.as_ref().expect("set above") {
+            Ok(d) => Ok(d),
+            Err(why) => Err(why.clone()),
+        }
+    }
+}
+
+fn warm(
+    store_path: PathBuf,
+    group: u64,
+    ws: &mut Workspace,
+    report: &dyn Fn(WarmEvent, u64),
+) -> Result<(), String> {
     let dir =
         files::open_dir(&store_path, true).map_err(|e| format!("{}: {e}", store_path.display()))?;
     let req_path = store_path.join(REQUESTS);
@@ -352,7 +461,6 @@ fn warm(store_path: PathBuf, group: u64, report: &dyn Fn(WarmEvent, u64)) -> Res
     let mut devices = unsafe { devices(&loader) };
     let host = host_name();
     let env = CompileEnv::of_process();
-    let cwd = std::env::current_dir().map_err(|e| format!("the working directory: {e}"))?;
     let mut todo = Vec::new();
     for (name, _, mtime) in requests {
         let request = match files::read_file(&req, &name, format::MAX_REQUEST, false) {
@@ -375,6 +483,15 @@ fn warm(store_path: PathBuf, group: u64, report: &dyn Fn(WarmEvent, u64)) -> Res
             }
         }
     }
+    if let Some(why) = ws.recorder.unavailable() {
+        for (_, _, request) in &todo {
+            report(WarmEvent::Postponed, request.key);
+        }
+        return Err(format!(
+            "{} requests wait: no compile can be watched here ({why})",
+            todo.len()
+        ));
+    }
     for (name, mtime, request) in todo {
         let claim_name = format!("{}.claim", name.trim_end_matches(".req"));
         if !claim(&req, &claim_name, &host) {
@@ -385,8 +502,12 @@ fn warm(store_path: PathBuf, group: u64, report: &dyn Fn(WarmEvent, u64)) -> Res
         // knows which request did.
         report(WarmEvent::Begin, request.key);
         // SAFETY: the loader's functions and devices it listed.
-        let outcome = unsafe { one(&loader, &mut devices, &dir, &request, &env, &cwd) };
-        let keep = matches!(outcome, Outcome::Foreign) && now() - mtime <= STALE_FOREIGN_SECONDS;
+        let outcome = unsafe { one(&loader, &mut devices, &dir, &request, &env, ws) };
+        let keep = match &outcome {
+            Outcome::Foreign => now() - mtime <= STALE_FOREIGN_SECONDS,
+            Outcome::Postponed(_) => true,
+            _ => false,
+        };
         let event = match outcome {
             Outcome::Made => WarmEvent::Made,
             Outcome::Present => WarmEvent::Present,
@@ -394,6 +515,14 @@ fn warm(store_path: PathBuf, group: u64, report: &dyn Fn(WarmEvent, u64)) -> Res
             Outcome::Stale(why) => {
                 eprintln!("clshim warm: {name}: stale ({why}); removed");
                 WarmEvent::Stale
+            }
+            Outcome::Uncacheable(why) => {
+                eprintln!("clshim warm: {name}: not kept: {why}");
+                WarmEvent::Uncacheable
+            }
+            Outcome::Postponed(why) => {
+                eprintln!("clshim warm: {name}: left for a later step: {why}");
+                WarmEvent::Postponed
             }
             Outcome::Failed(why) => {
                 eprintln!("clshim warm: {name}: {why}");
@@ -406,6 +535,7 @@ fn warm(store_path: PathBuf, group: u64, report: &dyn Fn(WarmEvent, u64)) -> Res
         files::remove(&req, &claim_name);
         report(event, request.key);
     }
+    ws.clear();
     for d in &devices {
         if let Some(ctx) = d.context {
             // SAFETY: the context the worker made, released once.
@@ -420,6 +550,8 @@ enum Outcome {
     Present,
     Foreign,
     Stale(String),
+    Uncacheable(String),
+    Postponed(String),
     Failed(String),
 }
 
@@ -433,7 +565,7 @@ unsafe fn one(
     dir: &Fd,
     request: &Request,
     env: &CompileEnv,
-    cwd: &Path,
+    ws: &mut Workspace,
 ) -> Outcome {
     let Some(device) = devices
         .iter_mut()
@@ -446,19 +578,11 @@ unsafe fn one(
         Ok(_) => return Outcome::Failed("a recipe without its options".into()),
         Err(why) => return Outcome::Failed(format!("damaged recipe: {why:?}")),
     };
-    let key = match BuildKey::new(
-        &recipe,
-        &request.recipe,
-        &device.facts,
-        device.driver,
-        env,
-        cwd,
-    ) {
+    let key = match BuildKey::new(&recipe, &request.recipe, &device.facts, device.driver, env) {
         Ok(k) if k.key == request.key => k,
         Ok(_) => {
             return Outcome::Stale(
-                "its build's key differs here: a file it includes changed since, or the \
-                 environment differs"
+                "its build's key differs here: the worker's environment is not the request's"
                     .into(),
             )
         }
@@ -467,7 +591,9 @@ unsafe fn one(
     if let Ok(Some(existing)) =
         files::read_file(dir, &format::entry_name(key.key), format::MAX_ENTRY, false)
     {
-        if super::verify(&existing, &key).is_ok() {
+        let holds = super::verify(&existing, &key)
+            .is_ok_and(|(_, m, _)| manifest::check(&m, &ws.theirs).is_ok());
+        if holds {
             // Its source's mark may have gone with older entries: made again.
             mark_source(dir, &recipe);
             return Outcome::Present;
@@ -496,24 +622,62 @@ unsafe fn one(
         }
     };
     // SAFETY: a valid context of the live device.
-    let payload = match unsafe { binary_in(ctx, device.id, &recipe) } {
-        Ok(p) => p,
-        Err(why) => return Outcome::Failed(format!("{} recipe: {why}", recipe.kind.name())),
+    let driver = match unsafe { ws.driver_files(ctx, device.id) } {
+        Ok(d) => d.clone(),
+        Err(why) => return Outcome::Postponed(format!("the driver {why}")),
     };
-    let entry = super::encode(&key, &payload);
-    match files::write_atomic(dir, &format::entry_name(key.key), &entry, true, true) {
-        Ok(()) => {
-            mark_source(dir, &recipe);
-            Outcome::Made
-        }
-        Err(e) => Outcome::Failed(format!("cannot write {}: {e}", format::entry_name(key.key))),
+    // A compile whose inputs changed under it is made once more, once they are a second
+    // old; then it waits for a later step.
+    for attempt in 0..2 {
+        // SAFETY: a valid context of the live device.
+        let (program, rec) = unsafe { ws.watched(ctx, device.id, &recipe) };
+        let program = match program {
+            Ok(p) => p,
+            Err(why) => return Outcome::Failed(format!("{} recipe: {why}", recipe.kind.name())),
+        };
+        let rec = match rec {
+            Ok(r) => r,
+            Err(why) => return Outcome::Postponed(format!("its compile cannot be watched: {why}")),
+        };
+        let verdict = manifest::from_record(&rec, ws.own.as_os_str().as_bytes(), &driver);
+        let (manifest, content) = match verdict {
+            Ok(m) => {
+                // SAFETY: the live program, built for the device.
+                match unsafe { payload_of(program.get(), device.id, &recipe) } {
+                    Ok(p) => (m, Ok(p)),
+                    Err(why) => {
+                        return Outcome::Failed(format!("{} recipe: {why}", recipe.kind.name()))
+                    }
+                }
+            }
+            Err(Refusal::Uncacheable(why, m)) => (m.unwrap_or_default(), Err(why)),
+            Err(Refusal::Retry(why)) if attempt == 0 => {
+                drop(program);
+                std::thread::sleep(std::time::Duration::from_millis(1100));
+                let _ = why;
+                continue;
+            }
+            Err(Refusal::Retry(why)) => return Outcome::Postponed(why),
+        };
+        drop(program);
+        let entry = super::encode(&key, &manifest, content.as_ref().map_err(|w| w.as_str()));
+        let name = format::entry_name(key.key);
+        return match files::write_atomic(dir, &name, &entry, true, true) {
+            Ok(()) if content.is_ok() => {
+                mark_source(dir, &recipe);
+                Outcome::Made
+            }
+            Ok(()) => Outcome::Uncacheable(content.err().unwrap_or_default()),
+            Err(e) => Outcome::Failed(format!("cannot write {name}: {e}")),
+        };
     }
+    unreachable!("the loop returns")
 }
 
 /// Marks the source of a build recipe as one the store holds a build of (an empty file
 /// named by its hash in `sources/`), for the program cache to give its programs handles.
 fn mark_source(dir: &Fd, recipe: &Recipe) {
-    if let (Kind::Built, crate::recipe::Text::Source(src)) = (recipe.kind, &recipe.text) {
+    if let (Kind::Built, Text::Source(src)) = (recipe.kind, &recipe.text) {
         let name = crate::program_cache::source_mark(crate::hash::fnv1a64(src));
         let marked = files::open_sub(dir, crate::program_cache::SOURCES, true)
             .and_then(|d| files::write_atomic(&d, &name, b"", false, false));
@@ -523,17 +687,42 @@ fn mark_source(dir: &Fd, recipe: &Recipe) {
     }
 }
 
+/// A private folder for pocl to compile in: `$TMPDIR` (else `/tmp`) `/clshim-warm-XXXXXX`,
+/// the user's only, by its real name (pocl and the tracer must spell it alike).
+fn private_cache() -> Result<PathBuf, String> {
+    let tmp = std::env::var_os("TMPDIR")
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| "/tmp".into());
+    let mut template = PathBuf::from(tmp)
+        .join("clshim-warm-XXXXXX")
+        .into_os_string()
+        .into_vec();
+    template.push(0);
+    // SAFETY: a writable NUL-terminated template.
+    let made = unsafe { libc::mkdtemp(template.as_mut_ptr() as *mut c_char) };
+    if made.is_null() {
+        return Err(format!(
+            "no private folder for pocl's compiles: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    template.pop();
+    let path = PathBuf::from(std::ffi::OsString::from_vec(template));
+    std::fs::canonicalize(&path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
 /// A worker of the warm step, for the `clshim` command: `store` (a NUL-terminated path)
 /// is the native store; the worker makes the requests of `group` (`Request::group`), in
 /// this process's working directory and environment, which the command set to theirs,
 /// and calls `report` (may be NULL) with each request's events (`WarmEvent` as u32, and
-/// the request's key) as they happen. Returns 0, or 1 when the worker could not run (the
-/// reason on stderr). Never unwinds.
+/// the request's key) as they happen. Call it while the process has one thread: it forks
+/// the tracer that watches its compiles. Returns 0, or 1 when the worker could not run
+/// (the reason on stderr). Never unwinds.
 ///
 /// # Safety
 /// `store` is a NUL-terminated string; `report` is NULL or callable from this thread.
 #[no_mangle]
-pub unsafe extern "C" fn clshim_warm_v3(
+pub unsafe extern "C" fn clshim_warm_v4(
     store: *const c_char,
     group: u64,
     report: Option<Report>,
@@ -550,8 +739,21 @@ pub unsafe extern "C" fn clshim_warm_v3(
             unsafe { f(event as u32, key) };
         }
     };
-    let result = crate::guard::catch(|| warm(path, group, &tell))
-        .unwrap_or_else(|| Err("internal error".into()));
+    let result = crate::guard::catch(|| {
+        let theirs = manifest::pocl_cache_dir(&|n| std::env::var_os(n));
+        let own = private_cache()?;
+        // Before the driver is loaded: pocl reads it once.
+        std::env::set_var("POCL_CACHE_DIR", &own);
+        let recorder = record::watch_this_process(&own);
+        let mut ws = Workspace {
+            own,
+            theirs,
+            recorder,
+            driver: None,
+        };
+        warm(path, group, &mut ws, &tell)
+    })
+    .unwrap_or_else(|| Err("internal error".into()));
     match result {
         Ok(()) => 0,
         Err(why) => {

@@ -10,5 +10,6 @@ mod policy_devices;
 mod policy_load;
 mod policy_pocl;
 mod program_cache;
+mod served_as_compiled;
 mod store_keys;
 mod store_safety;

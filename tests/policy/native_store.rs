@@ -128,10 +128,10 @@ fn warm_start_loads_the_native_binary_as_without_clshim() {
 }
 
 /// Rewrites the header checksum of an entry after a field was patched (the store's own
-/// layout, clshim_format::store: 80 header bytes, the last 8 the checksum of the 72 before).
+/// layout, clshim_format::store: 96 header bytes, the last 8 the checksum of the 88 before).
 fn reseal(e: &mut [u8]) {
-    let sum = fnv1a64_u64(&e[..72]);
-    e[72..80].copy_from_slice(&sum.to_le_bytes());
+    let sum = fnv1a64_u64(&e[..88]);
+    e[88..96].copy_from_slice(&sum.to_le_bytes());
 }
 
 /// Every kind of bad entry is ignored with its reason recorded, the load falls back to

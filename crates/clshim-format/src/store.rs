@@ -7,13 +7,16 @@
 //! compiled in. What goes into an entry's key, and how a load checks it, is the library's
 //! (`store::build_key`); this module only moves bytes. All integers are little-endian.
 //!
-//! Entry: `magic "CLSHIMNB"` · `version u32` (3) · `flags u32` (0) · `key u64` ·
-//! `fingerprint u64` · `driver u64` · `key text length u64` · `payload length u64` ·
-//! `key text checksum u64` · `payload checksum u64` · `header checksum u64` (of the 72
-//! bytes before it) · key text · payload: `build log length u64` · the build log the
-//! driver gave the build (per device) · `kernel attributes length u64` · each kernel's
-//! name and `CL_KERNEL_ATTRIBUTES` (`name NUL attributes NUL`, in turn) · the driver's
-//! binary. The file is named `<key as 16 hex digits>.bin`.
+//! Entry: `magic "CLSHIMNB"` · `version u32` (4) · `flags u32` ([`UNCACHEABLE`] or 0) ·
+//! `key u64` · `fingerprint u64` · `driver u64` · `key text length u64` · `manifest length
+//! u64` · `payload length u64` · `key text checksum u64` · `manifest checksum u64` ·
+//! `payload checksum u64` · `header checksum u64` (of the 88 bytes before it) · key text ·
+//! manifest (`crate::manifest`: the names the compile looked up, and what it found) ·
+//! payload: `build log length u64` · the build log the driver gave the build (per device)
+//! · `kernel attributes length u64` · each kernel's name and `CL_KERNEL_ATTRIBUTES` (`name
+//! NUL attributes NUL`, in turn) · the driver's binary. An entry flagged [`UNCACHEABLE`]
+//! holds, instead of a payload, why the build cannot be kept (its manifest says which
+//! files that verdict stands on). The file is named `<key as 16 hex digits>.bin`.
 //!
 //! Request: `magic "CLSHIMRQ"` · `version u32` (1) · `flags u32` (0) · `key u64` ·
 //! `fingerprint u64` · `driver u64` · `recipe length u64` · recipe · `cwd length u64` ·
@@ -23,9 +26,12 @@
 use crate::hash::Fnv1a;
 
 pub const ENTRY_MAGIC: &[u8; 8] = b"CLSHIMNB";
-pub const ENTRY_VERSION: u32 = 3;
-/// The entry header's length: magic, version, flags, eight u64 fields, its checksum.
-pub const ENTRY_HEADER: usize = 8 + 4 + 4 + 8 * 8;
+pub const ENTRY_VERSION: u32 = 4;
+/// The entry header's length: magic, version, flags, nine u64 fields, its checksum.
+pub const ENTRY_HEADER: usize = 8 + 4 + 4 + 10 * 8;
+/// An entry's flag: the build it stands for cannot be kept (its payload says why), as long
+/// as its manifest holds; no process asks for it again until the files change.
+pub const UNCACHEABLE: u32 = 1;
 /// The largest entry a reader accepts: far beyond a real program's binary, small enough
 /// that a damaged length never makes clshim allocate without bound.
 pub const MAX_ENTRY: u64 = 1 << 30;
@@ -120,12 +126,19 @@ pub enum WarmEvent {
     Foreign = 4,
     /// Removed as damaged, or the driver would not make its program.
     Failed = 5,
-    /// Removed: its build's key differs now (a file it includes changed).
+    /// Removed: its build's key differs in the worker (the environment the worker was
+    /// given is not the request's).
     Stale = 6,
+    /// Made into an entry that says why the build cannot be kept (it reads the time of the
+    /// compile, or changes files, ...): no process asks for it while its files stay.
+    Uncacheable = 7,
+    /// Left for a later step: a file the compile read changed while, or just before, it
+    /// compiled.
+    Postponed = 8,
 }
 
 impl WarmEvent {
-    const ALL: [WarmEvent; 7] = [
+    const ALL: [WarmEvent; 9] = [
         WarmEvent::Begin,
         WarmEvent::Made,
         WarmEvent::Present,
@@ -133,6 +146,8 @@ impl WarmEvent {
         WarmEvent::Foreign,
         WarmEvent::Failed,
         WarmEvent::Stale,
+        WarmEvent::Uncacheable,
+        WarmEvent::Postponed,
     ];
 
     pub fn from_u32(v: u32) -> Option<WarmEvent> {
@@ -148,6 +163,8 @@ impl WarmEvent {
             WarmEvent::Foreign => "foreign",
             WarmEvent::Failed => "failed",
             WarmEvent::Stale => "stale",
+            WarmEvent::Uncacheable => "uncacheable",
+            WarmEvent::Postponed => "postponed",
         }
     }
 
@@ -186,26 +203,43 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
 /// An entry's fixed header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EntryHeader {
+    pub flags: u32,
     pub key: u64,
     pub fingerprint: u64,
     pub driver: u64,
     pub key_text_len: u64,
+    pub manifest_len: u64,
     pub payload_len: u64,
     pub key_text_sum: u64,
+    pub manifest_sum: u64,
     pub payload_sum: u64,
 }
 
+/// The parts of an entry: what its key is, what its compile found, what it holds.
+pub struct EntryParts<'a> {
+    pub key: u64,
+    pub fingerprint: u64,
+    pub driver: u64,
+    pub flags: u32,
+    pub key_text: &'a [u8],
+    pub manifest: &'a [u8],
+    pub payload: &'a [u8],
+}
+
 impl EntryHeader {
-    /// The header of an entry holding `key_text` and `payload`.
-    pub fn new(key: u64, fingerprint: u64, driver: u64, key_text: &[u8], payload: &[u8]) -> Self {
+    /// The header of an entry made of `p`.
+    pub fn new(p: &EntryParts) -> Self {
         EntryHeader {
-            key,
-            fingerprint,
-            driver,
-            key_text_len: key_text.len() as u64,
-            payload_len: payload.len() as u64,
-            key_text_sum: crate::hash::fnv1a64(key_text),
-            payload_sum: crate::hash::fnv1a64(payload),
+            flags: p.flags,
+            key: p.key,
+            fingerprint: p.fingerprint,
+            driver: p.driver,
+            key_text_len: p.key_text.len() as u64,
+            manifest_len: p.manifest.len() as u64,
+            payload_len: p.payload.len() as u64,
+            key_text_sum: crate::hash::fnv1a64(p.key_text),
+            manifest_sum: crate::hash::fnv1a64(p.manifest),
+            payload_sum: crate::hash::fnv1a64(p.payload),
         }
     }
 
@@ -213,13 +247,16 @@ impl EntryHeader {
         let mut out = [0u8; ENTRY_HEADER];
         out[..8].copy_from_slice(ENTRY_MAGIC);
         out[8..12].copy_from_slice(&ENTRY_VERSION.to_le_bytes());
+        out[12..16].copy_from_slice(&self.flags.to_le_bytes());
         let fields = [
             self.key,
             self.fingerprint,
             self.driver,
             self.key_text_len,
+            self.manifest_len,
             self.payload_len,
             self.key_text_sum,
+            self.manifest_sum,
             self.payload_sum,
         ];
         for (i, v) in fields.iter().enumerate() {
@@ -240,20 +277,25 @@ impl EntryHeader {
         if version != ENTRY_VERSION {
             return Err(format!("store format version {version}"));
         }
-        if u32_at(bytes, 12) != 0 {
+        let flags = u32_at(bytes, 12);
+        if flags & !UNCACHEABLE != 0 {
             return Err("unknown flags".into());
         }
         if crate::hash::fnv1a64(&bytes[..ENTRY_HEADER - 8]) != u64_at(bytes, ENTRY_HEADER - 8) {
             return Err("header checksum mismatch".into());
         }
+        let f = |i: usize| u64_at(bytes, 16 + 8 * i);
         Ok(EntryHeader {
-            key: u64_at(bytes, 16),
-            fingerprint: u64_at(bytes, 24),
-            driver: u64_at(bytes, 32),
-            key_text_len: u64_at(bytes, 40),
-            payload_len: u64_at(bytes, 48),
-            key_text_sum: u64_at(bytes, 56),
-            payload_sum: u64_at(bytes, 64),
+            flags,
+            key: f(0),
+            fingerprint: f(1),
+            driver: f(2),
+            key_text_len: f(3),
+            manifest_len: f(4),
+            payload_len: f(5),
+            key_text_sum: f(6),
+            manifest_sum: f(7),
+            payload_sum: f(8),
         })
     }
 
@@ -261,6 +303,7 @@ impl EntryHeader {
     pub fn total(&self) -> Option<u64> {
         (ENTRY_HEADER as u64)
             .checked_add(self.key_text_len)?
+            .checked_add(self.manifest_len)?
             .checked_add(self.payload_len)
     }
 
@@ -272,26 +315,22 @@ impl EntryHeader {
     }
 }
 
-/// An entry: its header, then the key text, then the payload.
-pub fn encode_entry(
-    key: u64,
-    fingerprint: u64,
-    driver: u64,
-    key_text: &[u8],
-    payload: &[u8],
-) -> Vec<u8> {
-    let h = EntryHeader::new(key, fingerprint, driver, key_text, payload);
-    let mut out = Vec::with_capacity(ENTRY_HEADER + key_text.len() + payload.len());
+/// An entry of `p`: its header, then the key text, the manifest and the payload.
+pub fn encode_entry(p: &EntryParts) -> Vec<u8> {
+    let h = EntryHeader::new(p);
+    let mut out =
+        Vec::with_capacity(ENTRY_HEADER + p.key_text.len() + p.manifest.len() + p.payload.len());
     out.extend_from_slice(&h.encode());
-    out.extend_from_slice(key_text);
-    out.extend_from_slice(payload);
+    out.extend_from_slice(p.key_text);
+    out.extend_from_slice(p.manifest);
+    out.extend_from_slice(p.payload);
     out
 }
 
-/// The key text and payload of a whole, undamaged entry (both checksums hold, the length
-/// is exactly the declared one, the payload is not empty); else why not. Whether the entry
-/// is the one a load wants is the caller's to check.
-pub fn open_entry(bytes: &[u8]) -> Result<(EntryHeader, &[u8], &[u8]), String> {
+/// The parts of a whole, undamaged entry (every checksum holds, the length is exactly the
+/// declared one, the payload is not empty); else why not. Whether the entry is the one a
+/// load wants is the caller's to check.
+pub fn open_entry(bytes: &[u8]) -> Result<(EntryHeader, EntryParts<'_>), String> {
     let h = EntryHeader::parse(bytes)?;
     if h.total() != Some(bytes.len() as u64) {
         return Err(format!(
@@ -301,9 +340,17 @@ pub fn open_entry(bytes: &[u8]) -> Result<(EntryHeader, &[u8], &[u8]), String> {
         ));
     }
     let text_end = ENTRY_HEADER + h.key_text_len as usize;
-    let (text, payload) = (&bytes[ENTRY_HEADER..text_end], &bytes[text_end..]);
+    let manifest_end = text_end + h.manifest_len as usize;
+    let (text, manifest, payload) = (
+        &bytes[ENTRY_HEADER..text_end],
+        &bytes[text_end..manifest_end],
+        &bytes[manifest_end..],
+    );
     if crate::hash::fnv1a64(text) != h.key_text_sum {
         return Err("key text checksum mismatch".into());
+    }
+    if crate::hash::fnv1a64(manifest) != h.manifest_sum {
+        return Err("manifest checksum mismatch".into());
     }
     if payload.is_empty() {
         return Err("empty payload".into());
@@ -311,7 +358,18 @@ pub fn open_entry(bytes: &[u8]) -> Result<(EntryHeader, &[u8], &[u8]), String> {
     if crate::hash::fnv1a64(payload) != h.payload_sum {
         return Err("payload checksum mismatch".into());
     }
-    Ok((h, text, payload))
+    Ok((
+        h,
+        EntryParts {
+            key: h.key,
+            fingerprint: h.fingerprint,
+            driver: h.driver,
+            flags: h.flags,
+            key_text: text,
+            manifest,
+            payload,
+        },
+    ))
 }
 
 /// What an entry holds besides its key: what the driver answers of the build from source
@@ -523,10 +581,22 @@ mod tests {
 
     #[test]
     fn an_entry_opens_only_whole() {
-        let e = encode_entry(7, 8, 9, b"key text", b"payload");
-        let (h, text, payload) = open_entry(&e).unwrap();
-        assert_eq!((h.key, h.fingerprint, h.driver), (7, 8, 9));
-        assert_eq!((text, payload), (&b"key text"[..], &b"payload"[..]));
+        let parts = EntryParts {
+            key: 7,
+            fingerprint: 8,
+            driver: 9,
+            flags: 0,
+            key_text: b"key text",
+            manifest: b"manifest",
+            payload: b"payload",
+        };
+        let e = encode_entry(&parts);
+        let (h, p) = open_entry(&e).unwrap();
+        assert_eq!((h.key, h.fingerprint, h.driver, h.flags), (7, 8, 9, 0));
+        assert_eq!(
+            (p.key_text, p.manifest, p.payload),
+            (&b"key text"[..], &b"manifest"[..], &b"payload"[..])
+        );
         assert!(h.names_whole_file(&entry_name(7), e.len() as u64));
         assert!(!h.names_whole_file(&entry_name(8), e.len() as u64));
         assert!(!h.names_whole_file(&entry_name(7), e.len() as u64 + 1));
@@ -538,7 +608,21 @@ mod tests {
             d[at] ^= 0x10;
             assert!(open_entry(&d).is_err(), "flip at {at}");
         }
-        assert!(open_entry(&encode_entry(7, 8, 9, b"t", b"")).is_err());
+        let empty = EntryParts {
+            payload: b"",
+            ..parts
+        };
+        assert!(open_entry(&encode_entry(&empty)).is_err());
+        let negative = EntryParts {
+            flags: UNCACHEABLE,
+            payload: b"why",
+            ..parts
+        };
+        let (h, _) = open_entry(&encode_entry(&negative)).unwrap();
+        assert_eq!(h.flags, UNCACHEABLE);
+        let mut unknown = encode_entry(&parts);
+        unknown[12] = 2;
+        assert!(EntryHeader::parse(&unknown).is_err());
     }
 
     #[test]
@@ -580,7 +664,7 @@ mod tests {
 
     #[test]
     fn warm_events_round_trip_as_lines() {
-        for v in 0..7 {
+        for v in 0..9 {
             let e = WarmEvent::from_u32(v).unwrap();
             assert_eq!(e as u32, v);
             assert_eq!(
@@ -588,7 +672,7 @@ mod tests {
                 Some((e, 0x0123_4567_89ab_cdef))
             );
         }
-        assert_eq!(WarmEvent::from_u32(7), None);
+        assert_eq!(WarmEvent::from_u32(9), None);
         for bad in [
             "clshim-warm made 0123",
             "clshim-warm made 0123456789abcdef extra",

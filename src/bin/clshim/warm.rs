@@ -11,7 +11,7 @@
 //! are ever removed), and `run --warm`, which hands the step to a background process when
 //! the command ends so the job is never held. The command links neither the library nor
 //! OpenCL: a worker opens the library it finds as `clshim run` does and calls
-//! `clshim_warm_v3`. A worker reports each request as it goes: when its driver kills it
+//! `clshim_warm_v4`. A worker reports each request as it goes: when its driver kills it
 //! (pocl 3.1 aborts making the binary of a kernel named with 256 characters or more), the
 //! command sets the request it was making aside, says so, and starts another worker for
 //! the rest of the group.
@@ -68,6 +68,8 @@ struct WarmStats {
     foreign: u64,
     failed: u64,
     stale: u64,
+    uncacheable: u64,
+    postponed: u64,
 }
 
 impl WarmStats {
@@ -78,6 +80,8 @@ impl WarmStats {
         self.foreign += o.foreign;
         self.failed += o.failed;
         self.stale += o.stale;
+        self.uncacheable += o.uncacheable;
+        self.postponed += o.postponed;
     }
 
     fn count(&mut self, e: WarmEvent) {
@@ -89,6 +93,8 @@ impl WarmStats {
             WarmEvent::Foreign => self.foreign += 1,
             WarmEvent::Failed => self.failed += 1,
             WarmEvent::Stale => self.stale += 1,
+            WarmEvent::Uncacheable => self.uncacheable += 1,
+            WarmEvent::Postponed => self.postponed += 1,
         }
     }
 }
@@ -347,7 +353,7 @@ fn worker(lib: &Path, store: &Path, group: u64) -> i32 {
         return 1;
     }
     // SAFETY: an open handle and a NUL-terminated name.
-    let f = unsafe { libc::dlsym(handle, b"clshim_warm_v3\0".as_ptr() as *const c_char) };
+    let f = unsafe { libc::dlsym(handle, b"clshim_warm_v4\0".as_ptr() as *const c_char) };
     if f.is_null() {
         eprintln!(
             "clshim warm: {} has no warm step of this version (another clshim library?)",
@@ -355,7 +361,7 @@ fn worker(lib: &Path, store: &Path, group: u64) -> i32 {
         );
         return 1;
     }
-    // SAFETY: the library's clshim_warm_v3, of this type (src/store/warm.rs).
+    // SAFETY: the library's clshim_warm_v4, of this type (src/store/warm.rs).
     let warm: WarmFn = unsafe { std::mem::transmute::<*mut libc::c_void, WarmFn>(f) };
     let Ok(store_c) = CString::new(store.as_os_str().as_bytes()) else {
         eprintln!("clshim warm: the store path holds a NUL byte");
@@ -548,11 +554,14 @@ pub fn warm_main(o: crate::cli::WarmOpts) -> i32 {
         eprintln!("{}", nothing_to_make(store));
     }
     eprintln!(
-        "clshim warm: {}: {} made, {} present, {} claimed by another process, {} for devices \
-         or driver builds this host does not have, {} stale, {} failed, {} evicted",
+        "clshim warm: {}: {} made, {} present, {} not kept (the reasons above), {} left for a \
+         later step, {} claimed by another process, {} for devices or driver builds this host \
+         does not have, {} stale, {} failed, {} evicted",
         store.display(),
         total.made,
         total.present,
+        total.uncacheable,
+        total.postponed,
         total.claimed,
         total.foreign,
         total.stale,

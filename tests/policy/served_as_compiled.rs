@@ -1,0 +1,473 @@
+//! A build the program cache serves gives what the driver's compile gives now, whatever
+//! the text, the options and the environment: the findings of issue 30, where an entry's
+//! key came from a hand-written preprocessor that read texts, options and the environment
+//! otherwise than clang and pocl do, and served a build after the header the compile read
+//! had changed. Each case builds tests/c/key_client.c (a kernel writing VAL, which a header
+//! on disk defines) under `clshim run --program-cache` with requests, runs the warm step,
+//! checks that the build is now served, changes what the compile reads, and checks that
+//! the next run under the cache prints what a run without clshim prints. Cases whose build
+//! depends on the moment or place of the compile (`__TIME__`, `__FILE__` of pocl's
+//! temporary copy) are never served, and the warm step says why.
+
+use crate::common::*;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+fn client() -> PathBuf {
+    build_c("key_client", &[])
+}
+
+struct Case {
+    d: Scratch,
+    bin: PathBuf,
+    /// Where the client runs (its working directory).
+    app: PathBuf,
+}
+
+/// What one run printed, and how many of its builds the store served.
+struct Ran {
+    out: String,
+    served: usize,
+}
+
+impl Case {
+    fn new(tag: &str) -> Case {
+        let d = scratch(tag);
+        let app = d.path("app");
+        std::fs::create_dir_all(&app).unwrap();
+        Case {
+            bin: client(),
+            app,
+            d,
+        }
+    }
+
+    fn store(&self) -> PathBuf {
+        self.d.path("store")
+    }
+
+    /// Writes `bytes` at `rel` below the scratch folder (making its folders).
+    fn write(&self, rel: &str, bytes: &[u8]) -> PathBuf {
+        write_at(&self.d.path(rel), bytes)
+    }
+
+    /// The client with `args` in `cwd`, plain or under the program cache (requests left),
+    /// each way with its own pocl kernel cache (`kc-plain`, `kc-cache`) unless `env` names
+    /// one.
+    fn run_in(&self, cwd: &Path, cached: bool, args: &[OsString], env: &[(&str, String)]) -> Ran {
+        let traces = self.d.path(&format!("traces-{}", next()));
+        let mode = cached.then_some("both");
+        let mut cmd = program_cache_command(&self.bin, mode, &traces);
+        cmd.args(args).current_dir(cwd);
+        clear_shim_env(&mut cmd, &[]);
+        cmd.env("HOME", self.d.path("home"))
+            .env(
+                "POCL_CACHE_DIR",
+                self.d.path(if cached { "kc-cache" } else { "kc-plain" }),
+            )
+            .env_remove("POCL_EXTRA_BUILD_FLAGS");
+        if cached {
+            cmd.env("CLSHIM_NATIVE_STORE", self.store())
+                .env("CLSHIM_WARM", "1");
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?} cached={cached}: {}",
+            stderr(&out)
+        );
+        let records = if traces.exists() {
+            checked_traces(&traces)
+        } else {
+            Vec::new()
+        };
+        let served = records
+            .iter()
+            .filter(|r| r["event"] == "build" && r["served"] == "store")
+            .count();
+        assert!(!stderr(&out).contains("internal error"), "{}", stderr(&out));
+        Ran {
+            out: stdout(&out),
+            served,
+        }
+    }
+
+    fn run(&self, cached: bool, args: &[OsString], env: &[(&str, String)]) -> Ran {
+        self.run_in(&self.app, cached, args, env)
+    }
+
+    /// `clshim warm` on the store, in the foreground; its standard error.
+    fn warm(&self) -> String {
+        let mut c = clshim();
+        c.args([
+            "warm",
+            "--store",
+            s(&self.store()),
+            "--lib",
+            s(&shim_path()),
+        ])
+        .current_dir(self.d.path(""));
+        clear_shim_env(&mut c, &[]);
+        c.env_remove("POCL_EXTRA_BUILD_FLAGS")
+            .env("HOME", self.d.path("home"));
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "clshim warm: {}", stderr(&out));
+        stderr(&out)
+    }
+
+    /// A cold run under the cache and the warm step; then the build must be served, with
+    /// what a run without clshim prints.
+    fn fill(&self, args: &[OsString], env: &[(&str, String)]) -> String {
+        let plain = self.run(false, args, env).out;
+        let cold = self.run(true, args, env);
+        assert_eq!(cold.out, plain, "cold, as without clshim");
+        let log = self.warm();
+        let warm = self.run(true, args, env);
+        assert_eq!(warm.out, plain, "served, as without clshim: {log}");
+        assert_eq!(
+            warm.served,
+            plain.lines().count(),
+            "every build served after the warm step: {log}"
+        );
+        plain
+    }
+
+    /// After `fill`: a run under the cache prints what a run without clshim prints now.
+    fn as_plain_now(&self, args: &[OsString], env: &[(&str, String)]) -> Ran {
+        let plain = self.run(false, args, env).out;
+        let cached = self.run(true, args, env);
+        assert_eq!(cached.out, plain, "under the cache, as without clshim");
+        cached
+    }
+}
+
+fn write_at(path: &Path, bytes: &[u8]) -> PathBuf {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, bytes).unwrap();
+    path.to_path_buf()
+}
+
+fn next() -> usize {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+const KERNEL: &[u8] = b"__kernel void val(__global int *out) { out[0] = VAL; }\n";
+
+fn source(head: &[u8]) -> Vec<u8> {
+    [head, KERNEL].concat()
+}
+
+/// `--name=value`, byte for byte.
+fn arg(name: &str, value: &[u8]) -> OsString {
+    OsStr::from_bytes(&[format!("--{name}=").as_bytes(), value].concat()).to_os_string()
+}
+
+fn path_arg(name: &str, value: &Path) -> OsString {
+    arg(name, value.as_os_str().as_bytes())
+}
+
+/// A case in which `val.h`, found through `head` (the source's first lines, with `extra`
+/// files beside it and `options`), says VAL 1; after the warm step it says VAL 2, and the
+/// cached run must print 2.
+fn edited_header_is_read(
+    tag: &str,
+    head: &[u8],
+    extra: &[(&str, &[u8])],
+    options: &[u8],
+    hdr: &[u8],
+) {
+    let env: &[(&str, String)] = &[];
+    let c = Case::new(tag);
+    let src = c.write("src.cl", &source(head));
+    for (rel, bytes) in extra {
+        c.write(rel, bytes);
+    }
+    let val = c.d.join(OsStr::from_bytes(hdr));
+    write_at(&val, b"#define VAL 1\n");
+    let args = [path_arg("source", &src), arg("options", options)];
+    assert_eq!(c.fill(&args, env), "VAL=1\n", "{tag}");
+    write_at(&val, b"#define VAL 2\n");
+    let now = c.as_plain_now(&args, env);
+    assert_eq!(now.out, "VAL=2\n", "{tag}: the edited header");
+    assert_eq!(now.served, 0, "{tag}");
+}
+
+// What clang reads as a directive, a hand-written lexer did not.
+
+/// A UTF-8 byte order mark before the source's first `#include`.
+#[test]
+fn a_byte_order_mark_before_an_include() {
+    edited_header_is_read(
+        "lex-bom",
+        b"\xef\xbb\xbf#include \"val.h\"\n",
+        &[],
+        b"-I hdr",
+        b"app/hdr/val.h",
+    );
+}
+
+/// A byte order mark at the start of a header, before its `#include`.
+#[test]
+fn a_byte_order_mark_in_a_header() {
+    edited_header_is_read(
+        "lex-bom-header",
+        b"#include \"a.h\"\n",
+        &[("app/hdr/a.h", b"\xef\xbb\xbf#include \"val.h\"\n")],
+        b"-I hdr",
+        b"app/hdr/val.h",
+    );
+}
+
+/// A digraph `%:include`.
+#[test]
+fn a_digraph_include() {
+    edited_header_is_read(
+        "lex-digraph",
+        b"%:include \"val.h\"\n",
+        &[],
+        b"-I hdr",
+        b"app/hdr/val.h",
+    );
+}
+
+/// A trigraph `??=include` (clang keeps trigraphs on for OpenCL C).
+#[test]
+fn a_trigraph_include() {
+    edited_header_is_read(
+        "lex-trigraph",
+        b"??=include \"val.h\"\n",
+        &[],
+        b"-I hdr",
+        b"app/hdr/val.h",
+    );
+}
+
+/// A header whose lines end with a lone CR.
+#[test]
+fn lines_ended_by_a_lone_cr() {
+    edited_header_is_read(
+        "lex-cr",
+        b"#include \"a.h\"\n",
+        &[("app/hdr/a.h", b"#define X 1\r#include \"val.h\"\r")],
+        b"-I hdr",
+        b"app/hdr/val.h",
+    );
+}
+
+/// A NUL byte before `#` (clang reads it as white space).
+#[test]
+fn a_nul_byte_before_an_include() {
+    edited_header_is_read(
+        "lex-nul",
+        b"#include \"a.h\"\n",
+        &[("app/hdr/a.h", b"\0#include \"val.h\"\n")],
+        b"-I hdr",
+        b"app/hdr/val.h",
+    );
+}
+
+// pocl hands clang its options split at any whitespace.
+
+/// A tab before `-I`.
+#[test]
+fn an_include_folder_after_a_tab() {
+    edited_header_is_read(
+        "opt-tab",
+        b"#include \"val.h\"\n",
+        &[],
+        b"-DX=1\t-Iinc",
+        b"app/inc/val.h",
+    );
+}
+
+/// A newline before `-I`.
+#[test]
+fn an_include_folder_after_a_newline() {
+    edited_header_is_read(
+        "opt-newline",
+        b"#include \"val.h\"\n",
+        &[],
+        b"-DX=1\n-Iinc",
+        b"app/inc/val.h",
+    );
+}
+
+/// `-include` with tabs, which pocl's own option check takes as part of a `-D`.
+#[test]
+fn an_include_option_hidden_by_tabs() {
+    edited_header_is_read(
+        "opt-include",
+        b"\n",
+        &[],
+        b"-DX=1\t-include\tcfg.h",
+        b"app/cfg.h",
+    );
+}
+
+// An include named by macros resolves as clang resolves it.
+
+const M2S: &[u8] = b"-D XM2S(x)=#x -D M2S(x)=XM2S(x)";
+
+/// A definition in a branch not taken names nothing.
+#[test]
+fn a_macro_defined_in_a_branch_not_taken() {
+    edited_header_is_read(
+        "macro-untaken",
+        b"#ifdef NEVER\n#define WHICH other\n#endif\n#include M2S(WHICH/val.h)\n",
+        &[("app/other/val.h", b"#define VAL 7\n")],
+        M2S,
+        b"app/WHICH/val.h",
+    );
+}
+
+/// A definition after the `#include` names nothing at that line.
+#[test]
+fn a_macro_defined_after_the_include() {
+    edited_header_is_read(
+        "macro-after",
+        b"#include M2S(P/val.h)\n#define P other\n",
+        &[("app/other/val.h", b"#define VAL 7\n")],
+        M2S,
+        b"app/P/val.h",
+    );
+}
+
+/// pocl's pre-included macros take part (`max` is `_cl_max`).
+#[test]
+fn a_macro_of_pocls_own_headers() {
+    edited_header_is_read(
+        "macro-pocl",
+        b"#include M2S(max/val.h)\n",
+        &[("app/max/val.h", b"#define VAL 3\n")],
+        M2S,
+        b"app/_cl_max/val.h",
+    );
+}
+
+/// A Latin-1 byte in the name, from the options (the hand-written expander decoded it
+/// lossily, or panicked at every build).
+#[test]
+fn a_latin1_name_from_the_options() {
+    edited_header_is_read(
+        "macro-latin1",
+        b"#include M2S(P/val.h)\n",
+        &[],
+        &[M2S, b" -DP=h\xe9"].concat(),
+        b"app/h\xe9/val.h",
+    );
+}
+
+// The driver's environment, as it is at each build.
+
+/// pocl reads `POCL_EXTRA_BUILD_FLAGS` at every build: an application that sets it after
+/// its first program builds its second with it, and each is served its own build.
+#[test]
+fn the_environment_of_each_build_is_its_own() {
+    let c = Case::new("env-late");
+    let src = c.write("src.cl", &source(b"#ifndef VAL\n#define VAL 1\n#endif\n"));
+    let args = [
+        path_arg("source", &src),
+        OsString::from("--then-env=POCL_EXTRA_BUILD_FLAGS=-DVAL=7"),
+    ];
+    assert_eq!(c.fill(&args, &[]), "VAL=1\nVAL=7\n");
+}
+
+/// A `-I` in `POCL_EXTRA_BUILD_FLAGS` (pocl's documented way to add include folders) puts
+/// its folder on the compile's path.
+#[test]
+fn an_include_folder_from_the_drivers_environment() {
+    let c = Case::new("env-include");
+    let src = c.write("src.cl", &source(b"#include \"val.h\"\n"));
+    let val = c.write("app/hdr/val.h", b"#define VAL 1\n");
+    let env = [(
+        "POCL_EXTRA_BUILD_FLAGS",
+        format!("-I {}", s(&c.d.path("app/hdr"))),
+    )];
+    let args = [path_arg("source", &src)];
+    assert_eq!(c.fill(&args, &env), "VAL=1\n");
+    write_at(&val, b"#define VAL 2\n");
+    let now = c.as_plain_now(&args, &env);
+    assert_eq!((now.out.as_str(), now.served), ("VAL=2\n", 0));
+}
+
+/// pocl compiles its copy of the source in its cache folder, so a quoted include is
+/// looked for there first: a header that appears there is read.
+#[test]
+fn a_header_in_pocls_cache_folder_is_read_first() {
+    let c = Case::new("pocl-folder");
+    let src = c.write("src.cl", &source(b"#include \"val.h\"\n"));
+    c.write("app/hdr/val.h", b"#define VAL 1\n");
+    let args = [path_arg("source", &src), OsString::from("--options=-I hdr")];
+    assert_eq!(c.fill(&args, &[]), "VAL=1\n");
+    for kc in ["kc-plain", "kc-cache"] {
+        c.write(&format!("{kc}/val.h"), b"#define VAL 9\n");
+    }
+    let now = c.as_plain_now(&args, &[]);
+    assert_eq!(now.out, "VAL=9\n");
+    assert_eq!(now.served, 0);
+}
+
+// Builds that hold the moment or the place of their compile.
+
+/// `__TIME__`, `__DATE__`, `__TIMESTAMP__` (also through token pasting) and `__FILE__`
+/// (pocl's temporary copy of the source, another name at every build) make a build no
+/// entry can stand for: the warm step says why, keeps an entry that says so, and no run
+/// is served it or asks for it again.
+#[test]
+fn a_build_that_holds_its_time_or_place_is_never_served() {
+    for (tag, use_it) in [
+        ("time", &b"constant char t[] = __TIME__;\n"[..]),
+        ("date", b"constant char t[] = __DATE__;\n"),
+        ("timestamp", b"constant char t[] = __TIMESTAMP__;\n"),
+        (
+            "pasted",
+            b"#define CAT(a, b) a##b\nconstant char t[] = CAT(__TI, ME__);\n",
+        ),
+        ("file", b"constant char t[] = __FILE__;\n"),
+    ] {
+        let c = Case::new(&format!("moment-{tag}"));
+        let text = [
+            use_it,
+            b"__kernel void val(__global int *out) { out[0] = t[0] != 0; }\n",
+        ]
+        .concat();
+        let src = c.write("src.cl", &text);
+        let args = [path_arg("source", &src)];
+        let plain = c.run(false, &args, &[]).out;
+        assert_eq!(plain, "VAL=1\n", "{tag}");
+        c.run(true, &args, &[]);
+        let log = c.warm();
+        assert!(log.contains("not kept"), "{tag}: {log}");
+        let again = c.run(true, &args, &[]);
+        assert_eq!(again.out, plain, "{tag}");
+        assert_eq!(again.served, 0, "{tag}: never served");
+        assert!(
+            requests(&c.store()).is_empty(),
+            "{tag}: not asked for again while its files stay"
+        );
+    }
+}
+
+// Where the application runs.
+
+/// A job in another folder is served where its compile would read the same files (a
+/// relative `-I`), and not where those files differ.
+#[test]
+fn a_job_in_another_folder_is_served_where_it_reads_the_same_files() {
+    let c = Case::new("folders");
+    let src = c.write("src.cl", &source(b"#include \"val.h\"\n"));
+    c.write("app/inc/val.h", b"#define VAL 1\n");
+    c.write("same/inc/val.h", b"#define VAL 1\n");
+    c.write("other/inc/val.h", b"#define VAL 2\n");
+    let args = [path_arg("source", &src), OsString::from("--options=-I inc")];
+    assert_eq!(c.fill(&args, &[]), "VAL=1\n");
+    let same = c.run_in(&c.d.path("same"), true, &args, &[]);
+    assert_eq!((same.out.as_str(), same.served), ("VAL=1\n", 1));
+    let other = c.run_in(&c.d.path("other"), true, &args, &[]);
+    assert_eq!((other.out.as_str(), other.served), ("VAL=2\n", 0));
+}
