@@ -185,7 +185,7 @@ pub const PROGRAM_CACHE: Control = Control {
     default: "0",
     values: "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`)",
     default_doc: "`0`",
-    doc: "Serve source builds on pocl devices from the native store: a `clBuildProgram` whose exact build (source, options, included files, environment, device, driver) has an entry loads the driver's binary instead of compiling; any other build compiles as without it. For applications that keep no binaries (pyopencl 2024.2.3 and later on pocl). Linux only.",
+    doc: "Serve source builds on pocl devices from the native store: a `clBuildProgram` whose exact build (source, options, environment, device, driver, and every file its compile read, as the warm step recorded it) has an entry loads the driver's binary instead of compiling; any other build compiles as without it. For applications that keep no binaries (pyopencl 2024.2.3 and later on pocl). Linux only.",
     help: "serve source builds from the native store",
 };
 
