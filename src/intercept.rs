@@ -537,7 +537,7 @@ pub unsafe fn create_program_with_source<D: Door>(
                         unsafe { source_parts(strings, lengths) }.concat()
                     };
                     let table = D::program_handle_table();
-                    program_cache::maybe_wrap(rt, program, context, info.hash, source, table)
+                    program_cache::maybe_wrap(rt, route, program, context, info.hash, source, table)
                 });
                 return wrapped.unwrap_or(program);
             }

@@ -3,8 +3,8 @@
 //! and later on pocl build every program from source at every start; pocl's kernel cache
 //! then still preprocesses each source, about 20 ms a program, where the driver's own
 //! binary loads in about one). This module owns when a program gets a handle of clshim's
-//! (`handles`: only a source the store holds a build of, so a program the store cannot
-//! serve is the driver's own, untouched), the served build itself, and the requests a
+//! (`handles`: only a source the store holds a build of, on pocl devices only, so a
+//! program the store cannot serve is the driver's own, untouched), the served build itself, and the requests a
 //! compiled source build leaves for the warm step. What an entry is keyed on, and where
 //! it lives, is `store`'s: a build is served only by an entry made for exactly that build.
 //!

@@ -22,10 +22,12 @@ use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 
 /// The program `clCreateProgramWithSource` hands the application: a handle (with the
-/// door's dispatch `table`) when the program cache is on and the store marks this source
-/// (`hash` of its text) as one it made builds of, else the driver's `program` itself.
+/// door's dispatch `table`) when the program cache is on, every device of `program` is one
+/// the store can serve, and the store marks this source (`hash` of its text) as one it
+/// made builds of; else the driver's `program` itself.
 pub fn maybe_wrap(
     rt: &Runtime,
+    route: Route,
     program: cl_program,
     context: cl_context,
     hash: Option<u64>,
@@ -38,6 +40,13 @@ pub fn maybe_wrap(
     let (Some(store), Some(hash)) = (Store::from_config(&rt.config), hash) else {
         return program;
     };
+    // A handle is no program of the driver's: a function clshim does not intercept (a
+    // vendor's extension, such as Intel's clGetDeviceGlobalVariablePointerINTEL) would
+    // refuse it. Only a program the store could serve is worth that risk.
+    // SAFETY: the program the driver just made, not yet handed to the application.
+    if !unsafe { servable(rt, route, program) } {
+        return program;
+    }
     let marked = files::open_dir(&store.dir, false)
         .and_then(|d| files::open_sub(&d, super::SOURCES, false))
         .is_ok_and(|d| files::exists(&d, &super::source_mark(hash)));
@@ -45,6 +54,25 @@ pub fn maybe_wrap(
         return program;
     }
     handles::wrap(program, context, source(), table)
+}
+
+/// Whether the store can serve builds of `program`: each of its devices is pocl's, the
+/// only driver whose builds the store keys (`store::build_key`); a program whose devices
+/// cannot be asked is not.
+///
+/// # Safety
+/// `program` is live and reachable through `route`.
+unsafe fn servable(rt: &Runtime, route: Route, program: cl_program) -> bool {
+    // SAFETY: live (this function's contract).
+    let Some(devices) = (unsafe { query::devices(route, program) }) else {
+        return false;
+    };
+    !devices.is_empty()
+        && devices.iter().all(|&d| {
+            // SAFETY: a device of the live program.
+            unsafe { rt.devices.get(route, d) }
+                .is_some_and(|f| f.platform == crate::schema::POCL_PLATFORM)
+        })
 }
 
 /// A served build's program, with what its record needs.

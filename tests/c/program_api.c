@@ -12,7 +12,11 @@
  *            one context, concurrently, and run it;
  *   fork     builds a program, then forks 20 times while a thread keeps building: each
  *            child retains, queries and releases the program it inherited (pocl runs no
- *            kernel after a fork, with or without clshim); the parent then runs it.
+ *            kernel after a fork, with or without clshim); the parent then runs it;
+ *   platforms  one source on the first device of every platform (pocl and Intel's CPU
+ *            runtime under the Khronos loader): built, run, its source and its kernel's
+ *            program, and Intel's clGetDeviceGlobalVariablePointerINTEL on it where the
+ *            platform offers that extension function.
  * Every mode ends with "ok". --seed=N changes the sources' constants. */
 #define _GNU_SOURCE
 #include "cltest.h"
@@ -328,6 +332,56 @@ static void forked(cl_context ctx, cl_device_id dev) {
     CHECK(clReleaseProgram(p));
 }
 
+typedef cl_int (*global_pointer_fn)(cl_device_id, cl_program, const char *, size_t *,
+                                    void **);
+
+static void platforms(void) {
+    /* A program-scope variable where the platform has them (Intel), a constant elsewhere
+     * (pocl 3.1): one text, so that a build on pocl marks the source for both. */
+    const char *src = "#ifdef __opencl_c_program_scope_global_variables\n"
+                      "__global int g = 7;\n"
+                      "#else\n"
+                      "__constant int g = 7;\n"
+                      "#endif\n"
+                      "__kernel void k(__global int *o) { o[get_global_id(0)] = g + (int)get_global_id(0); }\n";
+    cl_platform_id plats[8];
+    cl_uint np = 0;
+    CHECK(clGetPlatformIDs(8, plats, &np));
+    for (cl_uint i = 0; i < np && i < 8; i++) {
+        char name[256] = "";
+        CHECK(clGetPlatformInfo(plats[i], CL_PLATFORM_NAME, sizeof name, name, NULL));
+        cl_device_id dev;
+        CHECK(clGetDeviceIDs(plats[i], CL_DEVICE_TYPE_ALL, 1, &dev, NULL));
+        cl_context ctx = make_context(dev);
+        cl_int err;
+        cl_program p = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
+        CHECK(err);
+        printf("%s:\n", name);
+        build_or_die(p, dev, "-cl-std=CL3.0");
+        run_int_kernel(ctx, dev, p, "k", 4, "  k");
+        info_text(p, CL_PROGRAM_SOURCE, "source");
+        cl_kernel k = clCreateKernel(p, "k", &err);
+        CHECK(err);
+        cl_program kp = NULL;
+        CHECK(clGetKernelInfo(k, CL_KERNEL_PROGRAM, sizeof kp, &kp, NULL));
+        printf("  kernel's program same %d\n", kp == p);
+        global_pointer_fn f = (global_pointer_fn)clGetExtensionFunctionAddressForPlatform(
+            plats[i], "clGetDeviceGlobalVariablePointerINTEL");
+        if (f) {
+            size_t size = 0;
+            void *ptr = NULL;
+            err = f(dev, p, "g", &size, &ptr);
+            printf("  clGetDeviceGlobalVariablePointerINTEL: %s, %zu bytes, pointer %s\n",
+                   cl_err_name(err), size, ptr ? "set" : "NULL");
+        } else {
+            printf("  no clGetDeviceGlobalVariablePointerINTEL\n");
+        }
+        CHECK(clReleaseKernel(k));
+        CHECK(clReleaseProgram(p));
+        CHECK(clReleaseContext(ctx));
+    }
+}
+
 int main(int argc, char **argv) {
     const char *s = arg_value(argc, argv, "--seed");
     seed = s ? atoi(s) : 0;
@@ -340,6 +394,7 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "api") == 0) api(ctx, dev);
     else if (strcmp(mode, "threads") == 0) threads(ctx, dev, t ? atoi(t) : 8);
     else if (strcmp(mode, "fork") == 0) forked(ctx, dev);
+    else if (strcmp(mode, "platforms") == 0) platforms();
     else {
         printf("FAILED unknown mode %s\n", mode);
         return 1;

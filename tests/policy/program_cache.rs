@@ -5,13 +5,14 @@
 //! and after the build, reference counts, kernels and their program, argument names, a
 //! rebuild refused while a kernel holds the program, a kernel outliving its program, the
 //! program as a compile header and link input, a failing build), through the preload door,
-//! the loader layer and both; with 8 threads building one source at once; forking while a
-//! thread builds; and with entries that are damaged or made by another driver build, which
-//! are compiled instead.
+//! the loader layer and both; with pocl and Intel's CPU runtime under the Khronos loader
+//! (only pocl's program served, Intel's its driver's own); with 8 threads building one
+//! source at once; forking while a thread builds; and with entries that are damaged or made
+//! by another driver build, which are compiled instead.
 
 use crate::common::*;
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 fn client() -> PathBuf {
     build_c("program_api", &["-lpthread"])
@@ -21,6 +22,8 @@ struct Setup {
     d: Scratch,
     bin: PathBuf,
     home: PathBuf,
+    /// Variables of every run of the client (the loader and drivers it finds).
+    env: Vec<(String, String)>,
 }
 
 impl Setup {
@@ -32,6 +35,7 @@ impl Setup {
             bin: client(),
             home,
             d,
+            env: Vec::new(),
         }
     }
 
@@ -53,6 +57,9 @@ impl Setup {
         clear_shim_env(&mut cmd, &[]);
         cmd.env("HOME", &self.home)
             .env("POCL_CACHE_DIR", self.d.path("kc"));
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
         for (k, v) in extra {
             cmd.env(k, v);
         }
@@ -92,7 +99,10 @@ fn served(records: &[Value]) -> usize {
 
 /// Plain, then cold (nothing served: the store is empty), then warm through each door.
 fn same_through_every_door(tag: &str, args: &[&str], want_served: usize) {
-    let s = Setup::new(tag);
+    same_through_every_door_in(Setup::new(tag), args, want_served)
+}
+
+fn same_through_every_door_in(s: Setup, args: &[&str], want_served: usize) {
     let (plain, _) = s.run(None, args, &[]);
     assert!(plain.ends_with("ok\n"), "{plain}");
     let (cold, records) = s.run(Some("both"), args, &[]);
@@ -123,6 +133,28 @@ fn threads_building_one_source_at_once() {
 #[test]
 fn forking_while_a_thread_builds() {
     same_through_every_door("cache-fork", &["fork"], 1);
+}
+
+/// Programs of a platform the store cannot serve stay the driver's own: under the Khronos
+/// loader, with pocl and Intel's CPU runtime in one platform list, one source is built on
+/// each; once pocl's build marked the source, Intel's program made from it still answers
+/// Intel's own extension function (clGetDeviceGlobalVariablePointerINTEL, which a
+/// clshim handle would make answer CL_INVALID_PROGRAM) and every query as without
+/// clshim, while pocl's build is served.
+#[test]
+fn programs_of_other_platforms_stay_the_drivers_own() {
+    let Some(lib) = khronos_loader() else { return };
+    let mut s = Setup::new("cache-platforms");
+    let vendors = khronos_vendors(&s.d, &lib);
+    s.env = vec![
+        ("LD_LIBRARY_PATH".into(), s_owned(&lib)),
+        ("OCL_ICD_VENDORS".into(), s_owned(&vendors)),
+    ];
+    same_through_every_door_in(s, &["platforms"], 1);
+}
+
+fn s_owned(p: &Path) -> String {
+    s(p).to_string()
 }
 
 /// A damaged entry (a payload byte flipped) and a store seen through another driver build
