@@ -37,10 +37,11 @@ pub unsafe fn build_program<D: Door>(
 ) -> cl_int {
     let route = D::route();
     let mut program = program;
+    let mut fallback = None;
     if let Some(h) = program_cache::find(program) {
         if let (Some(_inside), Some(rt)) = (guard::enter(), runtime::get(route)) {
             // SAFETY: the application's arguments, its program the handle.
-            let served = unsafe {
+            let build = unsafe {
                 program_cache::serve_build(
                     rt,
                     route,
@@ -52,8 +53,9 @@ pub unsafe fn build_program<D: Door>(
                     user_data,
                 )
             };
-            if let Some(ret) = served {
-                return ret;
+            match build {
+                program_cache::Build::Answered(ret) => return ret,
+                program_cache::Build::Driver(f) => fallback = f,
             }
         }
         program = h.inner();
@@ -91,7 +93,12 @@ pub unsafe fn build_program<D: Door>(
         call.given_options = Some(options);
     }
     // SAFETY: the application's call (with the recorded options, which outlive it).
-    unsafe { builds::run(rt, route, call, pfn_notify, user_data) }.0
+    let ret = unsafe { builds::run(rt, route, call, pfn_notify, user_data) }.0;
+    if let Some(f) = fallback {
+        // SAFETY: the application's options, of a call that has not returned.
+        catch(|| unsafe { program_cache::after_fallback(route, f, ret, options) });
+    }
+    ret
 }
 
 /// # Safety

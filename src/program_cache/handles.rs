@@ -25,13 +25,15 @@ use crate::dispatch::Route;
 use crate::lock::{ForkOrder, Lock};
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// One handle. `repr(C)`, the dispatch table first, as loaders read it.
 #[repr(C)]
 pub struct Handle {
     dispatch: *const *const c_void,
+    /// Unique in the process: tells this handle from a later one made at its address.
+    id: u64,
     /// The driver's program behind the handle now.
     inner: AtomicPtr<c_void>,
     /// The source program the application's `clCreateProgramWithSource` made.
@@ -77,6 +79,10 @@ impl Handle {
     pub fn as_program(&self) -> cl_program {
         self as *const Handle as cl_program
     }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
 }
 
 #[derive(Default)]
@@ -109,6 +115,11 @@ pub fn find(program: cl_program) -> Option<&'static Handle> {
     maps().lock().handles.get(&(program as usize)).copied()
 }
 
+/// The handle made at `address` with `id`, if it is still there (not one made there since).
+pub fn find_live(address: usize, id: u64) -> Option<&'static Handle> {
+    find(address as cl_program).filter(|h| h.id == id)
+}
+
 /// The driver's program for `program`: itself, or the one a handle stands for now.
 #[inline]
 pub fn resolve(program: cl_program) -> cl_program {
@@ -139,8 +150,10 @@ pub fn wrap(
     source: Vec<u8>,
     table: *const *const c_void,
 ) -> cl_program {
+    static IDS: AtomicU64 = AtomicU64::new(0);
     let h: &'static Handle = Box::leak(Box::new(Handle {
         dispatch: table,
+        id: IDS.fetch_add(1, Ordering::Relaxed),
         inner: AtomicPtr::new(source_program),
         source_program,
         context,
@@ -173,19 +186,25 @@ impl Handle {
 
     /// Makes the handle stand for `program` (whose one reference clshim now holds), a
     /// served build's with what its source builds answered (`answers`), or the source
-    /// program (no answers: its own).
-    pub fn stand_for(&self, program: cl_program, answers: SourceAnswers) {
+    /// program (no answers: its own). Returns the program it stood for until now.
+    pub fn stand_for(&self, program: cl_program, answers: SourceAnswers) -> cl_program {
         let mut st = self.state.lock();
         if !st.held.contains(&program) {
             st.held.push(program);
         }
         st.answers = answers;
-        self.inner.store(program, Ordering::Release);
+        let before = self.inner.swap(program, Ordering::AcqRel);
         drop(st);
         maps()
             .lock()
             .by_inner
             .insert(program as usize, self as *const Handle as usize);
+        before
+    }
+
+    /// Whether clshim holds a reference to `program` for the handle.
+    pub fn holds(&self, program: cl_program) -> bool {
+        self.state.lock().held.contains(&program)
     }
 
     /// `clRetainProgram` on the handle.
@@ -278,7 +297,7 @@ impl Handle {
 
     /// Whether clshim still holds the source program (for `CL_PROGRAM_SOURCE`).
     pub fn holds_source(&self) -> bool {
-        self.state.lock().held.contains(&self.source_program)
+        self.holds(self.source_program)
     }
 
     /// Removes the handle from every map and frees it.

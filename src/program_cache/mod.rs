@@ -14,13 +14,15 @@
 //! them), and makes the handle stand for it; `CL_PROGRAM_SOURCE` still answers the source.
 //! Anything short of that (a device list that is not the program's every device, a
 //! missing or refused entry, a driver that refuses the binary or its build) builds the
-//! source program as without the cache.
+//! source program as without the cache; a build the driver refuses before building
+//! anything (its arguments, a kernel holding the program) is the driver's to answer, on
+//! the program the handle stands for.
 
 pub mod handles;
 mod serve;
 
 pub use handles::{app_handle, find, forget_reused, resolve};
-pub use serve::{after_source_build, maybe_wrap, serve_build};
+pub use serve::{after_fallback, after_source_build, maybe_wrap, serve_build, Build};
 
 /// The folder of the store where the warm step marks the sources it made builds of
 /// (`clshim_format::store::SOURCES`). `clCreateProgramWithSource` looks for the mark (one

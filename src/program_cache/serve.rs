@@ -85,9 +85,28 @@ struct Served {
     options: Vec<u8>,
 }
 
-/// `clBuildProgram` on the handle `h`: Some(status) when the store served it (or a build
-/// runs on the handle already); None when the source program must be built as without
-/// the cache (the handle then stands for it again).
+/// What `clBuildProgram` on a handle comes to.
+pub enum Build {
+    /// Answered without the driver building anything: served from the store, or refused
+    /// while another served build of the handle runs.
+    Answered(cl_int),
+    /// The driver builds the program the handle stands for now (`Handle::inner`), as
+    /// without the cache. With a `Fallback`, that is the source program, in the place of
+    /// a served program the handle stood for until this build: [`after_fallback`] settles
+    /// it once the driver answered.
+    Driver(Option<Fallback>),
+}
+
+/// The served program a handle stood for before a build of its source program, and the
+/// handle (by address and id, as the application may release it during the build).
+pub struct Fallback {
+    handle: usize,
+    id: u64,
+    served: cl_program,
+}
+
+/// `clBuildProgram` on the handle `h`: answered when the store serves it (or a build runs
+/// on the handle already); else the driver builds the program the handle stands for.
 ///
 /// # Safety
 /// The arguments are the application's to `clBuildProgram` (`h` its program).
@@ -101,37 +120,36 @@ pub unsafe fn serve_build(
     options: *const c_char,
     notify: BuildNotify,
     user_data: *mut c_void,
-) -> Option<cl_int> {
+) -> Build {
     if !rt.config.program_cache {
-        return None;
+        return Build::Driver(None);
+    }
+    // SAFETY: the application's arguments, its program the handle (this function's
+    // contract).
+    if unsafe { driver_refuses(route, h, num_devices, device_list, notify, user_data) } {
+        return Build::Driver(None);
     }
     let start = Start::now();
     if !h.begin_build() {
-        return Some(CL_INVALID_OPERATION);
-    }
-    if h.inner() != h.source_program {
-        // Built before, and served: a driver refuses to build a program its kernels hold
-        // (they hold a reference each beside clshim's one).
-        // SAFETY: the program the handle stands for, which clshim holds.
-        let refs = unsafe { query::reference_count(route, h.inner()) }.unwrap_or(0);
-        if refs > 1 {
-            h.end_build();
-            return Some(CL_INVALID_OPERATION);
-        }
+        return Build::Answered(CL_INVALID_OPERATION);
     }
     // SAFETY: the application's arguments (this function's contract).
     let served = catch(|| unsafe { try_serve(rt, route, h, num_devices, device_list, options) });
     h.end_build();
     let served = match served {
         Some(Ok(s)) => s,
-        Some(Err(why)) => {
-            log::debug!("program cache: not served: {why}");
-            if h.inner() != h.source_program {
-                h.stand_for(h.source_program, SourceAnswers::default());
+        failed => {
+            if let Some(Err(why)) = failed {
+                log::debug!("program cache: not served: {why}");
             }
-            return None;
+            let before = h.stand_for(h.source_program, SourceAnswers::default());
+            let fallback = (before != h.source_program).then(|| Fallback {
+                handle: h.as_program() as usize,
+                id: h.id(),
+                served: before,
+            });
+            return Build::Driver(fallback);
         }
-        None => return None,
     };
     let seconds = start.elapsed().as_secs_f64();
     let cpu_seconds = start.cpu_seconds();
@@ -166,7 +184,76 @@ pub unsafe fn serve_build(
         // too.
         outside(|| unsafe { f(h.as_program(), user_data) });
     }
-    Some(CL_SUCCESS)
+    Build::Answered(CL_SUCCESS)
+}
+
+/// Whether the driver refuses this build before building anything, leaving its program
+/// as it was: arguments the OpenCL specification refuses with CL_INVALID_VALUE whatever
+/// the program (a device list without its count or a count without its list, user data
+/// without a callback), or a kernel holding the program the handle stands for
+/// (CL_INVALID_OPERATION). Such a build is the driver's to answer on that very program:
+/// its own checks, in their order, its callback on a refusal (pocl calls it), its record.
+///
+/// # Safety
+/// As for [`serve_build`].
+unsafe fn driver_refuses(
+    route: Route,
+    h: &Handle,
+    num_devices: cl_uint,
+    device_list: *const cl_device_id,
+    notify: BuildNotify,
+    user_data: *mut c_void,
+) -> bool {
+    if (num_devices == 0) != device_list.is_null() || (notify.is_none() && !user_data.is_null()) {
+        return true;
+    }
+    // clshim holds one reference to the program the handle stands for, and each of its
+    // kernels another.
+    // SAFETY: the program the handle stands for, which clshim holds while the application
+    // holds the handle.
+    unsafe { query::reference_count(route, h.inner()) }.is_some_and(|n| n > 1)
+}
+
+/// Settles a build of the handle's source program that took the place of the served
+/// program `fb` names, once the driver answered it `ret` (called while the application's
+/// `clBuildProgram` has not returned, `options` its own). Options the driver refuses
+/// fail a built program's build but leave its binary type and kernel metadata as they
+/// were (pocl reads the options before it cleans anything), which the source program,
+/// never built, does not have: the served program is then refused the same options, and
+/// the handle stands for it again, as the application's one program would be.
+///
+/// # Safety
+/// `options` is the application's string of the build, which has not returned.
+pub unsafe fn after_fallback(route: Route, fb: Fallback, ret: cl_int, options: *const c_char) {
+    if ret != CL_INVALID_BUILD_OPTIONS {
+        return;
+    }
+    let Some(h) = handles::find_live(fb.handle, fb.id) else {
+        return;
+    };
+    if h.inner() != h.source_program || !h.holds(fb.served) {
+        return;
+    }
+    // SAFETY: the served program, which clshim holds.
+    let Some(build) = (unsafe { route.build_program(fb.served) }) else {
+        return;
+    };
+    // SAFETY: the program's own entry, all its devices, the application's options (valid
+    // for the call), no callback (the application's ran with the source program's build).
+    let again = unsafe {
+        build(
+            fb.served,
+            0,
+            std::ptr::null(),
+            options,
+            None,
+            std::ptr::null_mut(),
+        )
+    };
+    if again == CL_INVALID_BUILD_OPTIONS {
+        // Its log is now the refusal's, no longer the served build's.
+        h.stand_for(fb.served, SourceAnswers::default());
+    }
 }
 
 /// The served program, or why the store cannot serve this build.

@@ -3,11 +3,13 @@
  * cache's tests, whose answers must be those of a run without clshim, served or not.
  * Modes (argv[1]):
  *   api      one program, built with options and a callback: every clGetProgramInfo and
- *            clGetProgramBuildInfo answer before and after the build, reference counts
+ *            clGetProgramBuildInfo answer before and after the build, builds the driver
+ *            refuses for their arguments (and the program after each), reference counts
  *            through retain/release and kernels, CL_KERNEL_PROGRAM, kernel argument
- *            names, clCreateKernelsInProgram with each kernel's attributes, a rebuild with other options, a kernel that
- *            outlives its program's last release, the program as a compile header and a
- *            link input, and a build that fails;
+ *            names, clCreateKernelsInProgram with each kernel's attributes, rebuilds
+ *            refused while a kernel holds the program, a rebuild with other options, a
+ *            kernel that outlives its program's last release, the program as a compile
+ *            header and a link input, and a build that fails;
  *   threads  N threads (--threads=N, default 8) each make and build the same source in
  *            one context, concurrently, and run it;
  *   fork     builds a program, then forks 20 times while a thread keeps building: each
@@ -95,6 +97,32 @@ static void on_built(cl_program p, void *data) {
     printf("  callback: program same %d\n", p == *expected);
 }
 
+/* Builds of a built program that the driver refuses for their arguments, in the order
+ * the OpenCL specification lists the checks: each answered as the driver answers (pocl
+ * calls the callback of a refused build too) and leaving the program as it was; then
+ * options the driver refuses, which leave the build failed, and the build again. */
+static void argument_checks(cl_program p, cl_device_id dev) {
+    const char *opts = "-DFACTOR=2 -cl-kernel-arg-info";
+    int marker = 0;
+    printf("argument checks:\n");
+    cl_int err = clBuildProgram(p, 1, &dev, opts, NULL, &marker);
+    printf("  user data without a callback: %s\n", cl_err_name(err));
+    err = clBuildProgram(p, 0, &dev, opts, on_built, &p);
+    printf("  a device list with no count: %s\n", cl_err_name(err));
+    err = clBuildProgram(p, 1, NULL, opts, on_built, &p);
+    printf("  a count with no device list: %s\n", cl_err_name(err));
+    build_info(p, dev, "after the refused builds");
+    err = clBuildProgram(p, 1, &dev, "-DFACTOR=2 -cl-no-such-option", on_built, &p);
+    printf("  options the driver refuses: %s\n", cl_err_name(err));
+    build_info(p, dev, "after the refused options");
+    size_t nk = 0;
+    err = clGetProgramInfo(p, CL_PROGRAM_NUM_KERNELS, sizeof nk, &nk, NULL);
+    printf("  kernels: %s %zu\n", cl_err_name(err), err == CL_SUCCESS ? nk : 0);
+    err = clBuildProgram(p, 1, &dev, opts, NULL, NULL);
+    printf("  built again: %s\n", cl_err_name(err));
+    build_info(p, dev, "built again");
+}
+
 static int run_scale(cl_context ctx, cl_device_id dev, cl_kernel k) {
     cl_int err;
     size_t n = 4;
@@ -139,6 +167,7 @@ static void api(cl_context ctx, cl_device_id dev) {
     err = clBuildProgram(p, 1, &dev, "-DFACTOR=2 -cl-kernel-arg-info", on_built, &p);
     printf("  result %s\n", cl_err_name(err));
     program_info(p, ctx, dev, "built");
+    argument_checks(p, dev);
     cl_kernel k = clCreateKernel(p, "scale", &err);
     CHECK(err);
     printf("kernel: references %u\n", refcount(p));
@@ -166,6 +195,12 @@ static void api(cl_context ctx, cl_device_id dev) {
     }
     err = clBuildProgram(p, 1, &dev, "-DFACTOR=5", NULL, NULL);
     printf("rebuild with a kernel attached: %s\n", cl_err_name(err));
+    err = clBuildProgram(p, 1, &dev, "-DFACTOR=5", on_built, &p);
+    printf("  with a callback: %s\n", cl_err_name(err));
+    int marker = 0;
+    err = clBuildProgram(p, 1, &dev, "-DFACTOR=5", NULL, &marker);
+    printf("  with user data and no callback: %s\n", cl_err_name(err));
+    build_info(p, dev, "after the refused rebuilds");
     CHECK(clReleaseKernel(k));
     /* OpenCL keeps a kernel while an enqueued command needs it, and pocl lets go of the
      * command's reference on its own thread after the command completed (later still
