@@ -11,10 +11,11 @@
 //! entry point that takes a program takes a handle back ([`resolve`], one relaxed load
 //! while no handle exists), and every answer that names a program gives the handle back
 //! ([`app_handle`]: a kernel's program, build callbacks). The application's references
-//! are counted on the handle; clshim holds one reference on each driver program the handle
-//! stood for while the application holds any, and `CL_PROGRAM_REFERENCE_COUNT` answers as
-//! the driver would for the one program (the application's references and those of its
-//! kernels). A handle whose program outlives the application's last reference (a kernel
+//! are counted on the handle; while the application holds any, clshim holds one reference
+//! on the source program and one on the program the handle stands for (a program a
+//! rebuild replaced is let go of at once: [`Handle::let_go`]), and
+//! `CL_PROGRAM_REFERENCE_COUNT` answers as the driver would for the one program (the
+//! application's references and those of its kernels). A handle whose program outlives the application's last reference (a kernel
 //! still holds it) stays known until a new program takes that program's address, so a
 //! kernel's program still answers the handle.
 // On macOS the warm step and the program cache are not built: what only they use is idle.
@@ -205,6 +206,41 @@ impl Handle {
     /// Whether clshim holds a reference to `program` for the handle.
     pub fn holds(&self, program: cl_program) -> bool {
         self.state.lock().held.contains(&program)
+    }
+
+    /// Lets go of `program`, a served program the handle no longer stands for: clshim's
+    /// reference is released now, so that rebuilds do not pile up programs until the
+    /// application's last release. Kernels made from it hold references of their own, so
+    /// the driver keeps it until the last of them goes, and it still names the handle
+    /// (`app_handle`) until its address is taken by another program. Nothing for the
+    /// source program (kept for the builds the store does not serve, and its source), the
+    /// program the handle stands for, or one clshim no longer holds.
+    ///
+    /// # Safety
+    /// The programs the handle holds are live.
+    pub unsafe fn let_go(&self, route: Route, program: cl_program) {
+        let mut st = self.state.lock();
+        if program == self.source_program || program == self.inner() {
+            return;
+        }
+        let Some(i) = st.held.iter().position(|&p| p == program) else {
+            return;
+        };
+        st.held.swap_remove(i);
+        drop(st);
+        // SAFETY: a program clshim held a reference to until now: live.
+        let last = unsafe { crate::query::reference_count(route, program) } == Some(1);
+        if last {
+            if let Some(rt) = crate::runtime::existing() {
+                rt.programs.released(program);
+            }
+            maps().lock().by_inner.remove(&(program as usize));
+        }
+        // SAFETY: releasing the reference clshim held, through the program's own entry.
+        if let Some(f) = unsafe { route.release_program(program) } {
+            // SAFETY: as above.
+            unsafe { f(program) };
+        }
     }
 
     /// `clRetainProgram` on the handle.

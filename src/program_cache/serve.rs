@@ -177,7 +177,9 @@ pub unsafe fn serve_build(
             files::touch(&d, &mark);
         }
     }
-    h.stand_for(program, answers);
+    let before = h.stand_for(program, answers);
+    // SAFETY: the program the handle stood for, which clshim held.
+    unsafe { h.let_go(route, before) };
     if let Some(f) = notify {
         // SAFETY: the application's callback with its own data, once, with the program as
         // the application knows it; pocl calls a build's callback before the build returns
@@ -216,22 +218,23 @@ unsafe fn driver_refuses(
 
 /// Settles a build of the handle's source program that took the place of the served
 /// program `fb` names, once the driver answered it `ret` (called while the application's
-/// `clBuildProgram` has not returned, `options` its own). Options the driver refuses
-/// fail a built program's build but leave its binary type and kernel metadata as they
-/// were (pocl reads the options before it cleans anything), which the source program,
-/// never built, does not have: the served program is then refused the same options, and
-/// the handle stands for it again, as the application's one program would be.
+/// `clBuildProgram` has not returned, `options` its own): the served program is let go
+/// of. Except where options the driver refuses: they fail a built program's build but
+/// leave its binary type and kernel metadata as they were (pocl reads the options before
+/// it cleans anything), which the source program, never built, does not have; the served
+/// program is then refused the same options, and the handle stands for it again, as the
+/// application's one program would be.
 ///
 /// # Safety
 /// `options` is the application's string of the build, which has not returned.
 pub unsafe fn after_fallback(route: Route, fb: Fallback, ret: cl_int, options: *const c_char) {
-    if ret != CL_INVALID_BUILD_OPTIONS {
-        return;
-    }
     let Some(h) = handles::find_live(fb.handle, fb.id) else {
         return;
     };
-    if h.inner() != h.source_program || !h.holds(fb.served) {
+    let refused = ret == CL_INVALID_BUILD_OPTIONS;
+    if !refused || h.inner() != h.source_program || !h.holds(fb.served) {
+        // SAFETY: a program the handle held, which clshim holds if it still does.
+        unsafe { h.let_go(route, fb.served) };
         return;
     }
     // SAFETY: the served program, which clshim holds.
@@ -253,6 +256,9 @@ pub unsafe fn after_fallback(route: Route, fb: Fallback, ret: cl_int, options: *
     if again == CL_INVALID_BUILD_OPTIONS {
         // Its log is now the refusal's, no longer the served build's.
         h.stand_for(fb.served, SourceAnswers::default());
+    } else {
+        // SAFETY: as above.
+        unsafe { h.let_go(route, fb.served) };
     }
 }
 

@@ -4,7 +4,8 @@
  * Modes (argv[1]):
  *   api      one program, built with options and a callback: every clGetProgramInfo and
  *            clGetProgramBuildInfo answer before and after the build, builds the driver
- *            refuses for their arguments (and the program after each), reference counts
+ *            refuses for their arguments (and the program after each), ten rebuilds
+ *            (which keep one program: the context's references), reference counts
  *            through retain/release and kernels, CL_KERNEL_PROGRAM, kernel argument
  *            names, clCreateKernelsInProgram with each kernel's attributes, rebuilds
  *            refused while a kernel holds the program, a rebuild with other options, a
@@ -123,6 +124,22 @@ static void argument_checks(cl_program p, cl_device_id dev) {
     build_info(p, dev, "built again");
 }
 
+static cl_uint context_refcount(cl_context ctx) {
+    cl_uint rc = 0;
+    CHECK(clGetContextInfo(ctx, CL_CONTEXT_REFERENCE_COUNT, sizeof rc, &rc, NULL));
+    return rc;
+}
+
+/* Rebuilds of one program keep one program alive: each program holds a reference to its
+ * context (in pocl), so the context's count does not grow with them. */
+static void rebuilds(cl_program p, cl_context ctx, cl_device_id dev) {
+    cl_uint before = context_refcount(ctx);
+    for (int i = 0; i < 10; i++)
+        CHECK(clBuildProgram(p, 1, &dev, "-DFACTOR=2 -cl-kernel-arg-info", NULL, NULL));
+    printf("10 rebuilds: context references grew by %d\n",
+           (int)context_refcount(ctx) - (int)before);
+}
+
 static int run_scale(cl_context ctx, cl_device_id dev, cl_kernel k) {
     cl_int err;
     size_t n = 4;
@@ -168,6 +185,7 @@ static void api(cl_context ctx, cl_device_id dev) {
     printf("  result %s\n", cl_err_name(err));
     program_info(p, ctx, dev, "built");
     argument_checks(p, dev);
+    rebuilds(p, ctx, dev);
     cl_kernel k = clCreateKernel(p, "scale", &err);
     CHECK(err);
     printf("kernel: references %u\n", refcount(p));

@@ -2,8 +2,8 @@
 //! after one cold run that leaves requests and a warm step, are served from the native
 //! store, and the client sees exactly what it sees without clshim (tests/c/program_api.c
 //! prints every answer an application can ask of a program: info and build info before
-//! and after the build, builds the driver refuses for their arguments or options,
-//! reference counts, kernels and their program, argument names, rebuilds refused while a
+//! and after the build, builds the driver refuses for their arguments or options, ten
+//! rebuilds that keep one program alive (the context's references), reference counts, kernels and their program, argument names, rebuilds refused while a
 //! kernel holds the program, a kernel outliving its program, the
 //! program as a compile header and link input, a failing build), through the preload door,
 //! the loader layer and both; with pocl and Intel's CPU runtime under the Khronos loader
