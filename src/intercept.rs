@@ -339,12 +339,17 @@ unsafe fn handle_info(
             size_ret.set(bytes.len());
             Some(CL_SUCCESS)
         }
-        CL_PROGRAM_SOURCE if h.holds_source() && h.inner() != h.source_program => {
-            // SAFETY: the source program, held: its own answer.
-            let f = unsafe { route.get_program_info(h.source_program) }?;
-            // SAFETY: the application's arguments, on the program it created.
-            Some(unsafe { f(h.source_program, param, size, value, size_ret) })
-        }
+        CL_PROGRAM_SOURCE => match h.source_answer()? {
+            Ok(source) => {
+                // SAFETY: the source program, held: its own answer.
+                let f = unsafe { route.get_program_info(source) }?;
+                // SAFETY: the application's arguments, on the program it created.
+                Some(unsafe { f(source, param, size, value, size_ret) })
+            }
+            // The source program's answer, kept when clshim let go of it.
+            // SAFETY: the application's buffer of `size` bytes and its size_ret.
+            Err(answer) => Some(unsafe { answer_bytes(&answer, size, value, size_ret) }),
+        },
         _ => None,
     }
 }

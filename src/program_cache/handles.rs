@@ -15,9 +15,11 @@
 //! on the source program and one on the program the handle stands for (a program a
 //! rebuild replaced is let go of at once: [`Handle::let_go`]), and
 //! `CL_PROGRAM_REFERENCE_COUNT` answers as the driver would for the one program (the
-//! application's references and those of its kernels). A handle whose program outlives the application's last reference (a kernel
-//! still holds it) stays known until a new program takes that program's address, so a
-//! kernel's program still answers the handle.
+//! application's references and those of its kernels). A handle whose program outlives the
+//! application's last reference (a kernel still holds it) stays known until a new program
+//! takes that program's address, so a kernel's program still answers the handle, and its
+//! source as the source program answered it; taken back from the kernel, it builds from a
+//! source program clshim makes again ([`Handle::source_program`]).
 // On macOS the warm step and the program cache are not built: what only they use is idle.
 #![cfg_attr(target_os = "macos", allow(dead_code, unused_imports))]
 
@@ -37,8 +39,6 @@ pub struct Handle {
     id: u64,
     /// The driver's program behind the handle now.
     inner: AtomicPtr<c_void>,
-    /// The source program the application's `clCreateProgramWithSource` made.
-    pub source_program: cl_program,
     pub context: cl_context,
     /// The source text (what a build's key starts from).
     pub source: Vec<u8>,
@@ -47,6 +47,12 @@ pub struct Handle {
 }
 
 struct State {
+    /// The source program: the one the application's `clCreateProgramWithSource` made, or
+    /// one clshim made again from the source ([`Handle::source_program`]).
+    source: cl_program,
+    /// The source program's `CL_PROGRAM_SOURCE` answer, kept when clshim let go of it
+    /// while a kernel kept the program the handle stands for.
+    source_answer: Option<Vec<u8>>,
     /// The driver programs clshim holds one reference on, for the handle.
     held: Vec<cl_program>,
     /// A served build is running: another build on the handle gets CL_INVALID_OPERATION, as
@@ -156,11 +162,12 @@ pub fn wrap(
         dispatch: table,
         id: IDS.fetch_add(1, Ordering::Relaxed),
         inner: AtomicPtr::new(source_program),
-        source_program,
         context,
         source,
         app_refs: AtomicU32::new(1),
         state: Lock::new(State {
+            source: source_program,
+            source_answer: None,
             held: vec![source_program],
             building: false,
             answers: SourceAnswers::default(),
@@ -220,7 +227,7 @@ impl Handle {
     /// The programs the handle holds are live.
     pub unsafe fn let_go(&self, route: Route, program: cl_program) {
         let mut st = self.state.lock();
-        if program == self.source_program || program == self.inner() {
+        if program == st.source || program == self.inner() {
             return;
         }
         let Some(i) = st.held.iter().position(|&p| p == program) else {
@@ -279,8 +286,25 @@ impl Handle {
             Ok(n) if n > 1 => return CL_SUCCESS,
             Ok(_) => {}
         }
-        let held = std::mem::take(&mut self.state.lock().held);
+        let (held, source) = {
+            let mut st = self.state.lock();
+            (std::mem::take(&mut st.held), st.source)
+        };
         let current = self.inner();
+        // SAFETY: a program clshim holds a reference to (or, not held, one a kernel holds
+        // while the application may still ask its kernel's program): live.
+        let current_lives = unsafe { crate::query::reference_count(route, current) }
+            .is_some_and(|n| n > held.contains(&current) as cl_uint);
+        if current_lives && current != source && held.contains(&source) {
+            // A kernel keeps the program, and the application may ask it for its source
+            // (`CL_KERNEL_PROGRAM`): the source program's answer outlives it.
+            // SAFETY: the source program, which clshim holds.
+            let answer = unsafe { route.get_program_info(source) }.and_then(|f| {
+                // SAFETY: the source program's own entry.
+                unsafe { crate::query::info_bytes(f, source, CL_PROGRAM_SOURCE) }
+            });
+            self.state.lock().source_answer = answer;
+        }
         let mut current_dies = false;
         for p in held {
             // SAFETY: a program clshim holds a reference to: live.
@@ -331,9 +355,68 @@ impl Handle {
             .map(|(_, l)| l.clone())
     }
 
-    /// Whether clshim still holds the source program (for `CL_PROGRAM_SOURCE`).
-    pub fn holds_source(&self) -> bool {
-        self.holds(self.source_program)
+    /// What answers `CL_PROGRAM_SOURCE` for a handle that stands for a program made from
+    /// binaries: the source program clshim holds, or the answer it gave before clshim let
+    /// go of it; None when the handle stands for the source program (its own answer).
+    pub fn source_answer(&self) -> Option<Result<cl_program, Vec<u8>>> {
+        let st = self.state.lock();
+        if self.inner() == st.source {
+            return None;
+        }
+        if st.held.contains(&st.source) {
+            return Some(Ok(st.source));
+        }
+        st.source_answer.clone().map(Err)
+    }
+
+    /// The source program, which the builds the store does not serve build; made again
+    /// from the source when clshim let go of it (the application released the handle
+    /// while a kernel held its program, then took the program back from the kernel).
+    /// None when the driver refuses to make it.
+    ///
+    /// # Safety
+    /// The program the handle stands for is live (and so its context).
+    pub unsafe fn source_program(&'static self, route: Route) -> Option<cl_program> {
+        {
+            let st = self.state.lock();
+            if st.held.contains(&st.source) {
+                return Some(st.source);
+            }
+        }
+        if self.source.is_empty() {
+            return None;
+        }
+        // SAFETY: the handle's context, which its live program holds.
+        let create = unsafe { route.create_program_with_source(self.context) }?;
+        let text = self.source.as_ptr() as *const std::ffi::c_char;
+        let length = self.source.len();
+        let mut err = CL_SUCCESS;
+        // SAFETY: the context's own entry; one string of `length` bytes, given with its
+        // length (it holds no terminator).
+        let program = unsafe { create(self.context, 1, &text, &length, &mut err) };
+        if program.is_null() || err != CL_SUCCESS {
+            return None;
+        }
+        forget_reused(program);
+        if let Some(rt) = crate::runtime::existing() {
+            // The program the handle stands for carries the source program's entry.
+            rt.programs.alias(program, self.inner());
+        }
+        {
+            let mut st = self.state.lock();
+            st.source = program;
+            st.held.push(program);
+        }
+        maps()
+            .lock()
+            .by_inner
+            .insert(program as usize, self as *const Handle as usize);
+        Some(program)
+    }
+
+    /// Whether the handle stands for its source program.
+    pub fn on_source(&self) -> bool {
+        self.inner() == self.state.lock().source
     }
 
     /// Removes the handle from every map and frees it.

@@ -133,8 +133,17 @@ pub unsafe fn serve_build(
     if !h.begin_build() {
         return Build::Answered(CL_INVALID_OPERATION);
     }
-    // SAFETY: the application's arguments (this function's contract).
-    let served = catch(|| unsafe { try_serve(rt, route, h, num_devices, device_list, options) });
+    // SAFETY: the program the handle stands for is the application's, live.
+    let Some(source) = catch(|| unsafe { h.source_program(route) }).flatten() else {
+        // Without its source the program cannot be built as the application asks; the
+        // program the handle stands for, made from binaries, would build unchanged.
+        h.end_build();
+        return Build::Answered(CL_OUT_OF_HOST_MEMORY);
+    };
+    let served = catch(|| {
+        // SAFETY: the application's arguments (this function's contract).
+        unsafe { try_serve(rt, route, h, source, num_devices, device_list, options) }
+    });
     h.end_build();
     let served = match served {
         Some(Ok(s)) => s,
@@ -142,8 +151,8 @@ pub unsafe fn serve_build(
             if let Some(Err(why)) = failed {
                 log::debug!("program cache: not served: {why}");
             }
-            let before = h.stand_for(h.source_program, SourceAnswers::default());
-            let fallback = (before != h.source_program).then(|| Fallback {
+            let before = h.stand_for(source, SourceAnswers::default());
+            let fallback = (before != source).then(|| Fallback {
                 handle: h.as_program() as usize,
                 id: h.id(),
                 served: before,
@@ -232,7 +241,7 @@ pub unsafe fn after_fallback(route: Route, fb: Fallback, ret: cl_int, options: *
         return;
     };
     let refused = ret == CL_INVALID_BUILD_OPTIONS;
-    if !refused || h.inner() != h.source_program || !h.holds(fb.served) {
+    if !refused || !h.on_source() || !h.holds(fb.served) {
         // SAFETY: a program the handle held, which clshim holds if it still does.
         unsafe { h.let_go(route, fb.served) };
         return;
@@ -270,11 +279,11 @@ unsafe fn try_serve(
     rt: &'static Runtime,
     route: Route,
     h: &'static Handle,
+    source_program: cl_program,
     num_devices: cl_uint,
     device_list: *const cl_device_id,
     options: *const c_char,
 ) -> Result<Served, String> {
-    let source_program = h.source_program;
     // SAFETY: the handle's source program, which clshim holds.
     let devices = unsafe { query::devices(route, source_program) }.ok_or("no devices")?;
     if num_devices != 0 || !device_list.is_null() {

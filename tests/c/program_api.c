@@ -9,8 +9,9 @@
  *            through retain/release and kernels, CL_KERNEL_PROGRAM, kernel argument
  *            names, clCreateKernelsInProgram with each kernel's attributes, rebuilds
  *            refused while a kernel holds the program, a rebuild with other options, a
- *            kernel that outlives its program's last release, the program as a compile
- *            header and a link input, and a build that fails;
+ *            kernel that outlives its program's last release (its program's source,
+ *            and the program taken back from it and built again), the program as a
+ *            compile header and a link input, and a build that fails;
  *   threads  N threads (--threads=N, default 8) each make and build the same source in
  *            one context, concurrently, and run it;
  *   fork     builds a program, then forks 20 times while a thread keeps building: each
@@ -236,10 +237,27 @@ static void api(cl_context ctx, cl_device_id dev) {
     CHECK(clReleaseProgram(p));
     CHECK(clGetKernelInfo(k, CL_KERNEL_PROGRAM, sizeof kp, &kp, NULL));
     printf("released, kernel alive: program same %d, references %u\n", kp == p, refcount(kp));
+    info_text(kp, CL_PROGRAM_SOURCE, "source");
     CHECK(clRetainProgram(kp));
     printf("  retained again: references %u\n", refcount(kp));
     printf("  scale: %d\n", run_scale(ctx, dev, k));
     CHECK(clReleaseKernel(k));
+    /* The program taken back from its kernel builds again from its source: with options
+     * of this process alone (which no store holds a build of), then with options a
+     * store may hold. */
+    char own[64];
+    snprintf(own, sizeof own, "-DFACTOR=4 -DPROCESS=%d", (int)getpid());
+    const char *again[] = {own, "-DFACTOR=3"};
+    for (int a = 0; a < 2; a++) {
+        for (int i = 0; i < 5000 && refcount(kp) > 1; i++) usleep(1000);
+        err = clBuildProgram(kp, 1, &dev, again[a], NULL, NULL);
+        printf("  rebuilt (%s): %s\n", a ? again[a] : "options of this process", cl_err_name(err));
+        k = clCreateKernel(kp, "scale", &err);
+        CHECK(err);
+        printf("  scale: %d\n", run_scale(ctx, dev, k));
+        info_text(kp, CL_PROGRAM_SOURCE, "source");
+        CHECK(clReleaseKernel(k));
+    }
     CHECK(clReleaseProgram(kp));
 
     /* A program made from source as a compile's header and a link's input. */

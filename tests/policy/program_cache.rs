@@ -4,7 +4,8 @@
 //! prints every answer an application can ask of a program: info and build info before
 //! and after the build, builds the driver refuses for their arguments or options, ten
 //! rebuilds that keep one program alive (the context's references), reference counts, kernels and their program, argument names, rebuilds refused while a
-//! kernel holds the program, a kernel outliving its program, the
+//! kernel holds the program, a kernel outliving its program (its source, and the program
+//! taken back from it and built again), the
 //! program as a compile header and link input, a failing build), through the preload door,
 //! the loader layer and both; with pocl and Intel's CPU runtime under the Khronos loader
 //! (only pocl's program served, Intel's its driver's own); with 8 threads building one
