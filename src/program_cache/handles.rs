@@ -432,6 +432,18 @@ impl Handle {
     }
 }
 
+/// The source text of the handle `program` (a driver's) stands behind, for a program the
+/// program cache made from binaries, which has none of its own.
+pub fn source_of(program: cl_program) -> Option<Vec<u8>> {
+    if !ANY.load(Ordering::Relaxed) || program.is_null() {
+        return None;
+    }
+    let m = maps().lock();
+    let h = *m.handles.get(m.by_inner.get(&(program as usize))?)?;
+    drop(m);
+    Some(h.source.clone())
+}
+
 /// The `CL_KERNEL_ATTRIBUTES` of kernel `name` that a served build's program `program` (a
 /// driver's) answers; None: the driver's program answers its own.
 pub fn served_attributes(program: cl_program, name: &[u8]) -> Option<Vec<u8>> {

@@ -131,14 +131,16 @@ pub unsafe fn serve_build(
     }
     let start = Start::now();
     if !h.begin_build() {
-        return Build::Answered(CL_INVALID_OPERATION);
+        // SAFETY: the application's arguments (this function's contract).
+        return unsafe { refuse(rt, route, h, start, CL_INVALID_OPERATION, options, notify) };
     }
     // SAFETY: the program the handle stands for is the application's, live.
     let Some(source) = catch(|| unsafe { h.source_program(route) }).flatten() else {
         // Without its source the program cannot be built as the application asks; the
         // program the handle stands for, made from binaries, would build unchanged.
         h.end_build();
-        return Build::Answered(CL_OUT_OF_HOST_MEMORY);
+        // SAFETY: the application's arguments (this function's contract).
+        return unsafe { refuse(rt, route, h, start, CL_OUT_OF_HOST_MEMORY, options, notify) };
     };
     let served = catch(|| {
         // SAFETY: the application's arguments (this function's contract).
@@ -164,15 +166,14 @@ pub unsafe fn serve_build(
     let cpu_seconds = start.cpu_seconds();
     let program = served.program.get();
     catch(|| {
-        record(
-            rt,
-            route,
-            h,
-            start,
-            (seconds, cpu_seconds),
-            &served,
-            program,
-        )
+        let said = Said {
+            result: CL_SUCCESS,
+            options: Some(&served.options),
+            devices: &served.devices,
+            kernels: served.kernels.clone(),
+            is_async: notify.is_some(),
+        };
+        record(rt, route, h, start, (seconds, cpu_seconds), said, program)
     });
     let answers = served.answers;
     let program = served.program.into_raw();
@@ -382,17 +383,29 @@ unsafe fn try_serve(
     })
 }
 
+/// What a handle's build record says beyond the handle, its program and its times.
+struct Said<'a> {
+    result: cl_int,
+    options: Option<&'a [u8]>,
+    devices: &'a [cl_device_id],
+    kernels: Vec<String>,
+    /// The application gave a callback.
+    is_async: bool,
+}
+
+/// Records a build of the handle `h` that clshim answered itself: served (`program` the
+/// one made from binaries) or refused (`program` the one the handle stands for).
 fn record(
     rt: &'static Runtime,
     route: Route,
     h: &Handle,
     start: Start,
     (seconds, cpu_seconds): (f64, Option<f64>),
-    s: &Served,
+    said: Said,
     program: cl_program,
 ) {
     let info = rt.programs.lookup(program);
-    let facts: Vec<_> = s
+    let facts: Vec<_> = said
         .devices
         .iter()
         // SAFETY: the program's devices.
@@ -401,16 +414,19 @@ fn record(
     let kept = rt
         .sources
         .as_ref()
-        .map(|k| crate::sources::kept(k, Some(&h.source), Some(&s.options), &[]));
+        .map(|k| crate::sources::kept(k, Some(&h.source), said.options, &[]));
+    let ok = said.result == CL_SUCCESS;
     let record = schema::Record::Build(schema::Build {
         event: schema::Event::Build,
         call: "clBuildProgram",
         program: Some(info.id),
-        result: CL_SUCCESS,
-        result_name: status_name(CL_SUCCESS),
-        options: Some(String::from_utf8_lossy(&s.options).into_owned()),
-        is_async: false,
-        kernels: s.kernels.clone(),
+        result: said.result,
+        result_name: status_name(said.result),
+        options: said
+            .options
+            .map(|o| String::from_utf8_lossy(o).into_owned()),
+        is_async: said.is_async,
+        kernels: said.kernels,
         devices: facts
             .iter()
             .map(|f| f.describe(rt.config.devices))
@@ -420,12 +436,51 @@ fn record(
         headers: None,
         options_replaced: None,
         kept,
-        source_kernels: Vec::new(),
+        // As for a build the driver refuses: the source names the program.
+        source_kernels: if ok {
+            Vec::new()
+        } else {
+            crate::failed_build::kernel_names(&h.source)
+        },
         error: None,
         cpu_seconds,
-        served: Some("store"),
+        served: ok.then_some("store"),
     });
     rt.recorder.emit(start, seconds, &record);
+}
+
+/// Answers a build of the handle `h` that clshim refuses itself with `result`, and
+/// records it as every build call is.
+///
+/// # Safety
+/// As for [`serve_build`].
+unsafe fn refuse(
+    rt: &'static Runtime,
+    route: Route,
+    h: &Handle,
+    start: Start,
+    result: cl_int,
+    options: *const c_char,
+    notify: BuildNotify,
+) -> Build {
+    let seconds = start.elapsed().as_secs_f64();
+    let cpu_seconds = start.cpu_seconds();
+    catch(|| {
+        let program = h.inner();
+        // SAFETY: the application's options, NULL or NUL-terminated as OpenCL requires.
+        let options = unsafe { AppCStr::new(options) }.bytes();
+        // SAFETY: the program the handle stands for, which clshim holds.
+        let devices = unsafe { query::devices(route, program) }.unwrap_or_default();
+        let said = Said {
+            result,
+            options,
+            devices: &devices,
+            kernels: Vec::new(),
+            is_async: notify.is_some(),
+        };
+        record(rt, route, h, start, (seconds, cpu_seconds), said, program);
+    });
+    Build::Answered(result)
 }
 
 /// After the driver built `program` from source with `options` (the application's, as

@@ -11,7 +11,9 @@
  *            refused while a kernel holds the program, a rebuild with other options, a
  *            kernel that outlives its program's last release (its program's source,
  *            and the program taken back from it and built again), the program as a
- *            compile header and a link input, and a build that fails;
+ *            compile header and a link input (the linked program's rebuild refused
+ *            while a kernel holds it), a build that fails, and how many builds it
+ *            asked for;
  *   threads  N threads (--threads=N, default 8) each make and build the same source in
  *            one context, concurrently, and run it;
  *   fork     builds a program, then forks 20 times while a thread keeps building: each
@@ -99,6 +101,15 @@ static void on_built(cl_program p, void *data) {
     printf("  callback: program same %d\n", p == *expected);
 }
 
+/* Every clBuildProgram of the api mode, counted: each must leave a record, refused or not. */
+static int build_calls = 0;
+
+static cl_int build(cl_program p, cl_uint n, const cl_device_id *devs, const char *opts,
+                    void(CL_CALLBACK *notify)(cl_program, void *), void *data) {
+    build_calls++;
+    return clBuildProgram(p, n, devs, opts, notify, data);
+}
+
 /* Builds of a built program that the driver refuses for their arguments, in the order
  * the OpenCL specification lists the checks: each answered as the driver answers (pocl
  * calls the callback of a refused build too) and leaving the program as it was; then
@@ -107,20 +118,20 @@ static void argument_checks(cl_program p, cl_device_id dev) {
     const char *opts = "-DFACTOR=2 -cl-kernel-arg-info";
     int marker = 0;
     printf("argument checks:\n");
-    cl_int err = clBuildProgram(p, 1, &dev, opts, NULL, &marker);
+    cl_int err = build(p, 1, &dev, opts, NULL, &marker);
     printf("  user data without a callback: %s\n", cl_err_name(err));
-    err = clBuildProgram(p, 0, &dev, opts, on_built, &p);
+    err = build(p, 0, &dev, opts, on_built, &p);
     printf("  a device list with no count: %s\n", cl_err_name(err));
-    err = clBuildProgram(p, 1, NULL, opts, on_built, &p);
+    err = build(p, 1, NULL, opts, on_built, &p);
     printf("  a count with no device list: %s\n", cl_err_name(err));
     build_info(p, dev, "after the refused builds");
-    err = clBuildProgram(p, 1, &dev, "-DFACTOR=2 -cl-no-such-option", on_built, &p);
+    err = build(p, 1, &dev, "-DFACTOR=2 -cl-no-such-option", on_built, &p);
     printf("  options the driver refuses: %s\n", cl_err_name(err));
     build_info(p, dev, "after the refused options");
     size_t nk = 0;
     err = clGetProgramInfo(p, CL_PROGRAM_NUM_KERNELS, sizeof nk, &nk, NULL);
     printf("  kernels: %s %zu\n", cl_err_name(err), err == CL_SUCCESS ? nk : 0);
-    err = clBuildProgram(p, 1, &dev, opts, NULL, NULL);
+    err = build(p, 1, &dev, opts, NULL, NULL);
     printf("  built again: %s\n", cl_err_name(err));
     build_info(p, dev, "built again");
 }
@@ -136,7 +147,7 @@ static cl_uint context_refcount(cl_context ctx) {
 static void rebuilds(cl_program p, cl_context ctx, cl_device_id dev) {
     cl_uint before = context_refcount(ctx);
     for (int i = 0; i < 10; i++)
-        CHECK(clBuildProgram(p, 1, &dev, "-DFACTOR=2 -cl-kernel-arg-info", NULL, NULL));
+        CHECK(build(p, 1, &dev, "-DFACTOR=2 -cl-kernel-arg-info", NULL, NULL));
     printf("10 rebuilds: context references grew by %d\n",
            (int)context_refcount(ctx) - (int)before);
 }
@@ -182,7 +193,7 @@ static void api(cl_context ctx, cl_device_id dev) {
     printf("kernel before the build: %s\n", cl_err_name(err));
     if (early) clReleaseKernel(early);
     printf("build:\n");
-    err = clBuildProgram(p, 1, &dev, "-DFACTOR=2 -cl-kernel-arg-info", on_built, &p);
+    err = build(p, 1, &dev, "-DFACTOR=2 -cl-kernel-arg-info", on_built, &p);
     printf("  result %s\n", cl_err_name(err));
     program_info(p, ctx, dev, "built");
     argument_checks(p, dev);
@@ -212,12 +223,12 @@ static void api(cl_context ctx, cl_device_id dev) {
                attrs, attrs_size, cl_err_name(small));
         CHECK(clReleaseKernel(all[i]));
     }
-    err = clBuildProgram(p, 1, &dev, "-DFACTOR=5", NULL, NULL);
+    err = build(p, 1, &dev, "-DFACTOR=5", NULL, NULL);
     printf("rebuild with a kernel attached: %s\n", cl_err_name(err));
-    err = clBuildProgram(p, 1, &dev, "-DFACTOR=5", on_built, &p);
+    err = build(p, 1, &dev, "-DFACTOR=5", on_built, &p);
     printf("  with a callback: %s\n", cl_err_name(err));
     int marker = 0;
-    err = clBuildProgram(p, 1, &dev, "-DFACTOR=5", NULL, &marker);
+    err = build(p, 1, &dev, "-DFACTOR=5", NULL, &marker);
     printf("  with user data and no callback: %s\n", cl_err_name(err));
     build_info(p, dev, "after the refused rebuilds");
     CHECK(clReleaseKernel(k));
@@ -226,7 +237,7 @@ static void api(cl_context ctx, cl_device_id dev) {
      * under clshim, whose completion callback of the first launch runs there first): wait
      * until only this reference holds the program, at most 5 s, then rebuild. */
     for (int i = 0; i < 5000 && refcount(p) > 1; i++) usleep(1000);
-    err = clBuildProgram(p, 1, &dev, "-DFACTOR=5", NULL, NULL);
+    err = build(p, 1, &dev, "-DFACTOR=5", NULL, NULL);
     printf("rebuild: %s\n", cl_err_name(err));
     build_info(p, dev, "rebuilt");
     k = clCreateKernel(p, "scale", &err);
@@ -250,7 +261,7 @@ static void api(cl_context ctx, cl_device_id dev) {
     const char *again[] = {own, "-DFACTOR=3"};
     for (int a = 0; a < 2; a++) {
         for (int i = 0; i < 5000 && refcount(kp) > 1; i++) usleep(1000);
-        err = clBuildProgram(kp, 1, &dev, again[a], NULL, NULL);
+        err = build(kp, 1, &dev, again[a], NULL, NULL);
         printf("  rebuilt (%s): %s\n", a ? again[a] : "options of this process", cl_err_name(err));
         k = clCreateKernel(kp, "scale", &err);
         CHECK(err);
@@ -275,6 +286,12 @@ static void api(cl_context ctx, cl_device_id dev) {
     printf("link: %s\n", cl_err_name(err));
     if (linked) {
         build_info(linked, dev, "linked");
+        /* Refused while a kernel holds it, after a build whose log is empty. */
+        cl_kernel f = clCreateKernel(linked, "f", &err);
+        CHECK(err);
+        err = build(linked, 1, &dev, "-DFACTOR=6", NULL, NULL);
+        printf("  rebuilt with a kernel attached: %s\n", cl_err_name(err));
+        CHECK(clReleaseKernel(f));
         CHECK(clReleaseProgram(linked));
     }
     CHECK(clReleaseProgram(u));
@@ -284,12 +301,13 @@ static void api(cl_context ctx, cl_device_id dev) {
     const char *bad = "__kernel void broken(__global int *o) { o[0] = undefined_name; }\n";
     cl_program b = clCreateProgramWithSource(ctx, 1, &bad, NULL, &err);
     CHECK(err);
-    err = clBuildProgram(b, 0, NULL, "", NULL, NULL);
+    err = build(b, 0, NULL, "", NULL, NULL);
     printf("failing build: %s\n", cl_err_name(err));
     cl_build_status st = 99;
     CHECK(clGetProgramBuildInfo(b, dev, CL_PROGRAM_BUILD_STATUS, sizeof st, &st, NULL));
     printf("  status %d\n", (int)st);
     CHECK(clReleaseProgram(b));
+    printf("build calls: %d\n", build_calls);
 }
 
 struct job {

@@ -7,7 +7,8 @@
 //! kernel holds the program, a kernel outliving its program (its source, and the program
 //! taken back from it and built again), the
 //! program as a compile header and link input, a failing build), through the preload door,
-//! the loader layer and both; with pocl and Intel's CPU runtime under the Khronos loader
+//! the loader layer and both, every build call leaving a record with its options and status
+//! that `clshim report` names; with pocl and Intel's CPU runtime under the Khronos loader
 //! (only pocl's program served, Intel's its driver's own); with 8 threads building one
 //! source at once; forking while a thread builds; and with entries that are damaged or made
 //! by another driver build, which are compiled instead.
@@ -53,6 +54,12 @@ impl Setup {
         args: &[&str],
         extra: &[(&str, &str)],
     ) -> (String, Vec<Value>) {
+        let run = self.run_traced(mode, args, extra);
+        (run.out, run.records)
+    }
+
+    /// As `run`, with the trace directory.
+    fn run_traced(&self, mode: Option<&str>, args: &[&str], extra: &[(&str, &str)]) -> Ran {
         let traces = self.d.path(&format!("traces-{}", next()));
         let mut cmd = program_cache_command(&self.bin, mode, &traces);
         cmd.args(args);
@@ -72,7 +79,11 @@ impl Setup {
         } else {
             Vec::new()
         };
-        (stdout(&out), records)
+        Ran {
+            out: stdout(&out),
+            records,
+            traces,
+        }
     }
 
     /// A cold run that leaves requests, then the warm step.
@@ -85,6 +96,13 @@ impl Setup {
         assert!(out.status.success(), "{}", stderr(&out));
         assert!(!entries(&self.store()).is_empty(), "{}", stderr(&out));
     }
+}
+
+/// One run of the client under clshim: its output, records and trace directory.
+struct Ran {
+    out: String,
+    records: Vec<Value>,
+    traces: PathBuf,
 }
 
 fn next() -> usize {
@@ -101,30 +119,110 @@ fn served(records: &[Value]) -> usize {
 
 /// Plain, then cold (nothing served: the store is empty), then warm through each door.
 fn same_through_every_door(tag: &str, args: &[&str], want_served: usize) {
-    same_through_every_door_in(Setup::new(tag), args, want_served)
+    same_through_every_door_in(Setup::new(tag), args, want_served, |_, _| {})
 }
 
-fn same_through_every_door_in(s: Setup, args: &[&str], want_served: usize) {
+/// As `same_through_every_door`, in `s`, with `check` of the cold run ("cold") and of each
+/// warm one (its door).
+fn same_through_every_door_in(
+    s: Setup,
+    args: &[&str],
+    want_served: usize,
+    check: impl Fn(&str, &Ran),
+) {
     let (plain, _) = s.run(None, args, &[]);
     assert!(plain.ends_with("ok\n"), "{plain}");
-    let (cold, records) = s.run(Some("both"), args, &[]);
-    assert_eq!(cold, plain, "a cold run with the cache on");
-    assert_eq!(served(&records), 0);
+    let cold = s.run_traced(Some("both"), args, &[]);
+    assert_eq!(cold.out, plain, "a cold run with the cache on");
+    assert_eq!(served(&cold.records), 0);
+    check("cold", &cold);
     s.fill(args);
     for mode in ["preload", "layer", "both"] {
-        let (warm, records) = s.run(Some(mode), args, &[]);
-        assert_eq!(warm, plain, "{mode}: as without clshim");
+        let warm = s.run_traced(Some(mode), args, &[]);
+        assert_eq!(warm.out, plain, "{mode}: as without clshim");
         assert!(
-            served(&records) >= want_served,
+            served(&warm.records) >= want_served,
             "{mode}: {} builds served",
-            served(&records)
+            served(&warm.records)
         );
+        check(mode, &warm);
     }
 }
 
 #[test]
 fn the_program_api_answers_as_without_clshim() {
-    same_through_every_door("cache-api", &["api"], 2);
+    let s = Setup::new("cache-api");
+    same_through_every_door_in(s, &["api"], 2, every_build_call_is_recorded);
+}
+
+/// Every clBuildProgram the client made (it says how many) left a record, cold and served
+/// alike, refused or not: with its options (the client passes options to every one) and
+/// its status; a call the driver refused without building says no build log's line (the
+/// log is an earlier build's) but names the program by its kernels, and `clshim report`
+/// shows the status by name.
+fn every_build_call_is_recorded(run: &str, ran: &Ran) {
+    let calls: usize = ran
+        .out
+        .lines()
+        .find_map(|l| l.strip_prefix("build calls: "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{run}: the client says how many builds it made"));
+    let builds: Vec<&Value> = events(&ran.records, "build")
+        .into_iter()
+        .filter(|r| r["call"] == "clBuildProgram")
+        .collect();
+    assert_eq!(builds.len(), calls, "{run}: {builds:#?}");
+    for b in &builds {
+        assert!(b["options"].is_string(), "{run}: {b}");
+        let error = b["error"].as_str().unwrap_or_default();
+        assert!(!error.contains('\0'), "{run}: {b}");
+    }
+    let refused = |name: &str, options: &str| -> usize {
+        let of: Vec<&&Value> = builds
+            .iter()
+            .filter(|b| b["result_name"] == name && b["options"] == options)
+            .collect();
+        for b in &of {
+            assert!(b["error"].is_null(), "{run}: an earlier build's log: {b}");
+            assert_eq!(
+                b["source_kernels"],
+                serde_json::json!(["scale", "second"]),
+                "{run}: {b}"
+            );
+        }
+        of.len()
+    };
+    // The argument checks, then user data without a callback while a kernel holds it.
+    let invalid_value = builds
+        .iter()
+        .filter(|b| b["result_name"] == "CL_INVALID_VALUE")
+        .count();
+    assert_eq!(invalid_value, 4, "{run}: {builds:#?}");
+    for b in builds
+        .iter()
+        .filter(|b| b["result_name"] == "CL_INVALID_VALUE")
+    {
+        assert!(b["error"].is_null(), "{run}: {b}");
+    }
+    assert_eq!(refused("CL_INVALID_OPERATION", "-DFACTOR=5"), 2, "{run}");
+    // The linked program, whose build log is empty: no line of it stands for an error.
+    let linked: Vec<&&Value> = builds
+        .iter()
+        .filter(|b| b["options"] == "-DFACTOR=6")
+        .collect();
+    assert_eq!(linked.len(), 1, "{run}: {builds:#?}");
+    assert_eq!(linked[0]["result_name"], "CL_INVALID_OPERATION", "{run}");
+    assert!(linked[0]["error"].is_null(), "{run}: {}", linked[0]);
+    let out = report(&[s(&ran.traces)]);
+    assert!(out.status.success(), "{run}: {}", stderr(&out));
+    let report = stdout(&out);
+    let words = report.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        words.contains("scale,second (failed build): CL_INVALID_OPERATION")
+            && words.contains("scale,second (failed build): CL_INVALID_VALUE"),
+        "{run}: {report}"
+    );
+    assert!(!report.contains("\\x00"), "{run}: {report}");
 }
 
 #[test]
@@ -152,7 +250,7 @@ fn programs_of_other_platforms_stay_the_drivers_own() {
         ("LD_LIBRARY_PATH".into(), s_owned(&lib)),
         ("OCL_ICD_VENDORS".into(), s_owned(&vendors)),
     ];
-    same_through_every_door_in(s, &["platforms"], 1);
+    same_through_every_door_in(s, &["platforms"], 1, |_, _| {});
 }
 
 fn s_owned(p: &Path) -> String {
