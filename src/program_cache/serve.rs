@@ -247,13 +247,9 @@ pub unsafe fn after_fallback(route: Route, fb: Fallback, ret: cl_int, options: *
         unsafe { h.let_go(route, fb.served) };
         return;
     }
-    // SAFETY: the served program, which clshim holds.
-    let Some(build) = (unsafe { route.build_program(fb.served) }) else {
-        return;
-    };
     // SAFETY: the program's own entry, all its devices, the application's options (valid
     // for the call), no callback (the application's ran with the source program's build).
-    let again = unsafe {
+    let again = unsafe { route.build_program(fb.served) }.map(|build| unsafe {
         build(
             fb.served,
             0,
@@ -262,8 +258,8 @@ pub unsafe fn after_fallback(route: Route, fb: Fallback, ret: cl_int, options: *
             None,
             std::ptr::null_mut(),
         )
-    };
-    if again == CL_INVALID_BUILD_OPTIONS {
+    });
+    if again == Some(CL_INVALID_BUILD_OPTIONS) {
         // Its log is now the refusal's, no longer the served build's.
         h.stand_for(fb.served, SourceAnswers::default());
     } else {
