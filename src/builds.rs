@@ -6,9 +6,12 @@
 //! and "callback fired" comes last, with the status the application saw.
 //!
 //! Two rules keep this safe for applications that do legal but awkward things. The
-//! application's arrays (device list, input programs) and option string are read only
-//! once the implementation has accepted the call, and never beyond what it accepted, so a
-//! count larger than its array is the driver's to answer, never clshim's to crash on.
+//! application's arrays (device list, input programs) are read only once the
+//! implementation has accepted the call, and never beyond what it accepted, so a count
+//! larger than its array is the driver's to answer, never clshim's to crash on. The option
+//! string has no count to get wrong: OpenCL requires it to be NULL or NUL-terminated in
+//! every call, so it is read whatever the driver answered (a refused call is recorded
+//! with its options too), unless the driver refused the program or context itself.
 //! Everything the record needs from the program (devices, build status, kernel names,
 //! id) is gathered before the application's callback runs: the callback may release the
 //! program or leave the process with `exit()`, so clshim never touches the program after
@@ -197,13 +200,23 @@ fn accepted(ret: cl_int) -> bool {
     )
 }
 
-/// Whether the implementation read the option string before answering `ret`.
-fn options_read(ret: cl_int) -> bool {
-    accepted(ret)
-        || matches!(
-            ret,
-            CL_INVALID_BUILD_OPTIONS | CL_INVALID_COMPILER_OPTIONS | CL_INVALID_LINKER_OPTIONS
-        )
+/// Whether the option string of a call that returned `ret` is read: unless the call's
+/// program or context was refused, where nothing of the call can be trusted.
+fn options_readable(ret: cl_int) -> bool {
+    !matches!(ret, CL_INVALID_PROGRAM | CL_INVALID_CONTEXT)
+}
+
+/// Whether the build log after a call that ended with `ret` (None: seen from the
+/// callback) is that call's own: a build that ran, or options the driver refused (pocl
+/// says why there). A call refused for anything else leaves an earlier build's log.
+fn log_is_its_own(ret: Option<cl_int>) -> bool {
+    ret.map_or(true, |r| {
+        !refused_before_start(r)
+            || matches!(
+                r,
+                CL_INVALID_BUILD_OPTIONS | CL_INVALID_COMPILER_OPTIONS | CL_INVALID_LINKER_OPTIONS
+            )
+    })
 }
 
 /// What is known about a build when it starts; completed into a record when it ends.
@@ -433,9 +446,10 @@ impl AwaitingBuildEnd {
                 .map(|&p| self.rt.programs.lookup(p).id)
                 .collect();
         }
-        if options_read(ret) {
-            // SAFETY: the implementation read the options (it answered `ret`), so they are
-            // NULL or NUL-terminated; the call has not returned.
+        if options_readable(ret) {
+            // SAFETY: the application's options, NULL or NUL-terminated as OpenCL requires
+            // of every call (its program or context was not refused); the call has not
+            // returned.
             c.options = unsafe { AppCStr::new(call.options) }
                 .bytes()
                 .map(<[u8]>::to_vec);
@@ -529,28 +543,41 @@ impl AwaitingBuildEnd {
             && usable
             && self.kind != Event::Link
             && info.is_some_and(|i| !matches!(i.origin, Origin::Il | Origin::Binary));
-        // SAFETY: usable, so live.
-        let source_text = keeps_source
-            .then(|| unsafe { query::source(route, program) })
-            .flatten()
-            .filter(|t| !t.is_empty());
+        // A program the program cache made from binaries has no text of its own: its
+        // handle's source is what the application built.
+        let text_of = || {
+            // SAFETY: usable, so live.
+            unsafe { query::source(route, program) }
+                .filter(|t| !t.is_empty())
+                .or_else(|| crate::program_cache::source_of(program))
+        };
+        let source_text = keeps_source.then(text_of).flatten();
         let (mut source_kernels, mut error) = (Vec::new(), None);
         if !succeeded && usable && self.kind != Event::Link {
             // The implementation names no kernels after a failure: the source does.
-            let text = source_text.clone().or_else(|| {
-                // SAFETY: usable, so live.
-                unsafe { query::source(route, program) }
-            });
-            if let Some(text) = text {
+            if let Some(text) = source_text.clone().or_else(text_of) {
                 source_kernels = crate::failed_build::kernel_names(&text);
+            }
+            if source_kernels.is_empty() && !log_is_its_own(ret) {
+                // Refused, so as built as before (a linked program has no text): its own
+                // kernels name it, if it has any.
+                // SAFETY: usable, so live.
+                source_kernels = unsafe { query::kernel_names(route, program) };
             }
             error = devices
                 .first()
+                .filter(|_| log_is_its_own(ret))
                 .and_then(|&d| {
                     // SAFETY: usable, so live; one of its devices.
                     unsafe { query::build_log(route, program, d) }
                 })
-                .and_then(|log| crate::failed_build::first_error(&log));
+                .and_then(|mut log| {
+                    // The log comes NUL-terminated: its text ends there.
+                    if let Some(end) = log.iter().position(|&b| b == 0) {
+                        log.truncate(end);
+                    }
+                    crate::failed_build::first_error(&log)
+                });
         }
         Seen {
             info,
@@ -593,6 +620,14 @@ impl AwaitingBuildEnd {
         } = seen;
         let (kernels, source_kernels, error) = if result == CL_SUCCESS {
             (kernels, Vec::new(), None)
+        } else if source_kernels.is_empty() {
+            // A call refused with a callback (pocl calls it then too) saw the program as
+            // an earlier build left it: built, with its kernels, and that build's log.
+            (
+                Vec::new(),
+                kernels,
+                error.filter(|_| log_is_its_own(Some(result))),
+            )
         } else {
             (Vec::new(), source_kernels, error)
         };

@@ -37,10 +37,11 @@ pub unsafe fn build_program<D: Door>(
 ) -> cl_int {
     let route = D::route();
     let mut program = program;
+    let mut fallback = None;
     if let Some(h) = program_cache::find(program) {
         if let (Some(_inside), Some(rt)) = (guard::enter(), runtime::get(route)) {
             // SAFETY: the application's arguments, its program the handle.
-            let served = unsafe {
+            let build = unsafe {
                 program_cache::serve_build(
                     rt,
                     route,
@@ -52,8 +53,9 @@ pub unsafe fn build_program<D: Door>(
                     user_data,
                 )
             };
-            if let Some(ret) = served {
-                return ret;
+            match build {
+                program_cache::Build::Answered(ret) => return ret,
+                program_cache::Build::Driver(f) => fallback = f,
             }
         }
         program = h.inner();
@@ -91,7 +93,12 @@ pub unsafe fn build_program<D: Door>(
         call.given_options = Some(options);
     }
     // SAFETY: the application's call (with the recorded options, which outlive it).
-    unsafe { builds::run(rt, route, call, pfn_notify, user_data) }.0
+    let ret = unsafe { builds::run(rt, route, call, pfn_notify, user_data) }.0;
+    if let Some(f) = fallback {
+        // SAFETY: the application's options, of a call that has not returned.
+        catch(|| unsafe { program_cache::after_fallback(route, f, ret, options) });
+    }
+    ret
 }
 
 /// # Safety
@@ -332,12 +339,17 @@ unsafe fn handle_info(
             size_ret.set(bytes.len());
             Some(CL_SUCCESS)
         }
-        CL_PROGRAM_SOURCE if h.holds_source() && h.inner() != h.source_program => {
-            // SAFETY: the source program, held: its own answer.
-            let f = unsafe { route.get_program_info(h.source_program) }?;
-            // SAFETY: the application's arguments, on the program it created.
-            Some(unsafe { f(h.source_program, param, size, value, size_ret) })
-        }
+        CL_PROGRAM_SOURCE => match h.source_answer()? {
+            Ok(source) => {
+                // SAFETY: the source program, held: its own answer.
+                let f = unsafe { route.get_program_info(source) }?;
+                // SAFETY: the application's arguments, on the program it created.
+                Some(unsafe { f(source, param, size, value, size_ret) })
+            }
+            // The source program's answer, kept when clshim let go of it.
+            // SAFETY: the application's buffer of `size` bytes and its size_ret.
+            Err(answer) => Some(unsafe { answer_bytes(&answer, size, value, size_ret) }),
+        },
         _ => None,
     }
 }
@@ -537,7 +549,7 @@ pub unsafe fn create_program_with_source<D: Door>(
                         unsafe { source_parts(strings, lengths) }.concat()
                     };
                     let table = D::program_handle_table();
-                    program_cache::maybe_wrap(rt, program, context, info.hash, source, table)
+                    program_cache::maybe_wrap(rt, route, program, context, info.hash, source, table)
                 });
                 return wrapped.unwrap_or(program);
             }

@@ -11,12 +11,15 @@
 //! entry point that takes a program takes a handle back ([`resolve`], one relaxed load
 //! while no handle exists), and every answer that names a program gives the handle back
 //! ([`app_handle`]: a kernel's program, build callbacks). The application's references
-//! are counted on the handle; clshim holds one reference on each driver program the handle
-//! stood for while the application holds any, and `CL_PROGRAM_REFERENCE_COUNT` answers as
-//! the driver would for the one program (the application's references and those of its
-//! kernels). A handle whose program outlives the application's last reference (a kernel
-//! still holds it) stays known until a new program takes that program's address, so a
-//! kernel's program still answers the handle.
+//! are counted on the handle; while the application holds any, clshim holds one reference
+//! on the source program and one on the program the handle stands for (a program a
+//! rebuild replaced is let go of at once: [`Handle::let_go`]), and
+//! `CL_PROGRAM_REFERENCE_COUNT` answers as the driver would for the one program (the
+//! application's references and those of its kernels). A handle whose program outlives the
+//! application's last reference (a kernel still holds it) stays known until a new program
+//! takes that program's address, so a kernel's program still answers the handle, and its
+//! source as the source program answered it; taken back from the kernel, it builds from a
+//! source program clshim makes again ([`Handle::source_program`]).
 // On macOS the warm step and the program cache are not built: what only they use is idle.
 #![cfg_attr(target_os = "macos", allow(dead_code, unused_imports))]
 
@@ -25,17 +28,17 @@ use crate::dispatch::Route;
 use crate::lock::{ForkOrder, Lock};
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// One handle. `repr(C)`, the dispatch table first, as loaders read it.
 #[repr(C)]
 pub struct Handle {
     dispatch: *const *const c_void,
+    /// Unique in the process: tells this handle from a later one made at its address.
+    id: u64,
     /// The driver's program behind the handle now.
     inner: AtomicPtr<c_void>,
-    /// The source program the application's `clCreateProgramWithSource` made.
-    pub source_program: cl_program,
     pub context: cl_context,
     /// The source text (what a build's key starts from).
     pub source: Vec<u8>,
@@ -44,6 +47,12 @@ pub struct Handle {
 }
 
 struct State {
+    /// The source program: the one the application's `clCreateProgramWithSource` made, or
+    /// one clshim made again from the source ([`Handle::source_program`]).
+    source: cl_program,
+    /// The source program's `CL_PROGRAM_SOURCE` answer, kept when clshim let go of it
+    /// while a kernel kept the program the handle stands for.
+    source_answer: Option<Vec<u8>>,
     /// The driver programs clshim holds one reference on, for the handle.
     held: Vec<cl_program>,
     /// A served build is running: another build on the handle gets CL_INVALID_OPERATION, as
@@ -77,6 +86,10 @@ impl Handle {
     pub fn as_program(&self) -> cl_program {
         self as *const Handle as cl_program
     }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
 }
 
 #[derive(Default)]
@@ -109,6 +122,11 @@ pub fn find(program: cl_program) -> Option<&'static Handle> {
     maps().lock().handles.get(&(program as usize)).copied()
 }
 
+/// The handle made at `address` with `id`, if it is still there (not one made there since).
+pub fn find_live(address: usize, id: u64) -> Option<&'static Handle> {
+    find(address as cl_program).filter(|h| h.id == id)
+}
+
 /// The driver's program for `program`: itself, or the one a handle stands for now.
 #[inline]
 pub fn resolve(program: cl_program) -> cl_program {
@@ -139,14 +157,17 @@ pub fn wrap(
     source: Vec<u8>,
     table: *const *const c_void,
 ) -> cl_program {
+    static IDS: AtomicU64 = AtomicU64::new(0);
     let h: &'static Handle = Box::leak(Box::new(Handle {
         dispatch: table,
+        id: IDS.fetch_add(1, Ordering::Relaxed),
         inner: AtomicPtr::new(source_program),
-        source_program,
         context,
         source,
         app_refs: AtomicU32::new(1),
         state: Lock::new(State {
+            source: source_program,
+            source_answer: None,
             held: vec![source_program],
             building: false,
             answers: SourceAnswers::default(),
@@ -173,19 +194,60 @@ impl Handle {
 
     /// Makes the handle stand for `program` (whose one reference clshim now holds), a
     /// served build's with what its source builds answered (`answers`), or the source
-    /// program (no answers: its own).
-    pub fn stand_for(&self, program: cl_program, answers: SourceAnswers) {
+    /// program (no answers: its own). Returns the program it stood for until now.
+    pub fn stand_for(&self, program: cl_program, answers: SourceAnswers) -> cl_program {
         let mut st = self.state.lock();
         if !st.held.contains(&program) {
             st.held.push(program);
         }
         st.answers = answers;
-        self.inner.store(program, Ordering::Release);
+        let before = self.inner.swap(program, Ordering::AcqRel);
         drop(st);
         maps()
             .lock()
             .by_inner
             .insert(program as usize, self as *const Handle as usize);
+        before
+    }
+
+    /// Whether clshim holds a reference to `program` for the handle.
+    pub fn holds(&self, program: cl_program) -> bool {
+        self.state.lock().held.contains(&program)
+    }
+
+    /// Lets go of `program`, a served program the handle no longer stands for: clshim's
+    /// reference is released now, so that rebuilds do not pile up programs until the
+    /// application's last release. Kernels made from it hold references of their own, so
+    /// the driver keeps it until the last of them goes, and it still names the handle
+    /// (`app_handle`) until its address is taken by another program. Nothing for the
+    /// source program (kept for the builds the store does not serve, and its source), the
+    /// program the handle stands for, or one clshim no longer holds.
+    ///
+    /// # Safety
+    /// The programs the handle holds are live.
+    pub unsafe fn let_go(&self, route: Route, program: cl_program) {
+        let mut st = self.state.lock();
+        if program == st.source || program == self.inner() {
+            return;
+        }
+        let Some(i) = st.held.iter().position(|&p| p == program) else {
+            return;
+        };
+        st.held.swap_remove(i);
+        drop(st);
+        // SAFETY: a program clshim held a reference to until now: live.
+        let last = unsafe { crate::query::reference_count(route, program) } == Some(1);
+        if last {
+            if let Some(rt) = crate::runtime::existing() {
+                rt.programs.released(program);
+            }
+            maps().lock().by_inner.remove(&(program as usize));
+        }
+        // SAFETY: releasing the reference clshim held, through the program's own entry.
+        if let Some(f) = unsafe { route.release_program(program) } {
+            // SAFETY: as above.
+            unsafe { f(program) };
+        }
     }
 
     /// `clRetainProgram` on the handle.
@@ -224,8 +286,25 @@ impl Handle {
             Ok(n) if n > 1 => return CL_SUCCESS,
             Ok(_) => {}
         }
-        let held = std::mem::take(&mut self.state.lock().held);
+        let (held, source) = {
+            let mut st = self.state.lock();
+            (std::mem::take(&mut st.held), st.source)
+        };
         let current = self.inner();
+        // SAFETY: a program clshim holds a reference to (or, not held, one a kernel holds
+        // while the application may still ask its kernel's program): live.
+        let current_lives = unsafe { crate::query::reference_count(route, current) }
+            .is_some_and(|n| n > held.contains(&current) as cl_uint);
+        if current_lives && current != source && held.contains(&source) {
+            // A kernel keeps the program, and the application may ask it for its source
+            // (`CL_KERNEL_PROGRAM`): the source program's answer outlives it.
+            // SAFETY: the source program, which clshim holds.
+            let answer = unsafe { route.get_program_info(source) }.and_then(|f| {
+                // SAFETY: the source program's own entry.
+                unsafe { crate::query::info_bytes(f, source, CL_PROGRAM_SOURCE) }
+            });
+            self.state.lock().source_answer = answer;
+        }
         let mut current_dies = false;
         for p in held {
             // SAFETY: a program clshim holds a reference to: live.
@@ -276,9 +355,68 @@ impl Handle {
             .map(|(_, l)| l.clone())
     }
 
-    /// Whether clshim still holds the source program (for `CL_PROGRAM_SOURCE`).
-    pub fn holds_source(&self) -> bool {
-        self.state.lock().held.contains(&self.source_program)
+    /// What answers `CL_PROGRAM_SOURCE` for a handle that stands for a program made from
+    /// binaries: the source program clshim holds, or the answer it gave before clshim let
+    /// go of it; None when the handle stands for the source program (its own answer).
+    pub fn source_answer(&self) -> Option<Result<cl_program, Vec<u8>>> {
+        let st = self.state.lock();
+        if self.inner() == st.source {
+            return None;
+        }
+        if st.held.contains(&st.source) {
+            return Some(Ok(st.source));
+        }
+        st.source_answer.clone().map(Err)
+    }
+
+    /// The source program, which the builds the store does not serve build; made again
+    /// from the source when clshim let go of it (the application released the handle
+    /// while a kernel held its program, then took the program back from the kernel).
+    /// None when the driver refuses to make it.
+    ///
+    /// # Safety
+    /// The program the handle stands for is live (and so its context).
+    pub unsafe fn source_program(&'static self, route: Route) -> Option<cl_program> {
+        {
+            let st = self.state.lock();
+            if st.held.contains(&st.source) {
+                return Some(st.source);
+            }
+        }
+        if self.source.is_empty() {
+            return None;
+        }
+        // SAFETY: the handle's context, which its live program holds.
+        let create = unsafe { route.create_program_with_source(self.context) }?;
+        let text = self.source.as_ptr() as *const std::ffi::c_char;
+        let length = self.source.len();
+        let mut err = CL_SUCCESS;
+        // SAFETY: the context's own entry; one string of `length` bytes, given with its
+        // length (it holds no terminator).
+        let program = unsafe { create(self.context, 1, &text, &length, &mut err) };
+        if program.is_null() || err != CL_SUCCESS {
+            return None;
+        }
+        forget_reused(program);
+        if let Some(rt) = crate::runtime::existing() {
+            // The program the handle stands for carries the source program's entry.
+            rt.programs.alias(program, self.inner());
+        }
+        {
+            let mut st = self.state.lock();
+            st.source = program;
+            st.held.push(program);
+        }
+        maps()
+            .lock()
+            .by_inner
+            .insert(program as usize, self as *const Handle as usize);
+        Some(program)
+    }
+
+    /// Whether the handle stands for its source program.
+    pub fn on_source(&self) -> bool {
+        self.inner() == self.state.lock().source
     }
 
     /// Removes the handle from every map and frees it.
@@ -292,6 +430,18 @@ impl Handle {
         // find it again; the application released its last reference to it.
         drop(unsafe { Box::from_raw(self as *const Handle as *mut Handle) });
     }
+}
+
+/// The source text of the handle `program` (a driver's) stands behind, for a program the
+/// program cache made from binaries, which has none of its own.
+pub fn source_of(program: cl_program) -> Option<Vec<u8>> {
+    if !ANY.load(Ordering::Relaxed) || program.is_null() {
+        return None;
+    }
+    let m = maps().lock();
+    let h = *m.handles.get(m.by_inner.get(&(program as usize))?)?;
+    drop(m);
+    Some(h.source.clone())
 }
 
 /// The `CL_KERNEL_ATTRIBUTES` of kernel `name` that a served build's program `program` (a

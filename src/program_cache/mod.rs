@@ -3,8 +3,8 @@
 //! and later on pocl build every program from source at every start; pocl's kernel cache
 //! then still preprocesses each source, about 20 ms a program, where the driver's own
 //! binary loads in about one). This module owns when a program gets a handle of clshim's
-//! (`handles`: only a source the store holds a build of, so a program the store cannot
-//! serve is the driver's own, untouched), the served build itself, and the requests a
+//! (`handles`: only a source the store holds a build of, on pocl devices only, so a
+//! program the store cannot serve is the driver's own, untouched), the served build itself, and the requests a
 //! compiled source build leaves for the warm step. What an entry is keyed on, and where
 //! it lives, is `store`'s: a build is served only by an entry made for exactly that build.
 //!
@@ -14,13 +14,15 @@
 //! them), and makes the handle stand for it; `CL_PROGRAM_SOURCE` still answers the source.
 //! Anything short of that (a device list that is not the program's every device, a
 //! missing or refused entry, a driver that refuses the binary or its build) builds the
-//! source program as without the cache.
+//! source program as without the cache; a build the driver refuses before building
+//! anything (its arguments, a kernel holding the program) is the driver's to answer, on
+//! the program the handle stands for.
 
 pub mod handles;
 mod serve;
 
-pub use handles::{app_handle, find, forget_reused, resolve};
-pub use serve::{after_source_build, maybe_wrap, serve_build};
+pub use handles::{app_handle, find, forget_reused, resolve, source_of};
+pub use serve::{after_fallback, after_source_build, maybe_wrap, serve_build, Build};
 
 /// The folder of the store where the warm step marks the sources it made builds of
 /// (`clshim_format::store::SOURCES`). `clCreateProgramWithSource` looks for the mark (one

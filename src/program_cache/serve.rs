@@ -22,10 +22,12 @@ use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 
 /// The program `clCreateProgramWithSource` hands the application: a handle (with the
-/// door's dispatch `table`) when the program cache is on and the store marks this source
-/// (`hash` of its text) as one it made builds of, else the driver's `program` itself.
+/// door's dispatch `table`) when the program cache is on, every device of `program` is one
+/// the store can serve, and the store marks this source (`hash` of its text) as one it
+/// made builds of; else the driver's `program` itself.
 pub fn maybe_wrap(
     rt: &Runtime,
+    route: Route,
     program: cl_program,
     context: cl_context,
     hash: Option<u64>,
@@ -38,6 +40,13 @@ pub fn maybe_wrap(
     let (Some(store), Some(hash)) = (Store::from_config(&rt.config), hash) else {
         return program;
     };
+    // A handle is no program of the driver's: a function clshim does not intercept (a
+    // vendor's extension, such as Intel's clGetDeviceGlobalVariablePointerINTEL) would
+    // refuse it. Only a program the store could serve is worth that risk.
+    // SAFETY: the program the driver just made, not yet handed to the application.
+    if !unsafe { servable(rt, route, program) } {
+        return program;
+    }
     let marked = files::open_dir(&store.dir, false)
         .and_then(|d| files::open_sub(&d, super::SOURCES, false))
         .is_ok_and(|d| files::exists(&d, &super::source_mark(hash)));
@@ -45,6 +54,25 @@ pub fn maybe_wrap(
         return program;
     }
     handles::wrap(program, context, source(), table)
+}
+
+/// Whether the store can serve builds of `program`: each of its devices is pocl's, the
+/// only driver whose builds the store keys (`store::build_key`); a program whose devices
+/// cannot be asked is not.
+///
+/// # Safety
+/// `program` is live and reachable through `route`.
+unsafe fn servable(rt: &Runtime, route: Route, program: cl_program) -> bool {
+    // SAFETY: live (this function's contract).
+    let Some(devices) = (unsafe { query::devices(route, program) }) else {
+        return false;
+    };
+    !devices.is_empty()
+        && devices.iter().all(|&d| {
+            // SAFETY: a device of the live program.
+            unsafe { rt.devices.get(route, d) }
+                .is_some_and(|f| f.platform == crate::schema::POCL_PLATFORM)
+        })
 }
 
 /// A served build's program, with what its record needs.
@@ -57,9 +85,28 @@ struct Served {
     options: Vec<u8>,
 }
 
-/// `clBuildProgram` on the handle `h`: Some(status) when the store served it (or a build
-/// runs on the handle already); None when the source program must be built as without
-/// the cache (the handle then stands for it again).
+/// What `clBuildProgram` on a handle comes to.
+pub enum Build {
+    /// Answered without the driver building anything: served from the store, or refused
+    /// while another served build of the handle runs.
+    Answered(cl_int),
+    /// The driver builds the program the handle stands for now (`Handle::inner`), as
+    /// without the cache. With a `Fallback`, that is the source program, in the place of
+    /// a served program the handle stood for until this build: [`after_fallback`] settles
+    /// it once the driver answered.
+    Driver(Option<Fallback>),
+}
+
+/// The served program a handle stood for before a build of its source program, and the
+/// handle (by address and id, as the application may release it during the build).
+pub struct Fallback {
+    handle: usize,
+    id: u64,
+    served: cl_program,
+}
+
+/// `clBuildProgram` on the handle `h`: answered when the store serves it (or a build runs
+/// on the handle already); else the driver builds the program the handle stands for.
 ///
 /// # Safety
 /// The arguments are the application's to `clBuildProgram` (`h` its program).
@@ -73,51 +120,60 @@ pub unsafe fn serve_build(
     options: *const c_char,
     notify: BuildNotify,
     user_data: *mut c_void,
-) -> Option<cl_int> {
+) -> Build {
     if !rt.config.program_cache {
-        return None;
+        return Build::Driver(None);
+    }
+    // SAFETY: the application's arguments, its program the handle (this function's
+    // contract).
+    if unsafe { driver_refuses(route, h, num_devices, device_list, notify, user_data) } {
+        return Build::Driver(None);
     }
     let start = Start::now();
     if !h.begin_build() {
-        return Some(CL_INVALID_OPERATION);
+        // SAFETY: the application's arguments (this function's contract).
+        return unsafe { refuse(rt, route, h, start, CL_INVALID_OPERATION, options, notify) };
     }
-    if h.inner() != h.source_program {
-        // Built before, and served: a driver refuses to build a program its kernels hold
-        // (they hold a reference each beside clshim's one).
-        // SAFETY: the program the handle stands for, which clshim holds.
-        let refs = unsafe { query::reference_count(route, h.inner()) }.unwrap_or(0);
-        if refs > 1 {
-            h.end_build();
-            return Some(CL_INVALID_OPERATION);
-        }
-    }
-    // SAFETY: the application's arguments (this function's contract).
-    let served = catch(|| unsafe { try_serve(rt, route, h, num_devices, device_list, options) });
+    // SAFETY: the program the handle stands for is the application's, live.
+    let Some(source) = catch(|| unsafe { h.source_program(route) }).flatten() else {
+        // Without its source the program cannot be built as the application asks; the
+        // program the handle stands for, made from binaries, would build unchanged.
+        h.end_build();
+        // SAFETY: the application's arguments (this function's contract).
+        return unsafe { refuse(rt, route, h, start, CL_OUT_OF_HOST_MEMORY, options, notify) };
+    };
+    let served = catch(|| {
+        // SAFETY: the application's arguments (this function's contract).
+        unsafe { try_serve(rt, route, h, source, num_devices, device_list, options) }
+    });
     h.end_build();
     let served = match served {
         Some(Ok(s)) => s,
-        Some(Err(why)) => {
-            log::debug!("program cache: not served: {why}");
-            if h.inner() != h.source_program {
-                h.stand_for(h.source_program, SourceAnswers::default());
+        failed => {
+            if let Some(Err(why)) = failed {
+                log::debug!("program cache: not served: {why}");
             }
-            return None;
+            let before = h.stand_for(source, SourceAnswers::default());
+            let fallback = (before != source).then(|| Fallback {
+                handle: h.as_program() as usize,
+                id: h.id(),
+                served: before,
+            });
+            return Build::Driver(fallback);
         }
-        None => return None,
     };
     let seconds = start.elapsed().as_secs_f64();
     let cpu_seconds = start.cpu_seconds();
     let program = served.program.get();
     catch(|| {
-        record(
-            rt,
-            route,
-            h,
-            start,
-            (seconds, cpu_seconds),
-            &served,
-            program,
-        )
+        let said = Said {
+            result: CL_SUCCESS,
+            options: Some(&served.options),
+            devices: &served.devices,
+            kernels: served.kernels.clone(),
+            is_async: notify.is_some(),
+        };
+        record(rt, route, h, start, (seconds, cpu_seconds), said, program)
     });
     let answers = served.answers;
     let program = served.program.into_raw();
@@ -131,14 +187,85 @@ pub unsafe fn serve_build(
             files::touch(&d, &mark);
         }
     }
-    h.stand_for(program, answers);
+    let before = h.stand_for(program, answers);
+    // SAFETY: the program the handle stood for, which clshim held.
+    unsafe { h.let_go(route, before) };
     if let Some(f) = notify {
         // SAFETY: the application's callback with its own data, once, with the program as
         // the application knows it; pocl calls a build's callback before the build returns
         // too.
         outside(|| unsafe { f(h.as_program(), user_data) });
     }
-    Some(CL_SUCCESS)
+    Build::Answered(CL_SUCCESS)
+}
+
+/// Whether the driver refuses this build before building anything, leaving its program
+/// as it was: arguments the OpenCL specification refuses with CL_INVALID_VALUE whatever
+/// the program (a device list without its count or a count without its list, user data
+/// without a callback), or a kernel holding the program the handle stands for
+/// (CL_INVALID_OPERATION). Such a build is the driver's to answer on that very program:
+/// its own checks, in their order, its callback on a refusal (pocl calls it), its record.
+///
+/// # Safety
+/// As for [`serve_build`].
+unsafe fn driver_refuses(
+    route: Route,
+    h: &Handle,
+    num_devices: cl_uint,
+    device_list: *const cl_device_id,
+    notify: BuildNotify,
+    user_data: *mut c_void,
+) -> bool {
+    if (num_devices == 0) != device_list.is_null() || (notify.is_none() && !user_data.is_null()) {
+        return true;
+    }
+    // clshim holds one reference to the program the handle stands for, and each of its
+    // kernels another.
+    // SAFETY: the program the handle stands for, which clshim holds while the application
+    // holds the handle.
+    unsafe { query::reference_count(route, h.inner()) }.is_some_and(|n| n > 1)
+}
+
+/// Settles a build of the handle's source program that took the place of the served
+/// program `fb` names, once the driver answered it `ret` (called while the application's
+/// `clBuildProgram` has not returned, `options` its own): the served program is let go
+/// of. Except where options the driver refuses: they fail a built program's build but
+/// leave its binary type and kernel metadata as they were (pocl reads the options before
+/// it cleans anything), which the source program, never built, does not have; the served
+/// program is then refused the same options, and the handle stands for it again, as the
+/// application's one program would be.
+///
+/// # Safety
+/// `options` is the application's string of the build, which has not returned.
+pub unsafe fn after_fallback(route: Route, fb: Fallback, ret: cl_int, options: *const c_char) {
+    let Some(h) = handles::find_live(fb.handle, fb.id) else {
+        return;
+    };
+    let refused = ret == CL_INVALID_BUILD_OPTIONS;
+    if !refused || !h.on_source() || !h.holds(fb.served) {
+        // SAFETY: a program the handle held, which clshim holds if it still does.
+        unsafe { h.let_go(route, fb.served) };
+        return;
+    }
+    // SAFETY: the program's own entry, all its devices, the application's options (valid
+    // for the call), no callback (the application's ran with the source program's build).
+    let again = unsafe { route.build_program(fb.served) }.map(|build| unsafe {
+        build(
+            fb.served,
+            0,
+            std::ptr::null(),
+            options,
+            None,
+            std::ptr::null_mut(),
+        )
+    });
+    if again == Some(CL_INVALID_BUILD_OPTIONS) {
+        // Its log is now the refusal's, no longer the served build's.
+        h.stand_for(fb.served, SourceAnswers::default());
+    } else {
+        // SAFETY: as above.
+        unsafe { h.let_go(route, fb.served) };
+    }
 }
 
 /// The served program, or why the store cannot serve this build.
@@ -149,11 +276,11 @@ unsafe fn try_serve(
     rt: &'static Runtime,
     route: Route,
     h: &'static Handle,
+    source_program: cl_program,
     num_devices: cl_uint,
     device_list: *const cl_device_id,
     options: *const c_char,
 ) -> Result<Served, String> {
-    let source_program = h.source_program;
     // SAFETY: the handle's source program, which clshim holds.
     let devices = unsafe { query::devices(route, source_program) }.ok_or("no devices")?;
     if num_devices != 0 || !device_list.is_null() {
@@ -258,17 +385,29 @@ unsafe fn try_serve(
     })
 }
 
+/// What a handle's build record says beyond the handle, its program and its times.
+struct Said<'a> {
+    result: cl_int,
+    options: Option<&'a [u8]>,
+    devices: &'a [cl_device_id],
+    kernels: Vec<String>,
+    /// The application gave a callback.
+    is_async: bool,
+}
+
+/// Records a build of the handle `h` that clshim answered itself: served (`program` the
+/// one made from binaries) or refused (`program` the one the handle stands for).
 fn record(
     rt: &'static Runtime,
     route: Route,
     h: &Handle,
     start: Start,
     (seconds, cpu_seconds): (f64, Option<f64>),
-    s: &Served,
+    said: Said,
     program: cl_program,
 ) {
     let info = rt.programs.lookup(program);
-    let facts: Vec<_> = s
+    let facts: Vec<_> = said
         .devices
         .iter()
         // SAFETY: the program's devices.
@@ -277,16 +416,19 @@ fn record(
     let kept = rt
         .sources
         .as_ref()
-        .map(|k| crate::sources::kept(k, Some(&h.source), Some(&s.options), &[]));
+        .map(|k| crate::sources::kept(k, Some(&h.source), said.options, &[]));
+    let ok = said.result == CL_SUCCESS;
     let record = schema::Record::Build(schema::Build {
         event: schema::Event::Build,
         call: "clBuildProgram",
         program: Some(info.id),
-        result: CL_SUCCESS,
-        result_name: status_name(CL_SUCCESS),
-        options: Some(String::from_utf8_lossy(&s.options).into_owned()),
-        is_async: false,
-        kernels: s.kernels.clone(),
+        result: said.result,
+        result_name: status_name(said.result),
+        options: said
+            .options
+            .map(|o| String::from_utf8_lossy(o).into_owned()),
+        is_async: said.is_async,
+        kernels: said.kernels,
         devices: facts
             .iter()
             .map(|f| f.describe(rt.config.devices))
@@ -296,12 +438,51 @@ fn record(
         headers: None,
         options_replaced: None,
         kept,
-        source_kernels: Vec::new(),
+        // As for a build the driver refuses: the source names the program.
+        source_kernels: if ok {
+            Vec::new()
+        } else {
+            crate::failed_build::kernel_names(&h.source)
+        },
         error: None,
         cpu_seconds,
-        served: Some("store"),
+        served: ok.then_some("store"),
     });
     rt.recorder.emit(start, seconds, &record);
+}
+
+/// Answers a build of the handle `h` that clshim refuses itself with `result`, and
+/// records it as every build call is.
+///
+/// # Safety
+/// As for [`serve_build`].
+unsafe fn refuse(
+    rt: &'static Runtime,
+    route: Route,
+    h: &Handle,
+    start: Start,
+    result: cl_int,
+    options: *const c_char,
+    notify: BuildNotify,
+) -> Build {
+    let seconds = start.elapsed().as_secs_f64();
+    let cpu_seconds = start.cpu_seconds();
+    catch(|| {
+        let program = h.inner();
+        // SAFETY: the application's options, NULL or NUL-terminated as OpenCL requires.
+        let options = unsafe { AppCStr::new(options) }.bytes();
+        // SAFETY: the program the handle stands for, which clshim holds.
+        let devices = unsafe { query::devices(route, program) }.unwrap_or_default();
+        let said = Said {
+            result,
+            options,
+            devices: &devices,
+            kernels: Vec::new(),
+            is_async: notify.is_some(),
+        };
+        record(rt, route, h, start, (seconds, cpu_seconds), said, program);
+    });
+    Build::Answered(result)
 }
 
 /// After the driver built `program` from source with `options` (the application's, as

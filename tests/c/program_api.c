@@ -3,16 +3,26 @@
  * cache's tests, whose answers must be those of a run without clshim, served or not.
  * Modes (argv[1]):
  *   api      one program, built with options and a callback: every clGetProgramInfo and
- *            clGetProgramBuildInfo answer before and after the build, reference counts
+ *            clGetProgramBuildInfo answer before and after the build, builds the driver
+ *            refuses for their arguments (and the program after each), ten rebuilds
+ *            (which keep one program: the context's references), reference counts
  *            through retain/release and kernels, CL_KERNEL_PROGRAM, kernel argument
- *            names, clCreateKernelsInProgram with each kernel's attributes, a rebuild with other options, a kernel that
- *            outlives its program's last release, the program as a compile header and a
- *            link input, and a build that fails;
+ *            names, clCreateKernelsInProgram with each kernel's attributes, rebuilds
+ *            refused while a kernel holds the program, a rebuild with other options, a
+ *            kernel that outlives its program's last release (its program's source,
+ *            and the program taken back from it and built again), the program as a
+ *            compile header and a link input (the linked program's rebuild refused
+ *            while a kernel holds it), a build that fails, and how many builds it
+ *            asked for;
  *   threads  N threads (--threads=N, default 8) each make and build the same source in
  *            one context, concurrently, and run it;
  *   fork     builds a program, then forks 20 times while a thread keeps building: each
  *            child retains, queries and releases the program it inherited (pocl runs no
- *            kernel after a fork, with or without clshim); the parent then runs it.
+ *            kernel after a fork, with or without clshim); the parent then runs it;
+ *   platforms  one source on the first device of every platform (pocl and Intel's CPU
+ *            runtime under the Khronos loader): built, run, its source and its kernel's
+ *            program, and Intel's clGetDeviceGlobalVariablePointerINTEL on it where the
+ *            platform offers that extension function.
  * Every mode ends with "ok". --seed=N changes the sources' constants. */
 #define _GNU_SOURCE
 #include "cltest.h"
@@ -91,6 +101,57 @@ static void on_built(cl_program p, void *data) {
     printf("  callback: program same %d\n", p == *expected);
 }
 
+/* Every clBuildProgram of the api mode, counted: each must leave a record, refused or not. */
+static int build_calls = 0;
+
+static cl_int build(cl_program p, cl_uint n, const cl_device_id *devs, const char *opts,
+                    void(CL_CALLBACK *notify)(cl_program, void *), void *data) {
+    build_calls++;
+    return clBuildProgram(p, n, devs, opts, notify, data);
+}
+
+/* Builds of a built program that the driver refuses for their arguments, in the order
+ * the OpenCL specification lists the checks: each answered as the driver answers (pocl
+ * calls the callback of a refused build too) and leaving the program as it was; then
+ * options the driver refuses, which leave the build failed, and the build again. */
+static void argument_checks(cl_program p, cl_device_id dev) {
+    const char *opts = "-DFACTOR=2 -cl-kernel-arg-info";
+    int marker = 0;
+    printf("argument checks:\n");
+    cl_int err = build(p, 1, &dev, opts, NULL, &marker);
+    printf("  user data without a callback: %s\n", cl_err_name(err));
+    err = build(p, 0, &dev, opts, on_built, &p);
+    printf("  a device list with no count: %s\n", cl_err_name(err));
+    err = build(p, 1, NULL, opts, on_built, &p);
+    printf("  a count with no device list: %s\n", cl_err_name(err));
+    build_info(p, dev, "after the refused builds");
+    err = build(p, 1, &dev, "-DFACTOR=2 -cl-no-such-option", on_built, &p);
+    printf("  options the driver refuses: %s\n", cl_err_name(err));
+    build_info(p, dev, "after the refused options");
+    size_t nk = 0;
+    err = clGetProgramInfo(p, CL_PROGRAM_NUM_KERNELS, sizeof nk, &nk, NULL);
+    printf("  kernels: %s %zu\n", cl_err_name(err), err == CL_SUCCESS ? nk : 0);
+    err = build(p, 1, &dev, opts, NULL, NULL);
+    printf("  built again: %s\n", cl_err_name(err));
+    build_info(p, dev, "built again");
+}
+
+static cl_uint context_refcount(cl_context ctx) {
+    cl_uint rc = 0;
+    CHECK(clGetContextInfo(ctx, CL_CONTEXT_REFERENCE_COUNT, sizeof rc, &rc, NULL));
+    return rc;
+}
+
+/* Rebuilds of one program keep one program alive: each program holds a reference to its
+ * context (in pocl), so the context's count does not grow with them. */
+static void rebuilds(cl_program p, cl_context ctx, cl_device_id dev) {
+    cl_uint before = context_refcount(ctx);
+    for (int i = 0; i < 10; i++)
+        CHECK(build(p, 1, &dev, "-DFACTOR=2 -cl-kernel-arg-info", NULL, NULL));
+    printf("10 rebuilds: context references grew by %d\n",
+           (int)context_refcount(ctx) - (int)before);
+}
+
 static int run_scale(cl_context ctx, cl_device_id dev, cl_kernel k) {
     cl_int err;
     size_t n = 4;
@@ -132,9 +193,11 @@ static void api(cl_context ctx, cl_device_id dev) {
     printf("kernel before the build: %s\n", cl_err_name(err));
     if (early) clReleaseKernel(early);
     printf("build:\n");
-    err = clBuildProgram(p, 1, &dev, "-DFACTOR=2 -cl-kernel-arg-info", on_built, &p);
+    err = build(p, 1, &dev, "-DFACTOR=2 -cl-kernel-arg-info", on_built, &p);
     printf("  result %s\n", cl_err_name(err));
     program_info(p, ctx, dev, "built");
+    argument_checks(p, dev);
+    rebuilds(p, ctx, dev);
     cl_kernel k = clCreateKernel(p, "scale", &err);
     CHECK(err);
     printf("kernel: references %u\n", refcount(p));
@@ -160,15 +223,21 @@ static void api(cl_context ctx, cl_device_id dev) {
                attrs, attrs_size, cl_err_name(small));
         CHECK(clReleaseKernel(all[i]));
     }
-    err = clBuildProgram(p, 1, &dev, "-DFACTOR=5", NULL, NULL);
+    err = build(p, 1, &dev, "-DFACTOR=5", NULL, NULL);
     printf("rebuild with a kernel attached: %s\n", cl_err_name(err));
+    err = build(p, 1, &dev, "-DFACTOR=5", on_built, &p);
+    printf("  with a callback: %s\n", cl_err_name(err));
+    int marker = 0;
+    err = build(p, 1, &dev, "-DFACTOR=5", NULL, &marker);
+    printf("  with user data and no callback: %s\n", cl_err_name(err));
+    build_info(p, dev, "after the refused rebuilds");
     CHECK(clReleaseKernel(k));
     /* OpenCL keeps a kernel while an enqueued command needs it, and pocl lets go of the
      * command's reference on its own thread after the command completed (later still
      * under clshim, whose completion callback of the first launch runs there first): wait
      * until only this reference holds the program, at most 5 s, then rebuild. */
     for (int i = 0; i < 5000 && refcount(p) > 1; i++) usleep(1000);
-    err = clBuildProgram(p, 1, &dev, "-DFACTOR=5", NULL, NULL);
+    err = build(p, 1, &dev, "-DFACTOR=5", NULL, NULL);
     printf("rebuild: %s\n", cl_err_name(err));
     build_info(p, dev, "rebuilt");
     k = clCreateKernel(p, "scale", &err);
@@ -179,10 +248,27 @@ static void api(cl_context ctx, cl_device_id dev) {
     CHECK(clReleaseProgram(p));
     CHECK(clGetKernelInfo(k, CL_KERNEL_PROGRAM, sizeof kp, &kp, NULL));
     printf("released, kernel alive: program same %d, references %u\n", kp == p, refcount(kp));
+    info_text(kp, CL_PROGRAM_SOURCE, "source");
     CHECK(clRetainProgram(kp));
     printf("  retained again: references %u\n", refcount(kp));
     printf("  scale: %d\n", run_scale(ctx, dev, k));
     CHECK(clReleaseKernel(k));
+    /* The program taken back from its kernel builds again from its source: with options
+     * of this process alone (which no store holds a build of), then with options a
+     * store may hold. */
+    char own[64];
+    snprintf(own, sizeof own, "-DFACTOR=4 -DPROCESS=%d", (int)getpid());
+    const char *again[] = {own, "-DFACTOR=3"};
+    for (int a = 0; a < 2; a++) {
+        for (int i = 0; i < 5000 && refcount(kp) > 1; i++) usleep(1000);
+        err = build(kp, 1, &dev, again[a], NULL, NULL);
+        printf("  rebuilt (%s): %s\n", a ? again[a] : "options of this process", cl_err_name(err));
+        k = clCreateKernel(kp, "scale", &err);
+        CHECK(err);
+        printf("  scale: %d\n", run_scale(ctx, dev, k));
+        info_text(kp, CL_PROGRAM_SOURCE, "source");
+        CHECK(clReleaseKernel(k));
+    }
     CHECK(clReleaseProgram(kp));
 
     /* A program made from source as a compile's header and a link's input. */
@@ -200,6 +286,12 @@ static void api(cl_context ctx, cl_device_id dev) {
     printf("link: %s\n", cl_err_name(err));
     if (linked) {
         build_info(linked, dev, "linked");
+        /* Refused while a kernel holds it, after a build whose log is empty. */
+        cl_kernel f = clCreateKernel(linked, "f", &err);
+        CHECK(err);
+        err = build(linked, 1, &dev, "-DFACTOR=6", NULL, NULL);
+        printf("  rebuilt with a kernel attached: %s\n", cl_err_name(err));
+        CHECK(clReleaseKernel(f));
         CHECK(clReleaseProgram(linked));
     }
     CHECK(clReleaseProgram(u));
@@ -209,12 +301,13 @@ static void api(cl_context ctx, cl_device_id dev) {
     const char *bad = "__kernel void broken(__global int *o) { o[0] = undefined_name; }\n";
     cl_program b = clCreateProgramWithSource(ctx, 1, &bad, NULL, &err);
     CHECK(err);
-    err = clBuildProgram(b, 0, NULL, "", NULL, NULL);
+    err = build(b, 0, NULL, "", NULL, NULL);
     printf("failing build: %s\n", cl_err_name(err));
     cl_build_status st = 99;
     CHECK(clGetProgramBuildInfo(b, dev, CL_PROGRAM_BUILD_STATUS, sizeof st, &st, NULL));
     printf("  status %d\n", (int)st);
     CHECK(clReleaseProgram(b));
+    printf("build calls: %d\n", build_calls);
 }
 
 struct job {
@@ -328,6 +421,56 @@ static void forked(cl_context ctx, cl_device_id dev) {
     CHECK(clReleaseProgram(p));
 }
 
+typedef cl_int (*global_pointer_fn)(cl_device_id, cl_program, const char *, size_t *,
+                                    void **);
+
+static void platforms(void) {
+    /* A program-scope variable where the platform has them (Intel), a constant elsewhere
+     * (pocl 3.1): one text, so that a build on pocl marks the source for both. */
+    const char *src = "#ifdef __opencl_c_program_scope_global_variables\n"
+                      "__global int g = 7;\n"
+                      "#else\n"
+                      "__constant int g = 7;\n"
+                      "#endif\n"
+                      "__kernel void k(__global int *o) { o[get_global_id(0)] = g + (int)get_global_id(0); }\n";
+    cl_platform_id plats[8];
+    cl_uint np = 0;
+    CHECK(clGetPlatformIDs(8, plats, &np));
+    for (cl_uint i = 0; i < np && i < 8; i++) {
+        char name[256] = "";
+        CHECK(clGetPlatformInfo(plats[i], CL_PLATFORM_NAME, sizeof name, name, NULL));
+        cl_device_id dev;
+        CHECK(clGetDeviceIDs(plats[i], CL_DEVICE_TYPE_ALL, 1, &dev, NULL));
+        cl_context ctx = make_context(dev);
+        cl_int err;
+        cl_program p = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
+        CHECK(err);
+        printf("%s:\n", name);
+        build_or_die(p, dev, "-cl-std=CL3.0");
+        run_int_kernel(ctx, dev, p, "k", 4, "  k");
+        info_text(p, CL_PROGRAM_SOURCE, "source");
+        cl_kernel k = clCreateKernel(p, "k", &err);
+        CHECK(err);
+        cl_program kp = NULL;
+        CHECK(clGetKernelInfo(k, CL_KERNEL_PROGRAM, sizeof kp, &kp, NULL));
+        printf("  kernel's program same %d\n", kp == p);
+        global_pointer_fn f = (global_pointer_fn)clGetExtensionFunctionAddressForPlatform(
+            plats[i], "clGetDeviceGlobalVariablePointerINTEL");
+        if (f) {
+            size_t size = 0;
+            void *ptr = NULL;
+            err = f(dev, p, "g", &size, &ptr);
+            printf("  clGetDeviceGlobalVariablePointerINTEL: %s, %zu bytes, pointer %s\n",
+                   cl_err_name(err), size, ptr ? "set" : "NULL");
+        } else {
+            printf("  no clGetDeviceGlobalVariablePointerINTEL\n");
+        }
+        CHECK(clReleaseKernel(k));
+        CHECK(clReleaseProgram(p));
+        CHECK(clReleaseContext(ctx));
+    }
+}
+
 int main(int argc, char **argv) {
     const char *s = arg_value(argc, argv, "--seed");
     seed = s ? atoi(s) : 0;
@@ -340,6 +483,7 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "api") == 0) api(ctx, dev);
     else if (strcmp(mode, "threads") == 0) threads(ctx, dev, t ? atoi(t) : 8);
     else if (strcmp(mode, "fork") == 0) forked(ctx, dev);
+    else if (strcmp(mode, "platforms") == 0) platforms();
     else {
         printf("FAILED unknown mode %s\n", mode);
         return 1;

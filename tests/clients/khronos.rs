@@ -32,26 +32,6 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The Khronos loader's directory, or None (after `needs` said why) when the venv is missing.
-fn khronos_lib() -> Option<PathBuf> {
-    needs(&[INTEL_RUNTIME]).then(|| repo_root().join(".venv/intel/lib"))
-}
-
-/// A vendors directory naming pocl (the system's pocl.icd) and Intel's CPU runtime.
-fn vendors(dir: &Path, lib: &Path) -> PathBuf {
-    let v = dir.join("vendors");
-    std::fs::create_dir_all(&v).unwrap();
-    let pocl = std::fs::read_to_string("/etc/OpenCL/vendors/pocl.icd")
-        .expect("pocl.icd (Debian's pocl-opencl-icd)");
-    std::fs::write(v.join("pocl.icd"), pocl.trim()).unwrap();
-    std::fs::write(
-        v.join("intel-cpu.icd"),
-        lib.join("libintelocl.so").to_string_lossy().as_bytes(),
-    )
-    .unwrap();
-    v
-}
-
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
     Plain,
@@ -85,7 +65,7 @@ fn launch(
     match lib {
         Some(l) => {
             cmd.env("LD_LIBRARY_PATH", l)
-                .env("OCL_ICD_VENDORS", vendors(dir, l));
+                .env("OCL_ICD_VENDORS", khronos_vendors(dir, l));
         }
         None => {
             cmd.env_remove("LD_LIBRARY_PATH")
@@ -199,7 +179,7 @@ fn summary_line(err: &str) -> Option<(usize, &str)> {
 
 #[test]
 fn preload_mode_records_pocl_and_intel_under_the_khronos_loader() {
-    let Some(lib) = khronos_lib() else { return };
+    let Some(lib) = khronos_loader() else { return };
     let dir = scratch("khronos-preload");
     let bin = client();
     let (plain, _) = launch(&bin, &[], Mode::Plain, &dir, Some(&lib), "plain", &[]);
@@ -215,7 +195,7 @@ fn preload_mode_records_pocl_and_intel_under_the_khronos_loader() {
 
 #[test]
 fn layer_mode_is_initialised_with_properties_and_deinitialised_after_the_summary() {
-    let Some(lib) = khronos_lib() else { return };
+    let Some(lib) = khronos_loader() else { return };
     let dir = scratch("khronos-layer");
     let bin = client();
     let (plain, _) = launch(&bin, &[], Mode::Plain, &dir, Some(&lib), "plain", &[]);
@@ -253,7 +233,7 @@ fn layer_mode_is_initialised_with_properties_and_deinitialised_after_the_summary
 
 #[test]
 fn legacy_termination_makes_the_khronos_loader_use_clinitlayer() {
-    let Some(lib) = khronos_lib() else { return };
+    let Some(lib) = khronos_loader() else { return };
     let dir = scratch("khronos-legacy");
     let (out, trace) = launch(
         &client(),
@@ -309,7 +289,7 @@ fn ocl_icd_2_3_1_initialises_the_layer_with_clinitlayer() {
 
 #[test]
 fn a_client_that_dlcloses_the_khronos_loader_keeps_its_records_and_summary() {
-    let Some(lib) = khronos_lib() else { return };
+    let Some(lib) = khronos_loader() else { return };
     let dir = scratch("khronos-dlclose");
     let (out, trace) = launch(
         &dlopen_client(),
@@ -337,7 +317,7 @@ fn read(p: PathBuf) -> Vec<u8> {
 
 #[test]
 fn default_filter_leaves_intel_binaries_byte_identical() {
-    let Some(lib) = khronos_lib() else { return };
+    let Some(lib) = khronos_loader() else { return };
     let dir = scratch("khronos-untouched");
     let bin = client();
     let plain_dir = dir.join("plain-bins");
@@ -391,7 +371,7 @@ fn default_filter_leaves_intel_binaries_byte_identical() {
 
 #[test]
 fn devices_all_substitutes_intel_and_the_binary_round_trips() {
-    let Some(lib) = khronos_lib() else { return };
+    let Some(lib) = khronos_loader() else { return };
     let dir = scratch("khronos-all");
     let bins = dir.join("bins");
     std::fs::create_dir_all(&bins).unwrap();
@@ -511,7 +491,7 @@ fn pyopencl_wheel_with_its_own_loader_sees_pocl_and_intel_under_preload() {
     if !needs(&[PYOPENCL_CURRENT]) {
         return;
     }
-    let Some(lib) = khronos_lib() else { return };
+    let Some(lib) = khronos_loader() else { return };
     let dir = scratch("khronos-pyopencl");
     let script = r#"
 import numpy as np, pyopencl as cl
@@ -574,7 +554,7 @@ fn a_call_that_reaches_clshim_through_the_layer_and_again_by_symbol_is_recorded_
 /// client's 4 builds and 4 binary queries once), the other forwards.
 #[test]
 fn two_copies_of_the_library_record_each_call_once_under_the_khronos_loader() {
-    let Some(lib) = khronos_lib() else { return };
+    let Some(lib) = khronos_loader() else { return };
     let dir = scratch("khronos-two-copies");
     let (a, b) = (dir.join("a/libclshim.so"), dir.join("b/libclshim.so"));
     for c in [&a, &b] {

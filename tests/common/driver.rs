@@ -1,10 +1,12 @@
 //! The one runner of a client program on an OpenCL driver: real pocl through the system
 //! loader, or the fake driver (tests/fake_icd/fake_icd.c) alone, for fault injection.
 //! A run collects the program's output, the trace records (with the shim) and, on the
-//! fake driver, the calls that reached the driver (FAKE_ICD_LOG).
+//! fake driver, the calls that reached the driver (FAKE_ICD_LOG). Also where the Khronos
+//! loader and Intel's CPU runtime (`.venv/intel`) are, for the tests that put a second
+//! platform beside pocl.
 
 use super::{build_c, cc, checked_traces, events, run, scratch, stderr, stdout};
-use super::{repo_root, target_dir, test_binary_name};
+use super::{needs, repo_root, target_dir, test_binary_name, INTEL_RUNTIME};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -198,4 +200,26 @@ pub fn compare_on_fake(bin: &Path, steps: &[&str], env: &[(&str, &str)]) -> Ran 
     );
     assert!(!b.records.is_empty(), "{steps:?} {env:?}: no trace records");
     b
+}
+
+/// The folder of the Khronos ICD loader and Intel's CPU runtime (`.venv/intel`, which
+/// `scripts/test` makes), for LD_LIBRARY_PATH; None (after `needs` said why) when missing.
+pub fn khronos_loader() -> Option<PathBuf> {
+    needs(&[INTEL_RUNTIME]).then(|| repo_root().join(".venv/intel/lib"))
+}
+
+/// A vendors folder in `dir`, for OCL_ICD_VENDORS, naming pocl (the system's pocl.icd)
+/// and Intel's CPU runtime of `lib` (`khronos_loader`): two platforms in one list.
+pub fn khronos_vendors(dir: &Path, lib: &Path) -> PathBuf {
+    let v = dir.join("vendors");
+    std::fs::create_dir_all(&v).unwrap();
+    let pocl = std::fs::read_to_string("/etc/OpenCL/vendors/pocl.icd")
+        .expect("pocl.icd (Debian's pocl-opencl-icd)");
+    std::fs::write(v.join("pocl.icd"), pocl.trim()).unwrap();
+    std::fs::write(
+        v.join("intel-cpu.icd"),
+        lib.join("libintelocl.so").to_string_lossy().as_bytes(),
+    )
+    .unwrap();
+    v
 }
