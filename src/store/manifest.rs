@@ -46,7 +46,9 @@ fn uncacheable(why: String) -> Refusal {
 const TOO_NEW_NS: i64 = 1_000_000_000;
 
 /// What the driver reads for any program: each absolute name a compile of an empty kernel
-/// looked up, and what it found there (None: nothing).
+/// looked up, and what it found there (None: nothing). Kept in the store per driver build
+/// (`as_manifest`), so a warm step compiles the empty kernel once per driver, not once per
+/// worker.
 #[derive(Clone, Debug, Default)]
 pub struct DriverFiles {
     found: HashMap<Vec<u8>, Option<Meta>>,
@@ -61,7 +63,7 @@ impl DriverFiles {
             if a.op == Op::Change || writes(&a.op) || !path.starts_with(b"/") {
                 continue;
             }
-            if under(&path, own_cache) {
+            if under(&path, own_cache) || beside_the_point(&path) {
                 continue;
             }
             if a.ret >= 0 {
@@ -73,6 +75,56 @@ impl DriverFiles {
             }
         }
         DriverFiles { found }
+    }
+
+    /// The driver's files as a manifest of absolute names (each checked by its status), to
+    /// keep in the store and check before another worker trusts it.
+    pub fn as_manifest(&self) -> Manifest {
+        let mut items: Vec<Item> = self
+            .found
+            .iter()
+            .map(|(path, m)| Item {
+                base: Base::Absolute,
+                follow: true,
+                path: path.clone(),
+                expect: match m {
+                    Some(m) => Expect::Driver {
+                        kind: m.kind(),
+                        size: m.size,
+                        mtime_ns: m.mtime_ns,
+                    },
+                    None => Expect::Absent,
+                },
+            })
+            .collect();
+        items.sort_by(|a, b| a.path.cmp(&b.path));
+        Manifest { items }
+    }
+
+    /// From a manifest `as_manifest` made; None if it is not one.
+    pub fn from_manifest(m: &Manifest) -> Option<DriverFiles> {
+        let mut found = HashMap::new();
+        for it in &m.items {
+            if it.base != Base::Absolute || !it.follow {
+                return None;
+            }
+            let v = match it.expect {
+                Expect::Driver {
+                    kind,
+                    size,
+                    mtime_ns,
+                } => Some(Meta {
+                    mode: kind,
+                    size,
+                    mtime_ns,
+                    ..Meta::default()
+                }),
+                Expect::Absent => None,
+                _ => return None,
+            };
+            found.insert(it.path.clone(), v);
+        }
+        Some(DriverFiles { found })
     }
 }
 
@@ -417,8 +469,26 @@ fn preprocessed_stands(r: &Record, own_cache: &[u8], made: &[Vec<u8>]) -> Result
     Ok(())
 }
 
+/// Whether `needle` occurs in `hay` (Horspool's search: a preprocessed text is a megabyte
+/// of pocl's headers, searched for several names).
 fn find(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
+    let m = needle.len();
+    if m == 0 || m > hay.len() {
+        return m == 0;
+    }
+    let mut skip = [m; 256];
+    for (i, &b) in needle[..m - 1].iter().enumerate() {
+        skip[b as usize] = m - 1 - i;
+    }
+    let mut at = 0;
+    while at + m <= hay.len() {
+        let last = hay[at + m - 1];
+        if last == needle[m - 1] && hay[at..at + m - 1] == needle[..m - 1] {
+            return true;
+        }
+        at += skip[last as usize];
+    }
+    false
 }
 
 const MONTHS: [&[u8; 3]; 12] = [
@@ -655,6 +725,24 @@ mod tests {
         );
         assert!(time_of_compile(elsewhere.as_bytes(), ns, ns).is_none());
         assert!(time_of_compile(b"\"12:3:45\" \"Dex  1 2026\"", ns, ns).is_none());
+    }
+
+    #[test]
+    fn find_finds_what_a_slow_search_finds() {
+        let hay = b"abcabcabd tempfile_ID9e98.cl xx /tmp/clshim-warm-Ab3dE9";
+        for needle in [
+            &b"tempfile_ID9e98"[..],
+            b"/tmp/clshim-warm-Ab3dE9",
+            b"abd",
+            b"abcabd",
+            b"a",
+            b"tempfile_ID9e99",
+            b"zz",
+        ] {
+            let slow = hay.windows(needle.len()).any(|w| w == needle);
+            assert_eq!(find(hay, needle), slow, "{needle:?}");
+        }
+        assert!(!find(b"ab", b"abc"));
     }
 
     #[test]

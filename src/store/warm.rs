@@ -365,7 +365,8 @@ struct Workspace {
     own: PathBuf,
     theirs: PathBuf,
     recorder: Recorder,
-    driver: Option<Result<DriverFiles, String>>,
+    /// What each driver build reads for any program, once learnt (or why it cannot be).
+    driver: std::collections::HashMap<u64, Result<DriverFiles, String>>,
 }
 
 impl Workspace {
@@ -402,42 +403,96 @@ impl Workspace {
         (program, rec)
     }
 
-    /// What the driver reads for any program, learnt from a watched compile of an empty
-    /// kernel on `device` (once per worker).
+    /// What the driver of `device` (build identity `driver`) reads for any program: kept
+    /// in the store's `drivers/` once a watched compile of an empty kernel learnt it, and
+    /// trusted while every one of those files has its status still.
     ///
     /// # Safety
     /// `ctx` is a valid context of `device`.
     unsafe fn driver_files(
         &mut self,
+        store: &Fd,
+        driver: u64,
         ctx: cl_context,
         device: cl_device_id,
-    ) -> Result<&DriverFiles, String> {
-        if self.driver.is_none() {
-            let empty = Recipe::built(
-                Text::Source(b"kernel void clshim_driver_files(void) {}\n".to_vec()),
-                Vec::new(),
-            );
-            // SAFETY: this function's contract.
-            let (program, rec) = unsafe { self.watched(ctx, device, &empty) };
-            let files = match (program, rec) {
-                (Ok(_), Ok(r)) if r.problems.is_empty() => Ok(DriverFiles::from_record(
-                    &r,
-                    self.own.as_os_str().as_bytes(),
-                )),
-                (Ok(_), Ok(r)) => Err(format!(
-                    "its compiles cannot be watched: {}",
-                    r.problems.join("; ")
-                )),
-                (Err(why), _) => Err(format!("an empty kernel does not build here: {why}")),
-                (_, Err(why)) => Err(format!("its compiles cannot be watched: {why}")),
-            };
-            self.driver = Some(files);
+    ) -> Result<DriverFiles, String> {
+        if let Some(known) = self.driver.get(&driver) {
+            return known.clone();
         }
-        match self.driver.as_ref().expect("set above") {
-            Ok(d) => Ok(d),
-            Err(why) => Err(why.clone()),
-        }
+        let name = format!("{driver:016x}.files");
+        let kept = files::open_sub(store, DRIVERS, true)
+            .ok()
+            .and_then(|d| {
+                files::read_file(&d, &name, MAX_DRIVER_FILES, false)
+                    .ok()
+                    .flatten()
+            })
+            .and_then(|b| decode_driver_files(&b))
+            .filter(|(m, _)| manifest::check(m, &self.theirs).is_ok())
+            .map(|(_, d)| d);
+        let files = match kept {
+            Some(d) => Ok(d),
+            None => {
+                let empty = Recipe::built(
+                    Text::Source(b"kernel void clshim_driver_files(void) {}\n".to_vec()),
+                    Vec::new(),
+                );
+                // SAFETY: this function's contract.
+                let (program, rec) = unsafe { self.watched(ctx, device, &empty) };
+                match (program, rec) {
+                    (Ok(_), Ok(r)) if r.problems.is_empty() => {
+                        let d = DriverFiles::from_record(&r, self.own.as_os_str().as_bytes());
+                        if let Ok(dir) = files::open_sub(store, DRIVERS, true) {
+                            let _ = files::write_atomic(
+                                &dir,
+                                &name,
+                                &encode_driver_files(&d),
+                                true,
+                                false,
+                            );
+                        }
+                        Ok(d)
+                    }
+                    (Ok(_), Ok(r)) => Err(format!(
+                        "its compiles cannot be watched: {}",
+                        r.problems.join("; ")
+                    )),
+                    (Err(why), _) => Err(format!("an empty kernel does not build here: {why}")),
+                    (_, Err(why)) => Err(format!("its compiles cannot be watched: {why}")),
+                }
+            }
+        };
+        self.driver.insert(driver, files.clone());
+        files
     }
+}
+
+/// The store's folder of what each driver build reads for any program.
+const DRIVERS: &str = "drivers";
+const DRIVER_FILES_MAGIC: &[u8; 8] = b"CLSHIMDF";
+/// Far beyond a driver's few dozen files.
+const MAX_DRIVER_FILES: u64 = 1 << 24;
+
+fn encode_driver_files(d: &DriverFiles) -> Vec<u8> {
+    let m = d.as_manifest().encode();
+    let mut out = DRIVER_FILES_MAGIC.to_vec();
+    out.extend_from_slice(&crate::hash::fnv1a64(&m).to_le_bytes());
+    out.extend_from_slice(&m);
+    out
+}
+
+fn decode_driver_files(b: &[u8]) -> Option<(clshim_format::manifest::Manifest, DriverFiles)> {
+    let rest = b.strip_prefix(DRIVER_FILES_MAGIC)?;
+    if rest.len() < 8 {
+        return None;
+    }
+    let (sum, m) = rest.split_at(8);
+    if u64::from_le_bytes(sum.try_into().ok()?) != crate::hash::fnv1a64(m) {
+        return None;
+    }
+    let m = clshim_format::manifest::Manifest::decode(m).ok()?;
+    let d = DriverFiles::from_manifest(&m)?;
+    Some((m, d))
 }
 
 fn warm(
@@ -622,8 +677,8 @@ unsafe fn one(
         }
     };
     // SAFETY: a valid context of the live device.
-    let driver = match unsafe { ws.driver_files(ctx, device.id) } {
-        Ok(d) => d.clone(),
+    let driver = match unsafe { ws.driver_files(dir, device.driver, ctx, device.id) } {
+        Ok(d) => d,
         Err(why) => return Outcome::Postponed(format!("the driver {why}")),
     };
     // A compile whose inputs changed under it is made once more, once they are a second
@@ -749,7 +804,7 @@ pub unsafe extern "C" fn clshim_warm_v4(
             own,
             theirs,
             recorder,
-            driver: None,
+            driver: Default::default(),
         };
         warm(path, group, &mut ws, &tell)
     })
