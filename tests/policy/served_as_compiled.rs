@@ -587,3 +587,25 @@ fn a_lookup_reads_each_file_once_and_expands_nothing() {
         .count();
     assert_eq!(opens, 1, "the served run opens the header once");
 }
+
+// Content hashes.
+
+/// Two headers of one length and one FNV-1a 64 hash (0xcf7042e7588ebb7b), found by a
+/// birthday search of some CPU minutes: one says VAL 1, the other VAL 2. A key that held
+/// a header's content by that hash served the first's build for the second; the manifest
+/// holds SHA-256.
+#[test]
+fn headers_with_one_fnv_hash_are_two_builds() {
+    let first = b"#define VAL 1\n//b01b0e35a91385fc\n";
+    let second = b"#define VAL 2\n//be53d3564dc7f365\n";
+    assert_eq!(first.len(), second.len());
+    assert_eq!(fnv1a64_u64(first), fnv1a64_u64(second));
+    let c = Case::new("fnv-collision");
+    let src = c.write("src.cl", &source(b"#include \"val.h\"\n"));
+    let val = c.write("app/hdr/val.h", first);
+    let args = [path_arg("source", &src), OsString::from("--options=-I hdr")];
+    assert_eq!(c.fill(&args, &[]), "VAL=1\n");
+    write_at(&val, second);
+    let now = c.as_plain_now(&args, &[]);
+    assert_eq!((now.out.as_str(), now.served), ("VAL=2\n", 0));
+}
