@@ -25,7 +25,7 @@ use crate::devices::DeviceFacts;
 use crate::dispatch::Route;
 use crate::guard::{catch, outside};
 use crate::lock::{ForkOrder, Lock};
-use crate::programs::{Origin, ProgramInfo};
+use crate::programs::{Origin, ProgramInfo, RecipeChange};
 use crate::query;
 use crate::recipe::{Header, Kind, Recipe, Text};
 use crate::record::Start;
@@ -245,6 +245,41 @@ pub struct Seen {
     /// error line of its build log (`failed_build`).
     source_kernels: Vec<String>,
     error: Option<String>,
+    /// What a successful build does beyond its record, when it waits for the call's return.
+    outcome: Outcome,
+}
+
+/// When what a successful build does to its program (its recipe, a request for the warm
+/// step) is done. pocl calls a build's callback before the call returns, also for a call it
+/// refuses (a kernel holds the program: CL_INVALID_OPERATION) on a program an earlier
+/// build left built: what the callback sees is no success until the call returns one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Commit {
+    /// The call returned success: now.
+    Now,
+    /// The callback fired before the call returned: when it returns, if with success.
+    AtReturn,
+    /// The call returned a failure: never.
+    Never,
+}
+
+/// What a successful build does beyond its record: the program's new recipe (only while it
+/// is still the program of that id), and the warm step's request.
+#[derive(Default)]
+struct Outcome {
+    recipe: Option<(cl_program, u64, RecipeChange)>,
+    request: Option<(Vec<crate::store::build_key::BuildKey>, Vec<u8>)>,
+}
+
+impl Outcome {
+    fn commit(&mut self, rt: &'static Runtime) {
+        if let Some((program, id, change)) = self.recipe.take() {
+            rt.programs.change_recipe_of(program, id, change);
+        }
+        if let Some((keys, encoded)) = self.request.take() {
+            crate::store::request(rt, &keys, &encoded);
+        }
+    }
 }
 
 impl AwaitingBuildEnd {
@@ -318,19 +353,21 @@ impl AwaitingBuildEnd {
         }
     }
 
-    /// Keeps the recipe of `program`, which this call just made successfully (under
-    /// `substitute` only: no other policy writes clshim binaries).
+    /// What this call, which just made `program` successfully, does to its recipe (under
+    /// `substitute` only: no other policy writes clshim binaries); None: nothing.
     ///
     /// # Safety
     /// `program` is live.
-    unsafe fn keep_recipe(&self, program: cl_program, origin: Option<Origin>) {
-        let Some(c) = self.copied.as_ref() else {
-            return;
-        };
+    unsafe fn recipe_change(
+        &self,
+        program: cl_program,
+        origin: Option<Origin>,
+    ) -> Option<RecipeChange> {
+        let c = self.copied.as_ref()?;
         if matches!(self.call.entry, Entry::Done) {
             // A linked executable clshim made again at load: the build did nothing to it,
             // and it keeps the recipe it was made from.
-            return;
+            return None;
         }
         let options = c.options.clone().unwrap_or_default();
         // Source first; a program made from IL (or recreated from one) has none.
@@ -377,15 +414,13 @@ impl AwaitingBuildEnd {
             },
         };
         match recipe.map(|r| (r.check(), r)) {
-            Some((Ok(_), r)) => {
-                self.rt.programs.set_recipe(program, Arc::new(r));
-            }
+            Some((Ok(_), r)) => Some(RecipeChange::Set(Arc::new(r))),
             Some((Err(why), _)) => {
                 log::info!(
                     "no recipe for program {:?}: {why}; its binary is the implementation's",
                     program
                 );
-                self.rt.programs.refuse_recipe(program);
+                Some(RecipeChange::Refuse)
             }
             None => {
                 // A recompiled program keeps no stale recipe from before; but a program
@@ -394,9 +429,7 @@ impl AwaitingBuildEnd {
                 // made from: its next binary makes it again as it was loaded, for the
                 // application to build again, as it did.
                 let made_again = self.kind == Event::Build && origin == Some(Origin::ClshimBinary);
-                if self.kind != Event::Link && !made_again {
-                    self.rt.programs.drop_recipe(program);
-                }
+                (self.kind != Event::Link && !made_again).then_some(RecipeChange::Drop)
             }
         }
     }
@@ -474,7 +507,7 @@ impl AwaitingBuildEnd {
     ///
     /// # Safety
     /// `program` must be NULL or live, unless `ret` is `CL_INVALID_PROGRAM`.
-    unsafe fn observe(&self, program: cl_program, ret: Option<cl_int>) -> Seen {
+    unsafe fn observe(&self, program: cl_program, ret: Option<cl_int>, commit: Commit) -> Seen {
         let rt = self.rt;
         let route = self.route;
         let program = if program.is_null() {
@@ -516,22 +549,30 @@ impl AwaitingBuildEnd {
             Some(r) => r == CL_SUCCESS,
             None => built == Some(true),
         };
-        if succeeded && usable && rt.config.binaries == BinaryPolicy::Substitute {
-            // SAFETY: usable, so live.
-            unsafe { self.keep_recipe(program, info.map(|i| i.origin)) };
-        }
-        let from_source = info.is_some_and(|i| i.origin == Origin::Source);
-        if succeeded && usable && self.kind == Event::Build && from_source {
-            let options = self.copied.as_ref().and_then(|c| c.options.clone());
-            // SAFETY: usable, so live, and built.
-            unsafe {
-                crate::program_cache::after_source_build(
-                    rt,
-                    route,
-                    program,
-                    &options.unwrap_or_default(),
-                )
-            };
+        let mut outcome = Outcome::default();
+        if succeeded && usable && commit != Commit::Never {
+            if rt.config.binaries == BinaryPolicy::Substitute {
+                // SAFETY: usable, so live.
+                outcome.recipe = unsafe { self.recipe_change(program, info.map(|i| i.origin)) }
+                    .zip(info.map(|i| i.id))
+                    .map(|(change, id)| (program, id, change));
+            }
+            let from_source = info.is_some_and(|i| i.origin == Origin::Source);
+            if self.kind == Event::Build && from_source {
+                let options = self.copied.as_ref().and_then(|c| c.options.clone());
+                // SAFETY: usable, so live, and built.
+                outcome.request = unsafe {
+                    crate::program_cache::source_build_request(
+                        rt,
+                        route,
+                        program,
+                        &options.unwrap_or_default(),
+                    )
+                };
+            }
+            if commit == Commit::Now {
+                outcome.commit(rt);
+            }
         }
         let kernels = if succeeded && self.kind != Event::Compile && usable {
             // SAFETY: usable, so live.
@@ -587,6 +628,7 @@ impl AwaitingBuildEnd {
             source_text,
             source_kernels,
             error,
+            outcome,
         }
     }
 
@@ -802,8 +844,13 @@ unsafe extern "C" fn on_build_done(program: cl_program, data: *mut c_void) {
         let Some(p) = pending else {
             return;
         };
+        let commit = match ctx.state.lock().returned {
+            None => Commit::AtReturn,
+            Some(CL_SUCCESS) => Commit::Now,
+            Some(_) => Commit::Never,
+        };
         // SAFETY: the program is live while the callback runs.
-        let seen = unsafe { p.observe(program, None) };
+        let seen = unsafe { p.observe(program, None, commit) };
         let mut st = ctx.state.lock();
         if st.returned.is_some() {
             // The call returned CL_SUCCESS and the build went on: its outcome is the
@@ -859,7 +906,7 @@ pub unsafe fn run(
             unsafe { pending.copy_args(ret) };
             // SAFETY: the call just returned `ret` for this program, which the application
             // has not seen back yet, so it is NULL, live, or refused as invalid.
-            let seen = unsafe { pending.observe(program, Some(ret)) };
+            let seen = unsafe { pending.observe(program, Some(ret), Commit::Now) };
             pending.finish(ret, seconds, cpu_seconds, seen)
         });
         return (ret, program);
@@ -900,7 +947,7 @@ pub unsafe fn run(
                 // late callback wait.
                 // SAFETY: the call just returned `ret`; the program is NULL, live (the
                 // callback has not run, so the application has not released it), or refused.
-                let seen = unsafe { p.observe(program, Some(ret)) };
+                let seen = unsafe { p.observe(program, Some(ret), Commit::Now) };
                 st.pending.take().map(|p| {
                     let seconds = start.elapsed().as_secs_f64();
                     (p, seconds, start.cpu_seconds(), seen)
@@ -922,7 +969,10 @@ pub unsafe fn run(
             // refused the call, will never hand it back.
             drop(unsafe { Arc::from_raw(raw) });
         }
-        if let Some((p, seconds, cpu_seconds, seen)) = finish {
+        if let Some((p, seconds, cpu_seconds, mut seen)) = finish {
+            if ret == CL_SUCCESS {
+                seen.outcome.commit(rt);
+            }
             p.finish(ret, seconds, cpu_seconds, seen);
         }
     });

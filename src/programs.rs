@@ -134,6 +134,15 @@ impl Inner {
     }
 }
 
+/// What a successful build does to its program's recipe.
+pub enum RecipeChange {
+    Set(Arc<Recipe>),
+    /// It keeps none (its recipe would break the format's rules).
+    Refuse,
+    /// A stale recipe goes.
+    Drop,
+}
+
 impl Registry {
     /// Records a newly created program, replacing whatever an earlier program at the same
     /// address left; keeps the id if the program was already seen (a link callback can see
@@ -205,6 +214,22 @@ impl Registry {
         let mut inner = self.inner.lock();
         inner.map.remove(&(program as usize));
         inner.forget_extras(program as usize);
+    }
+
+    /// Makes `change` to the recipe of `program` only if it is still the program whose
+    /// entry has `id` (neither released since, nor its address taken by another): for a
+    /// build whose success is known only after its callback has seen the program.
+    pub fn change_recipe_of(&self, program: cl_program, id: u64, change: RecipeChange) {
+        if self.inner.lock().map.get(&(program as usize)).map(|i| i.id) != Some(id) {
+            return;
+        }
+        match change {
+            RecipeChange::Set(r) => {
+                self.set_recipe(program, r);
+            }
+            RecipeChange::Refuse => self.refuse_recipe(program),
+            RecipeChange::Drop => self.drop_recipe(program),
+        }
     }
 
     /// Keeps `recipe` as the program's (replacing any earlier one), within the bound.

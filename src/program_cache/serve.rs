@@ -485,30 +485,26 @@ unsafe fn refuse(
     Build::Answered(result)
 }
 
-/// After the driver built `program` from source with `options` (the application's, as
-/// given): leaves a request for each of its devices' builds the store lacks, when the
-/// program cache is on and `CLSHIM_WARM` asks for requests. A few file operations a
-/// device.
+/// The request a warm step needs for the build the driver just made of `program` from
+/// source with `options` (the application's, as given), when the program cache is on and
+/// `CLSHIM_WARM` asks for requests: the keys of each of its devices' builds and the
+/// recipe's encoding. `store::request` leaves it (once the build call succeeded).
 ///
 /// # Safety
 /// `program` is live and built.
-pub unsafe fn after_source_build(
+pub unsafe fn source_build_request(
     rt: &'static Runtime,
     route: Route,
     program: cl_program,
     options: &[u8],
-) {
+) -> Option<(Vec<crate::store::build_key::BuildKey>, Vec<u8>)> {
     if !rt.config.program_cache || !rt.config.warm_requests || rt.config.native_store.is_none() {
-        return;
+        return None;
     }
     // SAFETY: live (this function's contract).
-    let Some(source) = (unsafe { query::source(route, program) }).filter(|s| !s.is_empty()) else {
-        return;
-    };
+    let source = (unsafe { query::source(route, program) }).filter(|s| !s.is_empty())?;
     let recipe = Recipe::built(Text::Source(source), options.to_vec());
-    if recipe.check().is_err() {
-        return;
-    }
+    recipe.check().ok()?;
     let encoded = recipe.encode();
     // SAFETY: live.
     let devices = unsafe { query::devices(route, program) }.unwrap_or_default();
@@ -523,5 +519,5 @@ pub unsafe fn after_source_build(
                 .ok()
         })
         .collect();
-    crate::store::request(rt, &keys, &encoded);
+    Some((keys, encoded))
 }

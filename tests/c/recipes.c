@@ -3,6 +3,8 @@
  * program_binary_type) do. Prints each CL_PROGRAM_BINARY_TYPE it meets and the kernel
  * results, so a run under clshim can be compared line by line with one without it.
  *   recipes options   build with -DVAL=7, reload, build with NULL options, run
+ *   recipes refused   build with -DVAL=7; while a kernel holds the program, a rebuild with
+ *                     -DVAL=9 and a callback (refused); then reload, build, run
  *   recipes object    compile (with an embedded header), reload, link, run
  *   recipes library   compile, link -create-library, reload, link with a kernel, run
  *   recipes linked    compile + link an executable, reload, build, run
@@ -60,6 +62,11 @@ static cl_program reload(cl_context ctx, cl_device_id dev, const unsigned char *
     CHECK(err);
     CHECK(status);
     return p;
+}
+
+static void CL_CALLBACK notified(cl_program p, void *data) {
+    (void)p;
+    ++*(int *)data;
 }
 
 static cl_program source(cl_context ctx, const char *src) {
@@ -122,6 +129,25 @@ int main(int argc, char **argv) {
         print_type(r, dev, "reloaded");
         build_or_die(r, dev, NULL);
         print_type(r, dev, "rebuilt");
+        run_int_kernel(ctx, dev, r, "val", 4, "val");
+        CHECK(clReleaseProgram(r));
+        CHECK(clReleaseProgram(p));
+        free(bin);
+    } else if (!strcmp(mode, "refused")) {
+        cl_program p = source(ctx,
+                              "#ifndef VAL\n#define VAL 1\n#endif\n"
+                              "__kernel void val(__global int *out) { out[get_global_id(0)] = VAL; }\n");
+        build_or_die(p, dev, "-DVAL=7");
+        cl_int err;
+        cl_kernel k = clCreateKernel(p, "val", &err);
+        CHECK(err);
+        int calls = 0;
+        err = clBuildProgram(p, 1, &dev, "-DVAL=9", notified, &calls);
+        printf("rebuild while a kernel holds it: %s\n", cl_err_name(err));
+        CHECK(clReleaseKernel(k));
+        unsigned char *bin = take_binary(p, &len, save);
+        cl_program r = reload(ctx, dev, bin, len);
+        build_or_die(r, dev, NULL);
         run_int_kernel(ctx, dev, r, "val", 4, "val");
         CHECK(clReleaseProgram(r));
         CHECK(clReleaseProgram(p));

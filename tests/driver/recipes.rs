@@ -70,6 +70,20 @@ fn options_round_trip() {
     assert_eq!(builds[1]["source"]["origin"], "clshim-binary");
 }
 
+/// A rebuild the driver refuses (a kernel holds the program), given a callback, which
+/// pocl calls even then: the program keeps the recipe of the build that made it, so its
+/// binary makes it again with -DVAL=7, not the refused call's -DVAL=9.
+#[test]
+fn a_refused_rebuild_leaves_the_recipe_as_it_was() {
+    round_trip(
+        "refused",
+        &[
+            "rebuild while a kernel holds it: CL_INVALID_OPERATION",
+            "val: 7 7 7 7 sum=28",
+        ],
+    );
+}
+
 /// A compiled object reloads as a compiled object and links (the CTS's
 /// execute_after_serialize_reload_object and program_binary_type).
 #[test]
