@@ -8,6 +8,8 @@
 //! options and kernel argument names as pocl's own binary load does; one store serves
 //! every rank whatever the ranks do to `XDG_CACHE_HOME`, and requests that no warm step
 //! will see are named; `clshim run --warm` passes on the signals a job script sends it.
+//! And only its owner's (issue 30's findings, each of which failed on the code before
+//! too): a request carrying a variable no warm step sets starts nothing.
 
 use crate::common::*;
 use std::os::unix::fs::PermissionsExt;
@@ -413,4 +415,64 @@ fn run_warm_passes_on_signals_sent_to_it() {
             "{name}: the command's status"
         );
     }
+}
+
+/// A library that leaves a mark (`$PLANTED_MARKER`) when it is loaded: what another user
+/// would plant.
+const PLANTED: &str = r#"#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+__attribute__((constructor)) static void planted(void) {
+    const char *p = getenv("PLANTED_MARKER");
+    if (p) {
+        int fd = open(p, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (fd >= 0) {
+            (void)!write(fd, "ran\n", 4);
+            close(fd);
+        }
+    }
+}
+"#;
+
+/// A request in the user's own store that carries a variable no warm step sets
+/// (`LD_PRELOAD`, naming a library that leaves a mark when loaded; the checksum made
+/// good): the warm step starts nothing for it, so the library never runs, and it names
+/// the request and the variable and removes it (clshim never writes such a request).
+/// Before, the worker was started with every variable of the request, and the planted
+/// library ran as the warm step's user.
+#[test]
+fn a_request_with_a_variable_no_warm_step_sets_runs_nothing() {
+    let bin = client();
+    let d = scratch("store-planted");
+    let store = d.path("store");
+    save(&bin, &d, &store, &d.path("c.bin"), &[WARM]);
+    let req = requests(&store).pop().expect("a request");
+    let planted = build_so("planted_marker", PLANTED);
+    let marker = d.path("marker");
+    let st = std::process::Command::new("sh")
+        .args(["-c", ":"])
+        .env("LD_PRELOAD", &planted)
+        .env("PLANTED_MARKER", &marker)
+        .status()
+        .unwrap();
+    assert!(st.success() && marker.exists(), "the planted library marks");
+    std::fs::remove_file(&marker).unwrap();
+    let mut r = RequestFile::read(&req);
+    r.env
+        .push((b"LD_PRELOAD".to_vec(), s(&planted).as_bytes().to_vec()));
+    r.env.sort();
+    r.write(&req);
+    let out = warm_out(&store, &[("PLANTED_MARKER", s(&marker))]);
+    let err = stderr(&out);
+    assert!(
+        !marker.exists(),
+        "the request's LD_PRELOAD ran as the warm step's user: {err}"
+    );
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("{}: carries LD_PRELOAD", s(&req))) && err.contains("removed"),
+        "{err}"
+    );
+    assert!(entries(&store).is_empty(), "nothing made from it");
+    assert!(requests(&store).is_empty(), "not a request clshim left");
 }

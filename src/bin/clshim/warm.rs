@@ -15,6 +15,9 @@
 //! (pocl 3.1 aborts making the binary of a kernel named with 256 characters or more), the
 //! command sets the request it was making aside, says so, and starts another worker for
 //! the rest of the group.
+//!
+//! A worker gets only the variables a warm step sets: a request carrying any other is
+//! refused whole (`Request::decode`), removed unread, and starts nothing.
 
 use crate::controls::{self, Value};
 use crate::library::{absolute, cannot_run, find_library, RunError};
