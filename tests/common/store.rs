@@ -196,3 +196,28 @@ impl RequestFile {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
     }
 }
+
+/// The user another user's files belong to in the tests: `nobody`.
+pub const NOBODY: u32 = 65534;
+
+/// Gives `path` (not following a link) to [`NOBODY`]: false where this process may not
+/// (it is not root; CI runs the tests as root), after a line saying what is left out.
+pub fn give_to_nobody(path: &Path) -> bool {
+    match std::os::unix::fs::lchown(path, Some(NOBODY), None) {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!(
+                "note: cannot give {} to uid {NOBODY} ({e}): run as root to check another \
+                 user's files",
+                path.display()
+            );
+            false
+        }
+    }
+}
+
+/// Sets `path`'s permission bits.
+pub fn chmod(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}

@@ -9,7 +9,9 @@
 //! every rank whatever the ranks do to `XDG_CACHE_HOME`, and requests that no warm step
 //! will see are named; `clshim run --warm` passes on the signals a job script sends it.
 //! And only its owner's (issue 30's findings, each of which failed on the code before
-//! too): a request carrying a variable no warm step sets starts nothing.
+//! too): a request carrying a variable no warm step sets starts nothing; the library loads
+//! no entry and leaves no request where a file or folder is another user's, or its group
+//! or others may write it.
 
 use crate::common::*;
 use std::os::unix::fs::PermissionsExt;
@@ -475,4 +477,125 @@ fn a_request_with_a_variable_no_warm_step_sets_runs_nothing() {
     );
     assert!(entries(&store).is_empty(), "nothing made from it");
     assert!(requests(&store).is_empty(), "not a request clshim left");
+}
+
+/// The library takes nothing from a store that is not the user's alone: an entry owned by
+/// another user (uid 65534, as root) or that its group or others may write, a store or
+/// sources folder its group may write. A `substitute` load then makes the program from
+/// its recipe as without the store, its record naming the entry or folder and what is
+/// wrong, and the application sees what it sees without clshim; the program cache
+/// compiles the build (no `served`); a requests folder its group may write gets no
+/// request. Put back as clshim made them, the same entry serves both again. Before, only
+/// a store folder others may write was refused.
+#[test]
+fn entries_and_folders_not_the_users_alone_are_never_loaded() {
+    let bin = client();
+    let d = scratch("store-owner-entries");
+    let store = d.path("store");
+    let file = d.path("c.bin");
+    save(&bin, &d, &store, &file, &[WARM]);
+    let out = warm_out(&store, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let entry = entries(&store).pop().expect("an entry");
+    let kc = d.path("kc-plain");
+    let pocl_bin = d.path("pocl.bin");
+    let plain_env = [("POCL_CACHE_DIR", s(&kc))];
+    plain(
+        Driver::Pocl,
+        &bin,
+        &[&format!("--save={}", s(&pocl_bin))],
+        &plain_env,
+    )
+    .ok();
+    let load = |f: &Path, env: &[(&str, &str)]| {
+        plain(Driver::Pocl, &bin, &[&format!("--load={}", s(f))], env)
+    };
+    let expected = load(&pocl_bin, &plain_env);
+    expected.ok();
+    let kc = d.path("kc");
+    let shim_env = [
+        ("CLSHIM_NATIVE_STORE", s(&store)),
+        ("POCL_CACHE_DIR", s(&kc)),
+    ];
+    let loaded = || {
+        let env = [&shim_env[..], &[("CLSHIM_BINARIES", "substitute")]].concat();
+        let r = shimmed(Driver::Pocl, &bin, &[&format!("--load={}", s(&file))], &env);
+        r.ok();
+        r
+    };
+    let served = || {
+        let env = [&shim_env[..], &[("CLSHIM_PROGRAM_CACHE", "1")]].concat();
+        let save = format!("--save={}", s(&d.path("served.bin")));
+        let r = shimmed(Driver::Pocl, &bin, &[&save], &env);
+        r.ok();
+        r.one("build").get("served").is_some()
+    };
+    assert_eq!(loaded().one("binary_load")["made_from"], "native");
+    assert!(served(), "the program cache serves the entry");
+    let sources = store.join("sources");
+    let cases = [
+        (&entry, None, 0o600, "owned by uid 65534"),
+        (
+            &entry,
+            Some(0o620),
+            0o600,
+            "writable by its group (mode 0620)",
+        ),
+        (&entry, Some(0o606), 0o600, "writable by others (mode 0606)"),
+        (
+            &store,
+            Some(0o770),
+            0o700,
+            "writable by its group (mode 0770)",
+        ),
+        (&store, Some(0o707), 0o700, "writable by others (mode 0707)"),
+        (&store, None, 0o700, "owned by uid 65534"),
+    ];
+    for (spoiled, mode, good, why) in cases {
+        match mode {
+            Some(m) => chmod(spoiled, m),
+            None if !give_to_nobody(spoiled) => continue,
+            None => {}
+        }
+        let r = loaded();
+        let l = r.one("binary_load");
+        assert_eq!(l["made_from"], "recipe", "{why}: {l}");
+        let miss = l["native_miss"].as_str().unwrap_or_default();
+        assert!(
+            miss.contains(&format!("{}: {why}", s(spoiled))),
+            "{why}: {miss:?}"
+        );
+        assert_eq!(r.stdout(), expected.stdout(), "{why}: as without clshim");
+        assert!(!served(), "{why}: served by the program cache");
+        // SAFETY: no arguments.
+        let me = unsafe { libc::geteuid() };
+        std::os::unix::fs::lchown(spoiled, Some(me), None).unwrap();
+        chmod(spoiled, good);
+    }
+    chmod(&sources, 0o770);
+    assert!(!served(), "a sources folder its group may write");
+    chmod(&sources, 0o700);
+    assert!(served());
+    assert_eq!(loaded().one("binary_load")["made_from"], "native");
+    // A requests folder its group may write gets no request; put back, it gets one.
+    let requested = |seed: &str| {
+        let save = format!("--save={}", s(&d.path(&format!("s{seed}.bin"))));
+        let env = [&shim_env[..], &[("CLSHIM_BINARIES", "substitute"), WARM]].concat();
+        shimmed(
+            Driver::Pocl,
+            &bin,
+            &[&save, &format!("--seed={seed}")],
+            &env,
+        )
+        .ok();
+        requests(&store).len()
+    };
+    chmod(&store.join("requests"), 0o770);
+    assert_eq!(
+        requested("7"),
+        0,
+        "a request left in a folder others may write"
+    );
+    chmod(&store.join("requests"), 0o700);
+    assert_eq!(requested("8"), 1);
 }
