@@ -9,9 +9,9 @@
 //! every rank whatever the ranks do to `XDG_CACHE_HOME`, and requests that no warm step
 //! will see are named; `clshim run --warm` passes on the signals a job script sends it.
 //! And only its owner's (issue 30's findings, each of which failed on the code before
-//! too): a request carrying a variable no warm step sets starts nothing; the library loads
-//! no entry and leaves no request where a file or folder is another user's, or its group
-//! or others may write it.
+//! too): a request carrying a variable no warm step sets starts nothing; `clshim warm`
+//! reads no request, and the library loads no entry and leaves no request, where a file or
+//! folder is another user's, or its group or others may write it.
 
 use crate::common::*;
 use std::os::unix::fs::PermissionsExt;
@@ -598,4 +598,72 @@ fn entries_and_folders_not_the_users_alone_are_never_loaded() {
     );
     chmod(&store.join("requests"), 0o700);
     assert_eq!(requested("8"), 1);
+}
+
+/// `clshim warm` reads only what is the user's alone, as the library does: a request
+/// owned by another user (uid 65534, when the tests run as root), or one its group or
+/// others may write, is refused with its name, what is wrong and what to do, and left
+/// for the user to remove (nothing is made from it); a requests folder or a store that
+/// its group may write, or another user's store, stops the step (status 1) before it
+/// reads a request. Before, every one of them was made into an entry.
+#[test]
+fn the_warm_step_refuses_what_is_not_the_users_alone() {
+    let bin = client();
+    let d = scratch("store-owner-requests");
+    // What is spoiled, how (a mode, or given to another user), what the step says is
+    // wrong with it and what it says to do.
+    let cases = [
+        ("request", None, "owned by uid 65534", "remove it"),
+        (
+            "request",
+            Some(0o620),
+            "writable by its group (mode 0620)",
+            "remove it",
+        ),
+        (
+            "request",
+            Some(0o602),
+            "writable by others (mode 0602)",
+            "remove it",
+        ),
+        (
+            "requests",
+            Some(0o770),
+            "writable by its group (mode 0770)",
+            "chmod 700",
+        ),
+        (
+            "store",
+            Some(0o770),
+            "writable by its group (mode 0770)",
+            "chmod 700",
+        ),
+        ("store", None, "owned by uid 65534", "CLSHIM_NATIVE_STORE"),
+    ];
+    for (i, (what, mode, why, todo)) in cases.into_iter().enumerate() {
+        let store = d.path(&format!("store{i}"));
+        save(&bin, &d, &store, &d.path(&format!("c{i}.bin")), &[WARM]);
+        let req = requests(&store).pop().expect("a request");
+        let spoiled = match what {
+            "request" => req.clone(),
+            "requests" => store.join("requests"),
+            _ => store.clone(),
+        };
+        match mode {
+            Some(m) => chmod(&spoiled, m),
+            None if !give_to_nobody(&spoiled) => continue,
+            None => {}
+        }
+        let case = format!("{what} {why}");
+        let out = warm_out(&store, &[]);
+        let err = stderr(&out);
+        assert!(entries(&store).is_empty(), "{case}: made: {err}");
+        assert_eq!(requests(&store), vec![req.clone()], "{case}: left in place");
+        assert!(
+            err.contains(&format!("{}: {why}", s(&spoiled))) && err.contains(todo),
+            "{case}: {err}"
+        );
+        let status = if what == "request" { 0 } else { 1 };
+        assert_eq!(out.status.code(), Some(status), "{case}: {err}");
+    }
 }

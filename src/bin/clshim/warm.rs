@@ -16,7 +16,10 @@
 //! command sets the request it was making aside, says so, and starts another worker for
 //! the rest of the group.
 //!
-//! A worker gets only the variables a warm step sets: a request carrying any other is
+//! It trusts what the library trusts (`clshim_format::store::not_users_alone`): a store
+//! whose folders are not the user's alone stops the step before a request is read; a
+//! request file that is not the user's alone is named, left for the user and never read;
+//! and a worker gets only the variables a warm step sets: a request carrying any other is
 //! refused whole (`Request::decode`), removed unread, and starts nothing.
 
 use crate::controls::{self, Value};
@@ -147,21 +150,73 @@ fn idle_priority() {
     unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
 }
 
-/// Reads a regular file whole, at most `max` bytes, without following a link or blocking
-/// on a FIFO. None: not such a file.
-fn read_bounded(path: &Path, max: u64) -> Option<Vec<u8>> {
+/// This process's effective user, whose store it is.
+fn me() -> u32 {
+    // SAFETY: no arguments.
+    unsafe { libc::geteuid() }
+}
+
+/// Why a request file cannot be read.
+enum Unread {
+    /// Not a readable regular file, or too long: not a request, removed.
+    Damaged,
+    /// Not the user's alone: left for the user, with why and what to do.
+    NotYours(String),
+}
+
+/// Reads a request file whole, at most `max` bytes, without following a link or blocking
+/// on a FIFO, only if it is the user's alone (checked on the open file, which is what is
+/// read).
+fn read_request(path: &Path, max: u64) -> Result<Vec<u8>, Unread> {
     let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
-        .ok()?;
-    let m = f.metadata().ok()?;
+        .map_err(|_| Unread::Damaged)?;
+    let m = f.metadata().map_err(|_| Unread::Damaged)?;
     if !m.is_file() || m.len() > max {
-        return None;
+        return Err(Unread::Damaged);
+    }
+    if let Some(why) = format::not_users_alone(false, m.uid(), m.mode(), me()) {
+        return Err(Unread::NotYours(why));
     }
     let mut bytes = Vec::with_capacity(m.len() as usize);
-    f.take(max).read_to_end(&mut bytes).ok()?;
-    Some(bytes)
+    f.take(max)
+        .read_to_end(&mut bytes)
+        .map_err(|_| Unread::Damaged)?;
+    Ok(bytes)
+}
+
+/// Whether the store at `store` may be read: each of its folders that exists (the store,
+/// its requests and sources) must be a folder, by its own name, that is the user's alone,
+/// as the library requires. Err: which is not, why, and what to do.
+pub fn check_store(store: &Path) -> Result<(), String> {
+    for dir in [
+        store.to_path_buf(),
+        store.join(format::REQUESTS),
+        store.join(format::SOURCES),
+    ] {
+        let m = match dir.symlink_metadata() {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(format!("{}: {e}", dir.display())),
+        };
+        let why = if m.file_type().is_symlink() {
+            Some(
+                "a symbolic link: a store is opened only by its own name (name the folder it \
+                 leads to)"
+                    .to_string(),
+            )
+        } else if !m.is_dir() {
+            Some("not a folder".to_string())
+        } else {
+            format::not_users_alone(true, m.uid(), m.mode(), me())
+        };
+        if let Some(why) = why {
+            return Err(format!("{}: {why}", dir.display()));
+        }
+    }
+    Ok(())
 }
 
 /// One group of requests: where and with what variables its worker runs, and how many.
@@ -171,7 +226,8 @@ struct Group {
     requests: usize,
 }
 
-/// The requests waiting in `store`, by group; damaged ones are removed and counted.
+/// The requests waiting in `store`, by group; damaged ones are removed and counted, those
+/// that are not the user's alone are named, left and counted.
 fn groups(store: &Path, failed: &mut u64) -> BTreeMap<u64, Group> {
     let dir = store.join(format::REQUESTS);
     let mut out = BTreeMap::new();
@@ -185,9 +241,15 @@ fn groups(store: &Path, failed: &mut u64) -> BTreeMap<u64, Group> {
             continue;
         }
         let path = dir.join(name);
-        let request = read_bounded(&path, format::MAX_REQUEST)
-            .ok_or_else(|| "not a readable regular file".to_string())
-            .and_then(|b| Request::decode(&b));
+        let request = match read_request(&path, format::MAX_REQUEST) {
+            Ok(b) => Request::decode(&b),
+            Err(Unread::Damaged) => Err("not a readable regular file".to_string()),
+            Err(Unread::NotYours(why)) => {
+                eprintln!("clshim warm: {}: {why}", path.display());
+                *failed += 1;
+                continue;
+            }
+        };
         match request {
             Ok(r) => {
                 let g = out.entry(r.group()).or_insert_with(|| Group {
@@ -498,6 +560,10 @@ pub fn warm_main(o: crate::cli::WarmOpts) -> i32 {
     };
     if let Some(group) = o.worker_group {
         return worker(&lib, store, group);
+    }
+    if let Err(why) = check_store(store) {
+        eprintln!("clshim warm: {why}");
+        return 1;
     }
     idle_priority();
     let mut total = WarmStats::default();
