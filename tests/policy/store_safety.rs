@@ -11,7 +11,8 @@
 //! And only its owner's (issue 30's findings, each of which failed on the code before
 //! too): a request carrying a variable no warm step sets starts nothing; `clshim warm`
 //! reads no request, and the library loads no entry and leaves no request, where a file or
-//! folder is another user's, or its group or others may write it.
+//! folder is another user's, or its group or others may write it; a store `clshim run
+//! --warm` makes is the user's alone whatever the umask.
 
 use crate::common::*;
 use std::os::unix::fs::PermissionsExt;
@@ -666,4 +667,41 @@ fn the_warm_step_refuses_what_is_not_the_users_alone() {
         let status = if what == "request" { 0 } else { 1 };
         assert_eq!(out.status.code(), Some(status), "{case}: {err}");
     }
+}
+
+/// A store the command makes (`clshim run --warm` of a command that leaves no request,
+/// here under `umask 002`, as many sites set) is the user's alone (0700), as the
+/// library's are; before, it was made group-writable.
+#[test]
+fn a_store_the_command_makes_is_the_users_alone() {
+    let d = scratch("store-umask");
+    let store = d.path("new/store");
+    let lib = shim_path();
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_clshim"));
+    let script = format!(
+        "umask 002; exec {} run --lib {} --warm --native-store {} -- true",
+        s(&exe),
+        s(&lib),
+        s(&store)
+    );
+    let mut c = std::process::Command::new("sh");
+    c.args(["-c", &script]);
+    let out = run(c, false);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let m = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(m(&store), 0o700, "the store");
+    assert_eq!(m(&d.path("new")), 0o700, "the folder made for it");
+    // The step in the background found the store its own.
+    let until = Instant::now() + Duration::from_secs(60);
+    let log = store.join("warm.log");
+    while !std::fs::read_to_string(&log).is_ok_and(|l| l.contains(" evicted")) {
+        assert!(
+            Instant::now() < until,
+            "no warm step: {:?}",
+            std::fs::read_to_string(&log)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(!log.contains("writable"), "{log}");
 }

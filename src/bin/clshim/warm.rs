@@ -20,7 +20,9 @@
 //! whose folders are not the user's alone stops the step before a request is read; a
 //! request file that is not the user's alone is named, left for the user and never read;
 //! and a worker gets only the variables a warm step sets: a request carrying any other is
-//! refused whole (`Request::decode`), removed unread, and starts nothing.
+//! refused whole (`Request::decode`), removed unread, and starts nothing. `run --warm`
+//! makes the store the user's alone whatever the umask, and starts no step on one that is
+//! not.
 
 use crate::controls::{self, Value};
 use crate::library::{absolute, cannot_run, find_library, RunError};
@@ -664,19 +666,28 @@ extern "C" fn pass_on(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut l
 }
 
 /// Starts `clshim warm` on `store` in the background, detached (a session of its own, at
-/// idle priority, writing to `store/warm.log`), and returns its pid.
-fn warm_in_background(lib: &Path, store: &Path) -> Option<u32> {
+/// idle priority, writing to `store/warm.log`), and returns its pid; Err: why not. The
+/// store (and each folder made for it) is made the user's alone, as the library makes
+/// it, whatever the umask: the library would refuse one that its group may write.
+fn warm_in_background(lib: &Path, store: &Path) -> Result<u32, String> {
+    use std::os::unix::fs::DirBuilderExt;
     use std::os::unix::process::CommandExt;
-    let me = std::env::current_exe().ok()?;
-    let log = std::fs::create_dir_all(store).ok().and_then(|()| {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(store.join("warm.log"))
-            .ok()
-    });
+    let me = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+    let made = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(store);
+    if let Err(e) = made {
+        return Err(format!("{}: {e}", store.display()));
+    }
+    check_store(store)?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(store.join("warm.log"))
+        .ok();
     let mut cmd = std::process::Command::new(me);
     cmd.arg("warm")
         .arg("--store")
@@ -705,7 +716,9 @@ fn warm_in_background(lib: &Path, store: &Path) -> Option<u32> {
     };
     // The step's process outlives this one (it is reparented when clshim exits); its
     // status is the log's to tell.
-    cmd.spawn().ok().map(|c| c.id())
+    cmd.spawn()
+        .map(|c| c.id())
+        .map_err(|e| format!("cannot start it: {e}"))
 }
 
 /// `clshim run --warm`: runs `cmd` as a child, waits for it (passing on SIGTERM, SIGHUP,
@@ -759,12 +772,12 @@ pub fn run_then_warm(
     };
     if let Some(store) = &settings.store {
         match warm_in_background(lib, store) {
-            Some(pid) => eprintln!(
+            Ok(pid) => eprintln!(
                 "clshim: the warm step goes on in the background at idle priority (pid {pid}; \
                  log {})",
                 store.join("warm.log").display()
             ),
-            None => eprintln!("clshim: could not start the warm step: run clshim warm later"),
+            Err(why) => eprintln!("clshim: could not start the warm step: {why}"),
         }
     }
     std::process::exit(code)
