@@ -11,8 +11,9 @@
 //! And only its owner's (issue 30's findings, each of which failed on the code before
 //! too): a request carrying a variable no warm step sets starts nothing; `clshim warm`
 //! reads no request, and the library loads no entry and leaves no request, where a file or
-//! folder is another user's, or its group or others may write it; a store `clshim run
-//! --warm` makes is the user's alone whatever the umask.
+//! folder is another user's, or its group or others may write it; a worker starts only in
+//! the folder its requests' run used; a store `clshim run --warm` makes is the user's alone
+//! whatever the umask.
 
 use crate::common::*;
 use std::os::unix::fs::PermissionsExt;
@@ -666,6 +667,55 @@ fn the_warm_step_refuses_what_is_not_the_users_alone() {
         );
         let status = if what == "request" { 0 } else { 1 };
         assert_eq!(out.status.code(), Some(status), "{case}: {err}");
+    }
+}
+
+/// A worker starts only in the very folder a run left its request from: a request whose
+/// folder is now a symbolic link (to a folder that exists), another user's folder (uid
+/// 65534, as root), a file, or gone, starts no worker; the step names the folder and why,
+/// the requests wait (status 1), and nothing is made. Before, a worker was started in the
+/// folder the link led to, and in the other user's folder, and made the entry.
+#[test]
+fn a_worker_starts_only_in_the_folder_the_run_used() {
+    let bin = client();
+    let d = scratch("store-owner-folders");
+    let real = d.path("real");
+    std::fs::create_dir_all(&real).unwrap();
+    let link = d.path("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let theirs = d.path("theirs");
+    std::fs::create_dir_all(&theirs).unwrap();
+    let file = d.path("a-file");
+    std::fs::write(&file, b"").unwrap();
+    let cases = [
+        (&link, "a symbolic link"),
+        (&theirs, "owned by uid 65534"),
+        (&file, "not a directory"),
+        (&d.path("gone"), "No such file or directory"),
+    ];
+    for (i, (folder, why)) in cases.into_iter().enumerate() {
+        if folder == &theirs && !give_to_nobody(&theirs) {
+            continue;
+        }
+        let store = d.path(&format!("store{i}"));
+        save(&bin, &d, &store, &d.path(&format!("c{i}.bin")), &[WARM]);
+        let req = requests(&store).pop().expect("a request");
+        let mut r = RequestFile::read(&req);
+        r.cwd = s(folder).as_bytes().to_vec();
+        r.write(&req);
+        let out = warm_out(&store, &[]);
+        let err = stderr(&out);
+        assert!(entries(&store).is_empty(), "{why}: made: {err}");
+        assert_eq!(
+            requests(&store),
+            vec![req.clone()],
+            "{why}: the request waits"
+        );
+        assert!(
+            err.contains(&format!("{}: no worker starts there", s(folder))) && err.contains(why),
+            "{why}: {err}"
+        );
+        assert_eq!(out.status.code(), Some(1), "{why}: {err}");
     }
 }
 

@@ -19,10 +19,12 @@
 //! It trusts what the library trusts (`clshim_format::store::not_users_alone`): a store
 //! whose folders are not the user's alone stops the step before a request is read; a
 //! request file that is not the user's alone is named, left for the user and never read;
-//! and a worker gets only the variables a warm step sets: a request carrying any other is
-//! refused whole (`Request::decode`), removed unread, and starts nothing. `run --warm`
-//! makes the store the user's alone whatever the umask, and starts no step on one that is
-//! not.
+//! a worker gets only the variables a warm step sets: a request carrying any other is
+//! refused whole (`Request::decode`), removed unread, and starts nothing; and a worker
+//! starts only in the very folder its run used (named without a symbolic link, the user's
+//! or root's), opened before the worker is started and entered by that descriptor. `run
+//! --warm` makes the store the user's alone whatever the umask, and starts no step on one
+//! that is not.
 
 use crate::controls::{self, Value};
 use crate::library::{absolute, cannot_run, find_library, RunError};
@@ -221,11 +223,13 @@ pub fn check_store(store: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// One group of requests: where and with what variables its worker runs, and how many.
+/// One group of requests: where and with what variables its worker runs, how many, and
+/// the first one's file (to name the group by).
 struct Group {
     cwd: PathBuf,
     env: Vec<(Vec<u8>, Vec<u8>)>,
     requests: usize,
+    first: PathBuf,
 }
 
 /// The requests waiting in `store`, by group; damaged ones are removed and counted, those
@@ -258,6 +262,7 @@ fn groups(store: &Path, failed: &mut u64) -> BTreeMap<u64, Group> {
                     cwd: PathBuf::from(OsString::from_vec(r.cwd.clone())),
                     env: r.env.clone(),
                     requests: 0,
+                    first: path.clone(),
                 });
                 g.requests += 1;
             }
@@ -271,15 +276,61 @@ fn groups(store: &Path, failed: &mut u64) -> BTreeMap<u64, Group> {
     out
 }
 
+/// The folder a worker for `g` starts in: the one its requests' runs used, opened, or why
+/// no worker may start there. A run's library names it as `getcwd` gave it: absolute and
+/// without a symbolic link, `.` or `..`, so a name that is not its folder's own (a link put
+/// in since) or a folder of another user's (made since) is not the folder the run used;
+/// root's folders are the system's. What the folder holds, the run read there too.
+fn start_folder(g: &Group) -> Result<std::fs::File, String> {
+    if !g.cwd.is_absolute() {
+        return Err("not an absolute path: no run names its folder so".into());
+    }
+    let real = std::fs::canonicalize(&g.cwd).map_err(|e| e.to_string())?;
+    if real != g.cwd {
+        return Err(format!(
+            "names {} through a symbolic link (or `.`, `..`): not the folder the run used",
+            real.display()
+        ));
+    }
+    if !real.is_dir() {
+        return Err("not a directory".into());
+    }
+    let dir = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(&g.cwd)
+        .map_err(|e| e.to_string())?;
+    let m = dir.metadata().map_err(|e| e.to_string())?;
+    if m.uid() != me() && m.uid() != 0 {
+        return Err(format!(
+            "owned by uid {}, neither yours (uid {}) nor root's: a worker starts only in your \
+             folders or the system's",
+            m.uid(),
+            me()
+        ));
+    }
+    // What was opened is what was checked by name: a link put on the way in between would
+    // show here.
+    let again = std::fs::canonicalize(&g.cwd).and_then(|p| {
+        let n = p.metadata()?;
+        Ok((p, n))
+    });
+    match again {
+        Ok((p, n)) if p == g.cwd && (n.dev(), n.ino()) == (m.dev(), m.ino()) => Ok(dir),
+        _ => Err("changed while it was checked".into()),
+    }
+}
+
 /// The environment of a worker for `g`: this process's, without any variable a request
 /// carries (and without clshim in `LD_PRELOAD`, whose calls a worker makes itself), then
-/// the group's.
+/// the group's; it starts in `folder` (`start_folder`), entered by its descriptor.
 fn worker_command(
     me: &Path,
     store: &Path,
     lib: &Path,
     group: u64,
     g: &Group,
+    folder: &std::fs::File,
 ) -> std::process::Command {
     let mut cmd = std::process::Command::new(me);
     cmd.arg("warm")
@@ -311,7 +362,17 @@ fn worker_command(
     for (k, v) in &g.env {
         cmd.env(OsStr::from_bytes(k), OsStr::from_bytes(v));
     }
-    cmd.current_dir(&g.cwd);
+    use std::os::unix::io::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let fd = folder.as_raw_fd();
+    // SAFETY: fchdir is async-signal-safe, the only call made between fork and exec; the
+    // descriptor is open in the child until its exec (the caller holds it past spawn).
+    unsafe {
+        cmd.pre_exec(move || match libc::fchdir(fd) {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        })
+    };
     cmd.stdout(std::process::Stdio::piped());
     cmd
 }
@@ -585,7 +646,22 @@ pub fn warm_main(o: crate::cli::WarmOpts) -> i32 {
     while !queue.is_empty() || !running.is_empty() {
         while running.len() < o.jobs {
             let Some((group, g)) = queue.pop() else { break };
-            match worker_command(&me, store, &lib, group, &g).spawn() {
+            let folder = match start_folder(&g) {
+                Ok(f) => f,
+                Err(why) => {
+                    eprintln!(
+                        "clshim warm: {}: no worker starts there: {why}. {} requests of runs \
+                         there wait ({} and the like): remove them if that folder is not the \
+                         runs' any more",
+                        g.cwd.display(),
+                        g.requests,
+                        g.first.display()
+                    );
+                    status = 1;
+                    continue;
+                }
+            };
+            match worker_command(&me, store, &lib, group, &g, &folder).spawn() {
                 Ok(c) => running.push((c, group, g)),
                 Err(e) => {
                     eprintln!(
