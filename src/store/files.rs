@@ -1,7 +1,10 @@
 //! The store's file operations, each safe against what else may sit in a store folder
-//! (a link, a FIFO, a file being written by another rank): directories are opened
-//! without following a link and must be the user's own and closed to others; files are
-//! read bounded, without following a link and without blocking on a FIFO; every write goes
+//! (a link, a FIFO, a file being written by another rank, another user's file):
+//! directories are opened without following a link, files are read bounded, without
+//! following a link and without blocking on a FIFO, and either is refused unless it is the
+//! user's own and no one else may write it (`clshim_format::store::not_users_alone`: an
+//! entry is code the application loads, a request says what a warm step starts, so what
+//! another user could have written is another user's code); every write goes
 //! to a temporary name (created exclusively) and is renamed into place, so a reader sees a
 //! whole file or none, with any number of processes on one node or on NFS. A write that
 //! fails costs the caller nothing but its own error.
@@ -38,7 +41,8 @@ fn last_error<T>() -> std::io::Result<T> {
 
 /// Opens a directory (creating it, and its parents, with [`DIR_MODE`] when `create`),
 /// not following a symbolic link at its last component, and refuses one that is not the
-/// user's own or that others may write to.
+/// user's own or that its group or others may write to (the error says why and what to
+/// do; the caller names the directory).
 pub fn open_dir(path: &Path, create: bool) -> std::io::Result<Fd> {
     if create {
         use std::os::unix::fs::DirBuilderExt;
@@ -64,8 +68,7 @@ pub fn open_sub(dir: &Fd, name: &str, create: bool) -> std::io::Result<Fd> {
 }
 
 /// Opens the directory `name` relative to `at` (a directory or `AT_FDCWD`), not following
-/// a link at its last component, and checks it is the user's own and not writable by
-/// others.
+/// a link at its last component, and checks it is the user's alone.
 fn open_dir_at(at: libc::c_int, name: &std::ffi::CStr) -> std::io::Result<Fd> {
     // SAFETY: `at` is open (or AT_FDCWD); `name` a valid NUL-terminated name.
     let fd = unsafe {
@@ -90,15 +93,28 @@ fn check_dir(fd: &Fd) -> std::io::Result<()> {
     if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
         return last_error();
     }
+    match not_users_alone(true, &st) {
+        Some(why) => Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            why,
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Why what `st` describes is not the user's alone (None: it is).
+fn not_users_alone(dir: bool, st: &libc::stat) -> Option<String> {
     // SAFETY: no arguments.
     let me = unsafe { libc::geteuid() };
-    if st.st_uid != me || st.st_mode & 0o002 != 0 {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            "the store directory is another user's, or others may write to it",
-        ));
-    }
-    Ok(())
+    #[allow(clippy::unnecessary_cast)] // u16 on macOS
+    let mode = st.st_mode as u32;
+    clshim_format::store::not_users_alone(dir, st.st_uid, mode, me)
+}
+
+/// Whether `e` is this module's refusal of a directory that is not the user's alone (as
+/// opposed to the system's error).
+pub fn refused(e: &std::io::Error) -> bool {
+    e.raw_os_error().is_none() && e.kind() == std::io::ErrorKind::PermissionDenied
 }
 
 /// Whether `name` exists below `dir` (as anything: a link is not followed).
@@ -148,7 +164,8 @@ pub fn remove(dir: &Fd, name: &str) -> bool {
 }
 
 /// Opens the regular file `name` below `dir` for reading, without following a link and
-/// without blocking on a FIFO planted there; with its length. Ok(None): no such file.
+/// without blocking on a FIFO planted there, and only if it is the user's alone; with its
+/// length. Ok(None): no such file.
 fn open_regular(dir: &Fd, name: &str) -> Result<Option<(Fd, u64)>, String> {
     let c = cstr(name.as_bytes()).map_err(|e| e.to_string())?;
     // SAFETY: `dir` is open, `c` a valid name. O_NONBLOCK: a FIFO planted there must not
@@ -177,6 +194,10 @@ fn open_regular(dir: &Fd, name: &str) -> Result<Option<(Fd, u64)>, String> {
     }
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Err("not a regular file".into());
+    }
+    // Checked on the open file, which is what is read, whatever the name leads to later.
+    if let Some(why) = not_users_alone(false, &st) {
+        return Err(why);
     }
     Ok(Some((fd, st.st_size as u64)))
 }

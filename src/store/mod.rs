@@ -6,15 +6,18 @@
 //! `build_key` (what decides a build's result before it runs, and so an entry's key),
 //! `record` and `manifest` (what the compile itself read, recorded where the warm step
 //! builds, checked where a process would build), `driver` (which build of the driver),
-//! `files` (safe file operations), `requests` (what the library leaves for the warm step)
+//! `files` (safe file operations, on the user's own files only), `requests` (what the library leaves for the warm step)
 //! and `warm` (the step itself). The file formats are `clshim_format::store`'s and
 //! `clshim_format::manifest`'s.
 //!
-//! One store per user: `CLSHIM_NATIVE_STORE`, else `$HOME/.cache/clshim/native`. Not
-//! `XDG_CACHE_HOME`: MPI job scripts give each rank its own (mirgecom's documentation
-//! recommends it), which would give each rank a store of its own that the warm step never
-//! finds. `clshim run` also sets `CLSHIM_NATIVE_STORE` to the absolute path it resolved, so
-//! every process of a job uses one store whatever the ranks do to their environment.
+//! One store per user, and only the user's: its folders and files are taken only when the
+//! user owns them and no one else may write them (`files`), so a store shared by several
+//! users is refused until it can be made safe. `CLSHIM_NATIVE_STORE`, else
+//! `$HOME/.cache/clshim/native`. Not `XDG_CACHE_HOME`: MPI job scripts give each rank its
+//! own (mirgecom's documentation recommends it), which would give each rank a store of its
+//! own that the warm step never finds. `clshim run` also sets `CLSHIM_NATIVE_STORE` to the
+//! absolute path it resolved, so every process of a job uses one store whatever the ranks
+//! do to their environment.
 
 pub mod build_key;
 pub mod driver;
@@ -76,17 +79,20 @@ impl Store {
         let dir = match files::open_dir(&self.dir, false) {
             Ok(d) => d,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Lookup::Absent,
-            Err(e) => return Lookup::Refused(format!("store directory: {e}")),
+            Err(e) => {
+                return Lookup::Refused(format!("store directory {}: {e}", self.dir.display()))
+            }
         };
         let name = entry_name(key.key);
+        let path = self.dir.join(&name);
         let bytes = match files::read_file(&dir, &name, format::MAX_ENTRY, true) {
             Ok(Some(b)) => b,
             Ok(None) => return Lookup::Absent,
-            Err(why) => return Lookup::Refused(format!("entry {name}: {why}")),
+            Err(why) => return Lookup::Refused(format!("entry {}: {why}", path.display())),
         };
         let (flags, manifest, payload) = match verify(&bytes, key) {
             Ok(parts) => parts,
-            Err(why) => return Lookup::Refused(format!("entry {name}: {why}")),
+            Err(why) => return Lookup::Refused(format!("entry {}: {why}", path.display())),
         };
         if let Err(why) = manifest::check(&manifest, &pocl_cache()) {
             return Lookup::Differs(why);
@@ -96,7 +102,7 @@ impl Store {
         }
         match format::Payload::decode(payload) {
             Ok(p) => Lookup::Found(p),
-            Err(why) => Lookup::Refused(format!("entry {name}: {why}")),
+            Err(why) => Lookup::Refused(format!("entry {}: {why}", path.display())),
         }
     }
 }

@@ -10,7 +10,9 @@
 //! one atomic write. It is never synced (the application
 //! must not wait for a disk; a torn request fails its checksum in the warm step). Each
 //! process leaves at most [`MAX_PER_PROCESS`] requests and [`MAX_BYTES_PER_PROCESS`]
-//! bytes of them; the warm step removes the requests it takes up.
+//! bytes of them; the warm step removes the requests it takes up. A store or requests
+//! folder that is not the user's alone gets none, and the process says so once: its
+//! requests would be refused by the warm step, or read by someone else's.
 
 use super::build_key::{BuildKey, CompileEnv};
 use super::files;
@@ -26,6 +28,7 @@ pub const MAX_BYTES_PER_PROCESS: u64 = 256 << 20;
 static LEFT: AtomicU64 = AtomicU64::new(0);
 static LEFT_BYTES: AtomicU64 = AtomicU64::new(0);
 static WARNED_ELSEWHERE: AtomicBool = AtomicBool::new(false);
+static WARNED_REFUSED: AtomicBool = AtomicBool::new(false);
 
 /// Leaves a request to make the build `key` of `encoded` (a recipe's encoding) unless
 /// its entry or a request for it exists, or this process is at its bounds. `warm_store`
@@ -48,12 +51,19 @@ pub fn leave(
         env: env.replay.clone(),
     };
     let result = (|| -> std::io::Result<&'static str> {
-        let dir = files::open_dir(&store.dir, true)?;
+        let refused = |e: std::io::Error, path: &Path| {
+            if files::refused(&e) && !WARNED_REFUSED.swap(true, Ordering::Relaxed) {
+                log::warn!("native store: no request left: {}: {e}", path.display());
+            }
+            e
+        };
+        let dir = files::open_dir(&store.dir, true).map_err(|e| refused(e, &store.dir))?;
         // An entry whose compile read other files than this build would is made again.
         if files::exists(&dir, &entry_name(key.key)) && !store.lookup(key).wants_request() {
             return Ok("has an entry");
         }
-        let req = files::open_sub(&dir, REQUESTS, true)?;
+        let req = files::open_sub(&dir, REQUESTS, true)
+            .map_err(|e| refused(e, &store.dir.join(REQUESTS)))?;
         let name = request_name(key.key);
         if files::exists(&req, &name) {
             return Ok("already requested");

@@ -18,7 +18,8 @@
 //! of the binary query is new. The driver's own files are those a compile of an empty
 //! kernel reads, recorded once per worker.
 //!
-//! For each request of its group: claim it (an exclusive `<key>.claim` beside it, so that
+//! It reads only the user's own store (`files`), and requests only of the variables a warm
+//! step sets (`Request::decode`). For each request of its group: claim it (an exclusive `<key>.claim` beside it, so that
 //! warm steps running at once split the work; a claim whose process is gone from this
 //! host, or older than an hour, is taken over), check it, find its device among the
 //! loader's platforms and its driver build, compute the build's key here (a request whose
@@ -521,7 +522,9 @@ fn warm(
         let request = match files::read_file(&req, &name, format::MAX_REQUEST, false) {
             Ok(Some(b)) => Request::decode(&b),
             Ok(None) => continue, // another process finished it
-            Err(why) => Err(why),
+            // Not a regular file of the user's alone: the command, which read every request
+            // before it started this worker, reports it; nothing of it is used or removed.
+            Err(_) => continue,
         };
         match request {
             Ok(r) if r.group() == group => todo.push((name, mtime, r)),

@@ -125,3 +125,99 @@ pub fn flip_build_id(elf: &mut [u8]) {
     }
     panic!("no GNU build-id note");
 }
+
+/// A request file's parts, read with clshim_format::store's layout on their own (not with
+/// clshim's code), so that a test can plant what clshim never writes (a variable no warm
+/// step sets, another working directory) under a valid checksum.
+pub struct RequestFile {
+    /// Magic, version, flags, key, fingerprint and driver.
+    pub head: Vec<u8>,
+    pub recipe: Vec<u8>,
+    pub cwd: Vec<u8>,
+    /// (name, value), sorted by name as clshim writes them.
+    pub env: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl RequestFile {
+    pub fn read(path: &Path) -> RequestFile {
+        let b = std::fs::read(path).unwrap();
+        assert_eq!(&b[..8], b"CLSHIMRQ", "{}", path.display());
+        let mut at = 40;
+        let mut take = |len_bytes: usize| {
+            let mut n = [0u8; 8];
+            n[..len_bytes].copy_from_slice(&b[at..at + len_bytes]);
+            let n = u64::from_le_bytes(n) as usize;
+            let part = b[at + len_bytes..at + len_bytes + n].to_vec();
+            at += len_bytes + n;
+            part
+        };
+        let recipe = take(8);
+        let cwd = take(8);
+        let count = u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+        at += 4;
+        let mut env = Vec::new();
+        for _ in 0..count {
+            let mut field = || {
+                let n = u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as usize;
+                let v = b[at + 4..at + 4 + n].to_vec();
+                at += 4 + n;
+                v
+            };
+            let name = field();
+            env.push((name, field()));
+        }
+        assert_eq!(at + 8, b.len(), "{}: the checksum ends it", path.display());
+        RequestFile {
+            head: b[..40].to_vec(),
+            recipe,
+            cwd,
+            env,
+        }
+    }
+
+    /// Writes the request to `path` (0600, as clshim does), with its checksum.
+    pub fn write(&self, path: &Path) {
+        let mut out = self.head.clone();
+        for part in [&self.recipe, &self.cwd] {
+            out.extend_from_slice(&(part.len() as u64).to_le_bytes());
+            out.extend_from_slice(part);
+        }
+        out.extend_from_slice(&(self.env.len() as u32).to_le_bytes());
+        for (name, value) in &self.env {
+            for part in [name, value] {
+                out.extend_from_slice(&(part.len() as u32).to_le_bytes());
+                out.extend_from_slice(part);
+            }
+        }
+        let sum = super::fnv1a64_u64(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
+        std::fs::write(path, out).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+}
+
+/// The user another user's files belong to in the tests: `nobody`.
+pub const NOBODY: u32 = 65534;
+
+/// Gives `path` (not following a link) to [`NOBODY`]: false where this process may not
+/// (it is not root; CI runs the tests as root), after a line saying what is left out.
+pub fn give_to_nobody(path: &Path) -> bool {
+    match std::os::unix::fs::lchown(path, Some(NOBODY), None) {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!(
+                "note: cannot give {} to uid {NOBODY} ({e}): run as root to check another \
+                 user's files",
+                path.display()
+            );
+            false
+        }
+    }
+}
+
+/// Sets `path`'s permission bits.
+pub fn chmod(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}

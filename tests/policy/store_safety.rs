@@ -8,6 +8,12 @@
 //! options and kernel argument names as pocl's own binary load does; one store serves
 //! every rank whatever the ranks do to `XDG_CACHE_HOME`, and requests that no warm step
 //! will see are named; `clshim run --warm` passes on the signals a job script sends it.
+//! And only its owner's (issue 30's findings, each of which failed on the code before
+//! too): a request carrying a variable no warm step sets starts nothing; `clshim warm`
+//! reads no request, and the library loads no entry and leaves no request, where a file or
+//! folder is another user's, or its group or others may write it; a worker starts only in
+//! the folder its requests' run used; a store `clshim run --warm` makes is the user's alone
+//! whatever the umask.
 
 use crate::common::*;
 use std::os::unix::fs::PermissionsExt;
@@ -413,4 +419,339 @@ fn run_warm_passes_on_signals_sent_to_it() {
             "{name}: the command's status"
         );
     }
+}
+
+/// A library that leaves a mark (`$PLANTED_MARKER`) when it is loaded: what another user
+/// would plant.
+const PLANTED: &str = r#"#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+__attribute__((constructor)) static void planted(void) {
+    const char *p = getenv("PLANTED_MARKER");
+    if (p) {
+        int fd = open(p, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (fd >= 0) {
+            (void)!write(fd, "ran\n", 4);
+            close(fd);
+        }
+    }
+}
+"#;
+
+/// A request in the user's own store that carries a variable no warm step sets
+/// (`LD_PRELOAD`, naming a library that leaves a mark when loaded; the checksum made
+/// good): the warm step starts nothing for it, so the library never runs, and it names
+/// the request and the variable and removes it (clshim never writes such a request).
+/// Before, the worker was started with every variable of the request, and the planted
+/// library ran as the warm step's user.
+#[test]
+fn a_request_with_a_variable_no_warm_step_sets_runs_nothing() {
+    let bin = client();
+    let d = scratch("store-planted");
+    let store = d.path("store");
+    save(&bin, &d, &store, &d.path("c.bin"), &[WARM]);
+    let req = requests(&store).pop().expect("a request");
+    let planted = build_so("planted_marker", PLANTED);
+    let marker = d.path("marker");
+    let st = std::process::Command::new("sh")
+        .args(["-c", ":"])
+        .env("LD_PRELOAD", &planted)
+        .env("PLANTED_MARKER", &marker)
+        .status()
+        .unwrap();
+    assert!(st.success() && marker.exists(), "the planted library marks");
+    std::fs::remove_file(&marker).unwrap();
+    let mut r = RequestFile::read(&req);
+    r.env
+        .push((b"LD_PRELOAD".to_vec(), s(&planted).as_bytes().to_vec()));
+    r.env.sort();
+    r.write(&req);
+    let out = warm_out(&store, &[("PLANTED_MARKER", s(&marker))]);
+    let err = stderr(&out);
+    assert!(
+        !marker.exists(),
+        "the request's LD_PRELOAD ran as the warm step's user: {err}"
+    );
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("{}: carries LD_PRELOAD", s(&req))) && err.contains("removed"),
+        "{err}"
+    );
+    assert!(entries(&store).is_empty(), "nothing made from it");
+    assert!(requests(&store).is_empty(), "not a request clshim left");
+}
+
+/// The library takes nothing from a store that is not the user's alone: an entry owned by
+/// another user (uid 65534, as root) or that its group or others may write, a store or
+/// sources folder its group may write. A `substitute` load then makes the program from
+/// its recipe as without the store, its record naming the entry or folder and what is
+/// wrong, and the application sees what it sees without clshim; the program cache
+/// compiles the build (no `served`); a requests folder its group may write gets no
+/// request. Put back as clshim made them, the same entry serves both again. Before, only
+/// a store folder others may write was refused.
+#[test]
+fn entries_and_folders_not_the_users_alone_are_never_loaded() {
+    let bin = client();
+    let d = scratch("store-owner-entries");
+    let store = d.path("store");
+    let file = d.path("c.bin");
+    save(&bin, &d, &store, &file, &[WARM]);
+    let out = warm_out(&store, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let entry = entries(&store).pop().expect("an entry");
+    let kc = d.path("kc-plain");
+    let pocl_bin = d.path("pocl.bin");
+    let plain_env = [("POCL_CACHE_DIR", s(&kc))];
+    plain(
+        Driver::Pocl,
+        &bin,
+        &[&format!("--save={}", s(&pocl_bin))],
+        &plain_env,
+    )
+    .ok();
+    let load = |f: &Path, env: &[(&str, &str)]| {
+        plain(Driver::Pocl, &bin, &[&format!("--load={}", s(f))], env)
+    };
+    let expected = load(&pocl_bin, &plain_env);
+    expected.ok();
+    let kc = d.path("kc");
+    let shim_env = [
+        ("CLSHIM_NATIVE_STORE", s(&store)),
+        ("POCL_CACHE_DIR", s(&kc)),
+    ];
+    let loaded = || {
+        let env = [&shim_env[..], &[("CLSHIM_BINARIES", "substitute")]].concat();
+        let r = shimmed(Driver::Pocl, &bin, &[&format!("--load={}", s(&file))], &env);
+        r.ok();
+        r
+    };
+    let served = || {
+        let env = [&shim_env[..], &[("CLSHIM_PROGRAM_CACHE", "1")]].concat();
+        let save = format!("--save={}", s(&d.path("served.bin")));
+        let r = shimmed(Driver::Pocl, &bin, &[&save], &env);
+        r.ok();
+        r.one("build").get("served").is_some()
+    };
+    assert_eq!(loaded().one("binary_load")["made_from"], "native");
+    assert!(served(), "the program cache serves the entry");
+    let sources = store.join("sources");
+    let cases = [
+        (&entry, None, 0o600, "owned by uid 65534"),
+        (
+            &entry,
+            Some(0o620),
+            0o600,
+            "writable by its group (mode 0620)",
+        ),
+        (&entry, Some(0o606), 0o600, "writable by others (mode 0606)"),
+        (
+            &store,
+            Some(0o770),
+            0o700,
+            "writable by its group (mode 0770)",
+        ),
+        (&store, Some(0o707), 0o700, "writable by others (mode 0707)"),
+        (&store, None, 0o700, "owned by uid 65534"),
+    ];
+    for (spoiled, mode, good, why) in cases {
+        match mode {
+            Some(m) => chmod(spoiled, m),
+            None if !give_to_nobody(spoiled) => continue,
+            None => {}
+        }
+        let r = loaded();
+        let l = r.one("binary_load");
+        assert_eq!(l["made_from"], "recipe", "{why}: {l}");
+        let miss = l["native_miss"].as_str().unwrap_or_default();
+        assert!(
+            miss.contains(&format!("{}: {why}", s(spoiled))),
+            "{why}: {miss:?}"
+        );
+        assert_eq!(r.stdout(), expected.stdout(), "{why}: as without clshim");
+        assert!(!served(), "{why}: served by the program cache");
+        // SAFETY: no arguments.
+        let me = unsafe { libc::geteuid() };
+        std::os::unix::fs::lchown(spoiled, Some(me), None).unwrap();
+        chmod(spoiled, good);
+    }
+    chmod(&sources, 0o770);
+    assert!(!served(), "a sources folder its group may write");
+    chmod(&sources, 0o700);
+    assert!(served());
+    assert_eq!(loaded().one("binary_load")["made_from"], "native");
+    // A requests folder its group may write gets no request; put back, it gets one.
+    let requested = |seed: &str| {
+        let save = format!("--save={}", s(&d.path(&format!("s{seed}.bin"))));
+        let env = [&shim_env[..], &[("CLSHIM_BINARIES", "substitute"), WARM]].concat();
+        shimmed(
+            Driver::Pocl,
+            &bin,
+            &[&save, &format!("--seed={seed}")],
+            &env,
+        )
+        .ok();
+        requests(&store).len()
+    };
+    chmod(&store.join("requests"), 0o770);
+    assert_eq!(
+        requested("7"),
+        0,
+        "a request left in a folder others may write"
+    );
+    chmod(&store.join("requests"), 0o700);
+    assert_eq!(requested("8"), 1);
+}
+
+/// `clshim warm` reads only what is the user's alone, as the library does: a request
+/// owned by another user (uid 65534, when the tests run as root), or one its group or
+/// others may write, is refused with its name, what is wrong and what to do, and left
+/// for the user to remove (nothing is made from it); a requests folder or a store that
+/// its group may write, or another user's store, stops the step (status 1) before it
+/// reads a request. Before, every one of them was made into an entry.
+#[test]
+fn the_warm_step_refuses_what_is_not_the_users_alone() {
+    let bin = client();
+    let d = scratch("store-owner-requests");
+    // What is spoiled, how (a mode, or given to another user), what the step says is
+    // wrong with it and what it says to do.
+    let cases = [
+        ("request", None, "owned by uid 65534", "remove it"),
+        (
+            "request",
+            Some(0o620),
+            "writable by its group (mode 0620)",
+            "remove it",
+        ),
+        (
+            "request",
+            Some(0o602),
+            "writable by others (mode 0602)",
+            "remove it",
+        ),
+        (
+            "requests",
+            Some(0o770),
+            "writable by its group (mode 0770)",
+            "chmod 700",
+        ),
+        (
+            "store",
+            Some(0o770),
+            "writable by its group (mode 0770)",
+            "chmod 700",
+        ),
+        ("store", None, "owned by uid 65534", "CLSHIM_NATIVE_STORE"),
+    ];
+    for (i, (what, mode, why, todo)) in cases.into_iter().enumerate() {
+        let store = d.path(&format!("store{i}"));
+        save(&bin, &d, &store, &d.path(&format!("c{i}.bin")), &[WARM]);
+        let req = requests(&store).pop().expect("a request");
+        let spoiled = match what {
+            "request" => req.clone(),
+            "requests" => store.join("requests"),
+            _ => store.clone(),
+        };
+        match mode {
+            Some(m) => chmod(&spoiled, m),
+            None if !give_to_nobody(&spoiled) => continue,
+            None => {}
+        }
+        let case = format!("{what} {why}");
+        let out = warm_out(&store, &[]);
+        let err = stderr(&out);
+        assert!(entries(&store).is_empty(), "{case}: made: {err}");
+        assert_eq!(requests(&store), vec![req.clone()], "{case}: left in place");
+        assert!(
+            err.contains(&format!("{}: {why}", s(&spoiled))) && err.contains(todo),
+            "{case}: {err}"
+        );
+        let status = if what == "request" { 0 } else { 1 };
+        assert_eq!(out.status.code(), Some(status), "{case}: {err}");
+    }
+}
+
+/// A worker starts only in the very folder a run left its request from: a request whose
+/// folder is now a symbolic link (to a folder that exists), another user's folder (uid
+/// 65534, as root), a file, or gone, starts no worker; the step names the folder and why,
+/// the requests wait (status 1), and nothing is made. Before, a worker was started in the
+/// folder the link led to, and in the other user's folder, and made the entry.
+#[test]
+fn a_worker_starts_only_in_the_folder_the_run_used() {
+    let bin = client();
+    let d = scratch("store-owner-folders");
+    let real = d.path("real");
+    std::fs::create_dir_all(&real).unwrap();
+    let link = d.path("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let theirs = d.path("theirs");
+    std::fs::create_dir_all(&theirs).unwrap();
+    let file = d.path("a-file");
+    std::fs::write(&file, b"").unwrap();
+    let cases = [
+        (&link, "a symbolic link"),
+        (&theirs, "owned by uid 65534"),
+        (&file, "not a directory"),
+        (&d.path("gone"), "No such file or directory"),
+    ];
+    for (i, (folder, why)) in cases.into_iter().enumerate() {
+        if folder == &theirs && !give_to_nobody(&theirs) {
+            continue;
+        }
+        let store = d.path(&format!("store{i}"));
+        save(&bin, &d, &store, &d.path(&format!("c{i}.bin")), &[WARM]);
+        let req = requests(&store).pop().expect("a request");
+        let mut r = RequestFile::read(&req);
+        r.cwd = s(folder).as_bytes().to_vec();
+        r.write(&req);
+        let out = warm_out(&store, &[]);
+        let err = stderr(&out);
+        assert!(entries(&store).is_empty(), "{why}: made: {err}");
+        assert_eq!(
+            requests(&store),
+            vec![req.clone()],
+            "{why}: the request waits"
+        );
+        assert!(
+            err.contains(&format!("{}: no worker starts there", s(folder))) && err.contains(why),
+            "{why}: {err}"
+        );
+        assert_eq!(out.status.code(), Some(1), "{why}: {err}");
+    }
+}
+
+/// A store the command makes (`clshim run --warm` of a command that leaves no request,
+/// here under `umask 002`, as many sites set) is the user's alone (0700), as the
+/// library's are; before, it was made group-writable.
+#[test]
+fn a_store_the_command_makes_is_the_users_alone() {
+    let d = scratch("store-umask");
+    let store = d.path("new/store");
+    let lib = shim_path();
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_clshim"));
+    let script = format!(
+        "umask 002; exec {} run --lib {} --warm --native-store {} -- true",
+        s(&exe),
+        s(&lib),
+        s(&store)
+    );
+    let mut c = std::process::Command::new("sh");
+    c.args(["-c", &script]);
+    let out = run(c, false);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let m = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(m(&store), 0o700, "the store");
+    assert_eq!(m(&d.path("new")), 0o700, "the folder made for it");
+    // The step in the background found the store its own.
+    let until = Instant::now() + Duration::from_secs(60);
+    let log = store.join("warm.log");
+    while !std::fs::read_to_string(&log).is_ok_and(|l| l.contains(" evicted")) {
+        assert!(
+            Instant::now() < until,
+            "no warm step: {:?}",
+            std::fs::read_to_string(&log)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(!log.contains("writable"), "{log}");
 }

@@ -5,7 +5,10 @@
 //! everything a later process needs to make the same build again: the recipe, the device
 //! and driver it was made for, the working directory and the environment the driver
 //! compiled in. What goes into an entry's key, and how a load checks it, is the library's
-//! (`store::build_key`); this module only moves bytes. All integers are little-endian.
+//! (`store::build_key`); this module only moves bytes, and says which variables a request
+//! may carry (those a warm step sets: a request with any other is refused whole) and which
+//! folders and files of a store either side may trust ([`not_users_alone`]: only the
+//! user's own, that no one else may write). All integers are little-endian.
 //!
 //! Entry: `magic "CLSHIMNB"` · `version u32` (4) · `flags u32` ([`UNCACHEABLE`] or 0) ·
 //! `key u64` · `fingerprint u64` · `driver u64` · `key text length u64` · `manifest length
@@ -80,6 +83,55 @@ pub fn keyed_variable(name: &[u8]) -> bool {
 /// the request's of these.
 pub fn replayed_variable(name: &[u8]) -> bool {
     keyed_variable(name) || REPLAYED.iter().any(|n| n.as_bytes() == name)
+}
+
+/// Why a store's folder (`dir`) or file, owned by `uid` with the permission bits `mode`,
+/// is not one the user `me` may trust, with what to do about it; None when it is the
+/// user's own and no one else may write it. A file another user could have written (a
+/// request names the variables and the folder a worker starts with; an entry is code a
+/// process loads) is another user's code, so a store shared by several users is refused
+/// until it can be made safe.
+pub fn not_users_alone(dir: bool, uid: u32, mode: u32, me: u32) -> Option<String> {
+    if uid != me {
+        let todo = if dir {
+            "a native store must be yours alone: use one of your own (CLSHIM_NATIVE_STORE)"
+        } else {
+            "clshim reads only your own store files: remove it"
+        };
+        return Some(format!("owned by uid {uid}, not by you (uid {me}): {todo}"));
+    }
+    let who = match (mode & 0o020 != 0, mode & 0o002 != 0) {
+        (true, true) => "its group and others",
+        (true, false) => "its group",
+        (false, true) => "others",
+        (false, false) => return None,
+    };
+    let todo = if dir {
+        "a native store must be yours alone: chmod 700 it"
+    } else {
+        "another user may have written it: remove it"
+    };
+    Some(format!(
+        "writable by {who} (mode {:04o}): {todo}",
+        mode & 0o7777
+    ))
+}
+
+/// Why a request's variable is not one a warm step may set; None when it is.
+fn not_replayed(name: &[u8], value: &[u8]) -> Option<String> {
+    let shown: String = String::from_utf8_lossy(&name[..name.len().min(64)])
+        .escape_debug()
+        .collect();
+    if name.is_empty() || name.contains(&b'=') || name.contains(&0) || value.contains(&0) {
+        return Some(format!("carries a malformed variable ({shown})"));
+    }
+    (!replayed_variable(name)).then(|| {
+        format!(
+            "carries {shown}, a variable no warm step sets (only pocl's POCL_* and {}): not \
+             a request clshim left",
+            REPLAYED.join(", ")
+        )
+    })
 }
 
 /// The folder of requests inside a store.
@@ -436,7 +488,7 @@ pub struct Request {
     /// The working directory the build ran in (relative include paths resolve against it).
     pub cwd: Vec<u8>,
     /// The variables to set, and only these of their kind, where the build is made again
-    /// (name, value), sorted by name.
+    /// (name, value), sorted by name: only those [`replayed_variable`] names.
     pub env: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
@@ -492,7 +544,13 @@ impl Request {
         }
         let mut env = Vec::with_capacity(n as usize);
         for _ in 0..n {
-            env.push((r.bytes_u32()?, r.bytes_u32()?));
+            let (name, value) = (r.bytes_u32()?, r.bytes_u32()?);
+            // A worker starts with the request's variables: one of any other name (say
+            // LD_PRELOAD) would run what the request names before anything is checked.
+            if let Some(why) = not_replayed(&name, &value) {
+                return Err(why);
+            }
+            env.push((name, value));
         }
         if r.at != body.len() {
             return Err("trailing bytes".into());
@@ -716,6 +774,65 @@ mod tests {
             }
             .group()
         );
+    }
+
+    #[test]
+    fn a_request_carries_only_variables_a_warm_step_sets() {
+        let with = |name: &[u8], value: &[u8]| {
+            Request::decode(
+                &Request {
+                    key: 1,
+                    fingerprint: 2,
+                    driver: 3,
+                    recipe: b"recipe".to_vec(),
+                    cwd: b"/work".to_vec(),
+                    env: vec![
+                        (b"HOME".to_vec(), b"/home/u".to_vec()),
+                        (name.to_vec(), value.to_vec()),
+                    ],
+                }
+                .encode(),
+            )
+        };
+        for ok in [
+            &b"POCL_EXTRA_BUILD_FLAGS"[..],
+            b"POCL_CACHE_DIR",
+            b"LD_LIBRARY_PATH",
+        ] {
+            assert!(with(ok, b"x").is_ok(), "{ok:?}");
+        }
+        let why = with(b"LD_PRELOAD", b"/tmp/evil.so").unwrap_err();
+        assert!(
+            why.starts_with("carries LD_PRELOAD, a variable no warm step sets"),
+            "{why}"
+        );
+        for bad in [
+            &b"PATH"[..],
+            b"LD_AUDIT",
+            b"POCL",
+            b"",
+            b"POCL_X=LD_PRELOAD",
+            b"POCL_\0",
+        ] {
+            assert!(with(bad, b"x").is_err(), "{bad:?}");
+        }
+        assert!(with(b"POCL_DEVICES", b"cpu\0").is_err(), "a NUL in a value");
+    }
+
+    #[test]
+    fn only_the_users_own_that_no_one_else_may_write_is_trusted() {
+        assert_eq!(not_users_alone(true, 1000, 0o40700, 1000), None);
+        assert_eq!(not_users_alone(false, 1000, 0o100644, 1000), None);
+        let why = |dir, uid, mode| not_users_alone(dir, uid, mode, 1000).unwrap();
+        assert!(why(true, 0, 0o700).starts_with("owned by uid 0, not by you (uid 1000)"));
+        assert!(why(false, 65534, 0o600).ends_with("remove it"));
+        assert_eq!(
+            why(true, 1000, 0o40770),
+            "writable by its group (mode 0770): a native store must be yours alone: chmod \
+             700 it"
+        );
+        assert!(why(false, 1000, 0o602).starts_with("writable by others (mode 0602)"));
+        assert!(why(true, 1000, 0o1777).starts_with("writable by its group and others"));
     }
 
     #[test]

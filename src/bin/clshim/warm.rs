@@ -15,6 +15,16 @@
 //! (pocl 3.1 aborts making the binary of a kernel named with 256 characters or more), the
 //! command sets the request it was making aside, says so, and starts another worker for
 //! the rest of the group.
+//!
+//! It trusts what the library trusts (`clshim_format::store::not_users_alone`): a store
+//! whose folders are not the user's alone stops the step before a request is read; a
+//! request file that is not the user's alone is named, left for the user and never read;
+//! a worker gets only the variables a warm step sets: a request carrying any other is
+//! refused whole (`Request::decode`), removed unread, and starts nothing; and a worker
+//! starts only in the very folder its run used (named without a symbolic link, the user's
+//! or root's), opened before the worker is started and entered by that descriptor. `run
+//! --warm` makes the store the user's alone whatever the umask, and starts no step on one
+//! that is not.
 
 use crate::controls::{self, Value};
 use crate::library::{absolute, cannot_run, find_library, RunError};
@@ -144,31 +154,86 @@ fn idle_priority() {
     unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
 }
 
-/// Reads a regular file whole, at most `max` bytes, without following a link or blocking
-/// on a FIFO. None: not such a file.
-fn read_bounded(path: &Path, max: u64) -> Option<Vec<u8>> {
+/// This process's effective user, whose store it is.
+fn me() -> u32 {
+    // SAFETY: no arguments.
+    unsafe { libc::geteuid() }
+}
+
+/// Why a request file cannot be read.
+enum Unread {
+    /// Not a readable regular file, or too long: not a request, removed.
+    Damaged,
+    /// Not the user's alone: left for the user, with why and what to do.
+    NotYours(String),
+}
+
+/// Reads a request file whole, at most `max` bytes, without following a link or blocking
+/// on a FIFO, only if it is the user's alone (checked on the open file, which is what is
+/// read).
+fn read_request(path: &Path, max: u64) -> Result<Vec<u8>, Unread> {
     let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
-        .ok()?;
-    let m = f.metadata().ok()?;
+        .map_err(|_| Unread::Damaged)?;
+    let m = f.metadata().map_err(|_| Unread::Damaged)?;
     if !m.is_file() || m.len() > max {
-        return None;
+        return Err(Unread::Damaged);
+    }
+    if let Some(why) = format::not_users_alone(false, m.uid(), m.mode(), me()) {
+        return Err(Unread::NotYours(why));
     }
     let mut bytes = Vec::with_capacity(m.len() as usize);
-    f.take(max).read_to_end(&mut bytes).ok()?;
-    Some(bytes)
+    f.take(max)
+        .read_to_end(&mut bytes)
+        .map_err(|_| Unread::Damaged)?;
+    Ok(bytes)
 }
 
-/// One group of requests: where and with what variables its worker runs, and how many.
+/// Whether the store at `store` may be read: each of its folders that exists (the store,
+/// its requests and sources) must be a folder, by its own name, that is the user's alone,
+/// as the library requires. Err: which is not, why, and what to do.
+pub fn check_store(store: &Path) -> Result<(), String> {
+    for dir in [
+        store.to_path_buf(),
+        store.join(format::REQUESTS),
+        store.join(format::SOURCES),
+    ] {
+        let m = match dir.symlink_metadata() {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(format!("{}: {e}", dir.display())),
+        };
+        let why = if m.file_type().is_symlink() {
+            Some(
+                "a symbolic link: a store is opened only by its own name (name the folder it \
+                 leads to)"
+                    .to_string(),
+            )
+        } else if !m.is_dir() {
+            Some("not a folder".to_string())
+        } else {
+            format::not_users_alone(true, m.uid(), m.mode(), me())
+        };
+        if let Some(why) = why {
+            return Err(format!("{}: {why}", dir.display()));
+        }
+    }
+    Ok(())
+}
+
+/// One group of requests: where and with what variables its worker runs, how many, and
+/// the first one's file (to name the group by).
 struct Group {
     cwd: PathBuf,
     env: Vec<(Vec<u8>, Vec<u8>)>,
     requests: usize,
+    first: PathBuf,
 }
 
-/// The requests waiting in `store`, by group; damaged ones are removed and counted.
+/// The requests waiting in `store`, by group; damaged ones are removed and counted, those
+/// that are not the user's alone are named, left and counted.
 fn groups(store: &Path, failed: &mut u64) -> BTreeMap<u64, Group> {
     let dir = store.join(format::REQUESTS);
     let mut out = BTreeMap::new();
@@ -182,15 +247,22 @@ fn groups(store: &Path, failed: &mut u64) -> BTreeMap<u64, Group> {
             continue;
         }
         let path = dir.join(name);
-        let request = read_bounded(&path, format::MAX_REQUEST)
-            .ok_or_else(|| "not a readable regular file".to_string())
-            .and_then(|b| Request::decode(&b));
+        let request = match read_request(&path, format::MAX_REQUEST) {
+            Ok(b) => Request::decode(&b),
+            Err(Unread::Damaged) => Err("not a readable regular file".to_string()),
+            Err(Unread::NotYours(why)) => {
+                eprintln!("clshim warm: {}: {why}", path.display());
+                *failed += 1;
+                continue;
+            }
+        };
         match request {
             Ok(r) => {
                 let g = out.entry(r.group()).or_insert_with(|| Group {
                     cwd: PathBuf::from(OsString::from_vec(r.cwd.clone())),
                     env: r.env.clone(),
                     requests: 0,
+                    first: path.clone(),
                 });
                 g.requests += 1;
             }
@@ -204,15 +276,61 @@ fn groups(store: &Path, failed: &mut u64) -> BTreeMap<u64, Group> {
     out
 }
 
+/// The folder a worker for `g` starts in: the one its requests' runs used, opened, or why
+/// no worker may start there. A run's library names it as `getcwd` gave it: absolute and
+/// without a symbolic link, `.` or `..`, so a name that is not its folder's own (a link put
+/// in since) or a folder of another user's (made since) is not the folder the run used;
+/// root's folders are the system's. What the folder holds, the run read there too.
+fn start_folder(g: &Group) -> Result<std::fs::File, String> {
+    if !g.cwd.is_absolute() {
+        return Err("not an absolute path: no run names its folder so".into());
+    }
+    let real = std::fs::canonicalize(&g.cwd).map_err(|e| e.to_string())?;
+    if real != g.cwd {
+        return Err(format!(
+            "names {} through a symbolic link (or `.`, `..`): not the folder the run used",
+            real.display()
+        ));
+    }
+    if !real.is_dir() {
+        return Err("not a directory".into());
+    }
+    let dir = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(&g.cwd)
+        .map_err(|e| e.to_string())?;
+    let m = dir.metadata().map_err(|e| e.to_string())?;
+    if m.uid() != me() && m.uid() != 0 {
+        return Err(format!(
+            "owned by uid {}, neither yours (uid {}) nor root's: a worker starts only in your \
+             folders or the system's",
+            m.uid(),
+            me()
+        ));
+    }
+    // What was opened is what was checked by name: a link put on the way in between would
+    // show here.
+    let again = std::fs::canonicalize(&g.cwd).and_then(|p| {
+        let n = p.metadata()?;
+        Ok((p, n))
+    });
+    match again {
+        Ok((p, n)) if p == g.cwd && (n.dev(), n.ino()) == (m.dev(), m.ino()) => Ok(dir),
+        _ => Err("changed while it was checked".into()),
+    }
+}
+
 /// The environment of a worker for `g`: this process's, without any variable a request
 /// carries (and without clshim in `LD_PRELOAD`, whose calls a worker makes itself), then
-/// the group's.
+/// the group's; it starts in `folder` (`start_folder`), entered by its descriptor.
 fn worker_command(
     me: &Path,
     store: &Path,
     lib: &Path,
     group: u64,
     g: &Group,
+    folder: &std::fs::File,
 ) -> std::process::Command {
     let mut cmd = std::process::Command::new(me);
     cmd.arg("warm")
@@ -244,7 +362,17 @@ fn worker_command(
     for (k, v) in &g.env {
         cmd.env(OsStr::from_bytes(k), OsStr::from_bytes(v));
     }
-    cmd.current_dir(&g.cwd);
+    use std::os::unix::io::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let fd = folder.as_raw_fd();
+    // SAFETY: fchdir is async-signal-safe, the only call made between fork and exec; the
+    // descriptor is open in the child until its exec (the caller holds it past spawn).
+    unsafe {
+        cmd.pre_exec(move || match libc::fchdir(fd) {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        })
+    };
     cmd.stdout(std::process::Stdio::piped());
     cmd
 }
@@ -496,6 +624,10 @@ pub fn warm_main(o: crate::cli::WarmOpts) -> i32 {
     if let Some(group) = o.worker_group {
         return worker(&lib, store, group);
     }
+    if let Err(why) = check_store(store) {
+        eprintln!("clshim warm: {why}");
+        return 1;
+    }
     idle_priority();
     let mut total = WarmStats::default();
     let groups = groups(store, &mut total.failed);
@@ -514,7 +646,22 @@ pub fn warm_main(o: crate::cli::WarmOpts) -> i32 {
     while !queue.is_empty() || !running.is_empty() {
         while running.len() < o.jobs {
             let Some((group, g)) = queue.pop() else { break };
-            match worker_command(&me, store, &lib, group, &g).spawn() {
+            let folder = match start_folder(&g) {
+                Ok(f) => f,
+                Err(why) => {
+                    eprintln!(
+                        "clshim warm: {}: no worker starts there: {why}. {} requests of runs \
+                         there wait ({} and the like): remove them if that folder is not the \
+                         runs' any more",
+                        g.cwd.display(),
+                        g.requests,
+                        g.first.display()
+                    );
+                    status = 1;
+                    continue;
+                }
+            };
+            match worker_command(&me, store, &lib, group, &g, &folder).spawn() {
                 Ok(c) => running.push((c, group, g)),
                 Err(e) => {
                     eprintln!(
@@ -595,19 +742,28 @@ extern "C" fn pass_on(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut l
 }
 
 /// Starts `clshim warm` on `store` in the background, detached (a session of its own, at
-/// idle priority, writing to `store/warm.log`), and returns its pid.
-fn warm_in_background(lib: &Path, store: &Path) -> Option<u32> {
+/// idle priority, writing to `store/warm.log`), and returns its pid; Err: why not. The
+/// store (and each folder made for it) is made the user's alone, as the library makes
+/// it, whatever the umask: the library would refuse one that its group may write.
+fn warm_in_background(lib: &Path, store: &Path) -> Result<u32, String> {
+    use std::os::unix::fs::DirBuilderExt;
     use std::os::unix::process::CommandExt;
-    let me = std::env::current_exe().ok()?;
-    let log = std::fs::create_dir_all(store).ok().and_then(|()| {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(store.join("warm.log"))
-            .ok()
-    });
+    let me = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+    let made = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(store);
+    if let Err(e) = made {
+        return Err(format!("{}: {e}", store.display()));
+    }
+    check_store(store)?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(store.join("warm.log"))
+        .ok();
     let mut cmd = std::process::Command::new(me);
     cmd.arg("warm")
         .arg("--store")
@@ -636,7 +792,9 @@ fn warm_in_background(lib: &Path, store: &Path) -> Option<u32> {
     };
     // The step's process outlives this one (it is reparented when clshim exits); its
     // status is the log's to tell.
-    cmd.spawn().ok().map(|c| c.id())
+    cmd.spawn()
+        .map(|c| c.id())
+        .map_err(|e| format!("cannot start it: {e}"))
 }
 
 /// `clshim run --warm`: runs `cmd` as a child, waits for it (passing on SIGTERM, SIGHUP,
@@ -690,12 +848,12 @@ pub fn run_then_warm(
     };
     if let Some(store) = &settings.store {
         match warm_in_background(lib, store) {
-            Some(pid) => eprintln!(
+            Ok(pid) => eprintln!(
                 "clshim: the warm step goes on in the background at idle priority (pid {pid}; \
                  log {})",
                 store.join("warm.log").display()
             ),
-            None => eprintln!("clshim: could not start the warm step: run clshim warm later"),
+            Err(why) => eprintln!("clshim: could not start the warm step: {why}"),
         }
     }
     std::process::exit(code)
