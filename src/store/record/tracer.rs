@@ -830,7 +830,10 @@ impl Tracer {
         if !has_program {
             return;
         }
-        // The folder and its parents inside the private cache, then each regular file.
+        // The folder and its parents inside the private cache, then what the application's
+        // cache holds below it: the program's bitcode and log, and the kernels its first
+        // launches compiled (which the binary then carries, so a program served from it
+        // launches without compiling them again).
         let mut made = own.clone();
         for part in rel.split(|&b| b == b'/') {
             made = join(&made, part);
@@ -838,27 +841,11 @@ impl Tracer {
                 self.push(made_by_tracer(&made));
             }
         }
-        let Ok(entries) = std::fs::read_dir(std::ffi::OsStr::from_bytes(&from)) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let is_file = e.file_type().is_ok_and(|t| t.is_file());
-            if !is_file {
-                continue;
-            }
-            let to = join(&full, e.file_name().as_bytes());
-            let copied = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(std::ffi::OsStr::from_bytes(&to))
-                .and_then(|mut out| {
-                    let mut inp = std::fs::File::open(e.path())?;
-                    std::io::copy(&mut inp, &mut out)
-                });
-            if copied.is_ok() {
-                self.push(made_by_tracer(&to));
-            }
-        }
+        copy_tree(
+            std::path::Path::new(std::ffi::OsStr::from_bytes(&from)),
+            std::path::Path::new(std::ffi::OsStr::from_bytes(&full)),
+            0,
+        );
     }
 
     fn at_exit(&mut self, tid: libc::pid_t) {
@@ -899,6 +886,35 @@ impl Tracer {
             link,
         });
         self.resume(tid, 0);
+    }
+}
+
+/// How deep a program's cache folder goes (pocl: kernel, then its specialisation).
+const MAX_COPY_DEPTH: usize = 6;
+
+/// Copies the regular files and folders below `from` into the folder `to` (never a link),
+/// each file whole (pocl writes its cache's files under a temporary name and renames them).
+fn copy_tree(from: &std::path::Path, to: &std::path::Path, depth: usize) {
+    let Ok(entries) = std::fs::read_dir(from) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Ok(t) = e.file_type() else { continue };
+        let dest = to.join(e.file_name());
+        if t.is_dir() && depth < MAX_COPY_DEPTH {
+            if std::fs::create_dir(&dest).is_ok() {
+                copy_tree(&e.path(), &dest, depth + 1);
+            }
+        } else if t.is_file() {
+            let _ = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&dest)
+                .and_then(|mut out| {
+                    let mut inp = std::fs::File::open(e.path())?;
+                    std::io::copy(&mut inp, &mut out)
+                });
+        }
     }
 }
 
