@@ -9,8 +9,8 @@
 //! accumulators ([`FileAcc`], merged into an [`Aggregate`]), so memory depends on the
 //! number of programs, ranks and threads, not on the number of records. The rows and
 //! statistics are `rows`', the hints `hints`', rendering `render`'s, the timeline `chrome`'s.
-use crate::rank_key::{median, RankKey};
-use crate::traces::{self, Event, Id, Identity, Problem, Record};
+use crate::report::rank_key::{median, RankKey};
+use crate::report::traces::{self, Event, Id, Identity, Problem, Record};
 use crate::wall_union::WallUnion;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -274,7 +274,7 @@ pub struct Totals {
     pub pocl_cpu_relaunches: usize,
     pub pocl_cpu_relaunch_seconds: f64,
     /// Loads of clshim binaries: native or from the recipe.
-    pub loads: crate::loads::LoadCounts,
+    pub loads: crate::report::loads::LoadCounts,
     /// `clCreateProgramWithBinary` calls of any binary.
     pub binary_loads: usize,
     /// Processes that ran with the program cache on.
@@ -422,7 +422,7 @@ struct FileAcc {
     /// the file's policy.
     pocl_query_all: f64,
     pocl_query_forward: f64,
-    facts: crate::build_facts::FileFacts,
+    facts: crate::report::build_facts::FileFacts,
     lives: super::lives::FileLives,
 }
 
@@ -862,7 +862,7 @@ pub struct Aggregate {
     pub skipped: usize,
     problems: Vec<FileProblem>,
     /// What builds were made from, for why they built (`variants`, `caches`, `against`).
-    pub facts: crate::build_facts::Facts,
+    pub facts: crate::report::build_facts::Facts,
     /// Every process's life (`lives`).
     pub lives: Vec<super::lives::ProcessLife>,
 }

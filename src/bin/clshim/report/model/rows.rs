@@ -6,7 +6,7 @@
 
 use super::aggregate::{share, Aggregate, Slot, Stats};
 use super::aggregate::{ProgramKey, SLOW_FACTOR, SLOW_MARGIN_S};
-use crate::rank_key::{median, rank_labels, RankKey};
+use crate::report::rank_key::{median, rank_labels, RankKey};
 use std::collections::BTreeSet;
 
 #[derive(Debug)]

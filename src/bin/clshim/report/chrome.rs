@@ -12,9 +12,9 @@
 //! written beside FILE under a temporary name and renamed over it, so an existing
 //! FILE (or a symbolic link there) is replaced, never written through.
 
-use crate::rank_key::{rank_labels, RankKey};
+use crate::report::rank_key::{rank_labels, RankKey};
+use crate::report::traces::{self, Event, Record, Text};
 use crate::report::Aggregate;
-use crate::traces::{self, Event, Record, Text};
 use serde::{Serialize, Serializer};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;

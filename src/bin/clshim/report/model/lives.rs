@@ -6,8 +6,8 @@
 //! that ran at separate times, as a trace directory reused by a second run does (the
 //! report then adds both runs together).
 
-use crate::rank_key::RankKey;
-use crate::traces::{Event, Record};
+use crate::report::rank_key::RankKey;
+use crate::report::traces::{Event, Record};
 
 /// One writer's life within one file.
 #[derive(Debug, Clone)]

@@ -6,7 +6,7 @@
 //! notes and hints are wrapped; the hints' own texts, which the JSON carries, are not
 //! changed, only laid out again.
 
-use crate::rank_key::RankKey;
+use crate::report::rank_key::RankKey;
 use crate::report::{
     share, ForwardedHint, ForwardedKind, LaunchHint, ProgramKey, ProgramKind, ProgramRow,
     QueryHint, Report, Stats, SLOW_FACTOR, SLOW_MARGIN_S,

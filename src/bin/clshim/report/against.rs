@@ -10,10 +10,12 @@
 //! over ranks: sources that differ per rank are matched by kernel names), so growth with
 //! the rank count splits into "each compile got slower" and "compiles waited".
 
-use crate::build_facts::{rank_name, Facts, Variant};
-use crate::busy::{Busy, RankBusy};
-use crate::rank_key::{median, RankKey};
-use crate::variants::{changes_text, compare, difference_json, program_name, wrap, Difference};
+use crate::report::build_facts::{rank_name, Facts, Variant};
+use crate::report::busy::{Busy, RankBusy};
+use crate::report::rank_key::{median, RankKey};
+use crate::report::variants::{
+    changes_text, compare, difference_json, program_name, wrap, Difference,
+};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;

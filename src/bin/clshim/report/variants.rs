@@ -5,8 +5,8 @@
 //! every run, only the options, only the device or driver, or the text), with the
 //! differing lines and tokens when the sources were kept (`--sources`).
 
-use crate::build_facts::{rank_list, read_kept, Facts, Tally, Variant};
-use crate::linediff::{self, Change, TextKind};
+use crate::report::build_facts::{rank_list, read_kept, Facts, Tally, Variant};
+use crate::report::linediff::{self, Change, TextKind};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write;
@@ -17,7 +17,7 @@ pub const PROGRAMS_SHOWN: usize = 6;
 pub const VARIANTS_SHOWN: usize = 3;
 pub const CHANGES_SHOWN: usize = 3;
 /// Widest line of the text: the report's.
-use crate::render::WIDTH;
+use crate::report::render::WIDTH;
 
 /// What makes one variant differ from another.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

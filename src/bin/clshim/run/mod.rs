@@ -16,6 +16,9 @@
 //! streams and the process tree are the command's own. Every failure before
 //! the command starts is a one-line error and a non-zero exit status.
 
+mod inherited_signals;
+mod macos_env;
+
 use crate::cli::RunOpts;
 use crate::controls;
 use crate::library::{absolute, cannot_run, describe, fail, find_library, RunError, LIB_NAME};
@@ -300,7 +303,9 @@ fn warn_if_reused(shown: &Path, dir: &Path) {
     if rank.is_some_and(|r| r != 0) {
         return;
     }
-    let n = crate::traces::list(dir).map(|l| l.len()).unwrap_or(0);
+    let n = crate::report::traces::list(dir)
+        .map(|l| l.len())
+        .unwrap_or(0);
     if n > 0 {
         eprintln!(
             "clshim: warning: trace directory '{}' already holds {n} trace {} (an earlier \
@@ -403,7 +408,7 @@ fn try_run(o: RunOpts) -> Result<std::convert::Infallible, RunError> {
     }
     let program = &o.command[0];
     #[cfg(target_os = "macos")]
-    crate::macos_env::warn_if_protected(program);
+    macos_env::warn_if_protected(program);
     let mut cmd = std::process::Command::new(program);
     cmd.args(&o.command[1..]);
     let lookup = |name: &str| {
@@ -417,7 +422,7 @@ fn try_run(o: RunOpts) -> Result<std::convert::Infallible, RunError> {
     for (k, v) in &env {
         cmd.env(k, v);
     }
-    crate::inherited_signals::restore_on_exec(&mut cmd);
+    inherited_signals::restore_on_exec(&mut cmd);
     // A command that cannot start leaves behind no trace directory made for it.
     let not_started = |e: RunError| {
         if let Some(t) = &trace_dir {

@@ -6,10 +6,10 @@
 //! record, so memory grows with the programs and ranks, not with the run's length (first
 //! launches are kept per file until its end, where overlapping ones are split).
 
-use crate::busy::{Busy, RankBusy, Span};
-use crate::rank_key::RankKey;
+use crate::report::busy::{Busy, RankBusy, Span};
+use crate::report::rank_key::RankKey;
+use crate::report::traces::{Event, Id, Record};
 use crate::schema::{CacheDir, Cpus};
-use crate::traces::{Event, Id, Record};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// One way a program was made: its kernel names and what it was built from.
@@ -115,7 +115,7 @@ pub struct FileFacts {
 }
 
 /// A first launch, kept until the file's end: launches of one thread that overlap are
-/// split there ([`crate::cpu_split::exclusive`]).
+/// split there ([`crate::report::cpu_split::exclusive`]).
 struct Launch {
     writer: usize,
     tid: u64,
@@ -219,7 +219,7 @@ impl FileFacts {
         let w = self.writer(r);
         self.seconds[w] += r.seconds;
         for d in r.devices() {
-            if d.platform.as_deref() == Some(crate::traces::POCL_PLATFORM) {
+            if d.platform.as_deref() == Some(crate::report::traces::POCL_PLATFORM) {
                 self.used.insert("pocl");
             }
             if d.platform.as_deref().is_some_and(|p| p.contains("NVIDIA")) {
@@ -407,7 +407,7 @@ fn launch_shares(launches: Vec<Launch>) -> Vec<(usize, Option<usize>, Busy)> {
             out.push((l.writer, l.entry, b));
         }
         let spans: Vec<Span> = timed.iter().filter_map(|l| l.span).collect();
-        for (l, share) in timed.iter().zip(crate::busy::exclusive(&spans)) {
+        for (l, share) in timed.iter().zip(crate::report::busy::exclusive(&spans)) {
             out.push((l.writer, l.entry, share));
         }
     }
@@ -481,7 +481,7 @@ pub fn read_kept(dir: &std::path::Path, reference: &str, ext: &str) -> Option<St
     {
         return None;
     }
-    let (file, _) = crate::traces::open_regular(&path).ok()?;
+    let (file, _) = crate::report::traces::open_regular(&path).ok()?;
     let mut bytes = Vec::new();
     file.take(16 << 20).read_to_end(&mut bytes).ok()?;
     Some(String::from_utf8_lossy(&bytes).into_owned())

@@ -7,8 +7,8 @@
 //! built, pyopencl's where binaries were asked for or loaded in a Python process, CUDA's
 //! where an NVIDIA device built): current pyopencl on pocl never makes its cache.
 
-use crate::build_facts::{rank_list, Facts};
-use crate::rank_key::RankKey;
+use crate::report::build_facts::{rank_list, Facts};
+use crate::report::rank_key::RankKey;
 use crate::schema::is_network_fs;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -95,7 +95,7 @@ type Seen = (Option<String>, BTreeSet<RankKey>);
 
 /// Whether a process's cache is worth a flag: its application's, and existing or used.
 fn relevant(
-    p: &crate::build_facts::ProcessCaches,
+    p: &crate::report::build_facts::ProcessCaches,
     c: &crate::schema::CacheDir,
     nvidia: bool,
 ) -> bool {
@@ -173,7 +173,7 @@ pub fn text(flags: &[Flag]) -> String {
         );
     }
     if let Some(a) = advice(flags) {
-        crate::variants::wrap(&mut o, a, "  ");
+        crate::report::variants::wrap(&mut o, a, "  ");
     }
     o
 }

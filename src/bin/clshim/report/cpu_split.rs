@@ -11,10 +11,10 @@
 //! pocl compiles and runs the kernel (docs/trace-schema.md, "CPU time"). Wall time less
 //! CPU time is waiting: for a core, a lock or the disk.
 
-use crate::build_facts::{rank_name, Facts};
-use crate::busy::{Busy, RankBusy};
-use crate::host_load::{self, HostRow};
-use crate::rank_key::{median, rank_labels, RankKey};
+use crate::report::build_facts::{rank_name, Facts};
+use crate::report::busy::{Busy, RankBusy};
+use crate::report::host_load::{self, HostRow};
+use crate::report::rank_key::{median, rank_labels, RankKey};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fmt::Write;

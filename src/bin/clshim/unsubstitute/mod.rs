@@ -24,9 +24,11 @@
 //! and `source.cl`; an entry whose `binary` is missing makes it warn on every load, so an
 //! entry whose `binary` is a clshim binary is removed whole (its three files and the folder).
 
-use crate::binary_scan::{self, Found};
+mod binary_scan;
+
 use crate::cli::UnsubstituteOpts;
 use crate::terminal;
+use binary_scan::Found;
 use std::ffi::{CStr, CString, OsStr};
 use std::fs::File;
 use std::io::{self, Write};

@@ -6,9 +6,9 @@
 //! not advised. The facts come from the `process` records (`build_facts` gathers them);
 //! `cpu_split` shows this section after the ranks' split.
 
-use crate::build_facts::ProcessCaches;
-use crate::busy::{Busy, RankBusy};
-use crate::rank_key::RankKey;
+use crate::report::build_facts::ProcessCaches;
+use crate::report::busy::{Busy, RankBusy};
+use crate::report::rank_key::RankKey;
 use crate::schema::parse_cpu_list;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
