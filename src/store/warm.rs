@@ -16,12 +16,14 @@
 //! compile of each program from the application's kernel cache when that holds it, so the
 //! source build is the cache hit it was for the application and only the generic compile
 //! of the binary query is new. The driver's own files are those a compile of an empty
-//! kernel reads, recorded once per worker.
+//! kernel reads, learnt once per driver build and kept in the store.
 //!
 //! It reads only the user's own store (`files`), and requests only of the variables a warm
-//! step sets (`Request::decode`). For each request of its group: claim it (an exclusive `<key>.claim` beside it, so that
-//! warm steps running at once split the work; a claim whose process is gone from this
-//! host, or older than an hour, is taken over), check it, find its device among the
+//! step sets (`Request::decode`). For each request of its group: claim it (an exclusive
+//! `<key>.claim` beside it, a lease the `clshim warm` command renews while the request is
+//! made, so that warm steps running at once, on one host or several sharing the store,
+//! split the work; a claim not renewed for a minute on the store's clock, or whose process
+//! is gone from this very host, is taken over), check it, find its device among the
 //! loader's platforms and its driver build, compute the build's key here (a request whose
 //! key differs, because the worker's environment is not the request's, is stale), build
 //! the program in one context per device while the tracer watches, make the manifest of
@@ -41,7 +43,7 @@ use crate::devices::DeviceFacts;
 use crate::dispatch::Route;
 use crate::owned_program::OwnedProgram;
 use crate::recipe::{Kind, Recipe, Text};
-use clshim_format::store::{self as format, Request, WarmEvent, REQUESTS};
+use clshim_format::store::{self as format, Claim, Request, WarmEvent, REQUESTS};
 use std::ffi::{c_char, c_void, CStr};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
@@ -66,8 +68,6 @@ type FnReleaseContext = unsafe extern "C" fn(cl_context) -> cl_int;
 
 const DEVICE_TYPE_ALL: cl_device_type = 0xFFFF_FFFF;
 
-/// A claim older than this is taken over whatever its process.
-const STALE_CLAIM_SECONDS: i64 = 3600;
 /// A request for a device no warm step has had for this long is dropped (its device is
 /// gone, or its driver changed: a later run asks again).
 const STALE_FOREIGN_SECONDS: i64 = 7 * 24 * 3600;
@@ -189,16 +189,6 @@ unsafe fn devices(l: &Loader) -> Vec<Device> {
     out
 }
 
-fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: `buf` is writable for its length.
-    if unsafe { libc::gethostname(buf.as_mut_ptr() as *mut c_char, buf.len() - 1) } != 0 {
-        return String::new();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
-
 fn now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -206,64 +196,127 @@ fn now() -> i64 {
         .unwrap_or(0)
 }
 
-/// The longest claim read back: a host name, a pid and a time fit with room to spare.
+/// The longest claim read back: a host id and a pid fit with room to spare.
 const MAX_CLAIM: u64 = 512;
 
-/// Takes the claim `name` in `dir` (the requests folder): true when this process holds it
-/// now.
-fn claim(dir: &Fd, name: &str, host: &str) -> bool {
-    let text = format!("{host} {} {}\n", std::process::id(), now());
-    for _ in 0..2 {
-        let Ok(c) = std::ffi::CString::new(name) else {
-            return false;
-        };
-        // SAFETY: an open directory and a valid name.
-        let fd = unsafe {
-            libc::openat(
-                dir.0,
-                c.as_ptr(),
-                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                files::FILE_MODE as libc::c_uint,
-            )
-        };
-        if fd >= 0 {
-            let fd = Fd(fd);
-            // SAFETY: `text` is readable for its length.
-            unsafe { libc::write(fd.0, text.as_ptr() as *const c_void, text.len()) };
-            return true;
-        }
-        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
-            return false;
-        }
-        if !stale(dir, name, host) || !files::remove(dir, name) {
-            return false;
-        }
+/// Now, on the clock of the store's filesystem (the server's, on NFS): the modification
+/// time of a file made in the requests folder (and removed at once). Claims' times are that clock's, so
+/// hosts whose own clocks drift still agree on a lease's age.
+fn store_now(dir: &Fd) -> Option<i64> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let name =
+        std::ffi::CString::new(format!(".tmp-clock-{}-{nanos}-0", std::process::id())).ok()?;
+    // SAFETY: an open directory and a valid name.
+    let fd = unsafe {
+        libc::openat(
+            dir.0,
+            name.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            files::FILE_MODE as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return None;
     }
-    false
+    let fd = Fd(fd);
+    // SAFETY: plain data filled by fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: an open descriptor; the directory and the name made above.
+    let ok = unsafe {
+        let ok = libc::fstat(fd.0, &mut st) == 0;
+        libc::unlinkat(dir.0, name.as_ptr(), 0);
+        ok
+    };
+    ok.then_some(st.st_mtime)
 }
 
-/// Whether a claim's process is gone from this host, or the claim is over an hour old.
-/// Read bounded and without following a link: anything that is not a small regular file
-/// (a FIFO, a link to /dev/zero) is no claim of a live warm step, and is taken over.
-fn stale(dir: &Fd, name: &str, host: &str) -> bool {
-    if files::modified(dir, name).map_or(true, |m| now() - m > STALE_CLAIM_SECONDS) {
-        return true;
-    }
-    let Ok(Some(bytes)) = files::read_file(dir, name, MAX_CLAIM, false) else {
-        return true;
-    };
-    let text = String::from_utf8_lossy(&bytes);
-    let mut words = text.split_whitespace();
-    let (Some(h), Some(pid)) = (
-        words.next(),
-        words.next().and_then(|p| p.parse::<i32>().ok()),
+/// Takes the claim on the request `key` in `dir` (the requests folder): true when this
+/// process holds it now. A claim another holds is taken over once its lease ran out (not
+/// renewed for `format::LEASE_SECONDS` on the store's clock: its holder was killed with its
+/// job, or its host is gone), or at once when its holder is a process of this very host
+/// (name, boot and PID namespace) that is gone, or when it is no claim at all. A claim
+/// appears whole: written under a temporary name, then linked to its own (which fails when
+/// it exists, on NFS too), so no reader ever sees one half written.
+fn claim(dir: &Fd, key: u64, me: &Claim) -> bool {
+    let name = format::claim_name(key);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    // A temporary name the cap removes an hour on, should this process die before it does.
+    let tmp = format!(".tmp-{name}-{}-{nanos}-0", std::process::id());
+    let (Ok(c_name), Ok(c_tmp)) = (
+        std::ffi::CString::new(name.as_str()),
+        std::ffi::CString::new(tmp.as_str()),
     ) else {
         return false;
     };
+    files::remove(dir, &tmp);
+    // SAFETY: an open directory and a valid name.
+    let fd = unsafe {
+        libc::openat(
+            dir.0,
+            c_tmp.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            files::FILE_MODE as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return false;
+    }
+    let text = me.text();
+    {
+        let fd = Fd(fd);
+        // SAFETY: `text` is readable for its length.
+        let n = unsafe { libc::write(fd.0, text.as_ptr() as *const c_void, text.len()) };
+        if n != text.len() as isize {
+            files::remove(dir, &tmp);
+            return false;
+        }
+    }
+    let mut held = false;
+    for _ in 0..2 {
+        // SAFETY: an open directory and two valid names; no link is followed.
+        if unsafe { libc::linkat(dir.0, c_tmp.as_ptr(), dir.0, c_name.as_ptr(), 0) } == 0 {
+            held = true;
+            break;
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST)
+            || !lapsed(dir, &name, me)
+            || !files::remove(dir, &name)
+        {
+            break;
+        }
+    }
+    files::remove(dir, &tmp);
+    held
+}
+
+/// Whether the claim `name` may be taken over (see [`claim`]). Read bounded and without
+/// following a link: anything that is not a claim (a FIFO, a link to /dev/zero, a claim of
+/// an older clshim) holds nothing.
+fn lapsed(dir: &Fd, name: &str, me: &Claim) -> bool {
+    let Some(renewed) = files::modified(dir, name) else {
+        return true;
+    };
+    let now = store_now(dir).unwrap_or_else(now);
+    if now - renewed > format::LEASE_SECONDS {
+        return true;
+    }
+    let holder = match files::read_file(dir, name, MAX_CLAIM, false) {
+        Ok(Some(b)) => match Claim::parse(&b) {
+            Some(c) => c,
+            None => return true,
+        },
+        _ => return true,
+    };
     // SAFETY: signal 0 only checks that the process exists.
-    h == host
-        && pid > 0
-        && unsafe { libc::kill(pid, 0) } != 0
+    holder.host == me.host
+        && holder.pid > 0
+        && unsafe { libc::kill(holder.pid, 0) } != 0
         && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
@@ -515,7 +568,7 @@ fn warm(
     let loader = open_loader()?;
     // SAFETY: the loader's functions.
     let mut devices = unsafe { devices(&loader) };
-    let host = host_name();
+    let me = Claim::mine();
     let env = CompileEnv::of_process();
     let mut todo = Vec::new();
     for (name, _, mtime) in requests {
@@ -551,9 +604,14 @@ fn warm(
         ));
     }
     for (name, mtime, request) in todo {
-        let claim_name = format!("{}.claim", name.trim_end_matches(".req"));
-        if !claim(&req, &claim_name, &host) {
+        let claim_name = format::claim_name(request.key);
+        if !claim(&req, request.key, &me) {
             report(WarmEvent::Claimed, request.key);
+            continue;
+        }
+        if !files::exists(&req, &name) {
+            // Another worker made it since this one listed the requests.
+            files::remove(&req, &claim_name);
             continue;
         }
         // Before the driver sees it: should the driver kill this process, the command

@@ -42,6 +42,24 @@ pub fn requests(store: &Path) -> Vec<PathBuf> {
 
 /// Waits (at most two minutes) until `store` holds `n` entries and no request: a warm
 /// step started in the background has done its work.
+/// A claim of a warm step of this host (as `clshim_format::store::Claim` writes it) held by
+/// the process `pid`.
+pub fn claim_text(pid: i32) -> String {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap().trim().to_string();
+    let ns = std::fs::read_link("/proc/self/ns/pid").unwrap();
+    let ns = ns
+        .to_str()
+        .unwrap()
+        .trim_start_matches("pid:")
+        .trim_matches(|c| c == '[' || c == ']')
+        .to_string();
+    format!(
+        "clshim-claim 1 {}/{}/{ns} {pid}\n",
+        read("/proc/sys/kernel/hostname"),
+        read("/proc/sys/kernel/random/boot_id")
+    )
+}
+
 pub fn wait_for_entries(store: &Path, n: usize) {
     let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
     while (entries(store).len() < n || !requests(store).is_empty())

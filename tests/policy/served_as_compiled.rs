@@ -472,6 +472,63 @@ fn a_job_in_another_folder_is_served_where_it_reads_the_same_files() {
     assert_eq!((other.out.as_str(), other.served), ("VAL=2\n", 0));
 }
 
+/// A request whose folder is gone (a job's scratch, removed at its end) is made in an
+/// empty folder when its build reads nothing relative to its folder, and served wherever
+/// the names it probed there are absent; one whose build needs files from there fails in
+/// the warm step and is removed with a note, so a later job asks for it again. Before,
+/// every later warm step exited 1 on it and left it, and later jobs' requests for that
+/// build were "already requested": it was never made.
+#[test]
+fn a_request_whose_folder_is_gone() {
+    let c = Case::new("gone");
+    let src = c.write("src.cl", &source(b"#include \"val.h\"\n"));
+    c.write("hdr/val.h", b"#define VAL 1\n");
+    let absolute = [
+        path_arg("source", &src),
+        arg("options", format!("-I {}", s(&c.d.path("hdr"))).as_bytes()),
+    ];
+    let scratch_a = c.d.path("job-a");
+    std::fs::create_dir_all(&scratch_a).unwrap();
+    assert_eq!(c.run_in(&scratch_a, true, &absolute, &[]).out, "VAL=1\n");
+    std::fs::remove_dir_all(&scratch_a).unwrap();
+    let log = c.warm();
+    assert!(
+        log.contains("is gone") && log.contains(": 1 made,"),
+        "{log}"
+    );
+    let elsewhere = c.run_in(&c.app, true, &absolute, &[]);
+    assert_eq!(
+        (elsewhere.out.as_str(), elsewhere.served),
+        ("VAL=1\n", 1),
+        "{log}"
+    );
+
+    let relative = [path_arg("source", &src), OsString::from("--options=-I inc")];
+    let scratch_b = c.d.path("job-b");
+    c.write("job-b/inc/val.h", b"#define VAL 5\n");
+    assert_eq!(c.run_in(&scratch_b, true, &relative, &[]).out, "VAL=5\n");
+    std::fs::remove_dir_all(&scratch_b).unwrap();
+    let log = c.warm();
+    assert!(
+        log.contains("is gone") && log.contains(" 1 failed,"),
+        "{log}"
+    );
+    assert!(
+        requests(&c.store()).is_empty(),
+        "removed with a note: {log}"
+    );
+    assert!(c.warm().contains("no requests"));
+    // A later job, in a folder that has the file, asks again and is made.
+    c.write("job-c/inc/val.h", b"#define VAL 5\n");
+    let scratch_c = c.d.path("job-c");
+    c.run_in(&scratch_c, true, &relative, &[]);
+    assert_eq!(requests(&c.store()).len(), 1, "asked for again");
+    let log = c.warm();
+    assert!(log.contains(": 1 made,"), "{log}");
+    let served = c.run_in(&scratch_c, true, &relative, &[]);
+    assert_eq!((served.out.as_str(), served.served), ("VAL=5\n", 1));
+}
+
 // The warm step's own race.
 
 /// Waits, on a thread, for the first time any process opens `path`, then (a moment later,
@@ -608,4 +665,56 @@ fn headers_with_one_fnv_hash_are_two_builds() {
     write_at(&val, second);
     let now = c.as_plain_now(&args, &[]);
     assert_eq!((now.out.as_str(), now.served), ("VAL=2\n", 0));
+}
+
+// The warm step's bounds.
+
+/// A build that blocks in the warm step (its header became a FIFO since the run that asked
+/// for it) is ended after the step's time limit: its request is set aside and named, and
+/// the step returns. Before, the worker, and its claim, waited forever.
+#[test]
+fn a_build_that_blocks_is_ended_at_the_time_limit() {
+    let c = Case::new("blocks");
+    let src = c.write("src.cl", &source(b"#include \"val.h\"\n"));
+    let val = c.write("app/hdr/val.h", b"#define VAL 1\n");
+    let args = [path_arg("source", &src), OsString::from("--options=-I hdr")];
+    c.run(true, &args, &[]);
+    std::fs::remove_file(&val).unwrap();
+    let fifo = std::ffi::CString::new(val.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let mut cmd = clshim();
+    cmd.args(["warm", "--store", s(&c.store()), "--lib", s(&shim_path())])
+        .args(["--timeout", "3"])
+        .current_dir(c.d.path(""));
+    clear_shim_env(&mut cmd, &[]);
+    cmd.env("HOME", c.d.path("home"))
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if std::time::Instant::now() > until {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let err = {
+        use std::io::Read;
+        let mut e = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut e).unwrap();
+        e
+    };
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the step hung or failed: {err}"
+    );
+    assert!(
+        err.contains("took longer than the limit of 3 s") && err.contains("set aside"),
+        "{err}"
+    );
+    assert!(requests(&c.store()).is_empty(), "{err}");
 }

@@ -158,6 +158,81 @@ pub fn set_aside_name(key: u64) -> String {
     format!("{key:016x}.set-aside")
 }
 
+/// The file name of the claim on the request for `key`: a warm step's lease on making it.
+/// The claim's modification time is when its holder last renewed the lease, on the store
+/// filesystem's own clock (the server's, on NFS); it holds [`Claim::text`].
+pub fn claim_name(key: u64) -> String {
+    format!("{key:016x}.claim")
+}
+
+/// How long a claim holds without renewal, in seconds: then any warm step, on any host,
+/// takes the request over (its holder was killed with its job, or its host is gone).
+pub const LEASE_SECONDS: i64 = 60;
+/// How often the `clshim warm` command renews the claims of the requests its workers make.
+pub const RENEW_SECONDS: u64 = 10;
+
+/// Who holds a claim: the host (its name, boot and PID namespace, so that two containers or
+/// namespaces with one host name are told apart) and the process there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    pub host: String,
+    pub pid: i32,
+}
+
+impl Claim {
+    /// This process's claim.
+    pub fn mine() -> Claim {
+        Claim {
+            host: host_id(),
+            pid: std::process::id() as i32,
+        }
+    }
+
+    pub fn text(&self) -> String {
+        format!("clshim-claim 1 {} {}\n", self.host, self.pid)
+    }
+
+    /// A claim's text, or None when it is none (the holder of such a file is no warm step,
+    /// and its lease is only its age).
+    pub fn parse(text: &[u8]) -> Option<Claim> {
+        let text = std::str::from_utf8(text).ok()?;
+        let mut w = text.trim_end_matches('\n').split(' ');
+        let (Some("clshim-claim"), Some("1"), Some(host), Some(pid), None) =
+            (w.next(), w.next(), w.next(), w.next(), w.next())
+        else {
+            return None;
+        };
+        Some(Claim {
+            host: host.to_string(),
+            pid: pid.parse().ok()?,
+        })
+    }
+}
+
+/// This host as claims name it: `<host name>/<boot id>/<PID namespace>`, from `/proc` (a
+/// part that cannot be read is `-`). Two processes with one host id see each other's pids.
+pub fn host_id() -> String {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty() && !s.contains(char::is_whitespace) && !s.contains('/'))
+    };
+    let pidns = std::fs::read_link("/proc/self/ns/pid").ok().and_then(|l| {
+        l.to_str().map(|s| {
+            s.trim_start_matches("pid:")
+                .trim_matches(|c| c == '[' || c == ']')
+                .to_string()
+        })
+    });
+    format!(
+        "{}/{}/{}",
+        read("/proc/sys/kernel/hostname").unwrap_or_else(|| "-".into()),
+        read("/proc/sys/kernel/random/boot_id").unwrap_or_else(|| "-".into()),
+        pidns.unwrap_or_else(|| "-".into())
+    )
+}
+
 /// How long a set-aside mark lasts, in seconds.
 pub const SET_ASIDE_SECONDS: i64 = 7 * 24 * 3600;
 
@@ -630,6 +705,7 @@ pub fn is_temporary_name(name: &str) -> bool {
     numbered
         && (key_of_name(store_name, ".bin").is_some()
             || key_of_name(store_name, ".req").is_some()
+            || key_of_name(store_name, ".claim").is_some()
             || key_of_name(store_name, "").is_some())
 }
 
@@ -836,6 +912,23 @@ mod tests {
     }
 
     #[test]
+    fn a_claim_names_its_host_and_process() {
+        let c = Claim::mine();
+        assert_eq!(c.host.split('/').count(), 3, "{}", c.host);
+        assert_eq!(Claim::parse(c.text().as_bytes()), Some(c.clone()));
+        for bad in [
+            &b""[..],
+            b"host 12 345\n",
+            b"clshim-claim 2 h 1\n",
+            b"clshim-claim 1 h x\n",
+            b"clshim-claim 1 h 1 extra\n",
+        ] {
+            assert_eq!(Claim::parse(bad), None, "{bad:?}");
+        }
+        assert_eq!(claim_name(255), "00000000000000ff.claim");
+    }
+
+    #[test]
     fn names() {
         assert_eq!(key_of_name("00000000000000ff.bin", ".bin"), Some(255));
         for bad in [
@@ -848,6 +941,7 @@ mod tests {
         }
         assert!(is_temporary_name(".tmp-00000000000000ff.bin-12-345-0"));
         assert!(is_temporary_name(".tmp-00000000000000ff.req-12-345-0"));
+        assert!(is_temporary_name(".tmp-00000000000000ff.claim-12-345-0"));
         for bad in [
             ".tmp-photo.bin-12-345-0",
             ".tmp-00000000000000ff.bin-12-345",

@@ -105,7 +105,10 @@ impl Mode {
 #[derive(Debug)]
 pub struct WarmOpts {
     pub store: Option<PathBuf>,
-    pub jobs: usize,
+    /// Workers at once (None: every CPU this process may use).
+    pub jobs: Option<usize>,
+    /// The longest one request may take a worker, in seconds (None: the default).
+    pub timeout: Option<u64>,
     pub lib: Option<PathBuf>,
     /// `--worker-group HEX` (internal): be the worker of one group of requests, in the
     /// directory and environment the command that started it set.
@@ -346,7 +349,8 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
 fn parse_warm(args: Vec<OsString>) -> Result<Command, UsageError> {
     let mut o = WarmOpts {
         store: None,
-        jobs: 1,
+        jobs: None,
+        timeout: None,
         lib: None,
         worker_group: None,
     };
@@ -372,8 +376,19 @@ fn parse_warm(args: Vec<OsString>) -> Result<Command, UsageError> {
             "--jobs" => {
                 let v = utf8(name, value(name, inline, &mut it)?)?;
                 o.jobs = match v.parse::<usize>() {
-                    Ok(n) if (1..=256).contains(&n) => n,
+                    Ok(n) if (1..=256).contains(&n) => Some(n),
                     _ => return usage(format!("--jobs: '{v}' is not a number from 1 to 256")),
+                };
+            }
+            "--timeout" => {
+                let v = utf8(name, value(name, inline, &mut it)?)?;
+                o.timeout = match v.parse::<u64>() {
+                    Ok(n) if (1..=86_400).contains(&n) => Some(n),
+                    _ => {
+                        return usage(format!(
+                            "--timeout: '{v}' is not a number of seconds from 1 to 86400"
+                        ))
+                    }
                 };
             }
             "--worker-group" => {

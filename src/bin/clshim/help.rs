@@ -48,7 +48,7 @@ pub const RUN_ONLY: [Opt; 3] = [
     },
 ];
 
-pub const WARM: [Opt; 3] = [
+pub const WARM: [Opt; 4] = [
     Opt {
         name: "--store",
         metavar: "DIR",
@@ -59,7 +59,14 @@ pub const WARM: [Opt; 3] = [
     Opt {
         name: "--jobs",
         metavar: "N",
-        help: "N workers at once (default 1; one worker per working directory\nand environment of the requests)",
+        help: "N workers at once (default: every CPU this process may use;\neach serves one working directory and environment of the requests)",
+        sets: "",
+        values: "",
+    },
+    Opt {
+        name: "--timeout",
+        metavar: "SECONDS",
+        help: "the longest one request may take a worker (default 600): then\nthe worker ends and the request is set aside for a week, named",
         sets: "",
         values: "",
     },
@@ -153,9 +160,9 @@ const COMMANDS: [Command; 4] = [
     },
     Command {
         name: "warm",
-        synopsis: "clshim warm [--store DIR] [--jobs N] [--lib PATH]",
+        synopsis: "clshim warm [--store DIR] [--jobs N] [--timeout SECONDS] [--lib PATH]",
         summary: "after a job that left requests (clshim run --warm): make the driver's own\nbinaries of its builds, so that the next loads and builds take them",
-        about: "Make the driver's own binaries the native store was asked for (requests left\nby runs with CLSHIM_WARM=1: under --binaries substitute when the application\nasks for binaries, and with --program-cache for source builds), at idle\npriority, one worker process per working directory and environment of the\nrequests (each reuses its ranks' pocl kernel cache); then keep the store\nunder $CLSHIM_NATIVE_STORE_MAX, least recently used out, removing nothing\nbut its own entries. Ranks may run it at once. clshim run --warm starts it\nin the background when its command ends.",
+        about: "Make the driver's own binaries the native store was asked for (requests left\nby runs with CLSHIM_WARM=1: under --binaries substitute when the application\nasks for binaries, and with --program-cache for source builds), at idle\npriority, on every CPU this process may use (workers of each working\ndirectory and environment of the requests reuse their ranks' pocl kernel\ncache); then keep the store under $CLSHIM_NATIVE_STORE_MAX, least recently\nused out, removing nothing but its own entries. One step at a time per host\nand store (others wait for it); hosts sharing a store split the requests by\nclaims, each a lease renewed while it is made. clshim run --warm runs it in\nthe foreground when its command ends, inside the job's time.",
         options: &WARM,
     },
     Command {
