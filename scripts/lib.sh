@@ -22,6 +22,10 @@ CLSHIM_APT_PACKAGES=(
     libclfft-dev         # a real client: clFFT, on-disk binary cache (CLFFT_CACHE_PATH)
     libboost-dev         # a real client: Boost.Compute (header-only), offline binary cache
     libboost-filesystem-dev  # ... which that cache needs
+    sshfs                # the simulated hosts' shared home (tests/common/hosts.rs); brings fuse3
+    openssh-server       # ... served by an sshd of the test's own on 127.0.0.1 (the package's
+                         #     own service is not used, nor its configuration)
+    openssh-client       # ... ssh, which sshfs runs, and ssh-keygen for the test's keys
 )
 
 # Requirement strings of the Python environments under .venv/.

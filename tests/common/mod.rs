@@ -3,8 +3,9 @@
 //! and, in the submodules, the one C compile helper (`cc`), the one scratch directory type
 //! (`scratch`), the one runner of a client on pocl or on the fake driver (`driver`), the
 //! kernel sources several tests build (`kernels`), the readers of trace records and
-//! clshim binaries (`traces`) and of what pocl compiled (`kcache`), and what a test needs
-//! beyond Rust, a C compiler and pocl (`needs`). Every test binary includes all of it and
+//! clshim binaries (`traces`) and of what pocl compiled (`kcache`), simulated cluster nodes
+//! with a shared home (`hosts`), and what a test needs beyond Rust, a C compiler and pocl
+//! (`needs`). Every test binary includes all of it and
 //! uses a part, so unused items are expected (`dead_code` is allowed for that reason only).
 #![allow(dead_code)]
 
@@ -13,6 +14,7 @@ pub mod command;
 pub mod driver;
 pub mod hardening;
 pub mod hashcat;
+pub mod hosts;
 pub mod kcache;
 pub mod kernels;
 pub mod needs;

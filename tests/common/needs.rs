@@ -1,10 +1,13 @@
 //! What a test needs beyond Rust, a C compiler and pocl, and whether this machine has it:
 //! the Python environments `scripts/test` makes under .venv/, the real clients (hashcat,
-//! CLBlast, clFFT, Boost.Compute), mpich and valgrind. A plain `cargo test` on a machine
+//! CLBlast, clFFT, Boost.Compute), mpich, valgrind, and what the simulated hosts of
+//! `hosts` need (sshfs, an sshd, root, namespaces, FUSE). A plain `cargo test` on a machine
 //! without one of them passes the tests that need it after one line on stderr saying what
 //! was missing and that `scripts/test` runs them; `scripts/test`, which installs all of
 //! it, sets CLSHIM_TEST_REQUIRE_ALL=1, under which a missing need fails the test instead,
-//! so nothing is left out unseen there.
+//! so nothing is left out unseen there. What no install can give (root, a kernel or
+//! container that allows namespaces and FUSE) skips with its reason even there: failing
+//! would only tell a developer who is not root what the line already says.
 
 use super::repo_root;
 use std::io::Write;
@@ -12,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// One thing a test needs.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Need {
     /// The Python environment .venv/<name>, complete (`scripts/lib.sh`'s `ensure_venv`
     /// writes its `clshim-stamp` last).
@@ -34,6 +37,25 @@ pub enum Need {
     },
     /// Files `scripts/test` fetches into .venv/<name> (its `clshim-stamp` written last).
     Fetched(&'static str),
+    /// A file at a fixed path, from a Debian package: for programs found outside a
+    /// non-root user's PATH (`/usr/sbin/sshd`), which their callers name by path anyway.
+    File {
+        path: &'static str,
+        package: &'static str,
+    },
+    /// What the machine itself must allow; nothing `scripts/test` can install.
+    Machine(Machine),
+}
+
+/// What the machine must allow, checked by trying it (once per test binary).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Machine {
+    /// Running as uid 0: mounts and namespaces need it (CI runs the tests as root).
+    Root,
+    /// `unshare --uts --pid --mount --fork --mount-proc` works (a container may refuse it).
+    Namespaces,
+    /// /dev/fuse opens (a container needs `--device /dev/fuse` and CAP_SYS_ADMIN).
+    Fuse,
 }
 
 /// `.venv/current`: the newest pyopencl.
@@ -70,6 +92,32 @@ pub const CLFFT: Need = Need::Library {
     name: "clFFT",
     package: "libclfft-dev",
 };
+/// sshfs, which mounts the simulated hosts' shared home.
+pub const SSHFS: Need = Need::Program {
+    name: "sshfs",
+    package: "sshfs",
+};
+/// The sshd that serves the shared home over loopback.
+pub const SSHD: Need = Need::File {
+    path: "/usr/sbin/sshd",
+    package: "openssh-server",
+};
+/// ssh-keygen, for the test's own host and user keys.
+pub const SSH_KEYGEN: Need = Need::Program {
+    name: "ssh-keygen",
+    package: "openssh-client",
+};
+pub const UNSHARE: Need = Need::Program {
+    name: "unshare",
+    package: "util-linux",
+};
+pub const ROOT: Need = Need::Machine(Machine::Root);
+pub const NAMESPACES: Need = Need::Machine(Machine::Namespaces);
+pub const FUSE: Need = Need::Machine(Machine::Fuse);
+/// Everything `hosts::Cluster` and `hosts::Host` need. Root comes first: without it the
+/// probes after it are not tried, since they would fail for that reason alone.
+pub const HOSTS: [Need; 7] = [ROOT, UNSHARE, SSHFS, SSHD, SSH_KEYGEN, NAMESPACES, FUSE];
+
 /// Boost.Compute (header-only) and the C++ compiler and library its offline cache needs.
 pub const BOOST_COMPUTE: [Need; 3] = [
     Need::Header {
@@ -100,7 +148,15 @@ impl Need {
                 .any(|d| Path::new(d).join(path).is_file()),
             Need::Library { name, .. } => compiler_finds_library(name),
             Need::Fetched(name) => venv_dir(name).join("clshim-stamp").is_file(),
+            Need::File { path, .. } => Path::new(path).is_file(),
+            Need::Machine(m) => m.refused().is_none(),
         }
+    }
+
+    /// Whether `scripts/test` can install it (so CLSHIM_TEST_REQUIRE_ALL=1 makes its
+    /// absence a failure).
+    pub fn installable(self) -> bool {
+        !matches!(self, Need::Machine(_))
     }
 
     /// What is missing, in words.
@@ -115,7 +171,65 @@ impl Need {
             Need::Fetched(name) => {
                 format!("{} (fetched by scripts/test)", venv_dir(name).display())
             }
+            Need::File { path, package } => format!("{path} (Debian package {package})"),
+            Need::Machine(m) => m.refused().unwrap_or_default(),
         }
+    }
+}
+
+impl Machine {
+    /// None when the machine allows it, else what was tried and what it answered.
+    fn refused(self) -> Option<String> {
+        use std::sync::OnceLock;
+        static IS_ROOT: OnceLock<Option<String>> = OnceLock::new();
+        static UNSHARES: OnceLock<Option<String>> = OnceLock::new();
+        static FUSE_OPENS: OnceLock<Option<String>> = OnceLock::new();
+        match self {
+            Machine::Root => IS_ROOT.get_or_init(|| {
+                // SAFETY: geteuid has no preconditions.
+                let uid = unsafe { libc::geteuid() };
+                (uid != 0).then(|| {
+                    format!(
+                        "root (this is uid {uid}; the simulated hosts mount file systems and \
+                         make namespaces)"
+                    )
+                })
+            }),
+            Machine::Namespaces => UNSHARES.get_or_init(|| {
+                let args = [
+                    "--uts",
+                    "--pid",
+                    "--mount",
+                    "--fork",
+                    "--mount-proc",
+                    "true",
+                ];
+                let tried = format!("`unshare {}`", args.join(" "));
+                match Command::new("unshare").args(args).output() {
+                    Ok(o) if o.status.success() => None,
+                    Ok(o) => Some(format!(
+                        "namespaces ({tried} failed, {}: {})",
+                        o.status,
+                        String::from_utf8_lossy(&o.stderr).trim()
+                    )),
+                    Err(e) => Some(format!("namespaces ({tried} did not start: {e})")),
+                }
+            }),
+            Machine::Fuse => FUSE_OPENS.get_or_init(|| {
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open("/dev/fuse")
+                    .err()
+                    .map(|e| {
+                        format!(
+                            "FUSE (opening /dev/fuse: {e}; a container needs --device \
+                             /dev/fuse and CAP_SYS_ADMIN)"
+                        )
+                    })
+            }),
+        }
+        .clone()
     }
 }
 
@@ -150,18 +264,37 @@ pub fn require_all() -> bool {
 /// stderr naming the test and what is missing, and returns false (the test returns early
 /// and passes). The line goes to the process's stderr directly, past the test harness's
 /// capture, so a plain `cargo test` shows it.
+///
+/// A need of the machine (`Need::Machine`) that is missing skips the test even under
+/// CLSHIM_TEST_REQUIRE_ALL=1, with its reason: no install gives it. Once root is missing,
+/// the machine's other needs are not tried.
 pub fn needs(needs: &[Need]) -> bool {
-    let missing: Vec<String> = needs
-        .iter()
-        .filter(|n| !n.available())
-        .map(|n| n.describe())
-        .collect();
+    let mut missing: Vec<Need> = Vec::new();
+    for n in needs {
+        let after_root = matches!(n, Need::Machine(_)) && missing.contains(&ROOT);
+        if !after_root && !n.available() {
+            missing.push(*n);
+        }
+    }
     if missing.is_empty() {
         return true;
     }
     let thread = std::thread::current();
     let test = thread.name().unwrap_or("a test");
-    let missing = missing.join(", ");
+    let machine = missing.iter().any(|n| !n.installable());
+    let missing = missing
+        .iter()
+        .map(|n| n.describe())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if machine {
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped {test}: missing {missing}; scripts/test cannot install that: run it as \
+             root on a machine that allows it, as CI does"
+        );
+        return false;
+    }
     assert!(
         !require_all(),
         "{test} needs {missing}: scripts/test installs it (CLSHIM_TEST_REQUIRE_ALL=1 lets no \

@@ -1,10 +1,12 @@
 //! The binary policies (`CLSHIM_BINARIES`, `CLSHIM_DEVICES`), one test binary: on real
-//! pocl, on the fake driver's several devices, and binaries loaded back. Each module opens
+//! pocl, on the fake driver's several devices, and binaries loaded back; the program cache
+//! and its native store, on one host and across simulated hosts. Each module opens
 //! by saying what it checks; they share one link step and the harness in tests/common.
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod hosts;
 mod native_store;
 mod policy_devices;
 mod policy_load;
