@@ -221,3 +221,208 @@ fn a_store_filled_on_one_host_serves_another() {
         t0.elapsed()
     );
 }
+
+/// The store's requests folder as the test sees it, and the claims in it.
+fn claims(store: &Path) -> Vec<std::path::PathBuf> {
+    store_files(&store.join("requests"), ".claim")
+}
+
+/// Sets a file's times `seconds` back, as if its holder had stopped renewing it that long
+/// ago (a lease runs out after a minute; a test does not wait for it).
+fn age(path: &Path, seconds: i64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let t = libc::timespec {
+        tv_sec: (now - seconds) as libc::time_t,
+        tv_nsec: 0,
+    };
+    let c = std::ffi::CString::new(s(path)).unwrap();
+    let times = [t, t];
+    // SAFETY: a valid name and two valid times.
+    let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) };
+    assert_eq!(r, 0);
+}
+
+/// The processes of `job` whose command line holds `word`.
+fn processes_with(job: &Job, word: &str) -> Vec<u32> {
+    job.processes()
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(word))
+        })
+        .collect()
+}
+
+/// A claim is a lease held by its step, named by host, boot and PID namespace. node-a's
+/// warm step holds one (its worker frozen mid-build, its command renewing the claim): a
+/// second step on node-a in another PID namespace and temporary folder (a second container
+/// of one host name: before, it judged the claim by a pid it could not see, and took it
+/// over) and a step on node-b both leave it. node-a's job is then killed whole, as a scheduler ends a job; once
+/// the claim has gone unrenewed for over a minute (its time set back, here), node-b takes
+/// the request over and makes it, and node-b's next run is served.
+#[test]
+fn a_claim_is_a_lease_that_outlives_no_killed_job() {
+    if !needs(&HOSTS) {
+        return;
+    }
+    let cluster = Cluster::start("hosts-lease");
+    let home = cluster.home();
+    let app = home.join("app");
+    let header = cluster.outside(&app.join("hdr/val.h"));
+    std::fs::create_dir_all(header.parent().unwrap()).unwrap();
+    std::fs::write(&header, "#define VAL 3\n").unwrap();
+    let store = cluster.outside(&home.join(".cache/clshim/native"));
+    let client = build_c("key_client", &[]);
+    let pocl_cache = cluster.scratch().join("pocl");
+    let pocl = s(&pocl_cache).to_string();
+    let run_client = |host: &Host, tag: &str| {
+        let traces = home.join(format!("traces/{tag}"));
+        let mut c = program_cache_command(&client, Some("both"), &traces);
+        c.arg("--options=-I hdr")
+            .current_dir(&app)
+            .env("CLSHIM_WARM", "1")
+            .env("POCL_CACHE_DIR", &pocl_cache);
+        assert_eq!(ok(&host.run(&c), tag), "VAL=3\n");
+        let records = checked_traces(&cluster.outside(&traces));
+        events(&records, "build")[0]["served"].clone()
+    };
+    let lib = shim_path();
+    let warm_args = ["warm", "--lib", s(&lib), "--timeout", "3000"];
+    let a = Host::new(&cluster, "node-a");
+    run_client(&a, "cold");
+    assert_eq!(requests(&store).len(), 1);
+
+    let mut cmd = clshim();
+    cmd.args(warm_args).env("POCL_CACHE_DIR", &pocl);
+    let mut holder = a.spawn(&cmd);
+    wait_until("node-a's claim", Duration::from_secs(60), || {
+        !claims(&store).is_empty()
+    });
+    // The worker (a tracer and the process it traces) frozen mid-build; the command
+    // that started it goes on renewing its claim.
+    wait_until("node-a's worker", Duration::from_secs(20), || {
+        processes_with(&holder, "--worker-group").len() >= 2
+    });
+    for p in processes_with(&holder, "--worker-group") {
+        // SAFETY: a process of the test's own job.
+        unsafe { libc::kill(p as i32, libc::SIGSTOP) };
+    }
+    let claim = claims(&store).pop().unwrap();
+
+    // A second container of node-a: its own PID namespace and temporary folder (the step
+    // in the first one holds the host's lock in its own).
+    let other_tmp = cluster.scratch().join("other-container");
+    ok(&a.run(&sh(&format!("mkdir -p {}", s(&other_tmp)))), "mkdir");
+    let err = stderr(&a.clshim(
+        &warm_args,
+        &[("POCL_CACHE_DIR", &pocl), ("TMPDIR", s(&other_tmp))],
+    ));
+    assert!(
+        err.contains(": 0 made,") && err.contains("1 claimed by another process"),
+        "node-a, another PID namespace: {err}"
+    );
+    let b = Host::new(&cluster, "node-b");
+    let err = stderr(&b.clshim(&warm_args, &[("POCL_CACHE_DIR", &pocl)]));
+    assert!(
+        err.contains(": 0 made,") && err.contains("1 claimed by another process"),
+        "node-b, the lease fresh: {err}"
+    );
+    assert!(entries(&store).is_empty());
+
+    holder.kill();
+    drop(holder);
+    assert!(claim.exists(), "a killed step leaves its claim");
+    age(&claim, 61);
+    let err = stderr(&b.clshim(&warm_args, &[("POCL_CACHE_DIR", &pocl)]));
+    assert!(
+        err.contains(": 1 made,"),
+        "node-b takes the lapsed claim over: {err}"
+    );
+    assert!(requests(&store).is_empty() && claims(&store).is_empty());
+    assert_eq!(run_client(&b, "served"), "store");
+}
+
+/// A batch job that ends while its warm step runs (`clshim run --program-cache --warm`,
+/// killed whole, as a scheduler ends a job when its script ends) loses nothing: each entry
+/// it made is whole and serves, what it did not make is still asked for, and the next
+/// job completes the work (its step takes over the claim the killed one held, once
+/// lapsed); the job after that is served every build.
+#[test]
+fn a_job_killed_at_its_end_loses_nothing() {
+    if !needs(&HOSTS) {
+        return;
+    }
+    let cluster = Cluster::start("hosts-batch");
+    let home = cluster.home();
+    let app = home.join("app");
+    let outside_app = cluster.outside(&app);
+    std::fs::create_dir_all(&outside_app).unwrap();
+    let n = 4;
+    let mut script = String::new();
+    for i in 0..n {
+        let src = outside_app.join(format!("k{i}.cl"));
+        std::fs::write(
+            &src,
+            format!("__kernel void val(__global int *out) {{ out[0] = {i} + 1; }}\n"),
+        )
+        .unwrap();
+        script.push_str(&format!(
+            "{} --source={}; ",
+            s(&build_c("key_client", &[])),
+            s(&app.join(format!("k{i}.cl")))
+        ));
+    }
+    let store = cluster.outside(&home.join(".cache/clshim/native"));
+    let pocl = s(&cluster.scratch().join("pocl")).to_string();
+    let job_command = |tag: &str| {
+        let mut c = clshim();
+        c.args(["run", "--lib", s(&shim_path()), "--program-cache", "--warm"])
+            .args(["--trace-dir", s(&home.join(format!("traces/{tag}")))])
+            .args(["--", "sh", "-c", &script])
+            .current_dir(&app)
+            .env("POCL_CACHE_DIR", &pocl);
+        c
+    };
+    let served = |tag: &str| {
+        checked_traces(&cluster.outside(&home.join(format!("traces/{tag}"))))
+            .iter()
+            .filter(|r| r["event"] == "build" && r["served"] == "store")
+            .count()
+    };
+
+    let a = Host::new(&cluster, "node-a");
+    let mut first = a.spawn(&job_command("first"));
+    // The job's end comes while its warm step works: as soon as it made one entry.
+    wait_until("the first entry", Duration::from_secs(120), || {
+        !entries(&store).is_empty()
+    });
+    first.kill();
+    drop(first);
+    drop(a);
+    let made = entries(&store).len();
+    assert!(
+        made < n,
+        "the step was ended before it finished ({made} made)"
+    );
+    assert_eq!(
+        made + requests(&store).len(),
+        n,
+        "each build is made or still asked for"
+    );
+    for c in claims(&store) {
+        age(&c, 61);
+    }
+
+    let b = Host::new(&cluster, "node-b");
+    let second = b.spawn(&job_command("second")).wait();
+    assert!(second.status.success(), "{}", stderr(&second));
+    assert_eq!(served("second"), made, "what the killed job made serves");
+    assert_eq!(entries(&store).len(), n, "the next job completed the work");
+    assert!(requests(&store).is_empty() && claims(&store).is_empty());
+    let third = b.spawn(&job_command("third")).wait();
+    assert!(third.status.success(), "{}", stderr(&third));
+    assert_eq!(served("third"), n, "every build served");
+}
