@@ -13,5 +13,6 @@ mod ranks;
 mod report_first_launch;
 mod report_hostile;
 mod report_linked;
+mod store;
 mod unsubstitute;
 mod why;

@@ -13,6 +13,7 @@ mod help;
 mod library;
 mod report;
 mod run;
+mod store;
 mod terminal;
 mod unsubstitute;
 mod warm;

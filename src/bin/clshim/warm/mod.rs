@@ -746,14 +746,9 @@ extern "C" fn pass_on(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut l
 /// store (and each folder made for it) is made the user's alone, as the library makes
 /// it, whatever the umask: the library would refuse one that its group may write.
 fn warm_in_background(lib: &Path, store: &Path) -> Result<u32, String> {
-    use std::os::unix::fs::DirBuilderExt;
     use std::os::unix::process::CommandExt;
     let me = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
-    let made = std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(store);
-    if let Err(e) = made {
+    if let Err(e) = crate::store::folders::make_private(store) {
         return Err(format!("{}: {e}", store.display()));
     }
     check_store(store)?;
