@@ -631,6 +631,8 @@ unsafe fn one(
     else {
         return Outcome::Foreign;
     };
+    // SAFETY: a live device the loader listed (this function's contract).
+    unsafe { super::labels::leave_of(dir, &device.facts, device.id, device.driver) };
     let recipe = match Recipe::decode(&request.recipe) {
         Ok(r) if r.options.is_some() => r,
         Ok(_) => return Outcome::Failed("a recipe without its options".into()),
