@@ -268,7 +268,7 @@ enum Commit {
 #[derive(Default)]
 struct Outcome {
     recipe: Option<(cl_program, u64, RecipeChange)>,
-    request: Option<(Vec<crate::store::build_key::BuildKey>, Vec<u8>)>,
+    request: Option<(Vec<crate::store::Wanted>, Vec<u8>)>,
 }
 
 impl Outcome {

@@ -358,17 +358,17 @@ fn request_native(rt: &'static Runtime, plan: &Plan, binaries: &[(usize, Vec<u8>
         return;
     };
     let encoded = recipe.encode();
-    let keys: Vec<_> = binaries
+    let wanted: Vec<_> = binaries
         .iter()
         .filter_map(|(i, _)| {
             let facts = plan.facts[*i].as_ref()?;
             // SAFETY: a device of the live program, as its implementation listed it.
-            unsafe { crate::store::key_for(facts, plan.devices[*i], recipe, &encoded) }
+            unsafe { crate::store::wanted(facts, plan.devices[*i], recipe, &encoded) }
                 .map_err(|why| log::debug!("native store: no request: {why}"))
                 .ok()
         })
         .collect();
-    crate::store::request(rt, &keys, &encoded);
+    crate::store::request(rt, &wanted, &encoded);
 }
 
 fn record_query(

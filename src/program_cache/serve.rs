@@ -487,7 +487,7 @@ unsafe fn refuse(
 
 /// The request a warm step needs for the build the driver just made of `program` from
 /// source with `options` (the application's, as given), when the program cache is on and
-/// `CLSHIM_WARM` asks for requests: the keys of each of its devices' builds and the
+/// `CLSHIM_WARM` asks for requests: the keys (and labels) of each of its devices' builds and the
 /// recipe's encoding. `store::request` leaves it (once the build call succeeded).
 ///
 /// # Safety
@@ -497,7 +497,7 @@ pub unsafe fn source_build_request(
     route: Route,
     program: cl_program,
     options: &[u8],
-) -> Option<(Vec<crate::store::build_key::BuildKey>, Vec<u8>)> {
+) -> Option<(Vec<crate::store::Wanted>, Vec<u8>)> {
     if !rt.config.program_cache || !rt.config.warm_requests || rt.config.native_store.is_none() {
         return None;
     }
@@ -514,7 +514,7 @@ pub unsafe fn source_build_request(
             // SAFETY: a device of the live program.
             let facts = unsafe { rt.devices.get(route, d) }?;
             // SAFETY: as above.
-            unsafe { crate::store::key_for(&facts, d, &recipe, &encoded) }
+            unsafe { crate::store::wanted(&facts, d, &recipe, &encoded) }
                 .map_err(|why| log::debug!("program cache: no request: {why}"))
                 .ok()
         })

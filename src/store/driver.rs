@@ -20,6 +20,16 @@ use std::os::unix::ffi::OsStrExt;
 /// # Safety
 /// `device` is a live ICD object.
 pub unsafe fn driver_identity(device: cl_device_id) -> Option<u64> {
+    // SAFETY: a live ICD object (this function's contract).
+    library_identity(unsafe { device_code(device) }?)
+}
+
+/// An address in the code of the driver library behind `device`: its dispatch table's
+/// `clGetDeviceInfo`. None where there is no such table (macOS).
+///
+/// # Safety
+/// `device` is a live ICD object.
+unsafe fn device_code(device: cl_device_id) -> Option<*const c_void> {
     // macOS: objects carry no dispatch table.
     if cfg!(target_os = "macos") {
         return None;
@@ -28,16 +38,36 @@ pub unsafe fn driver_identity(device: cl_device_id) -> Option<u64> {
     let table = unsafe { crate::dispatch::object_table(device as crate::cl::Handle) }?;
     // SAFETY: a dispatch table holds the clGetDeviceInfo slot (3).
     let f = unsafe { *table.add(3) };
-    if f.is_null() {
-        return None;
-    }
-    library_identity(f)
+    (!f.is_null()).then_some(f)
 }
 
-/// The identity of the loaded object holding the code at `addr`, with the LLVM and Clang
-/// libraries loaded in the process (a few walks of the loaded objects: microseconds, beside
-/// the driver calls it goes with).
-pub fn library_identity(addr: *const c_void) -> Option<u64> {
+/// The driver build behind `device` in words, for the store's label of its identity
+/// (`clshim_format::labels`): the library's path and build-id, and each compiler
+/// library's, as [`driver_identity`] hashes them.
+///
+/// # Safety
+/// `device` is a live ICD object.
+pub unsafe fn describe(device: cl_device_id) -> Option<clshim_format::labels::DriverLabel> {
+    // SAFETY: a live ICD object (this function's contract).
+    let name = library_name(unsafe { device_code(device) }?)?;
+    let hex = |id: Vec<u8>| id.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    Some(clshim_format::labels::DriverLabel {
+        library: String::from_utf8_lossy(name.to_bytes()).into_owned(),
+        build_id: build_id(&name).map(hex),
+        compilers: loaded_compilers()
+            .into_iter()
+            .map(|(file, full)| {
+                (
+                    String::from_utf8_lossy(&file).into_owned(),
+                    build_id(&full).map(hex),
+                )
+            })
+            .collect(),
+    })
+}
+
+/// The file name of the loaded object holding the code at `addr`.
+fn library_name(addr: *const c_void) -> Option<std::ffi::CString> {
     // SAFETY: plain data filled by dladdr.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only reads the address to look it up.
@@ -46,7 +76,14 @@ pub fn library_identity(addr: *const c_void) -> Option<u64> {
     }
     // SAFETY: dladdr's file name is a NUL-terminated string owned by the dynamic linker,
     // alive while the object is loaded (it is: `addr` is in it).
-    let name = unsafe { CStr::from_ptr(info.dli_fname) }.to_owned();
+    Some(unsafe { CStr::from_ptr(info.dli_fname) }.to_owned())
+}
+
+/// The identity of the loaded object holding the code at `addr`, with the LLVM and Clang
+/// libraries loaded in the process (a few walks of the loaded objects: microseconds, beside
+/// the driver calls it goes with).
+pub fn library_identity(addr: *const c_void) -> Option<u64> {
+    let name = library_name(addr)?;
     let mut h = Fnv1a::default();
     h.update(b"driver-2\0");
     h.update(&file_identity(&name)?.to_le_bytes());
@@ -80,14 +117,25 @@ fn is_compiler_library(file_name: &[u8]) -> bool {
 }
 
 /// The loaded compiler libraries, by file name, with their identities, sorted.
-#[cfg(not(target_os = "macos"))]
 fn compiler_libraries() -> Vec<(Vec<u8>, u64)> {
+    let mut out: Vec<(Vec<u8>, u64)> = loaded_compilers()
+        .into_iter()
+        .filter_map(|(file, full)| Some((file, file_identity(&full)?)))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The loaded compiler libraries: each one's file name and full name, sorted.
+#[cfg(not(target_os = "macos"))]
+fn loaded_compilers() -> Vec<(Vec<u8>, std::ffi::CString)> {
     unsafe extern "C" fn each(
         info: *mut libc::dl_phdr_info,
         _size: usize,
         data: *mut c_void,
     ) -> c_int {
-        // SAFETY: `data` is the list `compiler_libraries` passed, alive for the call.
+        // SAFETY: `data` is the list `loaded_compilers` passed, alive for the call.
         let found = unsafe { &mut *(data as *mut Vec<std::ffi::CString>) };
         // SAFETY: the dynamic linker's description of one loaded object.
         let info = unsafe { &*info };
@@ -109,12 +157,9 @@ fn compiler_libraries() -> Vec<(Vec<u8>, u64)> {
             &mut found as *mut Vec<std::ffi::CString> as *mut c_void,
         )
     };
-    let mut out: Vec<(Vec<u8>, u64)> = found
-        .iter()
-        .filter_map(|n| {
-            let file = n.to_bytes().rsplit(|&b| b == b'/').next()?.to_vec();
-            Some((file, file_identity(n)?))
-        })
+    let mut out: Vec<(Vec<u8>, std::ffi::CString)> = found
+        .into_iter()
+        .filter_map(|n| Some((n.to_bytes().rsplit(|&b| b == b'/').next()?.to_vec(), n)))
         .collect();
     out.sort();
     out.dedup();
@@ -122,7 +167,7 @@ fn compiler_libraries() -> Vec<(Vec<u8>, u64)> {
 }
 
 #[cfg(target_os = "macos")]
-fn compiler_libraries() -> Vec<(Vec<u8>, u64)> {
+fn loaded_compilers() -> Vec<(Vec<u8>, std::ffi::CString)> {
     Vec::new()
 }
 

@@ -45,10 +45,13 @@ fn last_error<T>() -> std::io::Result<T> {
 /// do; the caller names the directory).
 pub fn open_dir(path: &Path, create: bool) -> std::io::Result<Fd> {
     if create {
-        use std::os::unix::fs::DirBuilderExt;
-        let mut b = std::fs::DirBuilder::new();
-        b.recursive(true).mode(DIR_MODE);
-        b.create(path)?;
+        let missing: Vec<&Path> = path
+            .ancestors()
+            .take_while(|a| !a.as_os_str().is_empty() && a.symlink_metadata().is_err())
+            .collect();
+        for dir in missing.iter().rev() {
+            make_dir_at(libc::AT_FDCWD, &cstr(dir.as_os_str().as_bytes())?)?;
+        }
     }
     let c = cstr(path.as_os_str().as_bytes())?;
     open_dir_at(libc::AT_FDCWD, &c)
@@ -58,13 +61,41 @@ pub fn open_dir(path: &Path, create: bool) -> std::io::Result<Fd> {
 pub fn open_sub(dir: &Fd, name: &str, create: bool) -> std::io::Result<Fd> {
     let c = cstr(name.as_bytes())?;
     if create {
-        // SAFETY: `dir` is open; `c` a valid name.
-        let r = unsafe { libc::mkdirat(dir.0, c.as_ptr(), DIR_MODE as libc::mode_t) };
-        if r != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
-            return last_error();
-        }
+        make_dir_at(dir.0, &c)?;
     }
     open_dir_at(dir.0, &c)
+}
+
+/// Makes the directory `name` relative to `at` with exactly [`DIR_MODE`] (one that exists
+/// is left as it is). The umask can take the owner's bits from the mode `mkdir` is given
+/// (under `umask 0277` a folder made 0700 is 0500, a store its owner cannot write), so
+/// the folder made is set to the mode after, through a descriptor opened without
+/// following a link, so that nothing put in its place is changed instead.
+fn make_dir_at(at: c_int, name: &std::ffi::CStr) -> std::io::Result<()> {
+    // SAFETY: `at` is open (or AT_FDCWD); `name` a valid NUL-terminated name.
+    if unsafe { libc::mkdirat(at, name.as_ptr(), DIR_MODE as libc::mode_t) } != 0 {
+        return match std::io::Error::last_os_error() {
+            e if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
+            e => Err(e),
+        };
+    }
+    // SAFETY: as above.
+    let fd = unsafe {
+        libc::openat(
+            at,
+            name.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return last_error();
+    }
+    let fd = Fd(fd);
+    // SAFETY: an open descriptor.
+    if unsafe { libc::fchmod(fd.0, DIR_MODE as libc::mode_t) } != 0 {
+        return last_error();
+    }
+    Ok(())
 }
 
 /// Opens the directory `name` relative to `at` (a directory or `AT_FDCWD`), not following

@@ -6,8 +6,8 @@
 //! `build_key` (what decides a build's result before it runs, and so an entry's key),
 //! `record` and `manifest` (what the compile itself read, recorded where the warm step
 //! builds, checked where a process would build), `driver` (which build of the driver),
-//! `files` (safe file operations, on the user's own files only), `requests` (what the library leaves for the warm step)
-//! and `warm` (the step itself). The file formats are `clshim_format::store`'s and
+//! `files` (safe file operations, on the user's own files only), `requests` (what the library leaves for the warm step),
+//! `labels` (the device and driver build of each, in words) and `warm` (the step itself). The file formats are `clshim_format::store`'s and
 //! `clshim_format::manifest`'s.
 //!
 //! One store per user, and only the user's: its folders and files are taken only when the
@@ -22,6 +22,7 @@
 pub mod build_key;
 pub mod driver;
 pub mod files;
+pub mod labels;
 pub mod manifest;
 pub mod record;
 pub mod requests;
@@ -123,9 +124,33 @@ pub unsafe fn key_for(
     BuildKey::new(recipe, encoded, facts, driver, &CompileEnv::of_process())
 }
 
-/// Leaves a request for each build in `keys` the store lacks, when `CLSHIM_WARM` asks
+/// A build a process would leave a request for: its key, and the labels of its device and
+/// driver build (None when this process left them already).
+pub struct Wanted {
+    pub key: BuildKey,
+    pub labels: Option<labels::Labels>,
+}
+
+/// [`key_for`], with the labels a request for the build leaves.
+///
+/// # Safety
+/// As for [`key_for`].
+pub unsafe fn wanted(
+    facts: &crate::devices::DeviceFacts,
+    device: crate::cl::cl_device_id,
+    recipe: &crate::recipe::Recipe,
+    encoded: &[u8],
+) -> Result<Wanted, String> {
+    // SAFETY: this function's contract.
+    let key = unsafe { key_for(facts, device, recipe, encoded) }?;
+    // SAFETY: as above.
+    let labels = unsafe { labels::of(facts, device, key.fingerprint, key.driver) };
+    Ok(Wanted { key, labels })
+}
+
+/// Leaves a request for each build in `wanted` the store lacks, when `CLSHIM_WARM` asks
 /// for requests.
-pub fn request(rt: &crate::runtime::Runtime, keys: &[BuildKey], encoded: &[u8]) {
+pub fn request(rt: &crate::runtime::Runtime, wanted: &[Wanted], encoded: &[u8]) {
     let Some(store) = Store::from_config(&rt.config).filter(|_| rt.config.warm_requests) else {
         return;
     };
@@ -133,10 +158,11 @@ pub fn request(rt: &crate::runtime::Runtime, keys: &[BuildKey], encoded: &[u8]) 
         return;
     };
     let env = CompileEnv::of_process();
-    for key in keys {
+    for w in wanted {
         requests::leave(
             &store,
-            key,
+            &w.key,
+            w.labels.as_ref(),
             encoded,
             &env,
             &cwd,

@@ -12,7 +12,9 @@
 //! process leaves at most [`MAX_PER_PROCESS`] requests and [`MAX_BYTES_PER_PROCESS`]
 //! bytes of them; the warm step removes the requests it takes up. A store or requests
 //! folder that is not the user's alone gets none, and the process says so once: its
-//! requests would be refused by the warm step, or read by someone else's.
+//! requests would be refused by the warm step, or read by someone else's. Beside the
+//! first request it leaves for a device, a process leaves the labels of that device and
+//! its driver build (`labels`), so that `clshim store` names them before a warm step ran.
 
 use super::build_key::{BuildKey, CompileEnv};
 use super::files;
@@ -30,13 +32,15 @@ static LEFT_BYTES: AtomicU64 = AtomicU64::new(0);
 static WARNED_ELSEWHERE: AtomicBool = AtomicBool::new(false);
 static WARNED_REFUSED: AtomicBool = AtomicBool::new(false);
 
-/// Leaves a request to make the build `key` of `encoded` (a recipe's encoding) unless
-/// its entry or a request for it exists, or this process is at its bounds. `warm_store`
+/// Leaves a request to make the build `key` of `encoded` (a recipe's encoding), with the
+/// `labels` of its device and driver build, unless its entry or a request for it exists,
+/// or this process is at its bounds. `warm_store`
 /// is the store `clshim run --warm` will warm, when it set one: a request left elsewhere
 /// is named in a warning, once, since no warm step will see it. Never fails loudly.
 pub fn leave(
     store: &Store,
     key: &BuildKey,
+    labels: Option<&super::labels::Labels>,
     encoded: &[u8],
     env: &CompileEnv,
     cwd: &Path,
@@ -79,6 +83,9 @@ pub fn leave(
             return Ok("this process left as many requests as it may");
         }
         files::write_atomic(&req, &name, &bytes, false, false)?;
+        if let Some(l) = labels {
+            super::labels::leave(&dir, l);
+        }
         LEFT.fetch_add(1, Ordering::Relaxed);
         LEFT_BYTES.fetch_add(n, Ordering::Relaxed);
         if let Some(w) = warm_store.filter(|w| *w != store.dir) {

@@ -521,9 +521,7 @@ impl Workspace {
     }
 }
 
-/// The store's folder of what each driver build reads for any program.
-const DRIVERS: &str = "drivers";
-const DRIVER_FILES_MAGIC: &[u8; 8] = b"CLSHIMDF";
+use clshim_format::labels::{DRIVERS, DRIVER_FILES_MAGIC};
 /// Far beyond a driver's few dozen files.
 const MAX_DRIVER_FILES: u64 = 1 << 24;
 
@@ -689,6 +687,8 @@ unsafe fn one(
     else {
         return Outcome::Foreign;
     };
+    // SAFETY: a live device the loader listed (this function's contract).
+    unsafe { super::labels::leave_of(dir, &device.facts, device.id, device.driver) };
     let recipe = match Recipe::decode(&request.recipe) {
         Ok(r) if r.options.is_some() => r,
         Ok(_) => return Outcome::Failed("a recipe without its options".into()),

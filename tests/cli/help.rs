@@ -4,10 +4,10 @@
 
 use crate::common::{clshim_out, one_line_err, stderr, stdout};
 
-const COMMANDS: [&str; 4] = ["run", "report", "warm", "unsubstitute"];
+const COMMANDS: [&str; 5] = ["run", "report", "warm", "store", "unsubstitute"];
 
 /// Each command's `--help` is its own page, short, and the same as `clshim help COMMAND`;
-/// `clshim --help` is an overview of all four.
+/// `clshim --help` is an overview of them all.
 #[test]
 fn every_command_has_a_page_of_its_own() {
     for c in COMMANDS {
@@ -70,7 +70,8 @@ fn a_slip_gets_a_did_you_mean() {
         (&["report", "--jsno", "d"], "clshim: report: unknown option '--jsno' (did you mean --json? try 'clshim report --help')"),
         (&["unsubstitute", "--remvoe", "d"], "clshim: unsubstitute: unknown option '--remvoe' (did you mean --remove? try 'clshim unsubstitute --help')"),
         (&["warm", "--job", "2"], "clshim: warm: unknown option '--job' (did you mean --jobs? try 'clshim warm --help')"),
-        (&["reprot", "d"], "clshim: unknown subcommand 'reprot' (did you mean 'report'? expected 'run', 'warm', 'report' or 'unsubstitute'; try 'clshim --help')"),
+        (&["reprot", "d"], "clshim: unknown subcommand 'reprot' (did you mean 'report'? expected 'run', 'warm', 'store', 'report' or 'unsubstitute'; try 'clshim --help')"),
+        (&["store", "--jsno"], "clshim: store: unknown option '--jsno' (did you mean --json? try 'clshim store --help')"),
         (&["run", "--frobnicate", "--", "true"], "clshim: run: unknown option '--frobnicate' (try 'clshim run --help')"),
     ] {
         let o = clshim_out(args, &[]);

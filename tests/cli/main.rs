@@ -1,5 +1,6 @@
 //! The `clshim` command, one test binary: `clshim run`, `clshim report` (on trace files
-//! written here, hostile input, and real runs reported) `clshim unsubstitute`, and why programs built (variants, kept sources,
+//! written here, hostile input, and real runs reported) `clshim unsubstitute`, `clshim
+//! store` (a native store real runs filled, listed and cleared), and why programs built (variants, kept sources,
 //! `--against`), and compiling against waiting across rank counts (`ranks`). Each module opens by saying what
 //! it checks; they share one link step and the harness in tests/common.
 
@@ -13,5 +14,6 @@ mod ranks;
 mod report_first_launch;
 mod report_hostile;
 mod report_linked;
+mod store;
 mod unsubstitute;
 mod why;

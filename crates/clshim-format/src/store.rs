@@ -688,8 +688,9 @@ impl Reader<'_> {
 }
 
 /// Whether `name` is one of the temporary names a store writer gives a file before it
-/// renames it into place (`.tmp-<store name>-<pid>-<nanoseconds>-<counter>`), and so may
-/// be removed once its writer is surely gone.
+/// renames it into place (`.tmp-<store name>-<pid>-<nanoseconds>-<counter>`, the store
+/// name an entry's, a request's, a source mark's, or a file of `drivers/` or `devices/`),
+/// and so may be removed once its writer is surely gone.
 pub fn is_temporary_name(name: &str) -> bool {
     let Some(rest) = name.strip_prefix(".tmp-") else {
         return false;
@@ -703,10 +704,9 @@ pub fn is_temporary_name(name: &str) -> bool {
             .split('-')
             .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
     numbered
-        && (key_of_name(store_name, ".bin").is_some()
-            || key_of_name(store_name, ".req").is_some()
-            || key_of_name(store_name, ".claim").is_some()
-            || key_of_name(store_name, "").is_some())
+        && [".bin", ".req", ".claim", "", ".files", ".txt"]
+            .iter()
+            .any(|suffix| key_of_name(store_name, suffix).is_some())
 }
 
 #[cfg(test)]
@@ -942,6 +942,8 @@ mod tests {
         assert!(is_temporary_name(".tmp-00000000000000ff.bin-12-345-0"));
         assert!(is_temporary_name(".tmp-00000000000000ff.req-12-345-0"));
         assert!(is_temporary_name(".tmp-00000000000000ff.claim-12-345-0"));
+        assert!(is_temporary_name(".tmp-00000000000000ff.files-12-345-0"));
+        assert!(is_temporary_name(".tmp-00000000000000ff.txt-12-345-0"));
         for bad in [
             ".tmp-photo.bin-12-345-0",
             ".tmp-00000000000000ff.bin-12-345",

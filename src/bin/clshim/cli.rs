@@ -1,12 +1,15 @@
 //! Command-line parsing for the `clshim` command, by hand (no parser crate). This module
 //! owns the grammar of `clshim run [options] -- COMMAND [ARGS…]` and
 //! `clshim report [--json] [--wide] [--by-source] [--chrome FILE] [--against OLD] DIR`,
-//! `clshim unsubstitute [--remove] [--cross-filesystems] DIR...`; the help pages and the
+//! `clshim unsubstitute [--remove] [--cross-filesystems] DIR...`,
+//! `clshim warm [--store DIR] [--jobs N] [--lib PATH]` and
+//! `clshim store [--store DIR] [--json] [--clear]`; the help pages and the
 //! names a mistyped option is matched against are `help`'s. The values of the options
 //! that set `CLSHIM_*` variables are checked by the grammar `controls` defines, the one
 //! the library reads them with; a refused value or an unknown option (with the nearest
 //! known one) is a one-line usage error, exit status 2. It turns the arguments into plain
-//! structures ([`RunOpts`], [`ReportOpts`], [`UnsubstituteOpts`]) and never touches the
+//! structures ([`RunOpts`], [`ReportOpts`], [`UnsubstituteOpts`], [`WarmOpts`],
+//! [`StoreOpts`]) and never touches the
 //! environment or files.
 
 use std::ffi::{OsStr, OsString};
@@ -32,6 +35,7 @@ fn usage<T>(msg: impl Into<String>) -> Result<T, UsageError> {
 pub enum Command {
     Run(RunOpts),
     Warm(WarmOpts),
+    Store(StoreOpts),
     Report(ReportOpts),
     Unsubstitute(UnsubstituteOpts),
     /// `--help`: the overview (None) or one command's page.
@@ -115,6 +119,14 @@ pub struct WarmOpts {
     pub worker_group: Option<u64>,
 }
 
+/// `clshim store`: list the native store (`json`: as one JSON document), or `clear` it.
+#[derive(Debug, Default)]
+pub struct StoreOpts {
+    pub store: Option<PathBuf>,
+    pub json: bool,
+    pub clear: bool,
+}
+
 #[derive(Debug, Default)]
 pub struct ReportOpts {
     pub json: bool,
@@ -148,6 +160,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
     match sub.to_str() {
         Some("run") => parse_run(it.collect()),
         Some("warm") => parse_warm(it.collect()),
+        Some("store") => parse_store(it.collect()),
         Some("report") => parse_report(it.collect()),
         Some("unsubstitute") => parse_unsubstitute(it.collect()),
         Some("-h" | "--help") => Ok(Command::Help(None)),
@@ -174,7 +187,7 @@ fn unknown_command<T>(given: &str) -> Result<T, UsageError> {
         None => String::new(),
     };
     usage(format!(
-        "unknown subcommand '{given}' ({hint}expected 'run', 'warm', 'report' or \
+        "unknown subcommand '{given}' ({hint}expected 'run', 'warm', 'store', 'report' or \
          'unsubstitute'; try 'clshim --help')"
     ))
 }
@@ -410,6 +423,38 @@ fn parse_warm(args: Vec<OsString>) -> Result<Command, UsageError> {
     Ok(Command::Warm(o))
 }
 
+fn parse_store(args: Vec<OsString>) -> Result<Command, UsageError> {
+    let mut o = StoreOpts::default();
+    let mut it = args.into_iter();
+    while let Some(arg) = it.next() {
+        let s = arg.to_string_lossy().into_owned();
+        let (name, inline) = split_eq(&s);
+        match name {
+            "--store" => {
+                let v = value(name, inline, &mut it)?;
+                if v.is_empty() {
+                    return usage("--store: empty directory name");
+                }
+                o.store = Some(v.into());
+            }
+            "--json" | "--clear" if inline.is_some() => {
+                return usage(format!("option {name} takes no value"));
+            }
+            "--json" => o.json = true,
+            "--clear" => o.clear = true,
+            "-h" | "--help" => return Ok(Command::Help(Some("store"))),
+            _ if s.starts_with('-') => return unknown_option("store", &s),
+            _ => {
+                return usage(format!(
+                    "store: unexpected argument '{s}' (the store is --store DIR; try 'clshim \
+                     store --help')"
+                ))
+            }
+        }
+    }
+    Ok(Command::Store(o))
+}
+
 fn parse_report(args: Vec<OsString>) -> Result<Command, UsageError> {
     let mut o = ReportOpts::default();
     let mut dir: Option<PathBuf> = None;
@@ -566,6 +611,11 @@ mod tests {
             &["unsubstitute", "--frob", "d"],
             &["unsubstitute", "--remove=yes", "d"],
             &["unsubstitute", ""],
+            &["store", "dir"],
+            &["store", "--json=1"],
+            &["store", "--store"],
+            &["store", "--store="],
+            &["store", "--purge"],
             &["frob"],
         ] {
             assert!(parse(args(bad)).is_err(), "{bad:?} parsed");
@@ -590,6 +640,20 @@ mod tests {
         };
         assert!(o.wide && !o.json);
         assert!(parse(args(&["report", "--wide=1", "d"])).is_err());
+    }
+
+    #[test]
+    fn store_options() {
+        let Command::Store(o) = parse(args(&["store", "--store=s", "--clear", "--json"])).unwrap()
+        else {
+            panic!()
+        };
+        assert!(o.clear && o.json);
+        assert_eq!(o.store, Some(PathBuf::from("s")));
+        let Command::Store(o) = parse(args(&["store"])).unwrap() else {
+            panic!()
+        };
+        assert!(!o.clear && !o.json && o.store.is_none());
     }
 
     #[test]
@@ -735,13 +799,13 @@ mod tests {
             "--jobs" => "2",
             _ => "x",
         };
-        for command in ["run", "warm", "report", "unsubstitute"] {
+        for command in ["run", "warm", "store", "report", "unsubstitute"] {
             for o in crate::help::option_names(command) {
                 let known = [format!("{o}={}", value(&o)), o.clone()]
                     .into_iter()
                     .any(|arg| {
                         let mut a = vec![command.to_string(), arg];
-                        if command != "warm" {
+                        if command != "warm" && command != "store" {
                             a.push("d".into());
                         }
                         let r = parse(a.iter().map(OsString::from).collect());

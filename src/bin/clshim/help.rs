@@ -79,6 +79,30 @@ pub const WARM: [Opt; 4] = [
     },
 ];
 
+pub const STORE: [Opt; 3] = [
+    Opt {
+        name: "--store",
+        metavar: "DIR",
+        help: "the native store (default: $CLSHIM_NATIVE_STORE, else\n~/.cache/clshim/native)",
+        sets: "",
+        values: "",
+    },
+    Opt {
+        name: "--json",
+        metavar: "",
+        help: "print one JSON document instead of the listing",
+        sets: "",
+        values: "",
+    },
+    Opt {
+        name: "--clear",
+        metavar: "",
+        help: "remove the store's entries, requests and its other files of\nclshim's (never a file that is not clshim's), and say what went",
+        sets: "",
+        values: "",
+    },
+];
+
 pub const REPORT: [Opt; 5] = [
     Opt {
         name: "--json",
@@ -143,7 +167,7 @@ struct Command {
     options: &'static [Opt],
 }
 
-const COMMANDS: [Command; 4] = [
+const COMMANDS: [Command; 5] = [
     Command {
         name: "run",
         synopsis: "clshim run [options] [--] COMMAND [ARGS...]",
@@ -164,6 +188,13 @@ const COMMANDS: [Command; 4] = [
         summary: "after a job that left requests (clshim run --warm): make the driver's own\nbinaries of its builds, so that the next loads and builds take them",
         about: "Make the driver's own binaries the native store was asked for (requests left\nby runs with CLSHIM_WARM=1: under --binaries substitute when the application\nasks for binaries, and with --program-cache for source builds), at idle\npriority, on every CPU this process may use (workers of each working\ndirectory and environment of the requests reuse their ranks' pocl kernel\ncache); then keep the store under $CLSHIM_NATIVE_STORE_MAX, least recently\nused out, removing nothing but its own entries. One step at a time per host\nand store (others wait for it); hosts sharing a store split the requests by\nclaims, each a lease renewed while it is made. clshim run --warm runs it in\nthe foreground when its command ends, inside the job's time.",
         options: &WARM,
+    },
+    Command {
+        name: "store",
+        synopsis: "clshim store [--store DIR] [--json] [--clear]",
+        summary: "what the native store holds (entries by device, requests waiting, the\ncap, the last warm step), or with --clear, empty it",
+        about: "Show the native store clshim warm would warm: where it is and whether it is\nyours alone, its entries and their bytes by device and driver build, the\nbuilds it found cannot be kept (and why), the requests waiting (the oldest's\nage), those set aside, its size against $CLSHIM_NATIVE_STORE_MAX, and the\nlast warm step's line in warm.log. --clear removes every file of clshim's in\nit (entries, requests, marks, labels, warm.log), never a file that is not\nclshim's. Exit status 0, 1 when the store is not yours alone or cannot be\nread (or a file could not be removed), 2 on usage errors.",
+        options: &STORE,
     },
     Command {
         name: "unsubstitute",

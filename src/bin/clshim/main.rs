@@ -1,18 +1,20 @@
 //! The `clshim` command: launch programs under the shim (`clshim run`), report on the
 //! traces they wrote (`clshim report`), make the native store's entries (`clshim warm`),
-//! and clear clshim binaries out of applications' caches (`clshim unsubstitute`). This file
-//! only dispatches: it parses the arguments (`cli`), then hands over to the folder of each
-//! command (`run/`, `report/`, `warm/`, `unsubstitute/`), with `help`, `library` (finding
+//! show or clear the store (`clshim store`), and clear clshim binaries out of
+//! applications' caches (`clshim unsubstitute`). This file only dispatches: it parses the
+//! arguments (`cli`), then hands over to the folder of each command (`run/`, `report/`,
+//! `warm/`, `store/`, `unsubstitute/`), with `help`, `library` (finding
 //! the interposer) and `terminal` (what reaches a terminal) shared, and maps outcomes to
 //! exit statuses: 0 success, 1 report with skipped input, 2 usage error; `run` failures use
 //! 1, or 126 / 127 like a shell when the command cannot be executed or found;
-//! `unsubstitute` and `warm` say their own (see their modules).
+//! `unsubstitute`, `warm` and `store` say their own (see their modules).
 
 mod cli;
 mod help;
 mod library;
 mod report;
 mod run;
+mod store;
 mod terminal;
 mod unsubstitute;
 mod warm;
@@ -63,5 +65,6 @@ fn main() -> ExitCode {
         Ok(cli::Command::Report(o)) => report::main(o),
         Ok(cli::Command::Unsubstitute(o)) => unsubstitute::main(o),
         Ok(cli::Command::Warm(o)) => ExitCode::from(warm::warm_main(o).clamp(0, 255) as u8),
+        Ok(cli::Command::Store(o)) => store::main(o),
     }
 }

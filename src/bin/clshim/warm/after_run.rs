@@ -28,13 +28,8 @@ extern "C" fn pass_on(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut l
 /// not. The store (and each folder made for it) is made the user's alone, as the library
 /// makes it, whatever the umask: the library would refuse one that its group may write.
 fn start_warm(lib: &Path, store: &Path) -> Result<std::process::Child, String> {
-    use std::os::unix::fs::DirBuilderExt;
     let me = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
-    let made = std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(store);
-    if let Err(e) = made {
+    if let Err(e) = crate::store::folders::make_private(store) {
         return Err(format!("{}: {e}", store.display()));
     }
     check_store(store)?;

@@ -1,6 +1,7 @@
 //! The store's size cap: after its requests, a warm step removes the least recently used
-//! whole entries beyond `CLSHIM_NATIVE_STORE_MAX`, entries that say a build is not kept
-//! once a week old, its own temporary files an hour old and set-aside marks a week old.
+//! whole entries beyond `CLSHIM_NATIVE_STORE_MAX` (those that say a build is not kept
+//! among them), its own temporary files an hour old, set-aside marks a week old, and source
+//! marks older than every entry left.
 //! Only files that are clshim's by their names and headers are ever removed: nothing else
 //! in the folder (the user's own files, if the store was pointed at a folder of theirs).
 
@@ -78,9 +79,10 @@ pub fn enforce_cap(store: &Path, max: u64) -> u64 {
             let ours = name
                 .to_str()
                 .is_some_and(|n| format::key_of_name(n, "").is_some());
+            // A mark is an empty file: a file of the user's by such a name is no mark.
             let stale = path
                 .symlink_metadata()
-                .is_ok_and(|m| m.is_file() && m.mtime() < oldest);
+                .is_ok_and(|m| m.is_file() && m.len() == 0 && m.mtime() < oldest);
             if ours && stale {
                 let _ = std::fs::remove_file(&path);
             }

@@ -319,13 +319,9 @@ pub fn warm_main(o: crate::cli::WarmOpts) -> i32 {
     status
 }
 
-/// Appends the step's summary line, with the time, to `STORE/warm.log` (for `clshim
-/// store`, and for a step whose output went nowhere).
+/// Appends the step's summary line to `STORE/warm.log` (for `clshim store`, which says how
+/// long ago by the file's time, and for a step whose output went nowhere).
 fn log_summary(store: &Path, line: &str) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
     let _ = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -334,7 +330,7 @@ fn log_summary(store: &Path, line: &str) {
         .open(store.join("warm.log"))
         .and_then(|mut f| {
             use std::io::Write;
-            writeln!(f, "{now} {line}")
+            writeln!(f, "{line}")
         });
 }
 

@@ -1,0 +1,359 @@
+//! What a native store holds, file by file, as `clshim store` lists it and `--clear` removes
+//! it. This module owns the rule that says of a file whether it is clshim's: its name must
+//! be one clshim gives (a key and a suffix, in the folder of its kind) and its first bytes
+//! must be clshim's header for that kind (an entry's whole header declaring exactly the
+//! file's length, as the warm step's cap decides what an entry is; a request's magic; a
+//! label's first line; an empty source mark), and it must be a regular file, looked at
+//! without following a link. Anything else (a user's own file in a store pointed at a
+//! folder of theirs, a link, a FIFO, a file of a name clshim never gives) is "not
+//! clshim's": counted, never read beyond its first bytes, never removed. Files are read
+//! bounded and without blocking on a FIFO; a file that is not the user's alone is read no
+//! further than its header (to know it is clshim's) and is set apart, as the library and
+//! the warm step never take it.
+
+use clshim_format::labels::{self, DeviceLabel, DriverLabel};
+use clshim_format::store::{self as format, EntryHeader, Request};
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// The store's folders, as clshim names them ("" is the store itself).
+pub const FOLDERS: [&str; 5] = [
+    "",
+    format::REQUESTS,
+    format::SOURCES,
+    labels::DRIVERS,
+    labels::DEVICES,
+];
+
+/// The longest uncacheable entry read for its reason: the reason and the manifest it
+/// stands on are small; a larger one is named without its reason.
+const MAX_REASON_ENTRY: u64 = 16 << 20;
+/// A claim holds a host name, a pid and a time.
+const MAX_CLAIM: u64 = 512;
+/// A set-aside mark is empty, or says in a line why.
+const MAX_MARK: u64 = 4096;
+/// How much of warm.log's end is read for its last summary line.
+const LOG_TAIL: u64 = 64 << 10;
+
+/// What a file of the store is.
+#[derive(Debug)]
+pub enum Kind {
+    /// A whole entry by its header; `not_kept`: the reason an entry flagged uncacheable
+    /// gives (None for a kept build).
+    Entry {
+        header: EntryHeader,
+        not_kept: Option<String>,
+    },
+    /// A request that decodes, for this device and driver build.
+    Request {
+        fingerprint: u64,
+        driver: u64,
+    },
+    /// A request-named file with a request's magic that does not decode (the next warm
+    /// step removes it): why.
+    DamagedRequest(String),
+    /// A warm step's claim on a request.
+    Claim,
+    /// A mark left where a request crashed a warm step's driver: what it says.
+    SetAside(String),
+    SourceMark,
+    /// What a driver build reads for any program.
+    DriverFiles,
+    DeviceLabel(DeviceLabel),
+    DriverLabel(DriverLabel),
+    /// A store writer's temporary file, by its name.
+    Temporary,
+    /// `warm.log`, with its last summary line.
+    WarmLog(Option<String>),
+    /// Not clshim's: left alone.
+    Foreign,
+}
+
+impl Kind {
+    /// Whether the file is clshim's (and `--clear` removes it).
+    pub fn clshims(&self) -> bool {
+        !matches!(self, Kind::Foreign)
+    }
+}
+
+/// One file of the store.
+#[derive(Debug)]
+pub struct File {
+    /// The folder ([`FOLDERS`]) and name.
+    pub folder: &'static str,
+    pub name: String,
+    pub len: u64,
+    /// Modification time, in seconds since the epoch.
+    pub mtime: i64,
+    pub kind: Kind,
+    /// Why it is not the user's alone (None: it is): clshim never takes such a file.
+    pub not_yours: Option<String>,
+}
+
+impl File {
+    /// The file's path relative to the store.
+    pub fn relative(&self) -> PathBuf {
+        Path::new(self.folder).join(&self.name)
+    }
+
+    /// The key its name holds, for the kinds named by one.
+    pub fn key(&self) -> Option<u64> {
+        let stem = self.name.split('.').next()?;
+        format::key_of_name(stem, "")
+    }
+}
+
+/// A store, file by file, with the folders that could not be read.
+#[derive(Debug, Default)]
+pub struct Survey {
+    pub files: Vec<File>,
+    /// Folders clshim names that are there but could not be listed: (folder, why).
+    pub unreadable: Vec<(String, String)>,
+    pub devices: BTreeMap<u64, DeviceLabel>,
+    pub drivers: BTreeMap<u64, DriverLabel>,
+}
+
+/// This process's effective user, whose store it is.
+pub fn me() -> u32 {
+    // SAFETY: no arguments.
+    unsafe { libc::geteuid() }
+}
+
+/// Why a folder or file with metadata `m` is not the user's alone (None: it is).
+pub fn not_alone(m: &std::fs::Metadata) -> Option<String> {
+    format::not_users_alone(m.is_dir(), m.uid(), m.mode(), me())
+}
+
+/// Opens the regular file `path` for reading without following a link or blocking on a
+/// FIFO put in its place since it was listed.
+fn open(path: &Path) -> Option<std::fs::File> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    f.metadata().ok()?.is_file().then_some(f)
+}
+
+/// Up to `n` bytes from the start of the regular file `path`.
+fn head(path: &Path, n: u64) -> Option<Vec<u8>> {
+    let mut bytes = Vec::new();
+    open(path)?.take(n).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
+}
+
+/// The whole regular file `path`, if it is at most `max` bytes.
+fn whole(path: &Path, max: u64) -> Option<Vec<u8>> {
+    let bytes = head(path, max + 1)?;
+    (bytes.len() as u64 <= max).then_some(bytes)
+}
+
+/// The last [`LOG_TAIL`] bytes of the regular file `path`.
+fn tail(path: &Path) -> Option<Vec<u8>> {
+    let mut f = open(path)?;
+    let len = f.metadata().ok()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL))).ok()?;
+    let mut bytes = Vec::new();
+    f.take(LOG_TAIL).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
+}
+
+/// The last summary line a warm step wrote in its log (`clshim warm: STORE: N made, ...
+/// N evicted`), from the log's end.
+fn last_summary(path: &Path) -> Option<String> {
+    String::from_utf8_lossy(&tail(path)?)
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("clshim warm: ") && l.contains(" made, ") && l.contains(" evicted"))
+        .map(str::to_string)
+}
+
+/// What the file `name` of `folder` (at `path`, `len` bytes, looked at without following a
+/// link and found a regular file) is; `yours`: whether it is the user's alone, else only
+/// its header is read.
+fn classify(folder: &str, name: &str, path: &Path, len: u64, yours: bool) -> Kind {
+    if format::is_temporary_name(name) {
+        return Kind::Temporary;
+    }
+    let key = |suffix| format::key_of_name(name, suffix);
+    match folder {
+        "" if key(".bin").is_some() => {
+            let Some(h) = head(path, format::ENTRY_HEADER as u64)
+                .and_then(|b| EntryHeader::parse(&b).ok())
+                .filter(|h| h.names_whole_file(name, len))
+            else {
+                return Kind::Foreign;
+            };
+            let not_kept = (h.flags & format::UNCACHEABLE != 0).then(|| {
+                if !yours {
+                    return "(not read: not yours alone)".to_string();
+                }
+                match whole(path, MAX_REASON_ENTRY).map(|b| {
+                    format::open_entry(&b)
+                        .map(|(_, p)| String::from_utf8_lossy(p.payload).into_owned())
+                }) {
+                    Some(Ok(why)) => why,
+                    Some(Err(why)) => format!("(damaged: {why})"),
+                    None => format!("(not read: {len} bytes)"),
+                }
+            });
+            Kind::Entry {
+                header: h,
+                not_kept,
+            }
+        }
+        // The driver's own output may come first (a crash's), so a line of clshim's
+        // anywhere in either end of the log says it is the warm step's.
+        "" if name == "warm.log" => {
+            let ends = [head(path, LOG_TAIL), tail(path)];
+            let clshims = ends.iter().flatten().any(|b| {
+                String::from_utf8_lossy(b)
+                    .lines()
+                    .any(|l| l.starts_with("clshim warm: ") || l.starts_with("clshim: "))
+            });
+            match clshims {
+                true => Kind::WarmLog(last_summary(path)),
+                false => Kind::Foreign,
+            }
+        }
+        "requests" if key(".req").is_some() => {
+            if head(path, 8).as_deref() != Some(&format::REQUEST_MAGIC[..]) {
+                return Kind::Foreign;
+            }
+            if !yours {
+                return Kind::DamagedRequest("not read".into());
+            }
+            match whole(path, format::MAX_REQUEST).map(|b| Request::decode(&b)) {
+                Some(Ok(r)) => Kind::Request {
+                    fingerprint: r.fingerprint,
+                    driver: r.driver,
+                },
+                Some(Err(why)) => Kind::DamagedRequest(why),
+                None => Kind::DamagedRequest("cannot be read whole".into()),
+            }
+        }
+        "requests" if key(".claim").is_some() => match whole(path, MAX_CLAIM) {
+            Some(b) if String::from_utf8_lossy(&b).split_whitespace().count() == 3 => Kind::Claim,
+            _ => Kind::Foreign,
+        },
+        "requests" if key(".set-aside").is_some() => match whole(path, MAX_MARK) {
+            Some(b) => Kind::SetAside(
+                String::from_utf8_lossy(&b)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_string(),
+            ),
+            None => Kind::Foreign,
+        },
+        "sources" if key("").is_some() && len == 0 => Kind::SourceMark,
+        "drivers" if key(".files").is_some() => match head(path, 8) {
+            Some(b) if b == labels::DRIVER_FILES_MAGIC => Kind::DriverFiles,
+            _ => Kind::Foreign,
+        },
+        "drivers" | "devices" => {
+            let Some(id) = key(".txt") else {
+                return Kind::Foreign;
+            };
+            let text = whole(path, labels::MAX_LABEL).unwrap_or_default();
+            let text = String::from_utf8_lossy(&text);
+            let label = if folder == "drivers" {
+                DriverLabel::parse(&text, id).map(Kind::DriverLabel)
+            } else {
+                DeviceLabel::parse(&text, id).map(Kind::DeviceLabel)
+            };
+            label.unwrap_or(Kind::Foreign)
+        }
+        _ => Kind::Foreign,
+    }
+}
+
+/// Every file of the store `store` (whose folders were checked to be the user's alone),
+/// each folder's in name order.
+pub fn survey(store: &Path) -> Survey {
+    let mut s = Survey::default();
+    for folder in FOLDERS {
+        let dir = store.join(folder);
+        match dir.symlink_metadata() {
+            Ok(m) if m.is_dir() => {}
+            _ => continue,
+        }
+        let rd = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) => {
+                s.unreadable.push((folder.to_string(), e.to_string()));
+                continue;
+            }
+        };
+        let mut names: Vec<_> = rd.flatten().map(|e| e.file_name()).collect();
+        names.sort();
+        for os_name in names {
+            let path = dir.join(&os_name);
+            let Ok(m) = path.symlink_metadata() else {
+                continue;
+            };
+            // The store's own folders are listed in their turn.
+            if folder.is_empty() && m.is_dir() && FOLDERS.iter().any(|f| *f == os_name) {
+                continue;
+            }
+            let name = os_name.to_string_lossy().into_owned();
+            let not_yours = if m.is_file() { not_alone(&m) } else { None };
+            let kind = match os_name.to_str() {
+                Some(n) if m.is_file() => classify(folder, n, &path, m.len(), not_yours.is_none()),
+                _ => Kind::Foreign,
+            };
+            if not_yours.is_none() {
+                match &kind {
+                    Kind::DeviceLabel(l) => {
+                        s.devices
+                            .insert(format::key_of_name(&name, ".txt").unwrap_or(0), l.clone());
+                    }
+                    Kind::DriverLabel(l) => {
+                        s.drivers
+                            .insert(format::key_of_name(&name, ".txt").unwrap_or(0), l.clone());
+                    }
+                    _ => {}
+                }
+            }
+            s.files.push(File {
+                folder,
+                name,
+                // A folder's or a link's own size is not what the store holds.
+                len: if m.is_file() { m.len() } else { 0 },
+                mtime: m.mtime(),
+                kind,
+                not_yours,
+            });
+        }
+    }
+    s
+}
+
+/// Why the store at `store` may not be read: each of its folders that exists must be a
+/// folder, by its own name, that is the user's alone. The store, `requests` and `sources`
+/// are checked as `clshim warm` checks them; `drivers` and `devices` the same way here.
+pub fn check(store: &Path) -> Result<(), String> {
+    crate::warm::check_store(store)?;
+    for folder in [labels::DRIVERS, labels::DEVICES] {
+        let dir = store.join(folder);
+        let m = match dir.symlink_metadata() {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(format!("{}: {e}", dir.display())),
+        };
+        let why = if m.file_type().is_symlink() {
+            Some("a symbolic link: a store's folders are opened only by their own names".into())
+        } else if !m.is_dir() {
+            Some("not a folder".to_string())
+        } else {
+            not_alone(&m)
+        };
+        if let Some(why) = why {
+            return Err(format!("{}: {why}", dir.display()));
+        }
+    }
+    Ok(())
+}
