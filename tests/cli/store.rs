@@ -212,7 +212,7 @@ fn the_listing_says_what_the_files_hold() {
     let device = group["device"].as_str().unwrap().to_string();
     assert!(!device.starts_with("device "), "{device}");
 
-    // The warm step in the background, as after a job.
+    // The warm step clshim run --warm runs when its command ends, as after a job.
     let lib = shim_path();
     let out = clshim_out(
         &[
@@ -229,7 +229,7 @@ fn the_listing_says_what_the_files_hold() {
     );
     assert!(out.status.success(), "{}", stderr(&out));
     let log = wait_for_warm_log(&store);
-    assert!(log.contains("the driver crashed"), "{log}");
+    assert!(stderr(&out).contains("the driver crashed"), "{}", stderr(&out));
     leave_request(&native, &[&save("w.bin"), "--seed=4"], &d, &store, &kc);
 
     let entries = entries(&store);
