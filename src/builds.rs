@@ -67,6 +67,8 @@ pub struct BuildCall {
     pub header_names: AppArray<*const c_char>,
     /// Link: the input programs.
     pub inputs: AppArray<cl_program>,
+    /// A build whose compile ranks of the node share: what it did.
+    pub shared: Option<crate::program_cache::share::Shared>,
 }
 
 impl BuildCall {
@@ -88,6 +90,7 @@ impl BuildCall {
             headers: AppArray::empty(),
             header_names: AppArray::empty(),
             inputs: AppArray::empty(),
+            shared: None,
         }
     }
 
@@ -718,6 +721,8 @@ impl AwaitingBuildEnd {
             source_kernels,
             error,
             served: None,
+            shared: self.call.shared.map(|s| s.name()),
+            peer_wait_seconds: self.call.shared.and_then(|s| s.waited()),
         });
         rt.recorder.emit(self.start, seconds, &record);
     }

@@ -85,6 +85,8 @@ pub struct Config {
     /// `CLSHIM_PROGRAM_CACHE`: serve source builds from the native store (never on macOS,
     /// whose objects carry no dispatch table for clshim's own program handles to mimic).
     pub program_cache: bool,
+    /// With the program cache: ranks of a node share one compile of a program.
+    pub share_builds: bool,
 }
 
 /// `CLSHIM_NATIVE_STORE_MAX`'s default: 1 GiB.
@@ -105,6 +107,7 @@ impl Default for Config {
             warm_requests: false,
             warm_store: None,
             program_cache: false,
+            share_builds: true,
         }
     }
 }
@@ -168,6 +171,9 @@ impl Config {
         }
         if let Some(Value::Switch(on)) = take(&controls::PROGRAM_CACHE) {
             cfg.program_cache = on && cfg!(not(target_os = "macos"));
+        }
+        if let Some(Value::Switch(on)) = take(&controls::SHARE_BUILDS) {
+            cfg.share_builds = on;
         }
         cfg.warm_store = get(controls::WARM_STORE_VAR)
             .filter(|v| !v.is_empty())

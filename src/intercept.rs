@@ -92,8 +92,26 @@ pub unsafe fn build_program<D: Door>(
         call.options = r.as_ptr();
         call.given_options = Some(options);
     }
+    // With the program cache, ranks of a node share one compile of a program: this build
+    // waits for a peer's, or compiles and publishes its own (program_cache::share).
+    let turn = rt.filter(|_| recorded.is_none()).and_then(|rt| {
+        catch(|| {
+            // SAFETY: the application's program and options, accepted so far as clshim
+            // can tell; the device list is read within its count.
+            unsafe {
+                program_cache::share::before_build(rt, route, program, &call.devices, options)
+            }
+        })
+        .flatten()
+    });
+    if let Some(t) = &turn {
+        call.shared = Some(t.shared);
+    }
     // SAFETY: the application's call (with the recorded options, which outlive it).
     let ret = unsafe { builds::run(rt, route, call, pfn_notify, user_data) }.0;
+    if let Some(t) = turn {
+        catch(|| t.after(ret));
+    }
     if let Some(f) = fallback {
         // SAFETY: the application's options, of a call that has not returned.
         catch(|| unsafe { program_cache::after_fallback(route, f, ret, options) });

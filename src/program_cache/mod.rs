@@ -20,6 +20,7 @@
 
 pub mod handles;
 mod serve;
+pub mod share;
 
 pub use handles::{app_handle, find, forget_reused, resolve, source_of};
 pub use serve::{after_fallback, maybe_wrap, serve_build, source_build_request, Build};

@@ -447,6 +447,8 @@ fn record(
         error: None,
         cpu_seconds,
         served: ok.then_some("store"),
+        shared: None,
+        peer_wait_seconds: None,
     });
     rt.recorder.emit(start, seconds, &record);
 }

@@ -66,6 +66,46 @@ pub fn open_sub(dir: &Fd, name: &str, create: bool) -> std::io::Result<Fd> {
     open_dir_at(dir.0, &c)
 }
 
+/// Makes the directory `path` with exactly [`DIR_MODE`] (one that exists is left as it is).
+pub fn make_dir(path: &Path) -> std::io::Result<()> {
+    make_dir_at(libc::AT_FDCWD, &cstr(path.as_os_str().as_bytes())?)
+}
+
+/// How deep a copied folder goes (pocl's program folder: kernel, then specialisation).
+const MAX_COPY_DEPTH: usize = 6;
+
+/// Copies the regular files and folders below `from` into the existing folder `to`,
+/// never following or copying a link; each file whole, as it is when read (pocl writes its
+/// kernel cache's files under a temporary name and renames them into place).
+pub fn copy_tree(from: &Path, to: &Path) {
+    fn walk(from: &Path, to: &Path, depth: usize) {
+        let Ok(entries) = std::fs::read_dir(from) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let Ok(t) = e.file_type() else { continue };
+            let dest = to.join(e.file_name());
+            if t.is_dir() && depth < MAX_COPY_DEPTH {
+                if make_dir(&dest).is_ok() {
+                    walk(&e.path(), &dest, depth + 1);
+                }
+            } else if t.is_file() {
+                let _ = std::fs::File::open(e.path()).and_then(|mut inp| {
+                    use std::os::unix::fs::OpenOptionsExt;
+                    let mut out = std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .mode(FILE_MODE)
+                        .custom_flags(libc::O_NOFOLLOW)
+                        .open(&dest)?;
+                    std::io::copy(&mut inp, &mut out)
+                });
+            }
+        }
+    }
+    walk(from, to, 0);
+}
+
 /// Makes the directory `name` relative to `at` with exactly [`DIR_MODE`] (one that exists
 /// is left as it is). The umask can take the owner's bits from the mode `mkdir` is given
 /// (under `umask 0277` a folder made 0700 is 0500, a store its owner cannot write), so

@@ -229,7 +229,11 @@ fn the_listing_says_what_the_files_hold() {
     );
     assert!(out.status.success(), "{}", stderr(&out));
     let log = wait_for_warm_log(&store);
-    assert!(stderr(&out).contains("the driver crashed"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the driver crashed"),
+        "{}",
+        stderr(&out)
+    );
     leave_request(&native, &[&save("w.bin"), "--seed=4"], &d, &store, &kc);
 
     let entries = entries(&store);

@@ -172,7 +172,7 @@ pub const WARM: Control = Control {
     default: "0",
     values: "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`)",
     default_doc: "`0`",
-    doc: "Leave a request in the native store for each build it lacks (one small private file, a few file operations), for `clshim warm` to make after the job. `clshim run --warm` sets it and starts the warm step in the background when the command ends.",
+    doc: "Leave a request in the native store for each build it lacks (one small private file, a few file operations), for `clshim warm` to make after the job. `clshim run --warm` sets it and runs the warm step when the command ends, inside the job's time, on every CPU it may use.",
     help: "leave requests, and start clshim warm after COMMAND",
 };
 
@@ -187,6 +187,19 @@ pub const PROGRAM_CACHE: Control = Control {
     default_doc: "`0`",
     doc: "Serve source builds on pocl devices from the native store: a `clBuildProgram` whose exact build (source, options, environment, device, driver, and every file its compile read, as the warm step recorded it) has an entry loads the driver's binary instead of compiling; any other build compiles as without it. For applications that keep no binaries (pyopencl 2024.2.3 and later on pocl). Linux only.",
     help: "serve source builds from the native store",
+};
+
+pub const SHARE_BUILDS: Control = Control {
+    var: "CLSHIM_SHARE_BUILDS",
+    option: "--share-builds",
+    metavar: "",
+    grammar: Grammar::Switch,
+    reader: Reader::Library,
+    default: "1",
+    values: "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`)",
+    default_doc: "`1`",
+    doc: "With `CLSHIM_PROGRAM_CACHE`: ranks of a node that build the same program share one compile of it. The first compiles while the others wait, then they take its compile into their own pocl kernel cache (pocl checks it is theirs, by the hash of their preprocessed source), and build as a cache hit. `0`: each rank compiles its own.",
+    help: "with --program-cache, ranks of a node share one compile of a program",
 };
 
 pub const NATIVE_STORE_MAX: Control = Control {
@@ -216,7 +229,7 @@ pub const LIB: Control = Control {
 };
 
 /// Every control, in README's order.
-pub const ALL: [&Control; 12] = [
+pub const ALL: [&Control; 13] = [
     &BINARIES,
     &DEVICES,
     &TRACE_DIR,
@@ -228,6 +241,7 @@ pub const ALL: [&Control; 12] = [
     &NATIVE_STORE_MAX,
     &WARM,
     &PROGRAM_CACHE,
+    &SHARE_BUILDS,
     &LIB,
 ];
 

@@ -291,6 +291,15 @@ pub struct Build {
     /// native store, nothing compiled). Absent for a build the driver compiled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub served: Option<&'static str>,
+    /// A build whose compile the ranks of its node share (`CLSHIM_SHARE_BUILDS`, with the
+    /// program cache): `"compiled"` (this rank compiled it, and published its compile),
+    /// `"from_peer"` (it took a peer's compile: pocl's cache hit), or
+    /// `"compiled_after_waiting"` (it waited for a peer past its patience, then compiled).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared: Option<&'static str>,
+    /// How long the build waited for a peer's compile, in seconds (with `shared`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer_wait_seconds: Option<f64>,
 }
 
 /// The options an application gave a build, and those clshim built with instead.

@@ -841,10 +841,9 @@ impl Tracer {
                 self.push(made_by_tracer(&made));
             }
         }
-        copy_tree(
+        crate::store::files::copy_tree(
             std::path::Path::new(std::ffi::OsStr::from_bytes(&from)),
             std::path::Path::new(std::ffi::OsStr::from_bytes(&full)),
-            0,
         );
     }
 
@@ -886,35 +885,6 @@ impl Tracer {
             link,
         });
         self.resume(tid, 0);
-    }
-}
-
-/// How deep a program's cache folder goes (pocl: kernel, then its specialisation).
-const MAX_COPY_DEPTH: usize = 6;
-
-/// Copies the regular files and folders below `from` into the folder `to` (never a link),
-/// each file whole (pocl writes its cache's files under a temporary name and renames them).
-fn copy_tree(from: &std::path::Path, to: &std::path::Path, depth: usize) {
-    let Ok(entries) = std::fs::read_dir(from) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let Ok(t) = e.file_type() else { continue };
-        let dest = to.join(e.file_name());
-        if t.is_dir() && depth < MAX_COPY_DEPTH {
-            if std::fs::create_dir(&dest).is_ok() {
-                copy_tree(&e.path(), &dest, depth + 1);
-            }
-        } else if t.is_file() {
-            let _ = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&dest)
-                .and_then(|mut out| {
-                    let mut inp = std::fs::File::open(e.path())?;
-                    std::io::copy(&mut inp, &mut out)
-                });
-        }
     }
 }
 

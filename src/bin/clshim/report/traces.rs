@@ -917,6 +917,8 @@ mod tests {
                 source_kernels: vec!["k".into()],
                 error: Some("error: e".into()),
                 served: Some("store"),
+                shared: None,
+                peer_wait_seconds: None,
             })
         };
         let records = [
