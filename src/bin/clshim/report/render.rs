@@ -27,13 +27,39 @@ pub const NO_BINARY_QUERY: &str = "note: no binary queries: the applications ask
      store. This report measures builds and first launches (where pocl compiles the \
      kernels that run).";
 
-/// Said instead when those processes ran with the program cache on and it served none of
-/// their builds.
+/// Said instead when those processes ran with the program cache on, it served none of
+/// their builds, and their records say no why (a clshim that did not record it): nothing
+/// is promised.
 pub const NOTHING_SERVED: &str = "note: no binary queries, and the program cache served none \
-     of these builds: the native store held none of them yet. clshim warm makes them after \
-     a run with --warm (clshim run --warm starts it when the command ends), and later runs \
-     are served. This report measures builds and first launches (where pocl compiles the \
-     kernels that run).";
+     of these builds; these traces do not say why (clshim records it with each build from \
+     this version on). This report measures builds and first launches (where pocl compiles \
+     the kernels that run).";
+
+/// Said where processes under the program cache asked for binaries, or built sources that
+/// differ by a token that changes every run: applications with a binary cache of their
+/// own, which the program cache does not serve.
+pub fn own_binary_cache(queries: usize, run_unique: bool) -> String {
+    let mut why = Vec::new();
+    if queries > 0 {
+        why.push(format!(
+            "they asked for program binaries ({})",
+            plural(queries, "binary query", "binary queries")
+        ));
+    }
+    if run_unique {
+        why.push(
+            "their sources differ by a token that changes every run (see Why it built)".into(),
+        );
+    }
+    format!(
+        "note: the program cache serves these applications nothing: {}. They keep a binary \
+         cache of their own, which --program-cache does not serve, and pyopencl before \
+         2024.2.3 makes every cold build's source unique (pyopencl_defeat_cache_<uuid>), so \
+         --warm only fills the store with entries no run uses. Run them with --binaries \
+         substitute --warm instead.",
+        why.join(", and ")
+    )
+}
 
 /// Said for a directory with no trace file: what may have kept every process from
 /// recording (LD_PRELOAD.md, "Where each door does not reach").
@@ -523,12 +549,21 @@ impl Report {
                 plural(self.unended.len(), "process has", "processes have"),
             ));
         }
+        let t = &self.totals;
         if self.no_binary_query() {
-            notes.push(if self.totals.program_cache_processes > 0 {
-                NOTHING_SERVED.to_string()
-            } else {
-                NO_BINARY_QUERY.to_string()
-            });
+            // Under the program cache, the line on its builds says why each was not served.
+            if t.program_cache_processes == 0 {
+                notes.push(NO_BINARY_QUERY.to_string());
+            } else if t.loads.not_served.is_empty() {
+                notes.push(NOTHING_SERVED.to_string());
+            }
+        }
+        if t.program_cache_processes > 0 && (t.program_cache_queries > 0 || self.run_unique_tokens)
+        {
+            notes.push(own_binary_cache(
+                t.program_cache_queries,
+                self.run_unique_tokens,
+            ));
         }
         notes
     }

@@ -252,7 +252,7 @@ impl RankAcc {
 }
 
 /// Directory-wide sums.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct Totals {
     pub builds: usize,
     pub build_seconds: f64,
@@ -279,6 +279,10 @@ pub struct Totals {
     pub binary_loads: usize,
     /// Processes that ran with the program cache on.
     pub program_cache_processes: usize,
+    /// Binary queries of processes that ran with the program cache on and answered no query
+    /// with clshim binaries: applications with binary caches of their own, which the
+    /// program cache does not serve.
+    pub program_cache_queries: usize,
 }
 
 impl Totals {
@@ -286,6 +290,7 @@ impl Totals {
         self.loads.add(o.loads);
         self.binary_loads += o.binary_loads;
         self.program_cache_processes += o.program_cache_processes;
+        self.program_cache_queries += o.program_cache_queries;
         self.builds += o.builds;
         self.build_seconds += o.build_seconds;
         self.queries += o.queries;
@@ -563,7 +568,14 @@ impl FileAcc {
             Event::FirstLaunch => self.launch_key(&r),
             Event::BinaryLoad | Event::Process | Event::Exit => {
                 self.totals.binary_loads += 1;
-                self.totals.loads.count(r.made_from.as_ref().map(|m| &*m.0));
+                let why = r
+                    .native_miss_kind
+                    .as_deref()
+                    .and_then(crate::schema::Miss::parse)
+                    .map(|k| crate::schema::miss_phrase(k, r.native_miss.as_deref().unwrap_or("")));
+                self.totals
+                    .loads
+                    .count(r.made_from.as_ref().map(|m| &*m.0), why);
                 // A program made from a binary: its queries join to "unknown program".
                 if let Some(p) = r.program.clone() {
                     let k = self.intern(ProgramKey::unknown());
@@ -575,7 +587,8 @@ impl FileAcc {
         };
         if r.event.is_build() {
             if r.call.as_deref() == Some("clBuildProgram") {
-                self.totals.loads.count_build(r.served.as_deref());
+                let why = r.not_served.as_ref().map(|n| n.phrase());
+                self.totals.loads.count_build(r.served.as_deref(), why);
             }
             if let Some(p) = r.program.clone() {
                 self.by_id.insert(p, ki);
@@ -938,6 +951,9 @@ impl Aggregate {
         }
         let mut totals = acc.totals;
         totals.program_cache_processes = usize::from(acc.program_cache);
+        if acc.program_cache && acc.policy.as_deref() != Some("substitute") {
+            totals.program_cache_queries = totals.queries;
+        }
         totals.pocl_cpu_pass_query_seconds = match acc.policy.as_deref() {
             Some("pass") => acc.pocl_query_all,
             Some(_) => 0.0,
