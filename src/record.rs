@@ -497,6 +497,11 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str, program_cache: bool)
     } else if t.avoidable_query_seconds > 0.2 * total && t.avoidable_query_seconds > 0.05 {
         s.push_str("; CLSHIM_BINARIES=substitute avoids pocl's second compile");
     }
+    if t.substituted > 0 {
+        // An application that keeps what it was handed fails without clshim, some with no
+        // fallback (hashcat; tests/c/strict_cache.c).
+        s.push_str(GOING_BACK);
+    }
     s
 }
 
@@ -525,6 +530,11 @@ pub fn asks_for_binaries(queries: u64) -> String {
         if queries == 1 { "query" } else { "queries" }
     )
 }
+
+/// The way back from `substitute`, said by every process that handed out clshim binaries.
+pub const GOING_BACK: &str = "; the application's binary cache now holds clshim binaries, \
+     which fail without clshim (CL_INVALID_BINARY): before running without clshim, clshim \
+     unsubstitute --remove DIR (its cache folder)";
 
 /// The summary's words for a process that asked for no binary (pyopencl 2024.2.3 and newer
 /// on pocl keep no binary cache): the policies, `clshim warm` and `clshim unsubstitute`
@@ -623,7 +633,13 @@ mod tests {
         };
         assert!(summary_line(&id, &queried, "pass", true).ends_with(&asks_for_binaries(2)));
         assert!(!summary_line(&id, &queried, "substitute", true).contains("asked for"));
-
+        // Clshim binaries handed out: the way back is said.
+        let handed = Tally {
+            substituted: 2,
+            ..t.clone()
+        };
+        assert!(summary_line(&id, &handed, "substitute", false).ends_with(GOING_BACK));
+        assert!(!summary_line(&id, &t, "pass", false).contains("unsubstitute"));
         let s = summary_line(&id, &launched, "pass", false);
         assert!(
             s.contains(
