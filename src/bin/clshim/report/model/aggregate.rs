@@ -273,6 +273,12 @@ pub struct Totals {
     /// the same device) with other sizes: the compiles a generic kernel would avoid.
     pub pocl_cpu_relaunches: usize,
     pub pocl_cpu_relaunch_seconds: f64,
+    /// Of those, the seconds of launches whose work-group size pocl chose (`local_size`
+    /// null): the shape on which `POCL_WORK_GROUP_SPECIALIZATION=0` was measured to help.
+    pub pocl_cpu_relaunch_auto_seconds: f64,
+    /// Binary queries forwarded to selected pocl CPU devices in Python processes (pyopencl,
+    /// whose cache has a switch measured to remove them).
+    pub python_forwarded_queries: usize,
     /// Loads of clshim binaries: native or from the recipe.
     pub loads: crate::report::loads::LoadCounts,
     /// `clCreateProgramWithBinary` calls of any binary.
@@ -303,6 +309,8 @@ impl Totals {
         self.pocl_cpu_launch_seconds += o.pocl_cpu_launch_seconds;
         self.pocl_cpu_relaunches += o.pocl_cpu_relaunches;
         self.pocl_cpu_relaunch_seconds += o.pocl_cpu_relaunch_seconds;
+        self.pocl_cpu_relaunch_auto_seconds += o.pocl_cpu_relaunch_auto_seconds;
+        self.python_forwarded_queries += o.python_forwarded_queries;
     }
 }
 
@@ -396,6 +404,8 @@ struct FileAcc {
     header: Option<Local>,
     policy: Option<String>,
     program_cache: bool,
+    /// The process runs Python (its `exe`).
+    python: bool,
     records: usize,
     t0: f64,
     locals: Locals,
@@ -480,6 +490,7 @@ impl FileAcc {
                 self.header_host = r.host.as_deref().map(str::to_string);
                 self.policy = r.policy.as_deref().map(str::to_string);
                 self.program_cache = r.program_cache == Some(true);
+                self.python = r.exe.as_deref().is_some_and(|e| e.contains("python"));
             }
             return;
         }
@@ -695,6 +706,9 @@ impl FileAcc {
                     if !self.launched.insert(key) {
                         t.pocl_cpu_relaunches += 1;
                         t.pocl_cpu_relaunch_seconds += added;
+                        if r.local_size.is_none() {
+                            t.pocl_cpu_relaunch_auto_seconds += added;
+                        }
                     }
                 }
             }
@@ -964,6 +978,9 @@ impl Aggregate {
         if !acting {
             totals.pocl_cpu_forwarded_query_seconds = 0.0;
             totals.pocl_cpu_forwarded_queries = 0;
+        }
+        if acc.python {
+            totals.python_forwarded_queries = totals.pocl_cpu_forwarded_queries;
         }
         self.totals.add(totals);
         let keys: Vec<RankKey> = (0..acc.locals.list.len())
