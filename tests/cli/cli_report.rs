@@ -453,6 +453,37 @@ fn an_application_with_its_own_binary_cache_is_sent_to_substitute() {
         ) && out.contains("Run them with --binaries substitute --warm instead."),
         "{out}"
     );
+    // Two ranks whose kept sources differ only by pyopencl's run-unique constant, and no
+    // binary query in sight: the same note, for the token.
+    let d = common::scratch("cache-tokens");
+    std::fs::create_dir_all(d.join("sources")).unwrap();
+    for rank in 0..2i64 {
+        let text = format!(
+            "__kernel void k(__global float *a) {{ a[0] = 1.0f; }}\n__constant int \
+             pyopencl_defeat_cache_{:032x} = 0;\n",
+            0x309b_1ab5_34b4_4eba_baa2_2eb2_fc58_f987u128 + rank as u128
+        );
+        let reference = format!("{:016x}-{}", 0xabc0 + rank, text.len());
+        std::fs::write(d.join(format!("sources/{reference}.cl")), &text).unwrap();
+        let mut p =
+            Proc::new("n", Some(rank), 740 + rank as u64, 1_750_000_000.0, "pass").program_cache();
+        p.build(
+            &["k"],
+            &format!("fnv1a64:{:016x}", 0xabc0 + rank),
+            0.5,
+            &dev,
+        );
+        p.amend(json!({"kept": {"source": reference, "options": null}}));
+        p.write(&d);
+    }
+    let out = flat(&common::stdout(&report(&[s(&d)])));
+    assert!(
+        out.contains(
+            "note: the program cache serves these applications nothing: their sources differ \
+             by a token that changes every run (see Why it built)."
+        ),
+        "{out}"
+    );
     // Under substitute, or without the program cache, nothing of the kind is said.
     for (policy, cache) in [("substitute", true), ("pass", false)] {
         let d = common::scratch("cache-queries-not");
