@@ -21,7 +21,7 @@ use crate::recipe::{Kind, Recipe, Text};
 use crate::record::Start;
 use crate::runtime::Runtime;
 use crate::schema::{self};
-use crate::store::{Lookup, Store};
+use crate::store::{Miss, MissKind, Store};
 use std::ffi::{c_char, c_void, CString};
 use std::sync::Arc;
 
@@ -456,7 +456,7 @@ pub unsafe fn create_with_binary(
         let native = crate::guard::catch(|| unsafe {
             load_native(rt, route, real, call.context, &args.devices, &r)
         })
-        .unwrap_or_else(|| Err("clshim failed reading the store".into()));
+        .unwrap_or_else(|| Err(Miss::of(MissKind::Other, "clshim failed reading the store")));
         match native {
             Ok(p) => (r, Ok(p)),
             Err(why) => {
@@ -572,33 +572,27 @@ unsafe fn load_native(
     context: cl_context,
     devices: &[cl_device_id],
     recipe: &Recipe,
-) -> Result<OwnedProgram, String> {
-    let store = Store::from_config(&rt.config).ok_or("no native store")?;
+) -> Result<OwnedProgram, Miss> {
+    let store = Store::from_config(&rt.config)
+        .ok_or_else(|| Miss::of(MissKind::CannotKeep, "no native store"))?;
     let encoded = recipe.encode();
     let mut payloads = Vec::with_capacity(devices.len());
     for (i, &d) in devices.iter().enumerate() {
         // SAFETY: a device of the context (this function's contract).
-        let facts = unsafe { rt.devices.get(route, d) }.ok_or("a device not queried")?;
+        let facts = unsafe { rt.devices.get(route, d) }
+            .ok_or_else(|| Miss::of(MissKind::Other, "a device not queried"))?;
         // SAFETY: as above.
-        let key = unsafe { crate::store::key_for(&facts, d, recipe, &encoded) }
-            .map_err(|why| format!("device {i}: {why}"))?;
-        match store.lookup(&key) {
-            Lookup::Found(p) => payloads.push(p.binary),
-            Lookup::Absent => return Err(format!("device {i}: no entry")),
-            Lookup::Differs(why) => {
-                return Err(format!(
-                    "device {i}: its entry's compile read other files ({why})"
-                ))
-            }
-            Lookup::Uncacheable(why) => return Err(format!("device {i}: not kept: {why}")),
-            Lookup::Refused(why) => {
-                log::warn!("native store: ignored {why}");
-                return Err(format!("device {i}: ignored {why}"));
-            }
-        }
+        let key =
+            unsafe { crate::store::key_for(&facts, d, recipe, &encoded) }.map_err(|why| Miss {
+                device: Some(i),
+                ..Miss::of(MissKind::CannotKeep, why)
+            })?;
+        payloads.push(store.lookup(&key).found(i)?.binary);
     }
+    let other = |why: String| Miss::of(MissKind::Other, why);
     // SAFETY: this function's contract; one verified binary per device.
-    let program = unsafe { from_native(route, real, context, devices, &payloads) }?;
+    let program =
+        unsafe { from_native(route, real, context, devices, &payloads) }.map_err(other)?;
     let want = match recipe.kind {
         Kind::Built | Kind::Linked => CL_PROGRAM_BINARY_TYPE_EXECUTABLE,
         Kind::Compiled => CL_PROGRAM_BINARY_TYPE_COMPILED_OBJECT,
@@ -610,7 +604,9 @@ unsafe fn load_native(
         got != Some(want)
     });
     if other_kind {
-        return Err("the native binary is of another kind than the recipe".into());
+        return Err(other(
+            "the native binary is of another kind than the recipe".into(),
+        ));
     }
     Ok(program)
 }
@@ -693,7 +689,7 @@ fn record_load(
     reason: Option<String>,
     lengths: Vec<usize>,
     made: Option<(cl_program, Origin, &[&[u8]])>,
-    native_miss: Option<Option<String>>,
+    native_miss: Option<Option<Miss>>,
 ) {
     // The program the call made (if any) enters the registry with the hash and length of
     // what it was made from: the binaries as given, or the source a clshim binary carried.
@@ -718,7 +714,10 @@ fn record_load(
         made_from: native_miss
             .as_ref()
             .map(|m| if m.is_none() { "native" } else { "recipe" }),
-        native_miss: native_miss.flatten(),
+        native_miss_kind: native_miss
+            .as_ref()
+            .and_then(|m| m.as_ref().map(|m| m.kind)),
+        native_miss: native_miss.flatten().map(|m| m.text()),
     });
     rt.recorder.emit(start, seconds, &record);
 }

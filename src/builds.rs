@@ -233,6 +233,8 @@ pub struct AwaitingBuildEnd {
     call: BuildCall,
     copied: Option<Copied>,
     is_async: bool,
+    /// A build of a program-cache handle that the store did not serve: why.
+    not_served: Option<crate::store::Miss>,
 }
 
 /// What clshim saw of the program when the call ended, gathered while it was alive.
@@ -250,6 +252,9 @@ pub struct Seen {
     error: Option<String>,
     /// What a successful build does beyond its record, when it waits for the call's return.
     outcome: Outcome,
+    /// A source build the driver made while the program cache was on: why the store did
+    /// not serve it.
+    not_served: Option<crate::store::Miss>,
 }
 
 /// When what a successful build does to its program (its recipe, a request for the warm
@@ -292,6 +297,7 @@ impl AwaitingBuildEnd {
         route: Route,
         call: BuildCall,
         is_async: bool,
+        not_served: Option<crate::store::Miss>,
     ) -> AwaitingBuildEnd {
         AwaitingBuildEnd {
             rt,
@@ -302,6 +308,7 @@ impl AwaitingBuildEnd {
             call,
             copied: None,
             is_async,
+            not_served,
         }
     }
 
@@ -553,6 +560,7 @@ impl AwaitingBuildEnd {
             None => built == Some(true),
         };
         let mut outcome = Outcome::default();
+        let mut not_served = None;
         if succeeded && usable && commit != Commit::Never {
             if rt.config.binaries == BinaryPolicy::Substitute {
                 // SAFETY: usable, so live.
@@ -564,14 +572,17 @@ impl AwaitingBuildEnd {
             if self.kind == Event::Build && from_source {
                 let options = self.copied.as_ref().and_then(|c| c.options.clone());
                 // SAFETY: usable, so live, and built.
-                outcome.request = unsafe {
-                    crate::program_cache::source_build_request(
+                let after = unsafe {
+                    crate::program_cache::after_source_build(
                         rt,
                         route,
                         program,
                         &options.unwrap_or_default(),
+                        self.not_served.clone(),
                     )
                 };
+                outcome.request = after.request;
+                not_served = after.miss;
             }
             if commit == Commit::Now {
                 outcome.commit(rt);
@@ -632,6 +643,7 @@ impl AwaitingBuildEnd {
             source_kernels,
             error,
             outcome,
+            not_served,
         }
     }
 
@@ -661,6 +673,7 @@ impl AwaitingBuildEnd {
             source_text,
             source_kernels,
             error,
+            not_served,
             ..
         } = seen;
         let (kernels, source_kernels, error) = if result == CL_SUCCESS {
@@ -723,6 +736,9 @@ impl AwaitingBuildEnd {
             served: None,
             shared: self.call.shared.map(|s| s.name()),
             peer_wait_seconds: self.call.shared.and_then(|s| s.waited()),
+            not_served: not_served
+                .filter(|_| result == CL_SUCCESS)
+                .map(|m| m.record()),
         });
         rt.recorder.emit(self.start, seconds, &record);
     }
@@ -895,12 +911,13 @@ pub unsafe fn run(
     call: BuildCall,
     user_fn: BuildNotify,
     user_data: *mut c_void,
+    not_served: Option<crate::store::Miss>,
 ) -> (cl_int, cl_program) {
     let Some(rt) = rt else {
         // SAFETY: the application's call and callback, unchanged.
         return unsafe { call.forward(user_fn, user_data) };
     };
-    let mut pending = AwaitingBuildEnd::new(rt, route, call, user_fn.is_some());
+    let mut pending = AwaitingBuildEnd::new(rt, route, call, user_fn.is_some(), not_served);
     let Some(user_fn) = user_fn else {
         // SAFETY: the application's call, unchanged (no callback).
         let (ret, program) = unsafe { call.forward(None, user_data) };

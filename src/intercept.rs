@@ -38,6 +38,7 @@ pub unsafe fn build_program<D: Door>(
     let route = D::route();
     let mut program = program;
     let mut fallback = None;
+    let mut not_served = None;
     if let Some(h) = program_cache::find(program) {
         if let (Some(_inside), Some(rt)) = (guard::enter(), runtime::get(route)) {
             // SAFETY: the application's arguments, its program the handle.
@@ -55,7 +56,7 @@ pub unsafe fn build_program<D: Door>(
             };
             match build {
                 program_cache::Build::Answered(ret) => return ret,
-                program_cache::Build::Driver(f) => fallback = f,
+                program_cache::Build::Driver(f, miss) => (fallback, not_served) = (f, miss),
             }
         }
         program = h.inner();
@@ -108,7 +109,7 @@ pub unsafe fn build_program<D: Door>(
         call.shared = Some(t.shared);
     }
     // SAFETY: the application's call (with the recorded options, which outlive it).
-    let ret = unsafe { builds::run(rt, route, call, pfn_notify, user_data) }.0;
+    let ret = unsafe { builds::run(rt, route, call, pfn_notify, user_data, not_served) }.0;
     if let Some(t) = turn {
         catch(|| t.after(ret));
     }
@@ -164,7 +165,17 @@ pub unsafe fn compile_program<D: Door>(
         return unsafe { call.forward(pfn_notify, user_data) }.0;
     };
     // SAFETY: the application's call.
-    unsafe { builds::run(runtime::get(route), route, call, pfn_notify, user_data) }.0
+    unsafe {
+        builds::run(
+            runtime::get(route),
+            route,
+            call,
+            pfn_notify,
+            user_data,
+            None,
+        )
+    }
+    .0
 }
 
 /// # Safety
@@ -224,8 +235,16 @@ pub unsafe fn link_program<D: Door>(
         }
     };
     // SAFETY: the application's call.
-    let (err, program) =
-        unsafe { builds::run(runtime::get(route), route, call, pfn_notify, user_data) };
+    let (err, program) = unsafe {
+        builds::run(
+            runtime::get(route),
+            route,
+            call,
+            pfn_notify,
+            user_data,
+            None,
+        )
+    };
     errcode.set(err);
     program_cache::forget_reused(program);
     program

@@ -10,6 +10,7 @@ use crate::process::Identity;
 use crate::schema::{self, Common, Event, Line, Record};
 use crate::trace_file::TraceFile;
 use crate::wall_union::WallUnion;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// When an event started, on three clocks: the wall clock for records, the monotonic one
@@ -65,8 +66,10 @@ pub struct Tally {
     /// Of `builds`, the compiles and the links: the summary names them apart.
     pub compiles: u64,
     pub links: u64,
-    /// Of `builds`, those the program cache served from the native store.
+    /// Of `builds`, those the program cache served from the native store, and the source
+    /// builds it did not serve, by what the exit line says of them (`schema::miss_phrase`).
     pub served: u64,
+    pub not_served: BTreeMap<String, u64>,
     pub build_seconds: f64,
     pub queries: u64,
     pub query_seconds: f64,
@@ -81,6 +84,10 @@ pub struct Tally {
     pub suppressed: u64,
     pub loads: u64,
     pub rejected: u64,
+    /// Loads of clshim binaries made from the driver's binaries in the native store, and
+    /// those made again from their recipes, by why (as `not_served`).
+    pub native_loads: u64,
+    pub recipe_loads: BTreeMap<String, u64>,
     /// First launches of a kernel on a device and configuration (where pocl compiles the
     /// kernel that runs), and the wall-clock time they covered from enqueue to
     /// completion: launches in flight together overlap, and are counted once.
@@ -97,6 +104,12 @@ impl Tally {
                 self.compiles += u64::from(b.event == Event::Compile);
                 self.links += u64::from(b.event == Event::Link);
                 self.served += u64::from(b.served.is_some());
+                if let Some(n) = &b.not_served {
+                    *self
+                        .not_served
+                        .entry(schema::miss_phrase(n.kind, &n.why))
+                        .or_default() += 1;
+                }
                 self.build_seconds += seconds;
                 if b.result != crate::cl::CL_SUCCESS {
                     self.failed += 1;
@@ -132,6 +145,17 @@ impl Tally {
             Record::BinaryLoad(l) => {
                 self.loads += 1;
                 self.rejected += u64::from(l.action == "reject");
+                match (l.made_from, l.native_miss_kind) {
+                    (Some("native"), _) => self.native_loads += 1,
+                    (Some(_), Some(kind)) => {
+                        let why = l.native_miss.as_deref().unwrap_or_default();
+                        *self
+                            .recipe_loads
+                            .entry(schema::miss_phrase(kind, why))
+                            .or_default() += 1;
+                    }
+                    _ => {}
+                }
             }
             Record::FirstLaunch(_) => {
                 self.first_launches += 1;
@@ -438,26 +462,79 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str, program_cache: bool)
             ", {} binary loads ({} rejected)",
             t.loads, t.rejected
         ));
+        let remade: u64 = t.recipe_loads.values().sum();
+        if t.native_loads + remade > 0 {
+            s.push_str(&format!(
+                ": {} from the driver's binaries in the native store, {} made again from \
+                 {}{}",
+                t.native_loads,
+                remade,
+                if remade == 1 {
+                    "its recipe"
+                } else {
+                    "their recipes"
+                },
+                reasons(&t.recipe_loads)
+            ));
+        }
     }
-    if t.served > 0 {
+    let not_served: u64 = t.not_served.values().sum();
+    if t.served + not_served > 0 {
         s.push_str(&format!(
-            ", {} of {} builds served from the native store",
+            "; {} of {} builds served from the native store{}",
             t.served,
-            t.builds - t.compiles - t.links
+            t.served + not_served,
+            reasons(&t.not_served)
         ));
     }
-    if t.queries == 0 && t.loads == 0 && t.builds > 0 && t.served == 0 {
+    let binary_cache = program_cache && t.queries > 0 && t.served == 0 && policy != "substitute";
+    if binary_cache {
+        // Its own binary cache, not source builds, decides its warm starts.
+        s.push_str(&format!("; {}", asks_for_binaries(t.queries)));
+    } else if t.queries == 0 && t.loads == 0 && t.builds > 0 && !program_cache {
         // Nothing for any policy to act on: say so, and what was still measured.
-        s.push_str(if program_cache {
-            NOTHING_SERVED
-        } else {
-            NO_BINARY_QUERY
-        });
+        s.push_str(NO_BINARY_QUERY);
     } else if t.avoidable_query_seconds > 0.2 * total && t.avoidable_query_seconds > 0.05 {
         s.push_str("; CLSHIM_BINARIES=substitute avoids pocl's second compile");
     }
+    if t.substituted > 0 {
+        // An application that keeps what it was handed fails without clshim, some with no
+        // fallback (hashcat; tests/c/strict_cache.c).
+        s.push_str(GOING_BACK);
+    }
     s
 }
+
+/// `: 24 whose entries' compiles read other files (...), 2 not kept: ...` (the largest
+/// count first), or nothing for no reason.
+fn reasons(by_why: &BTreeMap<String, u64>) -> String {
+    if by_why.is_empty() {
+        return String::new();
+    }
+    let mut v: Vec<(&String, &u64)> = by_why.iter().collect();
+    v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let parts: Vec<String> = v.iter().map(|(w, n)| format!("{n} {w}")).collect();
+    format!(": {}", parts.join(", "))
+}
+
+/// Said of a process under the program cache that asked for binaries (`queries` binary
+/// queries): an application with a binary cache of its own, which the program cache does
+/// not serve; pyopencl before 2024.2.3 also puts a constant of its own in every cold
+/// build's source, so the store fills with entries no later run uses.
+pub fn asks_for_binaries(queries: u64) -> String {
+    format!(
+        "it asked for program binaries ({queries} binary {}), so it keeps a binary cache of \
+         its own, which the program cache does not serve (pyopencl before 2024.2.3 also makes \
+         every cold build's source unique, so --warm only fills the store with entries no run \
+         uses): run it with --binaries substitute --warm instead",
+        if queries == 1 { "query" } else { "queries" }
+    )
+}
+
+/// The way back from `substitute`, said by every process that handed out clshim binaries.
+pub const GOING_BACK: &str = "; the application's binary cache now holds clshim binaries, \
+     which fail without clshim (CL_INVALID_BINARY): before running without clshim, clshim \
+     unsubstitute --remove DIR (its cache folder)";
 
 /// The summary's words for a process that asked for no binary (pyopencl 2024.2.3 and newer
 /// on pocl keep no binary cache): the policies, `clshim warm` and `clshim unsubstitute`
@@ -465,11 +542,6 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str, program_cache: bool)
 pub const NO_BINARY_QUERY: &str = ": no binary query, so no binary policy had anything to act \
      on (the application keeps no binaries; --program-cache with --warm serves its source \
      builds from the native store); clshim measured builds and first launches only";
-
-/// The same, for a process whose program cache served none of its builds.
-pub const NOTHING_SERVED: &str = ": no binary query, and the native store held none of these \
-     builds for the program cache (clshim warm makes them after a run with --warm; later \
-     runs are served); clshim measured builds and first launches only";
 
 #[cfg(test)]
 mod tests {
@@ -506,7 +578,7 @@ mod tests {
         assert!(s.contains("CLSHIM_BINARIES=substitute"));
         let quiet = Tally {
             avoidable_query_seconds: 0.0,
-            ..t
+            ..t.clone()
         };
         assert!(!summary_line(&id, &quiet, "substitute", false).contains("CLSHIM_BINARIES"));
         assert!(!s.contains("first launches"), "{s}");
@@ -527,7 +599,47 @@ mod tests {
             ..Tally::default()
         };
         assert!(summary_line(&id, &sourced, "pass", false).ends_with(NO_BINARY_QUERY));
-        assert!(summary_line(&id, &sourced, "pass", true).ends_with(NOTHING_SERVED));
+        // Under the program cache: the builds served, and why the others were not, each
+        // reason counted once however many builds it concerns.
+        let mut missed = Tally {
+            served: 1,
+            ..sourced.clone()
+        };
+        for (kind, why) in [
+            (schema::Miss::FilesDiffer, "device 0: its entry's compile read other files (x)"),
+            (schema::Miss::FilesDiffer, "its entry's compile read other files (y)"),
+            (schema::Miss::NotKept, "its preprocessed text holds the time of the compile (__TIME__): each build's differs"),
+        ] {
+            *missed
+                .not_served
+                .entry(schema::miss_phrase(kind, why))
+                .or_default() += 1;
+        }
+        let s = summary_line(&id, &missed, "pass", true);
+        assert!(
+            s.ends_with(
+                "; policy pass; 1 of 4 builds served from the native store: 2 whose entries' \
+                 compiles read other files (another folder's headers?), 1 not kept: they hold \
+                 the time of the compile"
+            ),
+            "{s}"
+        );
+        assert!(!s.contains("clshim warm makes"), "{s}");
+        // Binary queries under the program cache: an application with its own binary cache.
+        let queried = Tally {
+            queries: 2,
+            served: 0,
+            ..missed.clone()
+        };
+        assert!(summary_line(&id, &queried, "pass", true).ends_with(&asks_for_binaries(2)));
+        assert!(!summary_line(&id, &queried, "substitute", true).contains("asked for"));
+        // Clshim binaries handed out: the way back is said.
+        let handed = Tally {
+            substituted: 2,
+            ..t.clone()
+        };
+        assert!(summary_line(&id, &handed, "substitute", false).ends_with(GOING_BACK));
+        assert!(!summary_line(&id, &t, "pass", false).contains("unsubstitute"));
         let s = summary_line(&id, &launched, "pass", false);
         assert!(
             s.contains(

@@ -23,7 +23,7 @@ mod serve;
 pub mod share;
 
 pub use handles::{app_handle, find, forget_reused, resolve, source_of};
-pub use serve::{after_fallback, maybe_wrap, serve_build, source_build_request, Build};
+pub use serve::{after_fallback, after_source_build, maybe_wrap, serve_build, Build};
 
 /// The folder of the store where the warm step marks the sources it made builds of
 /// (`clshim_format::store::SOURCES`). `clCreateProgramWithSource` looks for the mark (one

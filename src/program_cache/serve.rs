@@ -17,7 +17,7 @@ use crate::recipe::{Recipe, Text};
 use crate::record::Start;
 use crate::runtime::Runtime;
 use crate::schema;
-use crate::store::{files, Lookup, Store};
+use crate::store::{files, Miss, MissKind, Store};
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 
@@ -93,8 +93,9 @@ pub enum Build {
     /// The driver builds the program the handle stands for now (`Handle::inner`), as
     /// without the cache. With a `Fallback`, that is the source program, in the place of
     /// a served program the handle stood for until this build: [`after_fallback`] settles
-    /// it once the driver answered.
-    Driver(Option<Fallback>),
+    /// it once the driver answered. With a `Miss`: why the store did not serve it, for the
+    /// build's record.
+    Driver(Option<Fallback>, Option<Miss>),
 }
 
 /// The served program a handle stood for before a build of its source program, and the
@@ -122,12 +123,12 @@ pub unsafe fn serve_build(
     user_data: *mut c_void,
 ) -> Build {
     if !rt.config.program_cache {
-        return Build::Driver(None);
+        return Build::Driver(None, None);
     }
     // SAFETY: the application's arguments, its program the handle (this function's
     // contract).
     if unsafe { driver_refuses(route, h, num_devices, device_list, notify, user_data) } {
-        return Build::Driver(None);
+        return Build::Driver(None, None);
     }
     let start = Start::now();
     if !h.begin_build() {
@@ -150,16 +151,18 @@ pub unsafe fn serve_build(
     let served = match served {
         Some(Ok(s)) => s,
         failed => {
-            if let Some(Err(why)) = failed {
-                log::debug!("program cache: not served: {why}");
-            }
+            let miss = match failed {
+                Some(Err(miss)) => miss,
+                _ => Miss::of(MissKind::Other, "clshim failed serving it"),
+            };
+            log::debug!("program cache: not served: {}", miss.text());
             let before = h.stand_for(source, SourceAnswers::default());
             let fallback = (before != source).then(|| Fallback {
                 handle: h.as_program() as usize,
                 id: h.id(),
                 served: before,
             });
-            return Build::Driver(fallback);
+            return Build::Driver(fallback, Some(miss));
         }
     };
     let seconds = start.elapsed().as_secs_f64();
@@ -280,21 +283,24 @@ unsafe fn try_serve(
     num_devices: cl_uint,
     device_list: *const cl_device_id,
     options: *const c_char,
-) -> Result<Served, String> {
+) -> Result<Served, Miss> {
+    let other = |why: String| Miss::of(MissKind::Other, why);
+    let other_list = || other("a device list other than the program's".into());
     // SAFETY: the handle's source program, which clshim holds.
-    let devices = unsafe { query::devices(route, source_program) }.ok_or("no devices")?;
+    let devices = unsafe { query::devices(route, source_program) }
+        .ok_or_else(|| other("no devices".into()))?;
     if num_devices != 0 || !device_list.is_null() {
         // Only a list of exactly the program's devices is served (a program from binaries
         // belongs to the devices it was made for); it is read no further than that.
         if device_list.is_null() || num_devices as usize != devices.len() {
-            return Err("a device list other than the program's".into());
+            return Err(other_list());
         }
         // SAFETY: the application's list of `num_devices` devices, as OpenCL requires.
         let named = unsafe { AppArray::new(device_list, num_devices as usize).read() };
         let all =
             named.iter().all(|d| devices.contains(d)) && devices.iter().all(|d| named.contains(d));
         if !all {
-            return Err("a device list other than the program's".into());
+            return Err(other_list());
         }
     }
     // SAFETY: the application's options: NULL or a NUL-terminated string, as OpenCL
@@ -304,54 +310,50 @@ unsafe fn try_serve(
         .map(<[u8]>::to_vec)
         .unwrap_or_default();
     let recipe = Recipe::built(Text::Source(h.source.clone()), opts.clone());
-    recipe.check().map_err(|b| format!("{b:?}"))?;
+    recipe
+        .check()
+        .map_err(|b| Miss::of(MissKind::CannotKeep, b.to_string()))?;
     let encoded = recipe.encode();
-    let store = Store::from_config(&rt.config).ok_or("no native store")?;
+    let store = Store::from_config(&rt.config)
+        .ok_or_else(|| Miss::of(MissKind::CannotKeep, "no native store"))?;
     let mut payloads = Vec::with_capacity(devices.len());
     let mut answers = SourceAnswers::default();
     for (i, &d) in devices.iter().enumerate() {
         // SAFETY: a device of the live program.
-        let facts = unsafe { rt.devices.get(route, d) }.ok_or("a device not queried")?;
+        let facts = unsafe { rt.devices.get(route, d) }
+            .ok_or_else(|| other("a device not queried".into()))?;
         // SAFETY: as above.
-        let key = unsafe { crate::store::key_for(&facts, d, &recipe, &encoded) }?;
-        match store.lookup(&key) {
-            Lookup::Found(p) => {
-                payloads.push(p.binary);
-                answers.logs.push((d, p.log));
-                // The same source and options give each device the same attributes.
-                if i == 0 {
-                    answers.attributes = p.attributes;
-                }
-            }
-            Lookup::Absent => return Err(format!("device {i}: no entry")),
-            Lookup::Differs(why) => {
-                return Err(format!(
-                    "device {i}: its entry's compile read other files ({why})"
-                ))
-            }
-            Lookup::Uncacheable(why) => return Err(format!("device {i}: not kept: {why}")),
-            Lookup::Refused(why) => {
-                log::warn!("native store: ignored {why}");
-                return Err(format!("device {i}: ignored {why}"));
-            }
+        let key =
+            unsafe { crate::store::key_for(&facts, d, &recipe, &encoded) }.map_err(|why| Miss {
+                device: Some(i),
+                ..Miss::of(MissKind::CannotKeep, why)
+            })?;
+        let p = store.lookup(&key).found(i)?;
+        payloads.push(p.binary);
+        answers.logs.push((d, p.log));
+        // The same source and options give each device the same attributes.
+        if i == 0 {
+            answers.attributes = p.attributes;
         }
     }
     // SAFETY: the handle's context, valid while its program lives.
     let create = unsafe { route.create_program_with_binary(h.context) }
-        .ok_or("no clCreateProgramWithBinary")?;
+        .ok_or_else(|| other("no clCreateProgramWithBinary".into()))?;
     // SAFETY: a valid context, its program's devices, one verified binary each.
     let program =
-        unsafe { crate::binary_load::from_native(route, create, h.context, &devices, &payloads) }?;
+        unsafe { crate::binary_load::from_native(route, create, h.context, &devices, &payloads) }
+            .map_err(other)?;
     crate::program_cache::forget_reused(program.get());
     for &d in &devices {
         // SAFETY: the live program clshim just made, for devices of its context.
         let t = unsafe { query::binary_type(route, program.get(), d) };
         if t != Some(CL_PROGRAM_BINARY_TYPE_EXECUTABLE) {
-            return Err("the native binary is no executable".into());
+            return Err(other("the native binary is no executable".into()));
         }
     }
     // SAFETY: the live program clshim just made.
-    let build = unsafe { route.build_program(program.get()) }.ok_or("no clBuildProgram")?;
+    let build = unsafe { route.build_program(program.get()) }
+        .ok_or_else(|| other("no clBuildProgram".into()))?;
     // SAFETY: the program's own entry, all its devices, the application's options (valid
     // for the call), no callback.
     let ret = unsafe {
@@ -365,10 +367,10 @@ unsafe fn try_serve(
         )
     };
     if ret != CL_SUCCESS {
-        return Err(format!(
+        return Err(other(format!(
             "the driver's build of its binary: {}",
             status_name(ret)
-        ));
+        )));
     }
     rt.programs.alias(program.get(), source_program);
     if rt.config.binaries == BinaryPolicy::Substitute {
@@ -449,6 +451,7 @@ fn record(
         served: ok.then_some("store"),
         shared: None,
         peer_wait_seconds: None,
+        not_served: None,
     });
     rt.recorder.emit(start, seconds, &record);
 }
@@ -487,39 +490,102 @@ unsafe fn refuse(
     Build::Answered(result)
 }
 
-/// The request a warm step needs for the build the driver just made of `program` from
-/// source with `options` (the application's, as given), when the program cache is on and
-/// `CLSHIM_WARM` asks for requests: the keys (and labels) of each of its devices' builds and the
-/// recipe's encoding. `store::request` leaves it (once the build call succeeded).
+/// What follows a source build the driver just made of `program` with `options` (the
+/// application's, as given) while the program cache is on: why the store did not serve it
+/// (`known` when the build was a handle's that the store could not serve; else looked up
+/// now, as a handle's build would have been), and, when `CLSHIM_WARM` asks for requests,
+/// the keys of each of its devices' builds and the recipe's encoding, for `store::request`
+/// to leave once the build call succeeded.
 ///
 /// # Safety
 /// `program` is live and built.
-pub unsafe fn source_build_request(
+pub unsafe fn after_source_build(
     rt: &'static Runtime,
     route: Route,
     program: cl_program,
     options: &[u8],
-) -> Option<(Vec<crate::store::Wanted>, Vec<u8>)> {
-    if !rt.config.program_cache || !rt.config.warm_requests || rt.config.native_store.is_none() {
-        return None;
+    known: Option<Miss>,
+) -> AfterSourceBuild {
+    let mut after = AfterSourceBuild {
+        miss: known,
+        request: None,
+    };
+    if !rt.config.program_cache {
+        return after;
     }
     // SAFETY: live (this function's contract).
-    let source = (unsafe { query::source(route, program) }).filter(|s| !s.is_empty())?;
+    let Some(source) = (unsafe { query::source(route, program) }).filter(|s| !s.is_empty()) else {
+        after
+            .miss
+            .get_or_insert(Miss::of(MissKind::Other, "no source to key"));
+        return after;
+    };
     let recipe = Recipe::built(Text::Source(source), options.to_vec());
-    recipe.check().ok()?;
+    if let Err(b) = recipe.check() {
+        after
+            .miss
+            .get_or_insert(Miss::of(MissKind::CannotKeep, b.to_string()));
+        return after;
+    }
+    let Some(store) = Store::from_config(&rt.config) else {
+        after
+            .miss
+            .get_or_insert(Miss::of(MissKind::CannotKeep, "no native store"));
+        return after;
+    };
     let encoded = recipe.encode();
     // SAFETY: live.
     let devices = unsafe { query::devices(route, program) }.unwrap_or_default();
-    let keys: Vec<_> = devices
-        .iter()
-        .filter_map(|&d| {
-            // SAFETY: a device of the live program.
-            let facts = unsafe { rt.devices.get(route, d) }?;
+    let mut keys = Vec::with_capacity(devices.len());
+    for (i, &d) in devices.iter().enumerate() {
+        // SAFETY: a device of the live program.
+        let key = unsafe { rt.devices.get(route, d) }
+            .ok_or_else(|| "a device not queried".to_string())
             // SAFETY: as above.
-            unsafe { crate::store::wanted(&facts, d, &recipe, &encoded) }
-                .map_err(|why| log::debug!("program cache: no request: {why}"))
-                .ok()
-        })
-        .collect();
-    Some((keys, encoded))
+            .and_then(|facts| unsafe { crate::store::wanted(&facts, d, &recipe, &encoded) });
+        match key {
+            Ok(k) => keys.push((i, k)),
+            Err(why) => {
+                log::debug!("program cache: no request: {why}");
+                after.miss.get_or_insert(Miss {
+                    device: Some(i),
+                    ..Miss::of(MissKind::CannotKeep, why)
+                });
+            }
+        }
+    }
+    if after.miss.is_none() {
+        // Not a handle, so its source was not marked when the program was made: what the
+        // store holds of this build says why (an entry not kept is never marked).
+        after.miss = keys
+            .iter()
+            .find_map(|(i, w)| store.lookup(&w.key).found(*i).err());
+        if after.miss.is_none() && !keys.is_empty() {
+            // Entries for every device and no mark: made since the program was, or made
+            // again by a warm step that kept the old mark, which its cap then took for one
+            // of builds that are gone. Marked again, the next process is served.
+            let mark = super::source_mark(crate::hash::fnv1a64(recipe.text.bytes()));
+            let marked = files::open_dir(&store.dir, false)
+                .and_then(|d| files::open_sub(&d, super::SOURCES, true))
+                .and_then(|d| files::write_atomic(&d, &mark, b"", true, false));
+            after.miss = Some(Miss::of(
+                MissKind::Other,
+                if marked.is_ok() {
+                    "the store held no mark of its source: marked again, for the next run"
+                } else {
+                    "the store holds no mark of its source"
+                },
+            ));
+        }
+    }
+    if rt.config.warm_requests {
+        after.request = Some((keys.into_iter().map(|(_, k)| k).collect(), encoded));
+    }
+    after
+}
+
+/// What [`after_source_build`] found.
+pub struct AfterSourceBuild {
+    pub miss: Option<Miss>,
+    pub request: Option<(Vec<crate::store::Wanted>, Vec<u8>)>,
 }

@@ -61,6 +61,76 @@ impl Lookup {
     pub fn wants_request(&self) -> bool {
         matches!(self, Lookup::Absent | Lookup::Differs(_))
     }
+
+    /// The payload found for device `device` of a build, or why there is none.
+    pub fn found(self, device: usize) -> Result<format::Payload, Miss> {
+        let miss = |kind, why: String| Miss {
+            kind,
+            device: Some(device),
+            why,
+        };
+        match self {
+            Lookup::Found(p) => Ok(p),
+            Lookup::Absent => Err(miss(MissKind::NoEntry, String::new())),
+            Lookup::Differs(why) => Err(miss(MissKind::FilesDiffer, why)),
+            Lookup::Uncacheable(why) => Err(miss(MissKind::NotKept, why)),
+            Lookup::Refused(why) => {
+                log::warn!("native store: ignored {why}");
+                Err(miss(MissKind::Ignored, why))
+            }
+        }
+    }
+}
+
+pub use crate::schema::Miss as MissKind;
+
+/// Why the store gave a build or a load nothing of its own: what its record says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Miss {
+    pub kind: MissKind,
+    /// The device of the build it concerns, by its place in the program's devices.
+    pub device: Option<usize>,
+    pub why: String,
+}
+
+impl Miss {
+    /// A miss of the whole build, for a reason of the kind `kind`.
+    pub fn of(kind: MissKind, why: impl Into<String>) -> Miss {
+        Miss {
+            kind,
+            device: None,
+            why: why.into(),
+        }
+    }
+
+    /// The words of a load's `native_miss` (`device 0: no entry`).
+    pub fn text(&self) -> String {
+        match self.device {
+            Some(i) => format!("device {i}: {}", self.words()),
+            None => self.words(),
+        }
+    }
+
+    /// Why, without the device: the same for every device of a build alike.
+    fn words(&self) -> String {
+        match self.kind {
+            MissKind::NoEntry => "no entry".to_string(),
+            MissKind::FilesDiffer => {
+                format!("its entry's compile read other files ({})", self.why)
+            }
+            MissKind::NotKept => format!("not kept: {}", self.why),
+            MissKind::Ignored => format!("ignored {}", self.why),
+            MissKind::CannotKeep | MissKind::Other => self.why.clone(),
+        }
+    }
+
+    /// What a build record says of it.
+    pub fn record(&self) -> crate::schema::NotServed {
+        crate::schema::NotServed {
+            kind: self.kind,
+            why: self.words(),
+        }
+    }
 }
 
 /// Where this process builds, for the names of a manifest that are relative: its working

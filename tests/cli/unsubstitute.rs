@@ -13,7 +13,12 @@ use std::process::{Command, Output};
 
 /// Runs `program args` under `clshim run --binaries substitute` when `shim`, else bare;
 /// never with the test process's clshim variables.
-fn run_app(mut cmd: Command, shim: bool) -> Output {
+fn run_app(cmd: Command, shim: bool) -> Output {
+    run_app_said(cmd, shim, false)
+}
+
+/// As [`run_app`], with clshim's exit line when `summary`.
+fn run_app_said(mut cmd: Command, shim: bool, summary: bool) -> Output {
     if std::env::var_os("OCL_ICD_VENDORS").is_none() && Path::new("/etc/OpenCL/vendors").is_dir() {
         cmd.env("OCL_ICD_VENDORS", "/etc/OpenCL/vendors");
     }
@@ -22,7 +27,8 @@ fn run_app(mut cmd: Command, shim: bool) -> Output {
     }
     shim_path(); // a fresh libclshim.so beside the clshim executable
     let mut c = clshim();
-    c.args(["run", "--binaries", "substitute", "--no-summary", "--"])
+    let said = if summary { "--summary" } else { "--no-summary" };
+    c.args(["run", "--binaries", "substitute", said, "--"])
         .arg(cmd.get_program())
         .args(cmd.get_args());
     for (k, v) in cmd.get_envs() {
@@ -192,21 +198,33 @@ fn pyopencl_cache_filled_under_substitute() {
 /// A client with no fallback (tests/c/strict_cache.c): its cache filled under
 /// `substitute`, it fails on every run without clshim; after `--remove` it builds from
 /// source again and then loads pocl's binaries. One cache file is a raw clshim binary
-/// (`is`), the other wraps one in the client's format (`contains`).
+/// (`is`), the other wraps one in the client's format (`contains`). The run that filled it
+/// says the way back in its exit line (issue 31: a CFD code with such a cache died
+/// without clshim, and nothing clshim printed said what to do).
 #[test]
 fn client_without_fallback_recovers() {
     let prog = build_c("strict_cache", &[]);
     let dir = scratch("unsub-strict");
     let cache = dir.join("cache");
     std::fs::create_dir_all(&cache).unwrap();
-    let app = |shim: bool| {
+    let app_said = |shim: bool, summary: bool| {
         let mut c = Command::new(&prog);
         c.arg(format!("--cache={}", s(&cache)))
             .env("POCL_CACHE_DIR", dir.join("pocl"));
-        run_app(c, shim)
+        run_app_said(c, shim, summary)
     };
-    let filled = app(true);
+    let app = |shim: bool| app_said(shim, false);
+    let filled = app_said(true, true);
     assert!(filled.status.success(), "{}", stderr(&filled));
+    assert!(
+        stderr(&filled).contains(
+            "; the application's binary cache now holds clshim binaries, which fail without \
+             clshim (CL_INVALID_BINARY): before running without clshim, clshim unsubstitute \
+             --remove DIR (its cache folder)"
+        ),
+        "{}",
+        stderr(&filled)
+    );
     assert_eq!(
         stdout(&filled).matches("built from source").count(),
         2,

@@ -163,7 +163,10 @@ fn pyopencl_run_unique_token_and_a_second_run_against_the_first() {
     let out = common::stdout(&o);
     println!("{out}");
     assert!(
-        out.contains("programs: 1 built again, 2 served from a binary in NEW"),
+        out.contains(
+            "programs: 1 built again, 0 served from the native store in NEW, 2 served from a \
+             binary in NEW"
+        ),
         "{out}"
     );
     assert!(out.lines().count() < 40, "one screen: {out}");
@@ -384,6 +387,81 @@ fn rank_with_one_build(d: &Path, rank: u64, base: &Value, process: Value, hash: 
         with_base(process) + &with_base(build),
     )
     .unwrap();
+}
+
+/// A run under the program cache `--against` the run before it: builds the program cache
+/// served are counted as served from the native store, not as built again with "nothing
+/// changed ... pocl's kernel cache would have served it" (issue 31: it said "0 served"
+/// and that for every served program), and a program it compiled says why it was not
+/// served.
+#[test]
+fn against_counts_builds_the_program_cache_served_and_says_why_others_compiled() {
+    let d = common::scratch("why-against-cache");
+    let (old, new) = (d.join("old"), d.join("new"));
+    let process = |pid: u64| {
+        serde_json::json!({"schema": 1, "event": "process", "pid": pid, "rank": 0, "tid": pid,
+            "ts": 1.75e9, "seconds": 0.0, "host": "n1", "exe": "/usr/bin/python3",
+            "policy": "pass", "program_cache": true})
+    };
+    let build = |pid: u64, id: u64, kernel: &str, extra: Value| {
+        let mut v = serde_json::json!({"schema": 1, "event": "build", "pid": pid, "rank": 0,
+            "tid": pid, "ts": 1.75e9 + id as f64, "seconds": if extra.get("served").is_some() { 0.001 } else { 0.5 },
+            "program": id, "call": "clBuildProgram", "result": 0, "result_name": "CL_SUCCESS",
+            "options": null, "async": false, "kernels": [kernel], "devices": [common::pocl_cpu()],
+            "source": {"origin": "source", "hash": format!("fnv1a64:{id:016x}"), "length": 10}});
+        v.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        line(v)
+    };
+    let no_entry = serde_json::json!({"not_served": {"kind": "no_entry", "why": "no entry"}});
+    let served = serde_json::json!({"served": "store"});
+    let differs = serde_json::json!({"not_served": {"kind": "files_differ",
+        "why": "its entry's compile read other files (hdr/val.h has another content now)"}});
+    for (dir, pid, kinds) in [
+        (&old, 100, [&no_entry, &no_entry, &no_entry]),
+        (&new, 200, [&served, &served, &differs]),
+    ] {
+        std::fs::create_dir_all(dir).unwrap();
+        let mut text = line(process(pid));
+        for (i, (k, extra)) in ["a", "b", "c"].iter().zip(kinds).enumerate() {
+            text += &build(pid, i as u64 + 1, k, extra.clone());
+        }
+        std::fs::write(dir.join(format!("clshim-n1-r0-p{pid}.jsonl")), text).unwrap();
+    }
+    let cmp = report_json(&[s(&new), "--against", s(&old)]);
+    for name in ["a", "b"] {
+        let p = program(&cmp["programs"], name);
+        assert_eq!(p["status"], "served from the native store", "{p:#}");
+        assert_eq!(p["new_served_from_store"], 1, "{p:#}");
+    }
+    let c = program(&cmp["programs"], "c");
+    assert_eq!(c["status"], "built again", "{c:#}");
+    let words = c["words"].as_str().unwrap();
+    assert!(
+        words.starts_with(
+            "the program cache did not serve it: 1 whose entries' compiles read other files \
+             (another folder's headers?); "
+        ),
+        "{words}"
+    );
+    let out = common::stdout(&report(&[s(&new), "--against", s(&old)]));
+    let flat = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains(
+            "programs: 1 built again, 2 served from the native store in NEW, 0 served from a \
+             binary in NEW, 0 only in NEW, 0 only in OLD"
+        ) && flat.contains(
+            "program cache in NEW: 2 of 3 source builds served from the native store: 1 whose \
+             entries' compiles read other files (another folder's headers?)"
+        ),
+        "{out}"
+    );
+    assert_eq!(
+        flat.matches("kernel cache would have served").count(),
+        1,
+        "only the program compiled again: {out}"
+    );
 }
 
 /// Two ranks of one host whose pocl cache is one directory on NFS, building one kernel

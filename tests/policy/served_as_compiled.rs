@@ -25,10 +25,13 @@ struct Case {
     app: PathBuf,
 }
 
-/// What one run printed, and how many of its builds the store served.
+/// What one run printed, how many of its builds the store served, and why the others
+/// were not (their records' `not_served` kinds, in order) with the exit line saying so.
 struct Ran {
     out: String,
     served: usize,
+    not_served: Vec<String>,
+    stderr: String,
 }
 
 impl Case {
@@ -90,9 +93,16 @@ impl Case {
             .filter(|r| r["event"] == "build" && r["served"] == "store")
             .count();
         assert!(!stderr(&out).contains("internal error"), "{}", stderr(&out));
+        let not_served = records
+            .iter()
+            .filter(|r| r["event"] == "build")
+            .filter_map(|r| r["not_served"]["kind"].as_str().map(str::to_string))
+            .collect();
         Ran {
             out: stdout(&out),
             served,
+            not_served,
+            stderr: stderr(&out),
         }
     }
 
@@ -717,4 +727,106 @@ fn a_build_that_blocks_is_ended_at_the_time_limit() {
         "{err}"
     );
     assert!(requests(&c.store()).is_empty(), "{err}");
+}
+
+// What a run says of the builds it was not served (issue 31).
+
+/// Every source build the store did not serve says why, in its record (`not_served`) and
+/// in the exit line, which counts the reasons; only a build that lacks an entry is one the
+/// exit line says a warm step makes. Before, build records said nothing, and the exit line
+/// said the store "held none of these builds" (for a later warm step to make) where it
+/// held entries whose compiles read other files, or that the warm step would never keep.
+#[test]
+fn a_build_not_served_says_why() {
+    let c = Case::new("why-not-served");
+    let hdr = c.write("app/hdr/val.h", b"#define VAL 1\n");
+    let src = c.write("src.cl", &source(b"#include \"val.h\"\n"));
+    let args = [path_arg("source", &src), arg("options", b"-I hdr")];
+    let cold = c.run(true, &args, &[]);
+    assert_eq!(cold.not_served, ["no_entry"], "{}", cold.stderr);
+    assert!(
+        cold.stderr.contains(
+            "; 0 of 1 builds served from the native store: 1 not in the store yet: clshim \
+             warm makes them after a run with --warm"
+        ),
+        "{}",
+        cold.stderr
+    );
+    c.warm();
+    write_at(&hdr, b"#define VAL 2\n");
+    let edited = c.as_plain_now(&args, &[]);
+    assert_eq!(edited.not_served, ["files_differ"], "{}", edited.stderr);
+    assert!(
+        edited.stderr.contains(
+            "; 0 of 1 builds served from the native store: 1 whose entries' compiles read \
+             other files (another folder's headers?)"
+        ),
+        "{}",
+        edited.stderr
+    );
+    let timed = c.write(
+        "timed.cl",
+        b"constant char t[] = __TIME__;\n__kernel void val(__global int *out) { out[0] = t[0] != 0; }\n",
+    );
+    let timed = [path_arg("source", &timed)];
+    c.run(true, &timed, &[]);
+    c.warm();
+    let again = c.run(true, &timed, &[]);
+    assert_eq!(again.not_served, ["not_kept"], "{}", again.stderr);
+    assert!(
+        again.stderr.contains(
+            "; 0 of 1 builds served from the native store: 1 not kept: they hold the time of \
+             the compile"
+        ),
+        "{}",
+        again.stderr
+    );
+    assert!(
+        !again.stderr.contains("clshim warm makes"),
+        "{}",
+        again.stderr
+    );
+    // The warm step made the edited header's build: served (a process that meets the
+    // entry without its source's mark, which that step's cap removed, marks it again).
+    let served = c.run(true, &args, &[]);
+    if served.served == 0 {
+        assert!(served.stderr.contains("marked again"), "{}", served.stderr);
+    }
+    let served = c.run(true, &args, &[]);
+    assert_eq!(
+        (served.served, served.not_served.len()),
+        (1, 0),
+        "{}",
+        served.stderr
+    );
+    assert!(
+        served
+            .stderr
+            .contains("; 1 of 1 builds served from the native store\n"),
+        "{}",
+        served.stderr
+    );
+}
+
+/// Options as a photo editor passes them, `-I"DIR"`: pocl 3.1 splits the options at
+/// whitespace and hands clang each `"` as a space, so the folder searched is ` DIR `
+/// (relative, where the application runs) and the header comes from the working directory
+/// (pocl's `-I.`). Such a build is kept and served as pocl reads it (the key holds the
+/// options byte for byte, the manifest what clang read), and an edit of the header it did
+/// read is another build.
+#[test]
+fn quoted_options_are_kept_as_pocl_reads_them() {
+    let c = Case::new("quoted-options");
+    let cwd_hdr = c.write("app/val.h", b"#define VAL 3\n");
+    let named = c.write("named/val.h", b"#define VAL 8\n");
+    let src = c.write("src.cl", &source(b"#include \"val.h\"\n"));
+    let mut options = b"-I\"".to_vec();
+    options.extend_from_slice(named.parent().unwrap().as_os_str().as_bytes());
+    options.push(b'"');
+    let args = [path_arg("source", &src), arg("options", &options)];
+    assert_eq!(c.fill(&args, &[]), "VAL=3\n");
+    write_at(&cwd_hdr, b"#define VAL 4\n");
+    let now = c.as_plain_now(&args, &[]);
+    assert_eq!((now.out.as_str(), now.served), ("VAL=4\n", 0));
+    assert_eq!(now.not_served, ["files_differ"]);
 }

@@ -300,6 +300,108 @@ pub struct Build {
     /// How long the build waited for a peer's compile, in seconds (with `shared`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peer_wait_seconds: Option<f64>,
+    /// A source build the driver compiled while the program cache was on: why the store
+    /// did not serve it. Absent on every other build.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_served: Option<NotServed>,
+}
+
+/// Why the native store gave a build or a load nothing of its own: the kind a report
+/// counts, and the words of the one case.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct NotServed {
+    pub kind: Miss,
+    pub why: String,
+}
+
+/// The kinds of [`NotServed`] (a build's `not_served.kind`, a load's `native_miss_kind`).
+/// Each says what would change the answer, so no message promises a warm step that will
+/// not make an entry.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Miss {
+    /// No entry yet: a warm step after a run with `--warm` makes it.
+    NoEntry,
+    /// An entry whose compile read other files than this build would (a header edited,
+    /// another folder's headers): a warm step makes it again for these files.
+    FilesDiffer,
+    /// The warm step found this build cannot be kept (it holds `__TIME__`, changes files).
+    NotKept,
+    /// An entry ignored: damaged, foreign, or not the user's alone.
+    Ignored,
+    /// No entry can stand for this build: its recipe breaks a rule of the format, its
+    /// device is not pocl's, no store.
+    CannotKeep,
+    /// The rest: a device list other than the program's, a driver that refused the binary.
+    Other,
+}
+
+impl Miss {
+    pub const ALL: [Miss; 6] = [
+        Miss::NoEntry,
+        Miss::FilesDiffer,
+        Miss::NotKept,
+        Miss::Ignored,
+        Miss::CannotKeep,
+        Miss::Other,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Miss::NoEntry => "no_entry",
+            Miss::FilesDiffer => "files_differ",
+            Miss::NotKept => "not_kept",
+            Miss::Ignored => "ignored",
+            Miss::CannotKeep => "cannot_keep",
+            Miss::Other => "other",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Miss> {
+        Miss::ALL.into_iter().find(|m| m.name() == s)
+    }
+}
+
+/// What the exit line and `clshim report` say of builds or loads that missed for `why`
+/// (of the kind `kind`), after their count: cases that call for the same step read alike,
+/// so they are counted together (`24 whose entries' compiles read other files (another
+/// folder's headers?)`). Only a missing entry is one a warm step makes.
+pub fn miss_phrase(kind: Miss, why: &str) -> String {
+    match kind {
+        Miss::NoEntry => {
+            "not in the store yet: clshim warm makes them after a run with --warm".into()
+        }
+        Miss::FilesDiffer => {
+            "whose entries' compiles read other files (another folder's headers?)".into()
+        }
+        Miss::NotKept => format!("not kept: {}", not_kept_phrase(why)),
+        Miss::Ignored => "whose entries were ignored as damaged, foreign or not yours alone \
+             (clshim's warnings name them)"
+            .into(),
+        Miss::CannotKeep => format!("that the store cannot keep: {why}"),
+        Miss::Other => format!("not served: {why}"),
+    }
+}
+
+/// Why the warm step keeps no build, in a few words that hold for every build of the kind:
+/// the warm step's own words name a path or a time, which would count each build apart.
+pub fn not_kept_phrase(why: &str) -> String {
+    let has = |s: &str| why.contains(s);
+    if has("__TIME__") || has("__DATE__") || has("__TIMESTAMP__") {
+        "they hold the time of the compile".into()
+    } else if has("__FILE__") {
+        "they hold the name of pocl's temporary file (__FILE__)".into()
+    } else if has("the compile changed") || has("could not change") {
+        "their compiles change files".into()
+    } else if has("the system's state") {
+        "their compiles read the system's state (/proc, /sys, a device)".into()
+    } else if has("met an error") {
+        "their compiles met an error other than a missing file".into()
+    } else if has("could not be followed") || has("not seen") {
+        "the warm step could not follow their compiles".into()
+    } else {
+        format!("the warm step could not keep them ({why})")
+    }
 }
 
 /// The options an application gave a build, and those clshim built with instead.
@@ -350,6 +452,9 @@ pub struct BinaryLoad {
     /// ignored as damaged or foreign, and why; the driver refused it; no store).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub native_miss: Option<String>,
+    /// With `native_miss`: its kind, as a build's `not_served` counts it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub native_miss_kind: Option<Miss>,
 }
 
 /// The first launch of a kernel on a device with one work-group configuration.

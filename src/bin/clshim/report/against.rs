@@ -29,6 +29,10 @@ pub const RANKS_SHOWN: usize = 8;
 struct Side {
     built: usize,
     served: usize,
+    /// Of `served`, the builds the program cache served from the native store; and the
+    /// builds it compiled, by why the store did not serve them.
+    store_served: usize,
+    not_served: BTreeMap<String, usize>,
     /// Build time: builds and binary queries.
     seconds: f64,
     /// Variants built from source, with their builds.
@@ -81,6 +85,10 @@ fn sides(f: &Facts) -> BTreeMap<(Vec<String>, usize), Side> {
         for (k, b) in &t.busy {
             s.busy.entry(k.clone()).or_default().add(b);
         }
+        s.store_served += t.store_served;
+        for (w, n) in &t.not_served {
+            *s.not_served.entry(w.clone()).or_default() += n;
+        }
         if v.served {
             s.served += t.builds;
         } else {
@@ -101,7 +109,8 @@ pub struct Row {
     pub kernels: Vec<String>,
     /// Which program of these kernel names (see `Variant::nth`).
     pub nth: usize,
-    /// `built again`, `served from a binary`, `only in NEW`, `only in OLD`.
+    /// `built again`, `served from the native store`, `served from a binary`, `only in
+    /// NEW`, `only in OLD`.
     pub status: &'static str,
     pub words: String,
     pub difference: Option<Difference>,
@@ -111,6 +120,10 @@ pub struct Row {
     pub old_seconds: f64,
     pub new_builds: usize,
     pub new_served: usize,
+    /// Of `new_served`, the builds the program cache served; and NEW's compiled builds the
+    /// program cache did not serve, by why.
+    pub new_store_served: usize,
+    pub new_not_served: BTreeMap<String, usize>,
     pub old_builds: usize,
     /// Median per-rank CPU and waiting of the program's compiles in each run.
     pub new_split: PerRank,
@@ -218,10 +231,17 @@ pub fn compare_runs(new: &Facts, new_dir: &Path, old: &Facts, old_dir: &Path) ->
         let in_old = o.built + o.served > 0;
         let mut difference = None;
         let mut hashes = None;
-        let (status, words) = if !in_old {
+        let (status, mut words) = if !in_old {
             ("only in NEW", "not in OLD: a new program".to_string())
         } else if !in_new {
             ("only in OLD", "not made in NEW".to_string())
+        } else if n.built == 0 && n.store_served == n.served {
+            (
+                "served from the native store",
+                "the program cache served it in NEW from the driver's binary in the native \
+                 store: nothing compiled"
+                    .to_string(),
+            )
         } else if n.built == 0 {
             (
                 "served from a binary",
@@ -247,6 +267,13 @@ pub fn compare_runs(new: &Facts, new_dir: &Path, old: &Facts, old_dir: &Path) ->
                 (None, _) => ("built again", nothing_changed(&k.0, new, old)),
             }
         };
+        if in_new && !n.not_served.is_empty() {
+            // Why the program cache compiled it, before what changed since OLD.
+            words = format!(
+                "the program cache did not serve it{}; {words}",
+                crate::report::loads::reasons(&n.not_served)
+            );
+        }
         rows.push(Row {
             kernels: k.0.clone(),
             nth: k.1,
@@ -258,6 +285,8 @@ pub fn compare_runs(new: &Facts, new_dir: &Path, old: &Facts, old_dir: &Path) ->
             old_seconds: o.seconds,
             new_builds: n.built,
             new_served: n.served,
+            new_store_served: n.store_served,
+            new_not_served: n.not_served.clone(),
             old_builds: o.built + o.served,
             new_split: PerRank::of(n.busy.values()),
             old_split: PerRank::of(o.busy.values()),
@@ -321,12 +350,30 @@ impl Comparison {
         let count = |s: &str| self.rows.iter().filter(|r| r.status == s).count();
         let _ = writeln!(
             o,
-            "programs: {} built again, {} served from a binary in NEW, {} only in NEW, {} only in OLD",
+            "programs: {} built again, {} served from the native store in NEW, {} served from a \
+             binary in NEW, {} only in NEW, {} only in OLD",
             count("built again"),
+            count("served from the native store"),
             count("served from a binary"),
             count("only in NEW"),
             count("only in OLD")
         );
+        let served: usize = self.rows.iter().map(|r| r.new_store_served).sum();
+        let mut missed = BTreeMap::new();
+        for r in &self.rows {
+            for (w, n) in &r.new_not_served {
+                *missed.entry(w.clone()).or_default() += n;
+            }
+        }
+        let missed_n: usize = missed.values().sum();
+        if served + missed_n > 0 {
+            let line = format!(
+                "program cache in NEW: {served} of {} source builds served from the native store{}",
+                served + missed_n,
+                crate::report::loads::reasons(&missed)
+            );
+            wrap(&mut o, &line, "");
+        }
         let timed = self.new_split.ranks + self.old_split.ranks > 0;
         if timed {
             self.split_text(&mut o);
@@ -371,7 +418,7 @@ impl Comparison {
                 );
             }
             let _ = writeln!(o, "  {}", r.status);
-            if r.status == "built again" {
+            if matches!(r.status, "built again" | "served from the native store") {
                 wrap(&mut o, &r.words, "       ");
                 if let Some(d) = &r.difference {
                     changes_text(&mut o, &d.changes, d.changes_total, "       ");
@@ -482,6 +529,8 @@ impl Comparison {
                 "old_build_time_seconds": r.old_seconds,
                 "new_builds": r.new_builds,
                 "new_served_from_binary": r.new_served,
+                "new_served_from_store": r.new_store_served,
+                "new_not_served": r.new_not_served,
                 "old_builds": r.old_builds,
                 "new_per_rank": r.new_split.json(),
                 "old_per_rank": r.old_split.json(),

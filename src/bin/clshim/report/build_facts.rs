@@ -26,7 +26,8 @@ pub struct Variant {
     pub options_kept: Option<String>,
     /// `name (driver)` of each device, joined.
     pub devices: String,
-    /// Made from a binary (the application's or clshim's), so built without compiling.
+    /// Made from a binary (the application's, clshim's, or the driver's from the native
+    /// store through the program cache), so built without compiling.
     pub served: bool,
     /// Which of the distinct programs its process made under these kernel names it is
     /// (0: the first). Generated code often names every kernel alike (loopy's
@@ -45,6 +46,26 @@ pub struct Tally {
     pub ranks: BTreeSet<RankKey>,
     /// Per rank: the variant's builds, binary queries and first launches, wall and CPU.
     pub busy: BTreeMap<RankKey, Busy>,
+    /// Of `builds`, those the program cache served from the native store, and those it did
+    /// not serve by why (`schema::miss_phrase`).
+    pub store_served: usize,
+    pub not_served: BTreeMap<String, usize>,
+}
+
+/// Per entry of a file: its builds the program cache served, and those it did not by why.
+#[derive(Default)]
+struct StoreSide {
+    served: usize,
+    not_served: BTreeMap<String, usize>,
+}
+
+impl Tally {
+    fn add_store(&mut self, served: usize, not_served: &BTreeMap<String, usize>) {
+        self.store_served += served;
+        for (w, n) in not_served {
+            *self.not_served.entry(w.clone()).or_default() += n;
+        }
+    }
 }
 
 /// One process's caches, as its `process` record lists them, and which of them its
@@ -111,6 +132,7 @@ pub struct FileFacts {
     writer_busy: Vec<Busy>,
     /// Per entry: its builds, the binary queries and first launches of its programs.
     entry_busy: Vec<Busy>,
+    entry_store: Vec<StoreSide>,
     launches: Vec<Launch>,
 }
 
@@ -235,7 +257,7 @@ impl FileFacts {
         kernels.dedup();
         let kept = r.kept.as_ref();
         let origin = r.source.as_ref().and_then(|s| s.origin.as_deref());
-        let served = matches!(origin, Some("binary" | "clshim-binary"));
+        let served = matches!(origin, Some("binary" | "clshim-binary")) || r.served.is_some();
         let mut names = 0xcbf2_9ce4_8422_2325u64;
         for k in &kernels {
             fnv(&mut names, k.as_bytes());
@@ -295,12 +317,18 @@ impl FileFacts {
                 };
                 self.entries.push((w, v, 0, 0.0, 0.0));
                 self.entry_busy.push(Busy::default());
+                self.entry_store.push(StoreSide::default());
                 self.index.insert(h, self.entries.len() - 1);
                 self.entries.len() - 1
             }
         };
         self.entries[e].2 += 1;
         self.entries[e].3 += r.seconds;
+        let store = &mut self.entry_store[e];
+        store.served += usize::from(r.served.is_some());
+        if let Some(n) = &r.not_served {
+            *store.not_served.entry(n.phrase()).or_default() += 1;
+        }
         self.entry_busy[e].record(r.seconds, r.cpu_seconds);
         if let Some(p) = r.program.clone() {
             self.by_id.insert((w, p), e);
@@ -351,9 +379,11 @@ impl Facts {
         for &e in &f.queried {
             self.queried.insert(f.entries[e].1.kernels.clone());
         }
-        for ((w, v, builds, seconds, query_seconds), b) in f.entries.into_iter().zip(&f.entry_busy)
+        for (((w, v, builds, seconds, query_seconds), b), store) in
+            f.entries.into_iter().zip(&f.entry_busy).zip(&f.entry_store)
         {
             let t = self.variants.entry(v).or_default();
+            t.add_store(store.served, &store.not_served);
             t.builds += builds;
             t.seconds += seconds;
             t.query_seconds += query_seconds;
@@ -366,6 +396,7 @@ impl Facts {
     pub fn merge(&mut self, o: Facts) {
         for (v, t) in o.variants {
             let mine = self.variants.entry(v).or_default();
+            mine.add_store(t.store_served, &t.not_served);
             mine.builds += t.builds;
             mine.seconds += t.seconds;
             mine.query_seconds += t.query_seconds;

@@ -103,8 +103,9 @@ pub fn main(o: cli::ReportOpts) -> ExitCode {
             ExitCode::SUCCESS
         };
     }
-    let rep = agg.report(&dir);
+    let mut rep = agg.report(&dir);
     let programs = variants::programs(&agg.facts, &o.dir);
+    rep.run_unique_tokens = variants::run_unique(&programs);
     let flags = caches::flags(&agg.facts);
     let split = cpu_split::split(&agg.facts);
     let text = if o.json {

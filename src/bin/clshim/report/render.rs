@@ -27,13 +27,39 @@ pub const NO_BINARY_QUERY: &str = "note: no binary queries: the applications ask
      store. This report measures builds and first launches (where pocl compiles the \
      kernels that run).";
 
-/// Said instead when those processes ran with the program cache on and it served none of
-/// their builds.
+/// Said instead when those processes ran with the program cache on, it served none of
+/// their builds, and their records say no why (a clshim that did not record it): nothing
+/// is promised.
 pub const NOTHING_SERVED: &str = "note: no binary queries, and the program cache served none \
-     of these builds: the native store held none of them yet. clshim warm makes them after \
-     a run with --warm (clshim run --warm starts it when the command ends), and later runs \
-     are served. This report measures builds and first launches (where pocl compiles the \
-     kernels that run).";
+     of these builds; these traces do not say why (clshim records it with each build from \
+     this version on). This report measures builds and first launches (where pocl compiles \
+     the kernels that run).";
+
+/// Said where processes under the program cache asked for binaries, or built sources that
+/// differ by a token that changes every run: applications with a binary cache of their
+/// own, which the program cache does not serve.
+pub fn own_binary_cache(queries: usize, run_unique: bool) -> String {
+    let mut why = Vec::new();
+    if queries > 0 {
+        why.push(format!(
+            "they asked for program binaries ({})",
+            plural(queries, "binary query", "binary queries")
+        ));
+    }
+    if run_unique {
+        why.push(
+            "their sources differ by a token that changes every run (see Why it built)".into(),
+        );
+    }
+    format!(
+        "note: the program cache serves these applications nothing: {}. They keep a binary \
+         cache of their own, which --program-cache does not serve, and pyopencl before \
+         2024.2.3 makes every cold build's source unique (pyopencl_defeat_cache_<uuid>), so \
+         --warm only fills the store with entries no run uses. Run them with --binaries \
+         substitute --warm instead.",
+        why.join(", and ")
+    )
+}
 
 /// Said for a directory with no trace file: what may have kept every process from
 /// recording (LD_PRELOAD.md, "Where each door does not reach").
@@ -55,11 +81,15 @@ pub const LAUNCH_INTERVAL: &str =
      its record)";
 
 impl QueryHint {
+    /// Said under `pass`, where it was measured: pyopencl 2023.1 (docs/performance.md, "The
+    /// binary policies"), whose builds took 3.6-4x as long as with its cache off, and 0.95-1.19x
+    /// under `substitute`; warm starts at native speed after the warm step (`--warm`).
     pub fn text(&self) -> String {
         format!(
             "hint: binary queries on pocl CPU devices took {:.0}% of build time ({:.3} s of {:.3} s): \
              pocl compiles every kernel a second time to answer them.\n      \
-             CLSHIM_BINARIES=substitute (clshim run --binaries substitute) removes that compile.",
+             This run lacked CLSHIM_BINARIES=substitute: clshim run --binaries substitute --warm \
+             removes that compile, and its warm step makes the next runs' loads native.",
             100.0 * self.share(),
             self.pocl_cpu_query_seconds,
             self.total_seconds
@@ -130,23 +160,24 @@ impl ForwardedHint {
                 kind.why()
             );
         }
-        let linked = self.kinds.iter().any(|k| k.kind == ProgramKind::Linked);
-        o.push_str(
-            "\n      To avoid them: turn off the application's own binary cache where it has a \
-             switch (it then makes no binary queries)",
-        );
-        if linked {
-            o.push_str(", or build such programs from one source with clBuildProgram");
+        // Turning a binary cache off was measured to spare the second compile only for
+        // pyopencl (PYOPENCL_NO_CACHE=1; clFFT, for one, still queries with its cache off).
+        if self.python {
+            o.push_str(
+                "\n      These runs lacked PYOPENCL_NO_CACHE=1: with pyopencl's binary cache off \
+                 it makes no binary queries (measured on pyopencl 2023.1: builds 0.25-0.28x of \
+                 those with its cache on).",
+            );
         }
-        o.push('.');
         o
     }
 }
 
-/// The advice, checked on pocl 3.1 (`bench/pocl_wg_specialization.py`, figures in
-/// docs/performance.md): with the setting, launches of a kernel at further sizes compiled
-/// nothing and its first launch cost what it did without; run times differed by less than
-/// the shared machine's noise on that kernel, so the hint asks the user to compare.
+/// The setting, checked on pocl 3.1 (`bench/pocl_wg_specialization.py`, figures in
+/// docs/performance.md): with it, launches of a kernel at further sizes compiled nothing
+/// and its first launch cost what it did without; run times differed by less than the
+/// shared machine's noise on that kernel, so the hint asks the user to compare. Named only
+/// on jobs of that shape ([`crate::report::RELAUNCH_SHARE`]).
 pub const LAUNCH_SETTING: &str = "POCL_WORK_GROUP_SPECIALIZATION=0";
 
 impl LaunchHint {
@@ -159,24 +190,33 @@ impl LaunchHint {
             self.pocl_cpu_launch_seconds,
             self.total_seconds
         );
-        if self.relaunches > 0 {
-            format!(
-                "{head}\n      {} of them ({:.3} s) launched a kernel already launched with other sizes. \
-                 {LAUNCH_SETTING} makes pocl compile one generic work-group function per kernel \
-                 and reuse it for every size:\n      those launches then compile nothing (each \
-                 kernel's first launch still does), but the generic function can run slower: \
-                 compare your kernels' run times with and without it.",
+        if self.specialization_helps {
+            return format!(
+                "{head}\n      {} of them ({:.3} s, {:.0}%) launched a kernel already launched with other \
+                 sizes, pocl choosing the work-group size. This run lacked {LAUNCH_SETTING}, \
+                 which makes pocl compile one generic work-group function per kernel and reuse \
+                 it for every size:\n      those launches then compile nothing (each kernel's \
+                 first launch still does), but the generic function can run slower: compare \
+                 your kernels' run times with and without it.",
                 self.relaunches,
-                self.relaunch_seconds
-            )
-        } else {
-            format!(
-                "{head}\n      Every kernel was launched with one set of sizes, so {LAUNCH_SETTING} \
-                 (one generic work-group function per kernel,\n      reused for every size) would \
-                 not remove these compiles; pocl's kernel cache (POCL_CACHE_DIR) spares them when \
-                 the same sources run again."
-            )
+                self.relaunch_seconds,
+                100.0 * self.relaunch_share()
+            );
         }
+        let mut o = format!(
+            "{head}\n      This run lacked a pocl kernel cache holding these compiles: pocl's kernel \
+             cache (POCL_CACHE_DIR) spares them when the same sources run again with the same \
+             cache (measured on pocl 3.1: 0.17 s instead of 6.85 s)."
+        );
+        if self.relaunches > 0 {
+            o.push_str(&format!(
+                " {LAUNCH_SETTING} is not advised here: launches at further sizes took {:.0}% \
+                 of these first launches, fewer than where it was measured to help, and on such \
+                 jobs its generic work-group functions can cost more than they spare.",
+                100.0 * self.relaunch_share()
+            ));
+        }
+        o
     }
 }
 
@@ -523,12 +563,21 @@ impl Report {
                 plural(self.unended.len(), "process has", "processes have"),
             ));
         }
+        let t = &self.totals;
         if self.no_binary_query() {
-            notes.push(if self.totals.program_cache_processes > 0 {
-                NOTHING_SERVED.to_string()
-            } else {
-                NO_BINARY_QUERY.to_string()
-            });
+            // Under the program cache, the line on its builds says why each was not served.
+            if t.program_cache_processes == 0 {
+                notes.push(NO_BINARY_QUERY.to_string());
+            } else if t.loads.not_served.is_empty() {
+                notes.push(NOTHING_SERVED.to_string());
+            }
+        }
+        if t.program_cache_processes > 0 && (t.program_cache_queries > 0 || self.run_unique_tokens)
+        {
+            notes.push(own_binary_cache(
+                t.program_cache_queries,
+                self.run_unique_tokens,
+            ));
         }
         notes
     }
@@ -864,7 +913,7 @@ impl Report {
                 "first_launch_share": h.share(),
                 "relaunches": h.relaunches,
                 "relaunch_seconds": h.relaunch_seconds,
-                "setting": LAUNCH_SETTING,
+                "setting": h.specialization_helps.then_some(LAUNCH_SETTING),
                 "text": h.text(),
             })),
         })

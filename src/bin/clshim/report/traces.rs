@@ -249,6 +249,16 @@ pub struct Record<'a> {
     /// A build the program cache served (`store`).
     #[serde(default, borrow)]
     pub served: Option<Text<'a>>,
+    /// A source build the program cache did not serve: why (a value of another shape is
+    /// dropped).
+    #[serde(default, deserialize_with = "lenient")]
+    pub not_served: Option<NotServed>,
+    /// A binary load made again from its recipe: why no native binary was used, and of
+    /// which kind.
+    #[serde(default, borrow)]
+    pub native_miss: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub native_miss_kind: Option<Text<'a>>,
     // first_launch
     #[serde(default, borrow)]
     pub kernel: Option<Text<'a>>,
@@ -261,6 +271,25 @@ pub struct Record<'a> {
     pub global_size: Option<Vec<u64>>,
     #[serde(default)]
     pub local_size: Option<Vec<u64>>,
+}
+
+/// A build's `not_served`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct NotServed {
+    pub kind: String,
+    #[serde(default)]
+    pub why: String,
+}
+
+impl NotServed {
+    /// What the report says of builds that missed so (`schema::miss_phrase`); a kind this
+    /// reader does not know is said with its own words.
+    pub fn phrase(&self) -> String {
+        match crate::schema::Miss::parse(&self.kind) {
+            Some(k) => crate::schema::miss_phrase(k, &self.why),
+            None => format!("not served: {}", self.why),
+        }
+    }
 }
 
 /// A field read leniently: a value of another shape than `T` reads as absent (the record
@@ -919,6 +948,10 @@ mod tests {
                 served: Some("store"),
                 shared: None,
                 peer_wait_seconds: None,
+                not_served: Some(schema::NotServed {
+                    kind: schema::Miss::FilesDiffer,
+                    why: "x".into(),
+                }),
             })
         };
         let records = [
@@ -949,6 +982,7 @@ mod tests {
                 devices: vec![Some(device.clone())],
                 made_from: Some("recipe"),
                 native_miss: Some("device 0: no entry".into()),
+                native_miss_kind: Some(schema::Miss::NoEntry),
             }),
             schema::Record::FirstLaunch(schema::FirstLaunch {
                 tid: 1,

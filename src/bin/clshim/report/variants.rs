@@ -214,6 +214,18 @@ fn compare_texts(
     d
 }
 
+/// Whether some program's variants differ only by a token that changes every run (a cache
+/// defeated on purpose, as pyopencl before 2024.2.3 does at every cold build).
+pub fn run_unique(programs: &[Program]) -> bool {
+    programs.iter().any(|p| {
+        p.variants.iter().any(|v| {
+            v.difference
+                .as_ref()
+                .is_some_and(|d| d.kind == Kind::RunUnique)
+        })
+    })
+}
+
 /// The programs built from more than one variant, most builds first.
 pub fn programs(facts: &Facts, dir: &Path) -> Vec<Program> {
     // Variants that differ only in their kept references are one; any file's references

@@ -252,7 +252,7 @@ impl RankAcc {
 }
 
 /// Directory-wide sums.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct Totals {
     pub builds: usize,
     pub build_seconds: f64,
@@ -273,12 +273,22 @@ pub struct Totals {
     /// the same device) with other sizes: the compiles a generic kernel would avoid.
     pub pocl_cpu_relaunches: usize,
     pub pocl_cpu_relaunch_seconds: f64,
+    /// Of those, the seconds of launches whose work-group size pocl chose (`local_size`
+    /// null): the shape on which `POCL_WORK_GROUP_SPECIALIZATION=0` was measured to help.
+    pub pocl_cpu_relaunch_auto_seconds: f64,
+    /// Binary queries forwarded to selected pocl CPU devices in Python processes (pyopencl,
+    /// whose cache has a switch measured to remove them).
+    pub python_forwarded_queries: usize,
     /// Loads of clshim binaries: native or from the recipe.
     pub loads: crate::report::loads::LoadCounts,
     /// `clCreateProgramWithBinary` calls of any binary.
     pub binary_loads: usize,
     /// Processes that ran with the program cache on.
     pub program_cache_processes: usize,
+    /// Binary queries of processes that ran with the program cache on and answered no query
+    /// with clshim binaries: applications with binary caches of their own, which the
+    /// program cache does not serve.
+    pub program_cache_queries: usize,
 }
 
 impl Totals {
@@ -286,6 +296,7 @@ impl Totals {
         self.loads.add(o.loads);
         self.binary_loads += o.binary_loads;
         self.program_cache_processes += o.program_cache_processes;
+        self.program_cache_queries += o.program_cache_queries;
         self.builds += o.builds;
         self.build_seconds += o.build_seconds;
         self.queries += o.queries;
@@ -298,6 +309,8 @@ impl Totals {
         self.pocl_cpu_launch_seconds += o.pocl_cpu_launch_seconds;
         self.pocl_cpu_relaunches += o.pocl_cpu_relaunches;
         self.pocl_cpu_relaunch_seconds += o.pocl_cpu_relaunch_seconds;
+        self.pocl_cpu_relaunch_auto_seconds += o.pocl_cpu_relaunch_auto_seconds;
+        self.python_forwarded_queries += o.python_forwarded_queries;
     }
 }
 
@@ -391,6 +404,8 @@ struct FileAcc {
     header: Option<Local>,
     policy: Option<String>,
     program_cache: bool,
+    /// The process runs Python (its `exe`).
+    python: bool,
     records: usize,
     t0: f64,
     locals: Locals,
@@ -475,6 +490,7 @@ impl FileAcc {
                 self.header_host = r.host.as_deref().map(str::to_string);
                 self.policy = r.policy.as_deref().map(str::to_string);
                 self.program_cache = r.program_cache == Some(true);
+                self.python = r.exe.as_deref().is_some_and(|e| e.contains("python"));
             }
             return;
         }
@@ -563,7 +579,14 @@ impl FileAcc {
             Event::FirstLaunch => self.launch_key(&r),
             Event::BinaryLoad | Event::Process | Event::Exit => {
                 self.totals.binary_loads += 1;
-                self.totals.loads.count(r.made_from.as_ref().map(|m| &*m.0));
+                let why = r
+                    .native_miss_kind
+                    .as_deref()
+                    .and_then(crate::schema::Miss::parse)
+                    .map(|k| crate::schema::miss_phrase(k, r.native_miss.as_deref().unwrap_or("")));
+                self.totals
+                    .loads
+                    .count(r.made_from.as_ref().map(|m| &*m.0), why);
                 // A program made from a binary: its queries join to "unknown program".
                 if let Some(p) = r.program.clone() {
                     let k = self.intern(ProgramKey::unknown());
@@ -575,7 +598,8 @@ impl FileAcc {
         };
         if r.event.is_build() {
             if r.call.as_deref() == Some("clBuildProgram") {
-                self.totals.loads.count_build(r.served.as_deref());
+                let why = r.not_served.as_ref().map(|n| n.phrase());
+                self.totals.loads.count_build(r.served.as_deref(), why);
             }
             if let Some(p) = r.program.clone() {
                 self.by_id.insert(p, ki);
@@ -682,6 +706,9 @@ impl FileAcc {
                     if !self.launched.insert(key) {
                         t.pocl_cpu_relaunches += 1;
                         t.pocl_cpu_relaunch_seconds += added;
+                        if r.local_size.is_none() {
+                            t.pocl_cpu_relaunch_auto_seconds += added;
+                        }
                     }
                 }
             }
@@ -938,6 +965,9 @@ impl Aggregate {
         }
         let mut totals = acc.totals;
         totals.program_cache_processes = usize::from(acc.program_cache);
+        if acc.program_cache && acc.policy.as_deref() != Some("substitute") {
+            totals.program_cache_queries = totals.queries;
+        }
         totals.pocl_cpu_pass_query_seconds = match acc.policy.as_deref() {
             Some("pass") => acc.pocl_query_all,
             Some(_) => 0.0,
@@ -948,6 +978,9 @@ impl Aggregate {
         if !acting {
             totals.pocl_cpu_forwarded_query_seconds = 0.0;
             totals.pocl_cpu_forwarded_queries = 0;
+        }
+        if acc.python {
+            totals.python_forwarded_queries = totals.pocl_cpu_forwarded_queries;
         }
         self.totals.add(totals);
         let keys: Vec<RankKey> = (0..acc.locals.list.len())

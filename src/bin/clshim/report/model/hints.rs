@@ -20,6 +20,14 @@ pub const FORWARDED_HINT_PROGRAMS: usize = 3;
 /// The first-launch hint is printed when first launches on pocl CPU devices exceed this
 /// share of build, binary-query and first-launch time together.
 pub const LAUNCH_HINT_SHARE: f64 = 0.5;
+/// `POCL_WORK_GROUP_SPECIALIZATION=0` is advised only where launches of kernels already
+/// launched at other sizes, with pocl choosing the work-group size, took at least this
+/// share of the first launches' time: where it was measured to help
+/// (`bench/pocl_wg_specialization.py`, docs/performance.md: 62-71% there, each later size
+/// compiling about as long as the first). On a job of fewer such launches it made a cold
+/// start slower (issue 31: 1.43x on a pyopencl 2026 job), its generic work-group functions
+/// costing more than the compiles they spare.
+pub const RELAUNCH_SHARE: f64 = 0.5;
 
 /// `part` as a fraction of `whole` (0 when there is no whole).
 fn fraction(part: f64, whole: f64) -> f64 {
@@ -48,6 +56,9 @@ impl QueryHint {
 /// selected pocl CPU devices were still forwarded (pocl compiled a second time).
 #[derive(Debug)]
 pub struct ForwardedHint {
+    /// Every forwarded query was a Python process's (pyopencl, whose binary cache
+    /// `PYOPENCL_NO_CACHE=1` turns off, measured to spare the second compile).
+    pub python: bool,
     /// The policies of the processes concerned.
     pub policies: BTreeSet<String>,
     pub queries: usize,
@@ -84,6 +95,16 @@ pub struct LaunchHint {
     pub relaunch_seconds: f64,
     /// Build, binary-query and first-launch seconds.
     pub total_seconds: f64,
+    /// The job has the shape where `POCL_WORK_GROUP_SPECIALIZATION=0` was measured to help
+    /// ([`RELAUNCH_SHARE`]).
+    pub specialization_helps: bool,
+}
+
+impl LaunchHint {
+    /// The relaunches' share of the first launches on pocl CPU devices.
+    pub fn relaunch_share(&self) -> f64 {
+        fraction(self.relaunch_seconds, self.pocl_cpu_launch_seconds)
+    }
 }
 
 impl LaunchHint {
@@ -117,6 +138,8 @@ pub(super) fn hints(programs: &[ProgramRow], t: &Totals) -> Hints {
             relaunches: t.pocl_cpu_relaunches,
             relaunch_seconds: t.pocl_cpu_relaunch_seconds,
             total_seconds: all,
+            specialization_helps: t.pocl_cpu_launch_seconds > 0.0
+                && t.pocl_cpu_relaunch_auto_seconds / t.pocl_cpu_launch_seconds >= RELAUNCH_SHARE,
         });
     Hints {
         query: hint,
@@ -158,6 +181,7 @@ fn forwarded_hint(programs: &[ProgramRow], t: &Totals, total_seconds: f64) -> Fo
         .collect();
     kinds.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
     ForwardedHint {
+        python: t.python_forwarded_queries == t.pocl_cpu_forwarded_queries,
         policies,
         queries: t.pocl_cpu_forwarded_queries,
         seconds: t.pocl_cpu_forwarded_query_seconds,

@@ -37,6 +37,9 @@ pub struct Report {
     pub runs: Vec<Run>,
     /// Processes that did not reach `exit()`, by name.
     pub unended: Vec<String>,
+    /// Some program's sources differ only by a token that changes every run (set by the
+    /// caller, which compares the variants).
+    pub run_unique_tokens: bool,
 }
 
 impl Aggregate {
@@ -44,7 +47,7 @@ impl Aggregate {
     pub fn report(&self, dir: &str) -> Report {
         let programs = self.program_rows();
         let (ranks, median_rank_seconds) = self.rank_rows();
-        let totals = self.totals;
+        let totals = self.totals.clone();
         let Hints {
             query: hint,
             forwarded: forwarded_hint,
@@ -75,6 +78,7 @@ impl Aggregate {
                 .iter()
                 .map(|l| l.name())
                 .collect(),
+            run_unique_tokens: false,
         }
     }
 }
