@@ -39,9 +39,10 @@ def rank_label():
     return "-"
 
 
-def kernel_source(k, statements):
-    """Kernel k: `statements` copies of one statement, then one that makes the
-    kernel's result (and its source text) distinct from every other kernel's."""
+def kernel_source(k, statements, value=None):
+    """Kernel k: `statements` copies of one statement, then one that adds `value` (default
+    k), which makes the kernel's result (and its source text) distinct from every other's."""
+    value = k if value is None else value
     body = "  c[gid] = a[gid] + b[gid];\n" * max(statements - 1, 0)
     return (
         f"__kernel void sum_{k}(__global const float *a, __global const float *b,\n"
@@ -49,7 +50,7 @@ def kernel_source(k, statements):
         "{\n"
         "  int gid = get_global_id(0);\n"
         f"{body}"
-        f"  c[gid] = a[gid] + b[gid] + {k}.0f;\n"
+        f"  c[gid] = a[gid] + b[gid] + {value}.0f;\n"
         "}\n"
     )
 
@@ -70,6 +71,9 @@ def main(argv=None):
     ap.add_argument("-s", "--statements", type=int, default=300,
                     help="statements per kernel (default 300)")
     ap.add_argument("--elements", type=int, default=50000, help="array length (default 50000)")
+    ap.add_argument("--rank-own", type=int, default=0, metavar="K",
+                    help="the last K kernels differ from rank to rank (their constant is offset by "
+                         "1000 x rank), so ranks share only the others (default 0: all shared)")
     ap.add_argument("--cache-root", metavar="DIR",
                     help="rank-local caches: DIR/pocl_rank<r> and DIR/xdg_rank<r>")
     args = ap.parse_args(argv)
@@ -101,9 +105,13 @@ def main(argv=None):
     build_s = 0.0
     run_s = 0.0
     bad = []
+    own_from = args.kernels - max(0, min(args.rank_own, args.kernels))
+    rank = int(rank_label()) if rank_label() != "-" else 0
     for k in range(args.kernels):
+        # The kernel's name stays sum_<k>; only its constant (and so its result) is the rank's own.
+        value = k + 1000 * rank if k >= own_from else k
         t0 = time.perf_counter()
-        prg = cl.Program(ctx, kernel_source(k, args.statements)).build()
+        prg = cl.Program(ctx, kernel_source(k, args.statements, value)).build()
         t1 = time.perf_counter()
         knl = getattr(prg, f"sum_{k}")
         knl(queue, a.shape, None, a_buf, b_buf, c_buf)
@@ -113,7 +121,7 @@ def main(argv=None):
         t2 = time.perf_counter()
         build_s += t1 - t0
         run_s += t2 - t1
-        if not np.allclose(c, a + b + np.float32(k)):
+        if not np.allclose(c, a + b + np.float32(value)):
             bad.append(k)
     total_s = time.perf_counter() - t_start
 

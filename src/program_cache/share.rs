@@ -349,7 +349,7 @@ impl Turn {
                     continue;
                 }
                 let to = tmp.join(&name).join(p.file_name());
-                if files::make_dir(&to).is_ok() {
+                if files::make_dir(&tmp.join(&name)).is_ok() && files::make_dir(&to).is_ok() {
                     files::copy_tree(&p.path(), &to);
                     any = true;
                 }

@@ -14,4 +14,5 @@ mod policy_pocl;
 mod program_cache;
 mod served_as_compiled;
 mod store_keys;
+mod shared_builds;
 mod store_safety;

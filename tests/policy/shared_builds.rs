@@ -1,0 +1,187 @@
+//! Ranks of a node share one compile of a program (`CLSHIM_SHARE_BUILDS`, on with the
+//! program cache): processes of tests/c/key_client.c stand for the ranks, each with its own
+//! pocl kernel cache (as MPI sites advise), one temporary folder between them (the node's).
+//! A second rank takes the first's compile and builds as pocl's cache hit, with the same
+//! output and a fraction of the CPU; a peer killed mid-compile is taken over; a peer that
+//! hangs is waited for a bounded time; and with the sharing off each rank compiles its own.
+
+use crate::common::*;
+use serde_json::Value;
+use std::os::unix::io::AsRawFd;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn client() -> PathBuf {
+    build_c("key_client", &[])
+}
+
+/// A kernel of `n` statements, whose VAL is 7: long enough that a compile takes a while.
+fn kernel(n: usize) -> String {
+    let mut s = String::from("__kernel void val(__global int *out) {\n  int x = 7;\n");
+    for i in 0..n {
+        s.push_str(&format!("  x = (x * {}) % 8191 + {};\n", i % 13 + 2, i % 7));
+    }
+    s.push_str("  out[0] = 7 + (x & 0);\n}\n");
+    s
+}
+
+struct Node {
+    d: Scratch,
+    bin: PathBuf,
+    src: PathBuf,
+}
+
+impl Node {
+    fn new(tag: &str, statements: usize) -> Node {
+        let d = scratch(tag);
+        let src = d.path("k.cl");
+        std::fs::write(&src, kernel(statements)).unwrap();
+        std::fs::create_dir_all(d.path("tmp")).unwrap();
+        Node {
+            bin: client(),
+            src,
+            d,
+        }
+    }
+
+    /// The client as rank `rank`, under the program cache (sharing as `share` says).
+    fn rank(&self, rank: usize, share: bool) -> Command {
+        let traces = self.d.path(&format!("traces-{rank}"));
+        let mut cmd = program_cache_command(&self.bin, Some("both"), &traces);
+        cmd.arg(format!("--source={}", s(&self.src)));
+        clear_shim_env(&mut cmd, &[]);
+        cmd.env("HOME", self.d.path("home"))
+            .env("TMPDIR", self.d.path("tmp"))
+            .env("POCL_CACHE_DIR", self.d.path(&format!("kc-{rank}")))
+            .env("CLSHIM_SHARE_BUILDS", if share { "1" } else { "0" })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    }
+
+    /// Rank `rank`'s one build record.
+    fn build(&self, rank: usize) -> Value {
+        let records = checked_traces(&self.d.path(&format!("traces-{rank}")));
+        let builds: Vec<&Value> = records.iter().filter(|r| r["event"] == "build").collect();
+        assert_eq!(builds.len(), 1, "{records:?}");
+        builds[0].clone()
+    }
+
+    /// The node's folder of shared compiles.
+    fn shared(&self) -> PathBuf {
+        // SAFETY: no arguments.
+        let uid = unsafe { libc::geteuid() };
+        self.d.path(&format!("tmp/clshim-{uid}-shared-builds"))
+    }
+
+    /// Waits until a rank holds a lock of the node's folder (it compiles).
+    fn wait_for_a_holder(&self) {
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            let held = store_files(&self.shared(), ".lock").iter().any(|l| {
+                let f = std::fs::File::open(l).unwrap();
+                // SAFETY: an open descriptor of this process; a lock not waited for.
+                let free = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
+                !free
+            });
+            if held {
+                return;
+            }
+            assert!(Instant::now() < until, "no rank took the node's lock");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+fn finish(child: Child) -> String {
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out)
+}
+
+fn cpu(build: &Value) -> f64 {
+    build["cpu_seconds"].as_f64().unwrap_or(0.0)
+}
+
+/// Two ranks build one program, the second while the first compiles: the first compiles
+/// ("compiled"), the second takes its compile ("from_peer") into its own pocl cache and
+/// builds as pocl's cache hit, in a fraction of the first's CPU; both print what a run
+/// without clshim prints. A third rank, later, takes the published compile without
+/// waiting. With the sharing off, each compiles its own.
+#[test]
+fn ranks_of_a_node_compile_a_program_once() {
+    let n = Node::new("share-once", 400);
+    let mut plain = Command::new(&n.bin);
+    plain
+        .arg(format!("--source={}", s(&n.src)))
+        .env("POCL_CACHE_DIR", n.d.path("kc-plain"));
+    clear_shim_env(&mut plain, &[]);
+    let want = stdout(&plain.output().unwrap());
+    assert_eq!(want, "VAL=7\n");
+
+    let first = n.rank(0, true).spawn().unwrap();
+    n.wait_for_a_holder();
+    let second = n.rank(1, true).spawn().unwrap();
+    assert_eq!(finish(first), want);
+    assert_eq!(finish(second), want);
+    let (a, b) = (n.build(0), n.build(1));
+    assert_eq!(a["shared"], "compiled", "{a}");
+    assert_eq!(b["shared"], "from_peer", "{b}");
+    assert!(b["peer_wait_seconds"].as_f64().unwrap() > 0.0, "{b}");
+    assert!(
+        cpu(&b) < cpu(&a) / 3.0,
+        "a peer's compile costs a cache hit: {} s against {} s",
+        cpu(&b),
+        cpu(&a)
+    );
+    assert_eq!(finish(n.rank(2, true).spawn().unwrap()), want);
+    assert_eq!(n.build(2)["shared"], "from_peer");
+
+    let off = Node::new("share-off", 400);
+    for rank in 0..2 {
+        assert_eq!(finish(off.rank(rank, false).spawn().unwrap()), want);
+        assert!(off.build(rank)["shared"].is_null());
+    }
+}
+
+/// A peer killed mid-compile drops its lock with it: the rank waiting for it compiles
+/// ("compiled_after_waiting"), and prints what a run without clshim prints.
+#[test]
+fn a_peer_killed_mid_compile_is_taken_over() {
+    let n = Node::new("share-killed", 1500);
+    let mut first = n.rank(0, true).spawn().unwrap();
+    n.wait_for_a_holder();
+    let second = n.rank(1, true).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    first.kill().unwrap();
+    let _ = first.wait();
+    assert_eq!(finish(second), "VAL=7\n");
+    let b = n.build(1);
+    assert_eq!(b["shared"], "compiled_after_waiting", "{b}");
+    assert!(b["peer_wait_seconds"].as_f64().unwrap() >= 0.2, "{b}");
+}
+
+/// A peer that hangs mid-compile (stopped) is waited for at most twice what the waiting
+/// rank expects the compile to take (at least a second), then the rank compiles on its own.
+#[test]
+fn a_hung_peer_is_waited_for_a_bounded_time() {
+    let n = Node::new("share-hung", 1500);
+    let mut first = n.rank(0, true).spawn().unwrap();
+    n.wait_for_a_holder();
+    // SAFETY: the test's own child.
+    unsafe { libc::kill(first.id() as i32, libc::SIGSTOP) };
+    let started = Instant::now();
+    let second = n.rank(1, true).spawn().unwrap();
+    assert_eq!(finish(second), "VAL=7\n");
+    let took = started.elapsed();
+    let b = n.build(1);
+    assert_eq!(b["shared"], "compiled_after_waiting", "{b}");
+    let waited = b["peer_wait_seconds"].as_f64().unwrap();
+    assert!(
+        (1.0..30.0).contains(&waited),
+        "waited {waited} s for a stopped peer (the whole run {took:?})"
+    );
+    first.kill().unwrap();
+    let _ = first.wait();
+}
