@@ -13,6 +13,6 @@ mod policy_load;
 mod policy_pocl;
 mod program_cache;
 mod served_as_compiled;
-mod store_keys;
 mod shared_builds;
+mod store_keys;
 mod store_safety;

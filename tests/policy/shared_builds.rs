@@ -82,7 +82,8 @@ impl Node {
             let held = store_files(&self.shared(), ".lock").iter().any(|l| {
                 let f = std::fs::File::open(l).unwrap();
                 // SAFETY: an open descriptor of this process; a lock not waited for.
-                let free = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
+                let free =
+                    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
                 !free
             });
             if held {

@@ -82,6 +82,8 @@ pub struct RunOpts {
     pub warm: Option<bool>,
     /// `--program-cache` / `--no-program-cache`.
     pub program_cache: Option<bool>,
+    /// `--share-builds` / `--no-share-builds`.
+    pub share_builds: Option<bool>,
     /// The command and its arguments; never empty.
     pub command: Vec<OsString>,
 }
@@ -334,7 +336,8 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
                 o.native_store_max = Some(control(name, &controls::NATIVE_STORE_MAX, v)?);
             }
             "--summary" | "--no-summary" | "--sources" | "--no-sources" | "--layer" | "--warm"
-            | "--no-warm" | "--program-cache" | "--no-program-cache"
+            | "--no-warm" | "--program-cache" | "--no-program-cache" | "--share-builds"
+            | "--no-share-builds"
                 if inline.is_some() =>
             {
                 return usage(format!("option {name} takes no value"));
@@ -348,6 +351,8 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
             "--no-warm" => o.warm = Some(false),
             "--program-cache" => o.program_cache = Some(true),
             "--no-program-cache" => o.program_cache = Some(false),
+            "--share-builds" => o.share_builds = Some(true),
+            "--no-share-builds" => o.share_builds = Some(false),
             "-h" | "--help" => return Ok(Command::Help(Some("run"))),
             _ => return unknown_option("run", &s),
         }

@@ -206,6 +206,9 @@ pub fn environment(
             if v { "1" } else { "0" }.into(),
         ));
     }
+    if let Some(v) = o.share_builds {
+        env.push((controls::SHARE_BUILDS.var, if v { "1" } else { "0" }.into()));
+    }
     if let Some(v) = o.warm {
         env.push((controls::WARM.var, if v { "1" } else { "0" }.into()));
     }
