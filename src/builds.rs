@@ -69,6 +69,9 @@ pub struct BuildCall {
     pub inputs: AppArray<cl_program>,
     /// A build whose compile ranks of the node share: what it did.
     pub shared: Option<crate::program_cache::share::Shared>,
+    /// When the application's call began, where clshim did something before the call it
+    /// times (waiting for a peer's compile): the record covers the whole call.
+    pub began: Option<Start>,
 }
 
 impl BuildCall {
@@ -91,6 +94,7 @@ impl BuildCall {
             header_names: AppArray::empty(),
             inputs: AppArray::empty(),
             shared: None,
+            began: None,
         }
     }
 
@@ -299,11 +303,12 @@ impl AwaitingBuildEnd {
         is_async: bool,
         not_served: Option<crate::store::Miss>,
     ) -> AwaitingBuildEnd {
+        let mut call = call;
         AwaitingBuildEnd {
             rt,
             route,
             kind: call.kind(),
-            start: Start::now(),
+            start: call.began.take().unwrap_or_else(Start::now),
             program: call.program,
             call,
             copied: None,

@@ -95,6 +95,7 @@ pub unsafe fn build_program<D: Door>(
     }
     // With the program cache, ranks of a node share one compile of a program: this build
     // waits for a peer's, or compiles and publishes its own (program_cache::share).
+    let began = crate::record::Start::now();
     let turn = rt.filter(|_| recorded.is_none()).and_then(|rt| {
         catch(|| {
             // SAFETY: the application's program and options, accepted so far as clshim
@@ -107,6 +108,7 @@ pub unsafe fn build_program<D: Door>(
     });
     if let Some(t) = &turn {
         call.shared = Some(t.shared);
+        call.began = Some(began);
     }
     // SAFETY: the application's call (with the recorded options, which outlive it).
     let ret = unsafe { builds::run(rt, route, call, pfn_notify, user_data, not_served) }.0;

@@ -29,6 +29,7 @@ use crate::launch_tables::{
     claim, kernel_identity, kernel_identity_at_home, queue_device, queue_device_at_home, seen,
     seen_at_home, set_kernel_identity, set_queue_device, K0,
 };
+use crate::program_cache;
 use crate::record::Start;
 use crate::runtime::{self, Runtime};
 use crate::schema::{self};
@@ -423,6 +424,22 @@ unsafe fn first_launch(
         event
     };
     let start = Start::now();
+    // A kernel of a program whose build ranks of the node shared: its first launch waits
+    // for a peer's compile of it, or compiles and publishes its own (program_cache::share).
+    let turn = if rt.config.program_cache && rt.config.share_builds {
+        catch(|| {
+            let (global, local) = dims.sizes();
+            program_cache::share::before_launch(
+                k.program,
+                k.name.as_deref(),
+                &global,
+                local.as_deref(),
+            )
+        })
+        .flatten()
+    } else {
+        None
+    };
     let others = OthersCpu::now();
     let ret = forward(event_ptr);
     let ev = if ret == CL_SUCCESS {
@@ -433,7 +450,20 @@ unsafe fn first_launch(
         std::ptr::null_mut()
     };
     // SAFETY: the application's handles of the call that just returned, and its event.
-    catch(|| unsafe { after(rt, route, call, k, device, dims, (start, others), ret, ev) });
+    catch(|| unsafe {
+        after(
+            rt,
+            route,
+            call,
+            k,
+            device,
+            dims,
+            (start, others),
+            ret,
+            ev,
+            turn,
+        )
+    });
     if !own.is_null() {
         // The callback holds no reference: OpenCL keeps an event until its command completes.
         // SAFETY: the live event the implementation made for clshim.
@@ -455,6 +485,8 @@ struct AwaitingCompletion {
     enqueue_result: cl_int,
     /// The record, but for its result.
     record: schema::FirstLaunch,
+    /// A launch whose compile ranks of the node share: what it owes at completion.
+    turn: Option<program_cache::share::LaunchTurn>,
 }
 
 impl AwaitingCompletion {
@@ -472,6 +504,9 @@ impl AwaitingCompletion {
         }
         record.result = result;
         record.result_name = status_name(result);
+        if let Some(t) = self.turn {
+            t.completed(result == CL_SUCCESS);
+        }
         self.rt
             .recorder
             .emit(self.start, seconds, &schema::Record::FirstLaunch(record));
@@ -494,6 +529,7 @@ unsafe fn after(
     (start, others): (Start, OthersCpu),
     ret: cl_int,
     ev: cl_event,
+    turn: Option<program_cache::share::LaunchTurn>,
 ) {
     // A refused launch compiles nothing: it is recorded once per configuration, with the
     // call's own time, and the configuration stays unclaimed for a launch that succeeds.
@@ -522,6 +558,8 @@ unsafe fn after(
         local_size,
         result: ret,
         result_name: status_name(ret),
+        shared: turn.as_ref().map(|t| t.shared.name()),
+        peer_wait_seconds: turn.as_ref().and_then(|t| t.shared.waited()),
     };
     let pending = AwaitingCompletion {
         rt,
@@ -529,6 +567,7 @@ unsafe fn after(
         others,
         enqueue_result: ret,
         record,
+        turn,
     };
     if ret != CL_SUCCESS || ev.is_null() {
         let seconds = start.elapsed().as_secs_f64();

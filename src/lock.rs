@@ -34,6 +34,8 @@ pub enum ForkOrder {
     Sources,
     /// The program cache's handles (`program_cache::handles`).
     Handles,
+    /// The programs whose compile ranks share (`program_cache::share`).
+    SharedPrograms,
 }
 
 /// What the fork handlers can hold, whatever the lock guards.

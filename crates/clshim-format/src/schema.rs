@@ -480,6 +480,14 @@ pub struct FirstLaunch {
     pub local_size: Option<Vec<usize>>,
     pub result: i32,
     pub result_name: &'static str,
+    /// With the program cache's sharing, a launch of a kernel of a shared program: as a
+    /// build's `shared` (`"compiled"`, `"from_peer"`, `"compiled_after_waiting"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared: Option<&'static str>,
+    /// How long the launch waited for a peer's compile, in seconds (with `shared`;
+    /// included in `seconds`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer_wait_seconds: Option<f64>,
 }
 
 /// The `exit` record's own fields: none (its `ts` is when the process exited; its

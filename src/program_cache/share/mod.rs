@@ -1,0 +1,237 @@
+//! One compile per program per node: ranks of a job that build the same program share the
+//! compile of it while the job runs (`CLSHIM_SHARE_BUILDS`, on with the program cache).
+//! pocl compiles a program in two steps, and both are shared the same way: the build
+//! (`build`: the program's bitcode) and, at a kernel's first launch with a work-group
+//! configuration, the size-specialised kernel that runs (`launch`). This module owns what
+//! the two have in common: the node's folder of the user's where compiles are published,
+//! the locks there (one per compile: its holder compiles, the others wait for what it
+//! publishes), how long a rank waits, and which programs of this process were shared.
+//!
+//! Two builds are the same when their key is (`store::build_key`: source, options, the
+//! environment that changes a compile, device, driver), and what a rank takes is checked
+//! again by pocl itself: a published folder is copied into the rank's own pocl kernel
+//! cache, where pocl finds it only under the hash of this rank's own preprocessed source
+//! (and, for a kernel, of its own specialisation), so a rank whose compile would read
+//! other files or make another kernel compiles as without clshim. Everything shared is
+//! written whole under a temporary name and renamed into place, so nobody reads half of it.
+//!
+//! A rank never waits for long: a peer that dies mid-compile drops its lock with it (the
+//! waiting rank then compiles); a peer that hangs, or one so slow on a busy node that
+//! waiting would cost more than compiling, is waited for at most as long as this rank
+//! expects the compile to take (from its own compiles, else a rate measured here for
+//! pocl), and then the rank compiles on its own. Each record says which it was.
+
+mod build;
+mod launch;
+
+pub use build::before_build;
+pub use launch::{before_launch, LaunchTurn};
+
+use crate::lock::{ForkOrder, Lock};
+use crate::store::files;
+use std::collections::HashMap;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// What a build or first launch did with the node's compiles.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Shared {
+    /// It compiled, holding the node's lock on its key, and published its compile.
+    Compiled,
+    /// It took a peer's compile, after waiting this long for it.
+    FromPeer { waited: f64 },
+    /// It waited this long for a peer, then compiled on its own.
+    CompiledAfterWaiting { waited: f64 },
+}
+
+impl Shared {
+    pub fn name(self) -> &'static str {
+        match self {
+            Shared::Compiled => "compiled",
+            Shared::FromPeer { .. } => "from_peer",
+            Shared::CompiledAfterWaiting { .. } => "compiled_after_waiting",
+        }
+    }
+
+    pub fn waited(self) -> Option<f64> {
+        match self {
+            Shared::Compiled => None,
+            Shared::FromPeer { waited } | Shared::CompiledAfterWaiting { waited } => Some(waited),
+        }
+    }
+}
+
+/// What this process's own compiles of one kind took, per byte of source: how long it
+/// expects the next to take, and so how long it waits for a peer's.
+struct Rate {
+    nanos: AtomicU64,
+    bytes: AtomicU64,
+    /// Seconds per byte before this process has compiled anything of the kind.
+    guess: f64,
+}
+
+impl Rate {
+    const fn new(guess: f64) -> Rate {
+        Rate {
+            nanos: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            guess,
+        }
+    }
+
+    fn add(&self, took: Duration, bytes: usize) {
+        self.nanos
+            .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// How long a rank may wait for a peer's compile of `bytes` of source: what it expects
+    /// its own compile to take, and at least half a second (a peer's compile also pays
+    /// its process's first use of the compiler, which this rank's estimate may not know).
+    fn patience(&self, bytes: usize) -> Duration {
+        let nanos = self.nanos.load(Ordering::Relaxed);
+        let own = self.bytes.load(Ordering::Relaxed);
+        let per_byte = if own > 0 && nanos > 0 {
+            nanos as f64 / 1e9 / own as f64
+        } else {
+            self.guess
+        };
+        Duration::from_secs_f64((per_byte * bytes as f64).max(0.5))
+    }
+}
+
+/// pocl 3.1 on one core of this project's machine builds a program of 100 statements
+/// (about 4 KB of source) in about 0.15 s and one of 1,000 in 0.73 s, and its first
+/// launch (the specialised kernel, linked) takes some 0.8 s for 300 statements (9 KB):
+/// estimates for a process that has compiled nothing yet, which only bound a wait.
+static BUILDS: Rate = Rate::new(1.0 / 4096.0);
+static LAUNCHES: Rate = Rate::new(1.0 / 4096.0);
+
+/// The node's folder of shared compiles: the user's own, in the temporary folder.
+fn node_folder() -> PathBuf {
+    // SAFETY: no arguments.
+    let uid = unsafe { libc::geteuid() };
+    std::env::temp_dir().join(format!("clshim-{uid}-shared-builds"))
+}
+
+/// A lock file of the user's alone, opened (made if need be).
+fn open_lock(path: &Path) -> Option<std::fs::File> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(files::FILE_MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .ok()?;
+    let m = f.metadata().ok()?;
+    // SAFETY: no arguments.
+    let me = unsafe { libc::geteuid() };
+    (m.is_file() && m.uid() == me && m.mode() & 0o022 == 0).then_some(f)
+}
+
+/// How a wait for a peer's compile ended.
+enum Waited {
+    /// The peer's compile was published and taken.
+    Taken,
+    /// This rank holds the lock: it compiles.
+    Holds(std::fs::File),
+    /// The peer took longer than `limit`: this rank compiles without the lock.
+    GaveUp,
+}
+
+/// Waits for the compile the lock at `lock` stands for: `take` copies it once published
+/// (false: nothing published yet); the rank that gets the lock compiles. Polls every 10 ms,
+/// for at most `limit`. Returns with the seconds waited.
+fn wait_for(lock: std::fs::File, limit: Duration, take: impl Fn() -> bool) -> (Waited, f64) {
+    let clock = Instant::now();
+    loop {
+        if take() {
+            return (Waited::Taken, clock.elapsed().as_secs_f64());
+        }
+        // SAFETY: an open descriptor of this process.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            // Published while this rank took the lock: the holder has let go.
+            if take() {
+                return (Waited::Taken, clock.elapsed().as_secs_f64());
+            }
+            return (Waited::Holds(lock), clock.elapsed().as_secs_f64());
+        }
+        if clock.elapsed() > limit {
+            return (Waited::GaveUp, clock.elapsed().as_secs_f64());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// What a wait came to, as a record names it: a lock got at once is a plain compile.
+fn shared_of(w: &Waited, waited: f64) -> Shared {
+    match w {
+        Waited::Taken => Shared::FromPeer { waited },
+        Waited::Holds(_) if waited <= 0.01 => Shared::Compiled,
+        _ => Shared::CompiledAfterWaiting { waited },
+    }
+}
+
+/// A program of this process whose build was shared (made here or taken from a peer):
+/// where its compile is, so that its kernels' first launches are shared too.
+struct SharedProgram {
+    /// The build's key.
+    key: u64,
+    /// Its source's length, which bounds the wait for a kernel of it.
+    bytes: usize,
+    folder: PathBuf,
+    pocl_cache: PathBuf,
+    /// Its folders in pocl's cache, relative to it (`XY/<hash>`).
+    programs: Vec<PathBuf>,
+}
+
+type Programs = HashMap<u64, Arc<SharedProgram>>;
+
+/// The shared programs of this process, by clshim's program id (never reused); made at
+/// the first shared build.
+static PROGRAMS: OnceLock<&'static Lock<Programs>> = OnceLock::new();
+
+fn remember(id: u64, program: SharedProgram) {
+    PROGRAMS
+        .get_or_init(|| Lock::new_fork_held(ForkOrder::SharedPrograms, HashMap::new()))
+        .lock()
+        .insert(id, Arc::new(program));
+}
+
+fn shared_program(id: u64) -> Option<Arc<SharedProgram>> {
+    PROGRAMS.get()?.lock().get(&id).cloned()
+}
+
+/// Copies the folder `from` into pocl's cache as `to` (which must not exist yet), whole:
+/// made under a temporary name beside it and renamed into place, so pocl never reads
+/// half of it. A folder that appeared meanwhile is left as it is.
+fn copy_into_cache(from: &Path, to: &Path, tag: u64) {
+    let Some(parent) = to.parent() else { return };
+    if files::make_dir(parent).is_err() {
+        return;
+    }
+    let tmp = parent.join(format!(".clshim-shared-{}-{tag:016x}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    if files::make_dir(&tmp).is_err() {
+        return;
+    }
+    files::copy_tree(from, &tmp);
+    if std::fs::rename(&tmp, to).is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+}
+
+/// Makes the folders of `rel` (relative) below the existing folder `base`, each in turn.
+fn make_dirs_below(base: &Path, rel: &Path) -> bool {
+    let mut at = base.to_path_buf();
+    rel.components().all(|c| {
+        at.push(c);
+        files::make_dir(&at).is_ok()
+    })
+}
