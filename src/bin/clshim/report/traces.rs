@@ -997,6 +997,8 @@ mod tests {
                 local_size: Some(vec![1]),
                 result: 0,
                 result_name: "CL_SUCCESS",
+                shared: Some("from_peer"),
+                peer_wait_seconds: Some(0.25),
             }),
         ];
         let common = |event| Common {
