@@ -8,9 +8,9 @@ XDG_CACHE_HOME, as mirgecom's documentation advises), side by side in one run:
   substitute     the cold job under `clshim run --binaries substitute` leaving requests
                  (CLSHIM_WARM=1), then `clshim warm` in the foreground: the job's CPU plus
                  all the warm work it leads to
-  run --warm     the same cold job under `clshim run --warm`, which returns when the job
-                 ends and leaves the warm step in the background: its wall time against
-                 `clshim run` without it
+  run --warm     the same cold job under `clshim run --warm`, which runs the warm step in
+                 the foreground once the job ends (inside the job's time, on every CPU):
+                 its wall time against `clshim run` without it
   warm starts    the job again on warm caches, without clshim and with the store
 
 Prints CPU seconds (user + system of every process of the job, and of the warm step) and
@@ -64,7 +64,8 @@ def base_env(home):
 
 
 def wait_background(store, timeout=1800):
-    """Waits until the store holds no request and no warm step runs on it."""
+    """Waits until the store holds no request and no warm step runs on it (a warm step of
+    a version that left it in the background)."""
     req = os.path.join(store, "requests")
     until = time.time() + timeout
     while time.time() < until:

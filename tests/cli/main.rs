@@ -11,6 +11,7 @@ mod cli_report;
 mod cli_run;
 mod help;
 mod ranks;
+mod repeats;
 mod report_first_launch;
 mod report_hostile;
 mod report_linked;

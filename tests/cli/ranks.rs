@@ -53,7 +53,7 @@ fn records(dir: &Path) -> Vec<Value> {
     out
 }
 
-fn report_json(args: &[&str]) -> Value {
+pub fn report_json(args: &[&str]) -> Value {
     let o = report(&[&["--json"], args].concat());
     assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
     serde_json::from_slice(&o.stdout).expect("report JSON")
@@ -255,7 +255,7 @@ fn two_ranks_bound_to_one_cpu_are_flagged() {
 }
 
 /// A trace file of one process: its `process` record (with `cpus` when given), then `records`.
-fn write_file(dir: &Path, rank: i64, cpus: Option<Value>, records: &[Value]) {
+pub fn write_file(dir: &Path, rank: i64, cpus: Option<Value>, records: &[Value]) {
     std::fs::create_dir_all(dir).unwrap();
     let mut process = json!({
         "schema": 1, "event": "process", "pid": 100 + rank, "instance": format!("{rank:016x}"),
@@ -288,7 +288,7 @@ fn write_file(dir: &Path, rank: i64, cpus: Option<Value>, records: &[Value]) {
     .unwrap();
 }
 
-fn build(program: u64, ts: f64, seconds: f64, cpu: Option<f64>) -> Value {
+pub fn build(program: u64, ts: f64, seconds: f64, cpu: Option<f64>) -> Value {
     let mut b = json!({
         "event": "build", "call": "clBuildProgram", "program": program, "tid": 1, "ts": ts,
         "seconds": seconds, "kernels": [format!("k{program}")],
@@ -301,7 +301,7 @@ fn build(program: u64, ts: f64, seconds: f64, cpu: Option<f64>) -> Value {
     b
 }
 
-fn launch(program: u64, ts: f64, seconds: f64, clock: f64, cpu: f64) -> Value {
+pub fn launch(program: u64, ts: f64, seconds: f64, clock: f64, cpu: f64) -> Value {
     json!({
         "event": "first_launch", "call": "clEnqueueNDRangeKernel", "program": program,
         "kernel": format!("k{program}"), "tid": 1, "ts": ts, "seconds": seconds,

@@ -198,7 +198,7 @@ pub const SHARE_BUILDS: Control = Control {
     default: "1",
     values: "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`)",
     default_doc: "`1`",
-    doc: "With `CLSHIM_PROGRAM_CACHE`: ranks of a node that build the same program share one compile of it. The first compiles while the others wait, then they take its compile into their own pocl kernel cache (pocl checks it is theirs, by the hash of their preprocessed source), and build as a cache hit. `0`: each rank compiles its own.",
+    doc: "With `CLSHIM_PROGRAM_CACHE`: ranks of a node that build the same program share one compile of it, and of its kernels at their first launch. The first rank compiles while the others wait (at most as long as their own compile would take), then they take its compile into their own pocl kernel cache (pocl checks it is theirs, by the hash of their preprocessed source) and build or launch as a cache hit. `0`: each rank compiles its own.",
     help: "with --program-cache, ranks of a node share one compile of a program",
 };
 

@@ -43,7 +43,7 @@ pub const ADVICE_LARGE: &str = "Large runs give each rank its own POCL_CACHE_DIR
      XDG_CACHE_HOME (e.g. .../pocl-$RANK, .../xdg-$RANK) on node-local storage, and keep them \
      between runs (per-rank directories on the shared filesystem survive a job; mirgecom's \
      guide to large systems does both). The trade-off: each rank then compiles every program \
-     itself, and none reuses another's build.";
+     itself, unless `clshim run --program-cache` has ranks of a node share one compile of it.";
 
 /// A few ranks sharing a directory on local storage.
 pub const ADVICE_FEW: &str = "With a few ranks per host a shared cache costs little: ranks \

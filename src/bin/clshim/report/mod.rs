@@ -2,7 +2,8 @@
 //! per rank, the hints), prints it (`render`, or the timeline: `chrome`), and says why
 //! programs were built (`build_facts`, `variants` with `linediff`, `caches`, and `against`
 //! for a second run) and where ranks spent build time (`cpu_split`, `host_load`, with
-//! `busy` and `rank_key`); `loads` counts native loads and served builds. Everything the
+//! `busy` and `rank_key`), and what ranks compiled that another also compiled (`repeats`);
+//! `loads` counts native loads and served builds. Everything the
 //! model defines is re-exported here, so its users name it `report::X`.
 
 pub mod against;
@@ -17,6 +18,7 @@ pub mod loads;
 mod model;
 pub mod rank_key;
 pub mod render;
+pub mod repeats;
 pub mod traces;
 pub mod variants;
 
@@ -113,13 +115,18 @@ pub fn main(o: cli::ReportOpts) -> ExitCode {
         v["compiling_and_waiting"] = split.json();
         v["variants"] = variants::json(&programs);
         v["caches"] = caches::json(&agg.facts, &flags);
+        v["repeats"] = agg.repeats.json();
         let mut s = serde_json::to_string_pretty(&v).expect("report JSON");
         s.push('\n');
         s
     } else {
         let kept = variants::kept_any(&agg.facts);
         let why = variants::text(&programs, kept) + &caches::text(&flags);
-        rep.text(o.wide) + &render::fit(&(split.text(o.wide) + &why), o.wide)
+        rep.text(o.wide)
+            + &render::fit(
+                &(split.text(o.wide) + &agg.repeats.text(o.wide) + &why),
+                o.wide,
+            )
     };
     if !print(&text, o.json) {
         return ExitCode::from(2);

@@ -249,6 +249,12 @@ pub struct Record<'a> {
     /// A build the program cache served (`store`).
     #[serde(default, borrow)]
     pub served: Option<Text<'a>>,
+    /// A build or first launch whose compile ranks of a node share: `compiled`,
+    /// `from_peer` or `compiled_after_waiting`; and how long it waited for a peer.
+    #[serde(default, borrow)]
+    pub shared: Option<Text<'a>>,
+    #[serde(default)]
+    pub peer_wait_seconds: Option<f64>,
     /// A source build the program cache did not serve: why (a value of another shape is
     /// dropped).
     #[serde(default, deserialize_with = "lenient")]

@@ -438,6 +438,7 @@ struct FileAcc {
     pocl_query_all: f64,
     pocl_query_forward: f64,
     facts: crate::report::build_facts::FileFacts,
+    repeats: crate::report::repeats::FileRepeats,
     lives: super::lives::FileLives,
 }
 
@@ -478,6 +479,7 @@ impl FileAcc {
 
     fn add(&mut self, r: Record) {
         self.facts.add(&r);
+        self.repeats.add(&r);
         self.lives.add(&r);
         self.records += 1;
         self.t0 = self.t0.min(r.ts);
@@ -890,6 +892,8 @@ pub struct Aggregate {
     problems: Vec<FileProblem>,
     /// What builds were made from, for why they built (`variants`, `caches`, `against`).
     pub facts: crate::report::build_facts::Facts,
+    /// What ranks compiled that another also compiled, and what they took from a peer.
+    pub repeats: crate::report::repeats::Repeats,
     /// Every process's life (`lives`).
     pub lives: Vec<super::lives::ProcessLife>,
 }
@@ -942,6 +946,8 @@ impl Aggregate {
             })
             .unwrap_or_else(|| "?".into());
         self.facts.add_file(std::mem::take(&mut acc.facts), &host);
+        self.repeats
+            .add_file(std::mem::take(&mut acc.repeats), &host);
         for l in std::mem::take(&mut acc.lives.0) {
             let local = Local {
                 rank: l.rank,
@@ -1062,6 +1068,7 @@ impl Aggregate {
         self.skipped += o.skipped;
         self.problems.extend(o.problems);
         self.facts.merge(o.facts);
+        self.repeats.merge(o.repeats);
         self.lives.extend(o.lives);
     }
 

@@ -1,0 +1,632 @@
+//! "Do ranks compile the same programs?": builds and first launches that compiled what
+//! another rank also compiled (the same source hash, options and device, and for a launch
+//! the same kernel and sizes), with or without clshim's sharing, and what the sharing took
+//! from a peer instead (records' `shared`, `peer_wait_seconds`), per program and per rank.
+//! Gathered in the report's one pass over the records ([`FileRepeats::add`]), one small
+//! entry per (rank, program) and (rank, launch), and summed here into text and JSON.
+//!
+//! A repeat is a compile on a rank other than the first to compile the program (by the
+//! start of its first compile): all but one of the compiles of a program across ranks,
+//! which is what one compile per node leaves to do on a single node. A build taken from a
+//! peer or served from the store compiled nothing and is no repeat.
+
+use crate::report::build_facts::rank_list;
+use crate::report::rank_key::{rank_labels, RankKey};
+use crate::report::traces::{Event, Id, Record};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Write;
+
+/// What makes two builds the same program: source hash, options, devices.
+type Identity = (String, String, String);
+
+/// A first launch's identity: its program's, its kernel and its sizes.
+type LaunchIdentity = (Identity, String, Vec<u64>, Option<Vec<u64>>);
+
+/// One rank's builds of one program.
+#[derive(Clone, Debug, Default)]
+pub struct RankBuilds {
+    pub compiled: usize,
+    pub compiled_cpu: f64,
+    /// When its first compile began (Unix seconds).
+    pub first_compile: Option<f64>,
+    pub from_peer: usize,
+    pub served: usize,
+    /// Builds that waited for a peer past their patience, then compiled.
+    pub gave_up: usize,
+    pub waited: f64,
+}
+
+impl RankBuilds {
+    fn add(&mut self, o: &RankBuilds) {
+        self.compiled += o.compiled;
+        self.compiled_cpu += o.compiled_cpu;
+        self.first_compile = match (self.first_compile, o.first_compile) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.from_peer += o.from_peer;
+        self.served += o.served;
+        self.gave_up += o.gave_up;
+        self.waited += o.waited;
+    }
+
+    fn record(&mut self, r: &Record) {
+        let waited = r.peer_wait_seconds.filter(|w| w.is_finite() && *w >= 0.0);
+        self.waited += waited.unwrap_or(0.0);
+        match r.shared.as_deref() {
+            Some("from_peer") => self.from_peer += 1,
+            _ if r.served.is_some() => self.served += 1,
+            shared => {
+                self.compiled += 1;
+                self.gave_up += usize::from(shared == Some("compiled_after_waiting"));
+                self.compiled_cpu += r.cpu_seconds.unwrap_or(0.0);
+                self.first_compile = Some(self.first_compile.map_or(r.ts, |t| t.min(r.ts)));
+            }
+        }
+    }
+}
+
+/// One file's part.
+#[derive(Default)]
+pub struct FileRepeats {
+    /// (rank, pid, instance) of each writer, by file-local index.
+    writers: Vec<(Option<i64>, u64, Option<String>)>,
+    /// (writer, program id) -> its identity, from its build.
+    programs: HashMap<(usize, Id), usize>,
+    identities: Vec<(Identity, Vec<String>)>,
+    identity_index: HashMap<Identity, usize>,
+    builds: HashMap<(usize, usize), RankBuilds>,
+    launches: HashMap<(usize, LaunchIdentity), RankBuilds>,
+    build_cpu: f64,
+    launch_cpu: f64,
+}
+
+impl FileRepeats {
+    fn writer(&mut self, r: &Record) -> usize {
+        let inst = r.instance.as_deref();
+        if let Some(i) = self
+            .writers
+            .iter()
+            .position(|(rank, pid, i)| *rank == r.rank && *pid == r.pid && i.as_deref() == inst)
+        {
+            return i;
+        }
+        self.writers.push((r.rank, r.pid, inst.map(str::to_string)));
+        self.writers.len() - 1
+    }
+
+    pub fn add(&mut self, r: &Record) {
+        match r.event {
+            Event::Build | Event::Compile | Event::Link => {
+                self.build_cpu += r.cpu_seconds.unwrap_or(0.0);
+                if r.event != Event::Link {
+                    self.add_build(r);
+                }
+            }
+            Event::FirstLaunch => {
+                self.launch_cpu += r.cpu_seconds.unwrap_or(0.0);
+                self.add_launch(r);
+            }
+            _ => {}
+        }
+    }
+
+    fn add_build(&mut self, r: &Record) {
+        let Some(hash) = r.hash() else { return };
+        if r.failed() {
+            return;
+        }
+        let devices: Vec<String> = r
+            .devices()
+            .map(|d| {
+                format!(
+                    "{} ({})",
+                    d.name.as_deref().unwrap_or("?"),
+                    d.driver.as_deref().unwrap_or("?")
+                )
+            })
+            .collect();
+        let id: Identity = (
+            hash.to_string(),
+            r.options.as_deref().unwrap_or("").to_string(),
+            devices.join(", "),
+        );
+        let i = match self.identity_index.get(&id) {
+            Some(&i) => i,
+            None => {
+                let mut kernels: Vec<String> = r.kernels().iter().map(|k| k.to_string()).collect();
+                kernels.sort();
+                kernels.dedup();
+                self.identities.push((id.clone(), kernels));
+                self.identity_index.insert(id, self.identities.len() - 1);
+                self.identities.len() - 1
+            }
+        };
+        let w = self.writer(r);
+        if let Some(p) = r.program.clone() {
+            self.programs.insert((w, p), i);
+        }
+        self.builds.entry((w, i)).or_default().record(r);
+    }
+
+    fn add_launch(&mut self, r: &Record) {
+        if r.failed() {
+            return;
+        }
+        let w = self.writer(r);
+        let Some(&i) = r.program.clone().and_then(|p| self.programs.get(&(w, p))) else {
+            return;
+        };
+        let key = (
+            self.identities[i].0.clone(),
+            r.kernel.as_deref().unwrap_or("").to_string(),
+            r.global_size.clone().unwrap_or_default(),
+            r.local_size.clone(),
+        );
+        self.launches.entry((w, key)).or_default().record(r);
+    }
+}
+
+/// One program's builds, per rank.
+#[derive(Debug, Default)]
+pub struct ProgramRepeats {
+    pub kernels: Vec<String>,
+    pub per_rank: BTreeMap<RankKey, RankBuilds>,
+}
+
+impl ProgramRepeats {
+    /// The rank whose compile came first.
+    fn first(&self) -> Option<&RankKey> {
+        self.per_rank
+            .iter()
+            .filter_map(|(k, b)| b.first_compile.map(|t| (k, t)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(k, _)| k)
+    }
+
+    /// (compiles, CPU seconds) on ranks other than the first to compile, per rank.
+    fn repeats(&self) -> BTreeMap<&RankKey, (usize, f64)> {
+        let first = self.first();
+        self.per_rank
+            .iter()
+            .filter(|(k, b)| Some(*k) != first && b.compiled > 0)
+            .map(|(k, b)| (k, (b.compiled, b.compiled_cpu)))
+            .collect()
+    }
+
+    fn sum(&self) -> RankBuilds {
+        let mut t = RankBuilds::default();
+        for b in self.per_rank.values() {
+            t.add(b);
+        }
+        t
+    }
+}
+
+/// A program's line: its builds and first launches summed over ranks, and its repeats
+/// (builds and first launches) and their CPU.
+struct Row<'a> {
+    id: &'a Identity,
+    program: &'a ProgramRepeats,
+    builds: RankBuilds,
+    launches: RankBuilds,
+    repeats: usize,
+    repeat_cpu: f64,
+}
+
+/// Everything gathered, merged over files.
+#[derive(Debug, Default)]
+pub struct Repeats {
+    pub programs: HashMap<Identity, ProgramRepeats>,
+    pub launches: HashMap<LaunchIdentity, BTreeMap<RankKey, RankBuilds>>,
+    pub build_cpu: f64,
+    pub launch_cpu: f64,
+}
+
+/// The figures the text and the JSON share.
+#[derive(Debug, Default, PartialEq)]
+pub struct Summary {
+    /// Programs built (at all) on more than one rank, of all programs.
+    pub programs_on_many: usize,
+    pub programs: usize,
+    pub builds: usize,
+    pub repeat_builds: usize,
+    pub repeat_build_cpu: f64,
+    pub launches: usize,
+    pub repeat_launches: usize,
+    pub repeat_launch_cpu: f64,
+    pub builds_from_peer: usize,
+    pub launches_from_peer: usize,
+    pub gave_up: usize,
+    pub waited: f64,
+}
+
+impl Repeats {
+    /// Folds one file in; `host` is the report's name for the file's host.
+    pub fn add_file(&mut self, f: FileRepeats, host: &str) {
+        let keys: Vec<RankKey> = f
+            .writers
+            .iter()
+            .map(|(rank, pid, instance)| match rank {
+                Some(n) => RankKey::Rank(*n),
+                None => RankKey::Process {
+                    host: host.to_string(),
+                    pid: *pid,
+                    instance: instance.clone(),
+                },
+            })
+            .collect();
+        for ((w, i), b) in f.builds {
+            let (id, kernels) = &f.identities[i];
+            let p = self.programs.entry(id.clone()).or_default();
+            if p.kernels.is_empty() {
+                p.kernels = kernels.clone();
+            }
+            p.per_rank.entry(keys[w].clone()).or_default().add(&b);
+        }
+        for ((w, l), b) in f.launches {
+            self.launches
+                .entry(l)
+                .or_default()
+                .entry(keys[w].clone())
+                .or_default()
+                .add(&b);
+        }
+        self.build_cpu += f.build_cpu;
+        self.launch_cpu += f.launch_cpu;
+    }
+
+    pub fn merge(&mut self, o: Repeats) {
+        for (id, p) in o.programs {
+            let mine = self.programs.entry(id).or_default();
+            if mine.kernels.is_empty() {
+                mine.kernels = p.kernels;
+            }
+            for (k, b) in p.per_rank {
+                mine.per_rank.entry(k).or_default().add(&b);
+            }
+        }
+        for (l, per_rank) in o.launches {
+            let mine = self.launches.entry(l).or_default();
+            for (k, b) in per_rank {
+                mine.entry(k).or_default().add(&b);
+            }
+        }
+        self.build_cpu += o.build_cpu;
+        self.launch_cpu += o.launch_cpu;
+    }
+
+    pub fn summary(&self) -> Summary {
+        let mut s = Summary {
+            programs: self.programs.len(),
+            ..Summary::default()
+        };
+        for p in self.programs.values() {
+            s.programs_on_many += usize::from(p.per_rank.len() > 1);
+            let t = p.sum();
+            s.builds += t.compiled + t.from_peer + t.served;
+            s.builds_from_peer += t.from_peer;
+            s.gave_up += t.gave_up;
+            s.waited += t.waited;
+            for (n, cpu) in p.repeats().values() {
+                s.repeat_builds += n;
+                s.repeat_build_cpu += cpu;
+            }
+        }
+        for per_rank in self.launches.values() {
+            let l = ProgramRepeats {
+                kernels: Vec::new(),
+                per_rank: per_rank.clone(),
+            };
+            let t = l.sum();
+            s.launches += t.compiled + t.from_peer + t.served;
+            s.launches_from_peer += t.from_peer;
+            s.gave_up += t.gave_up;
+            s.waited += t.waited;
+            for (n, cpu) in l.repeats().values() {
+                s.repeat_launches += n;
+                s.repeat_launch_cpu += cpu;
+            }
+        }
+        s
+    }
+
+    /// Per rank: (builds, launches) summed over programs, and the CPU of its repeats.
+    fn per_rank(&self) -> BTreeMap<RankKey, (RankBuilds, RankBuilds, f64)> {
+        let mut out: BTreeMap<RankKey, (RankBuilds, RankBuilds, f64)> = BTreeMap::new();
+        for p in self.programs.values() {
+            for (k, b) in &p.per_rank {
+                out.entry(k.clone()).or_default().0.add(b);
+            }
+            for (k, (_, cpu)) in p.repeats() {
+                out.entry(k.clone()).or_default().2 += cpu;
+            }
+        }
+        for per_rank in self.launches.values() {
+            for (k, b) in per_rank {
+                out.entry(k.clone()).or_default().1.add(b);
+            }
+        }
+        out
+    }
+
+    /// Programs, most repeated CPU (builds and first launches) first, then most ranks: each
+    /// with its builds and its first launches summed over ranks, and its repeats' count
+    /// and CPU.
+    fn rows(&self) -> Vec<Row<'_>> {
+        let mut launches: HashMap<&Identity, (RankBuilds, usize, f64)> = HashMap::new();
+        for ((id, ..), per_rank) in &self.launches {
+            let l = ProgramRepeats {
+                kernels: Vec::new(),
+                per_rank: per_rank.clone(),
+            };
+            let e = launches.entry(id).or_default();
+            e.0.add(&l.sum());
+            for (n, cpu) in l.repeats().values() {
+                e.1 += n;
+                e.2 += cpu;
+            }
+        }
+        let mut rows: Vec<Row> = self
+            .programs
+            .iter()
+            .map(|(id, p)| {
+                let (n, cpu) = p
+                    .repeats()
+                    .values()
+                    .fold((0, 0.0), |(n, c), (m, d)| (n + m, c + d));
+                let (launched, ln, lcpu) = launches.remove(id).unwrap_or_default();
+                Row {
+                    id,
+                    program: p,
+                    builds: p.sum(),
+                    launches: launched,
+                    repeats: n + ln,
+                    repeat_cpu: cpu + lcpu,
+                }
+            })
+            .collect();
+        rows.sort_by(|a, b| {
+            b.repeat_cpu
+                .total_cmp(&a.repeat_cpu)
+                .then(b.program.per_rank.len().cmp(&a.program.per_rank.len()))
+                .then(a.id.cmp(b.id))
+        });
+        rows
+    }
+
+    /// Whether there is anything to say: a program built on more than one rank.
+    fn worth_saying(&self, s: &Summary) -> bool {
+        s.programs_on_many > 0
+    }
+
+    pub fn text(&self, wide: bool) -> String {
+        let s = self.summary();
+        if !self.worth_saying(&s) {
+            return String::new();
+        }
+        let pct = |part: f64, whole: f64| {
+            if whole > 0.0 {
+                100.0 * part / whole
+            } else {
+                0.0
+            }
+        };
+        let mut t = String::new();
+        let _ = writeln!(
+            t,
+            "\nRepeats across ranks (the same source, options and device built on more than one rank)"
+        );
+        let _ = writeln!(
+            t,
+            " {} of {} programs were built on more than one rank; {} of {} builds compiled a program \
+             another rank also compiled: {:.3} s CPU, {:.0}% of build CPU.",
+            s.programs_on_many,
+            s.programs,
+            s.repeat_builds,
+            s.builds,
+            s.repeat_build_cpu,
+            pct(s.repeat_build_cpu, self.build_cpu)
+        );
+        if s.launches > 0 {
+            let _ = writeln!(
+                t,
+                " First launches: {} of {} compiled a kernel (same program and sizes) another rank \
+                 also compiled: {:.3} s CPU, {:.0}% of first launch CPU.",
+                s.repeat_launches,
+                s.launches,
+                s.repeat_launch_cpu,
+                pct(s.repeat_launch_cpu, self.launch_cpu)
+            );
+        }
+        if s.builds_from_peer + s.launches_from_peer + s.gave_up > 0 {
+            let _ = writeln!(
+                t,
+                " Shared (clshim's program cache, one compile per node): {} builds and {} first \
+                 launches taken from a peer; ranks waited {:.3} s for peers{}.",
+                s.builds_from_peer,
+                s.launches_from_peer,
+                s.waited,
+                if s.gave_up > 0 {
+                    format!(
+                        ", and {} compiles began after waiting past what compiling would take",
+                        s.gave_up
+                    )
+                } else {
+                    String::new()
+                }
+            );
+        }
+        let rows = self.rows();
+        let shown = if wide { rows.len() } else { rows.len().min(10) };
+        let _ = writeln!(
+            t,
+            " {:<16} {:<12}  {:>5}  {:<22}  {:<14}",
+            "", "", "", "builds", "first launches"
+        );
+        let _ =
+            writeln!(
+            t,
+            " {:<16} {:<12}  {:>5}  {:>8}  {:>4}  {:>6}  {:>8}  {:>4}  {:>8}  {:>12}  compiled on",
+            "kernels", "source", "ranks", "compiled", "peer", "served", "compiled", "peer",
+            "waited s", "repeat CPU s"
+        );
+        for r in rows.iter().take(shown) {
+            let compiled_on: BTreeSet<RankKey> = r
+                .program
+                .per_rank
+                .iter()
+                .filter(|(_, b)| b.compiled > 0)
+                .map(|(k, _)| k.clone())
+                .collect();
+            let _ = writeln!(
+                t,
+                " {:<16} {:<12}  {:>5}  {:>8}  {:>4}  {:>6}  {:>8}  {:>4}  {:>8.3}  {:>12.3}  {}",
+                clip(&r.program.kernels.join(","), 16),
+                r.id.0
+                    .trim_start_matches("fnv1a64:")
+                    .chars()
+                    .take(12)
+                    .collect::<String>(),
+                r.program.per_rank.len(),
+                r.builds.compiled,
+                r.builds.from_peer,
+                r.builds.served,
+                r.launches.compiled,
+                r.launches.from_peer,
+                r.builds.waited + r.launches.waited,
+                r.repeat_cpu,
+                if compiled_on.is_empty() {
+                    "-".to_string()
+                } else {
+                    rank_list(&compiled_on)
+                }
+            );
+        }
+        if shown < rows.len() {
+            let _ = writeln!(
+                t,
+                " ... {} more programs (--wide lists them all)",
+                rows.len() - shown
+            );
+        }
+        let per_rank = self.per_rank();
+        let labels = rank_labels(per_rank.keys());
+        let _ = writeln!(t, " {:>6}  {:<22}  {:<14}", "", "builds", "first launches");
+        let _ = writeln!(
+            t,
+            " {:>6}  {:>8}  {:>4}  {:>6}  {:>8}  {:>4}  {:>8}  {:>12}",
+            "rank", "compiled", "peer", "served", "compiled", "peer", "waited s", "repeat CPU s"
+        );
+        for ((_, (b, l, cpu)), label) in per_rank.iter().zip(&labels) {
+            let _ = writeln!(
+                t,
+                " {:>6}  {:>8}  {:>4}  {:>6}  {:>8}  {:>4}  {:>8.3}  {:>12.3}",
+                label,
+                b.compiled,
+                b.from_peer,
+                b.served,
+                l.compiled,
+                l.from_peer,
+                b.waited + l.waited,
+                cpu,
+            );
+        }
+        let _ = writeln!(
+            t,
+            " compiled: the driver compiled; peer: taken from another rank's compile on the node \
+             (CLSHIM_SHARE_BUILDS);\n served: from the native store; waited: for a peer's compile; \
+             repeat CPU: compiles of what another rank compiled first."
+        );
+        if s.builds_from_peer + s.launches_from_peer == 0 && s.repeat_builds > 0 {
+            let _ = writeln!(
+                t,
+                "\nhint: {:.0}% of build CPU went to programs another rank also compiled: under \
+                 `clshim run --program-cache` ranks of a node\n      that build the same program \
+                 share one compile of it (pocl devices, Linux), and a warm store serves later jobs.",
+                pct(s.repeat_build_cpu, self.build_cpu)
+            );
+        }
+        t
+    }
+
+    pub fn json(&self) -> Value {
+        let s = self.summary();
+        let rank_json = |b: &RankBuilds| {
+            json!({
+                "compiled": b.compiled,
+                "compiled_cpu_seconds": b.compiled_cpu,
+                "from_peer": b.from_peer,
+                "served": b.served,
+                "compiled_after_waiting": b.gave_up,
+                "peer_wait_seconds": b.waited,
+            })
+        };
+        let programs: Vec<Value> = self
+            .rows()
+            .into_iter()
+            .map(|r| {
+                let labels = rank_labels(r.program.per_rank.keys());
+                json!({
+                    "kernels": r.program.kernels,
+                    "source_hash": r.id.0,
+                    "options": r.id.1,
+                    "devices": r.id.2,
+                    "ranks": r.program.per_rank.len(),
+                    "repeats": r.repeats,
+                    "repeat_cpu_seconds": r.repeat_cpu,
+                    "builds": rank_json(&r.builds),
+                    "first_launches": rank_json(&r.launches),
+                    "per_rank": r.program.per_rank.values().zip(labels).map(|(b, l)| {
+                        let mut v = rank_json(b);
+                        v["rank"] = json!(l);
+                        v
+                    }).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        let per_rank = self.per_rank();
+        let labels = rank_labels(per_rank.keys());
+        let ranks: Vec<Value> = per_rank
+            .values()
+            .zip(labels)
+            .map(|((b, l, cpu), label)| {
+                json!({
+                    "rank": label,
+                    "builds": rank_json(b),
+                    "first_launches": rank_json(l),
+                    "repeat_cpu_seconds": cpu,
+                })
+            })
+            .collect();
+        json!({
+            "programs_on_more_than_one_rank": s.programs_on_many,
+            "programs": s.programs,
+            "builds": s.builds,
+            "repeat_builds": s.repeat_builds,
+            "repeat_build_cpu_seconds": s.repeat_build_cpu,
+            "build_cpu_seconds": self.build_cpu,
+            "first_launches": s.launches,
+            "repeat_first_launches": s.repeat_launches,
+            "repeat_first_launch_cpu_seconds": s.repeat_launch_cpu,
+            "first_launch_cpu_seconds": self.launch_cpu,
+            "builds_from_peer": s.builds_from_peer,
+            "first_launches_from_peer": s.launches_from_peer,
+            "compiled_after_waiting": s.gave_up,
+            "peer_wait_seconds": s.waited,
+            "by_program": programs,
+            "by_rank": ranks,
+        })
+    }
+}
+
+fn clip(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let mut c: String = s.chars().take(n.saturating_sub(3)).collect();
+        c.push_str("...");
+        c
+    }
+}
