@@ -50,7 +50,7 @@ pub enum Entry {
 /// A build, compile or link call: the one form in which the entry points hand the
 /// forwarded call to the code that times it ([`run`]). The application's arrays and strings
 /// are not read until the implementation has accepted the call (see [`AwaitingBuildEnd::copy_args`]).
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct BuildCall {
     pub entry: Entry,
     /// The program built or compiled (NULL for a link).
@@ -68,7 +68,7 @@ pub struct BuildCall {
     /// Link: the input programs.
     pub inputs: AppArray<cl_program>,
     /// A build whose compile ranks of the node share: what it did.
-    pub shared: Option<crate::program_cache::share::Shared>,
+    pub shared: Option<crate::program_cache::share::BuildNote>,
     /// When the application's call began, where clshim did something before the call it
     /// times (waiting for a peer's compile): the record covers the whole call.
     pub began: Option<Start>,
@@ -720,6 +720,7 @@ impl AwaitingBuildEnd {
                 copied.headers.as_deref().unwrap_or_default(),
             )
         });
+        let shared = self.call.shared.as_ref().map(|n| n.shared());
         let record = schema::Record::Build(schema::Build {
             event: self.kind,
             cpu_seconds,
@@ -739,8 +740,8 @@ impl AwaitingBuildEnd {
             source_kernels,
             error,
             served: None,
-            shared: self.call.shared.map(|s| s.name()),
-            peer_wait_seconds: self.call.shared.and_then(|s| s.waited()),
+            shared: shared.map(|s| s.name()),
+            peer_wait_seconds: shared.and_then(|s| s.waited()),
             not_served: not_served
                 .filter(|_| result == CL_SUCCESS)
                 .map(|m| m.record()),
@@ -922,7 +923,8 @@ pub unsafe fn run(
         // SAFETY: the application's call and callback, unchanged.
         return unsafe { call.forward(user_fn, user_data) };
     };
-    let mut pending = AwaitingBuildEnd::new(rt, route, call, user_fn.is_some(), not_served);
+    // The record's copy (a shared build's note is not Copy); the call itself is forwarded.
+    let mut pending = AwaitingBuildEnd::new(rt, route, call.clone(), user_fn.is_some(), not_served);
     let Some(user_fn) = user_fn else {
         // SAFETY: the application's call, unchanged (no callback).
         let (ret, program) = unsafe { call.forward(None, user_data) };

@@ -107,7 +107,7 @@ pub unsafe fn build_program<D: Door>(
         .flatten()
     });
     if let Some(t) = &turn {
-        call.shared = Some(t.shared);
+        call.shared = Some(t.note());
         call.began = Some(began);
     }
     // SAFETY: the application's call (with the recorded options, which outlive it).

@@ -505,7 +505,9 @@ impl AwaitingCompletion {
         record.result = result;
         record.result_name = status_name(result);
         if let Some(t) = self.turn {
-            t.completed(result == CL_SUCCESS);
+            let shared = t.completed(result == CL_SUCCESS);
+            record.shared = Some(shared.name());
+            record.peer_wait_seconds = shared.waited();
         }
         self.rt
             .recorder

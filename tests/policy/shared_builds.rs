@@ -215,3 +215,35 @@ fn a_hung_peer_is_waited_for_a_bounded_time() {
     first.kill().unwrap();
     let _ = first.wait();
 }
+
+/// Two ranks build the same source with the same options, but each reads its own
+/// `val.h` (their working folders differ): the same key, so the second waits for the
+/// first's compile and copies it, but pocl, which finds a program by the hash of the text
+/// it preprocesses, does not take it and compiles the second rank's own. Each rank prints
+/// its own header's value, as without clshim, and the second rank's records say that it
+/// compiled after waiting, not that it took the peer's compile.
+#[test]
+fn a_peer_compile_that_read_another_header_is_not_taken() {
+    let n = Node::new("share-header", 1500);
+    let src = format!(
+        "#include \"val.h\"\n{}",
+        kernel(1500).replace("out[0] = 7 +", "out[0] = VAL +")
+    );
+    std::fs::write(&n.src, src).unwrap();
+    let cwd = |rank: usize, val: u32| {
+        let d = n.d.path(&format!("cwd-{rank}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("val.h"), format!("#define VAL {val}\n")).unwrap();
+        d
+    };
+    let first = n.rank(0, true).current_dir(cwd(0, 1)).spawn().unwrap();
+    n.wait_for_a_holder();
+    let second = n.rank(1, true).current_dir(cwd(1, 2)).spawn().unwrap();
+    assert_eq!(finish(first), "VAL=1\n");
+    assert_eq!(finish(second), "VAL=2\n");
+    let (a, b) = (n.build(0), n.build(1));
+    assert_eq!(a["shared"], "compiled", "{a}");
+    assert_eq!(b["shared"], "compiled_after_waiting", "{b}");
+    let lb = n.launch(1);
+    assert_ne!(lb["shared"], "from_peer", "{lb}");
+}

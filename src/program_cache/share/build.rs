@@ -6,8 +6,8 @@
 //! of the driver but the build.
 
 use super::{
-    copy_into_cache, make_dirs_below, node_folder, open_lock, remember, shared_of, wait_for,
-    Shared, SharedProgram, Waited, BUILDS,
+    copy_into_cache, made_since, make_dirs_below, node_folder, open_lock, remember, shared_of,
+    wait_for, Shared, SharedProgram, Waited, BUILDS,
 };
 use crate::cl::*;
 use crate::dispatch::Route;
@@ -150,7 +150,41 @@ pub unsafe fn before(
     Some(turn)
 }
 
+/// What a build's record says of its sharing, settled when the record is written: a
+/// build that took a peer's compile but whose pocl compiled all the same (its compile did
+/// not match the peer's: another header, say) is said to have compiled after waiting.
+#[derive(Clone, Debug)]
+pub struct BuildNote {
+    shared: Shared,
+    pocl_cache: PathBuf,
+    since: SystemTime,
+    taken: Vec<PathBuf>,
+}
+
+impl BuildNote {
+    pub fn shared(&self) -> Shared {
+        match self.shared {
+            Shared::FromPeer { waited }
+                if made_since(&self.pocl_cache, self.since, 2, &self.taken) =>
+            {
+                Shared::CompiledAfterWaiting { waited }
+            }
+            s => s,
+        }
+    }
+}
+
 impl Turn {
+    /// The record's part, for the build's record.
+    pub fn note(&self) -> BuildNote {
+        BuildNote {
+            shared: self.shared,
+            pocl_cache: self.pocl_cache.clone(),
+            since: self.started,
+            taken: self.taken.clone(),
+        }
+    }
+
     fn published(&self) -> PathBuf {
         self.folder.join(format!("{:016x}", self.key))
     }
@@ -184,10 +218,9 @@ impl Turn {
     /// is published (the program folders pocl's cache gained during the build), and the
     /// lock let go; a compile this rank made counts towards its expected compile times.
     pub fn after(mut self, ret: cl_int) {
-        let compiled = matches!(
-            self.shared,
-            Shared::Compiled | Shared::CompiledAfterWaiting { .. }
-        );
+        // A build that took a peer's compile, but whose pocl compiled all the same, made
+        // its own program folder: that is the one its kernels' launches use.
+        let compiled = !matches!(self.note().shared(), Shared::FromPeer { .. });
         if compiled && ret == CL_SUCCESS {
             BUILDS.add(self.clock.elapsed(), self.bytes);
         }
@@ -197,7 +230,12 @@ impl Turn {
         let programs = if self.lock.is_some() {
             self.publish()
         } else if compiled {
+            // Its own, not the peer's it copied and pocl did not use.
+            let taken = std::mem::take(&mut self.taken);
             self.fresh_programs()
+                .into_iter()
+                .filter(|p| !taken.contains(p))
+                .collect()
         } else {
             std::mem::take(&mut self.taken)
         };

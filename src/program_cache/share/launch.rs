@@ -10,14 +10,14 @@
 //! use is never read, and one it needs but lacks is compiled as without clshim.
 
 use super::{
-    copy_into_cache, make_dirs_below, node_folder, open_lock, shared_of, shared_program, wait_for,
-    Shared, SharedProgram, Waited, LAUNCHES,
+    copy_into_cache, made_since, make_dirs_below, node_folder, open_lock, shared_of,
+    shared_program, wait_for, Shared, SharedProgram, Waited, LAUNCHES,
 };
 use crate::hash::Fnv1a;
 use crate::store::files;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 /// A first launch's turn: what it did before the launch, and what it owes once the
 /// command has completed.
@@ -30,6 +30,9 @@ pub struct LaunchTurn {
     /// The key of (build key, kernel, configuration).
     key: u64,
     clock: Instant,
+    /// When the launch was forwarded, and the specialisations taken from a peer.
+    since: SystemTime,
+    taken: Vec<PathBuf>,
 }
 
 /// Whether `name` can stand as a folder's name as it is (pocl names a kernel's folder
@@ -79,15 +82,20 @@ pub fn before_launch(
         kernel: kernel.to_string(),
         key,
         clock: Instant::now(),
+        since: SystemTime::now(),
+        taken: Vec::new(),
     };
+    let taken = std::cell::RefCell::new(Vec::new());
     let (waited, seconds) = wait_for(lock, LAUNCHES.patience(turn.program.bytes), || {
-        turn.take_published()
+        turn.take_published(&mut taken.borrow_mut())
     });
     turn.shared = shared_of(&waited, seconds);
+    turn.taken = taken.into_inner();
     if let Waited::Holds(lock) = waited {
         turn.lock = Some(lock);
     }
     turn.clock = Instant::now();
+    turn.since = SystemTime::now();
     Some(turn)
 }
 
@@ -99,12 +107,14 @@ impl LaunchTurn {
     }
 
     /// Copies a peer's published kernel folder into this rank's program folders: each
-    /// specialisation they lack. False when nothing is published.
-    fn take_published(&self) -> bool {
+    /// specialisation they lack (`taken` gets the names of those published). False when
+    /// nothing is published.
+    fn take_published(&self, taken: &mut Vec<PathBuf>) -> bool {
         let from = self.published();
         if !from.is_dir() {
             return false;
         }
+        taken.clear();
         for rel in &self.program.programs {
             let mine = self.program.pocl_cache.join(rel);
             if !mine.is_dir() {
@@ -121,6 +131,7 @@ impl LaunchTurn {
                 if !to.exists() {
                     copy_into_cache(&spec.path(), &to, self.key);
                 }
+                taken.push(PathBuf::from(spec.file_name()));
             }
         }
         true
@@ -128,8 +139,19 @@ impl LaunchTurn {
 
     /// Once the launch's command completed (`ok`: it ran): a launch this rank compiled
     /// holding the lock publishes the kernel's folder of each of the program's folders,
-    /// then lets the lock go.
-    pub fn completed(mut self, ok: bool) {
+    /// then lets the lock go. Returns what the launch did, as its record says it: one that
+    /// took a peer's kernel but for which pocl made a specialisation all the same (the
+    /// peer's was not the one this launch needed) compiled after waiting.
+    pub fn completed(mut self, ok: bool) -> Shared {
+        if let Shared::FromPeer { waited } = self.shared {
+            let compiled_anyway = self.program.programs.iter().any(|rel| {
+                let dir = self.program.pocl_cache.join(rel).join(&self.kernel);
+                made_since(&dir, self.since, 1, &self.taken)
+            });
+            if compiled_anyway {
+                self.shared = Shared::CompiledAfterWaiting { waited };
+            }
+        }
         let compiled = !matches!(self.shared, Shared::FromPeer { .. });
         if compiled && ok {
             LAUNCHES.add(self.clock.elapsed(), self.program.bytes);
@@ -138,6 +160,7 @@ impl LaunchTurn {
             self.publish();
         }
         drop(self.lock.take());
+        self.shared
     }
 
     fn publish(&self) {

@@ -24,7 +24,7 @@
 mod build;
 mod launch;
 
-pub use build::before_build;
+pub use build::{before_build, BuildNote};
 pub use launch::{before_launch, LaunchTurn};
 
 use crate::lock::{ForkOrder, Lock};
@@ -167,6 +167,33 @@ fn wait_for(lock: std::fs::File, limit: Duration, take: impl Fn() -> bool) -> (W
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Whether `dir` holds a folder made at or after `since`, other than those named in
+/// `taken` (relative to `dir`, two levels down at most as `depth` says): a compile of
+/// pocl's own, where a build or launch that took a peer's compile should have made none
+/// (it then did not match what pocl looked for, and pocl compiled).
+fn made_since(dir: &Path, since: std::time::SystemTime, depth: usize, taken: &[PathBuf]) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        let Ok(m) = e.metadata() else { return false };
+        if !m.is_dir() || e.file_name().as_encoded_bytes().starts_with(b".") {
+            return false;
+        }
+        if depth > 1 {
+            // A level folder of pocl's cache: its programs, relative to `dir`.
+            let inner: Vec<PathBuf> = taken
+                .iter()
+                .filter_map(|t| t.strip_prefix(e.file_name()).ok().map(Path::to_path_buf))
+                .collect();
+            return m.modified().is_ok_and(|t| t >= since)
+                && made_since(&e.path(), since, depth - 1, &inner);
+        }
+        m.modified().is_ok_and(|t| t >= since)
+            && !taken.iter().any(|t| t == Path::new(&e.file_name()))
+    })
 }
 
 /// What a wait came to, as a record names it: a lock got at once is a plain compile.
