@@ -778,11 +778,14 @@ unsafe fn one(
         drop(program);
         let entry = super::encode(&key, &manifest, content.as_ref().map_err(|w| w.as_str()));
         let name = format::entry_name(key.key);
+        // The source's mark first: a step killed between the two (a job's end) then leaves
+        // a mark without its entry, whose programs build as without the cache, rather than
+        // an entry no program would be given a handle to use.
+        if content.is_ok() {
+            mark_source(dir, &recipe);
+        }
         return match files::write_atomic(dir, &name, &entry, true, true) {
-            Ok(()) if content.is_ok() => {
-                mark_source(dir, &recipe);
-                Outcome::Made
-            }
+            Ok(()) if content.is_ok() => Outcome::Made,
             Ok(()) => Outcome::Uncacheable(content.err().unwrap_or_default()),
             Err(e) => Outcome::Failed(format!("cannot write {name}: {e}")),
         };

@@ -564,8 +564,8 @@ fn caches_never_used_are_not_flagged_and_the_advice_fits_the_case() {
         assert!(
             words.contains("Large runs give each rank its own POCL_CACHE_DIR")
                 && words.contains(
-                    "The trade-off: each rank then compiles every program itself, and none \
-                     reuses another's build."
+                    "The trade-off: each rank then compiles every program itself, unless \
+                     `clshim run --program-cache` has ranks of a node share one compile of it."
                 ),
             "{ranks} ranks on {fs}: {words}"
         );

@@ -74,12 +74,16 @@ pub struct FileRepeats {
     writers: Vec<(Option<i64>, u64, Option<String>)>,
     /// (writer, program id) -> its identity, from its build.
     programs: HashMap<(usize, Id), usize>,
-    identities: Vec<(Identity, Vec<String>)>,
+    /// Each program's identity, kernel names, and whether its devices are pocl CPU devices
+    /// (where clshim's sharing applies).
+    identities: Vec<(Identity, Vec<String>, bool)>,
     identity_index: HashMap<Identity, usize>,
     builds: HashMap<(usize, usize), RankBuilds>,
     launches: HashMap<(usize, LaunchIdentity), RankBuilds>,
     build_cpu: f64,
     launch_cpu: f64,
+    /// Some record says what sharing did (the program cache shared compiles in the run).
+    sharing: bool,
 }
 
 impl FileRepeats {
@@ -97,6 +101,7 @@ impl FileRepeats {
     }
 
     pub fn add(&mut self, r: &Record) {
+        self.sharing |= r.shared.is_some();
         match r.event {
             Event::Build | Event::Compile | Event::Link => {
                 self.build_cpu += r.cpu_seconds.unwrap_or(0.0);
@@ -138,7 +143,8 @@ impl FileRepeats {
                 let mut kernels: Vec<String> = r.kernels().iter().map(|k| k.to_string()).collect();
                 kernels.sort();
                 kernels.dedup();
-                self.identities.push((id.clone(), kernels));
+                let pocl = r.devices().any(|d| d.is_pocl_cpu());
+                self.identities.push((id.clone(), kernels, pocl));
                 self.identity_index.insert(id, self.identities.len() - 1);
                 self.identities.len() - 1
             }
@@ -173,6 +179,8 @@ impl FileRepeats {
 pub struct ProgramRepeats {
     pub kernels: Vec<String>,
     pub per_rank: BTreeMap<RankKey, RankBuilds>,
+    /// Built for pocl CPU devices, where clshim's sharing applies.
+    pub pocl: bool,
 }
 
 impl ProgramRepeats {
@@ -222,6 +230,7 @@ pub struct Repeats {
     pub launches: HashMap<LaunchIdentity, BTreeMap<RankKey, RankBuilds>>,
     pub build_cpu: f64,
     pub launch_cpu: f64,
+    pub sharing: bool,
 }
 
 /// The figures the text and the JSON share.
@@ -240,7 +249,15 @@ pub struct Summary {
     pub launches_from_peer: usize,
     pub gave_up: usize,
     pub waited: f64,
+    /// CPU of the repeated builds of programs for pocl CPU devices.
+    pub repeat_build_cpu_pocl: f64,
 }
+
+/// The hint names the sharing where repeated compiles on pocl CPU devices took at least
+/// this share of build CPU, and [`HINT_MIN_SECONDS`]: on bench/workload.py, sharing took
+/// off about what the repeats cost (bench/results/shared-builds.md).
+pub const HINT_MIN_SHARE: f64 = 0.10;
+pub const HINT_MIN_SECONDS: f64 = 0.5;
 
 impl Repeats {
     /// Folds one file in; `host` is the report's name for the file's host.
@@ -258,11 +275,12 @@ impl Repeats {
             })
             .collect();
         for ((w, i), b) in f.builds {
-            let (id, kernels) = &f.identities[i];
+            let (id, kernels, pocl) = &f.identities[i];
             let p = self.programs.entry(id.clone()).or_default();
             if p.kernels.is_empty() {
                 p.kernels = kernels.clone();
             }
+            p.pocl |= pocl;
             p.per_rank.entry(keys[w].clone()).or_default().add(&b);
         }
         for ((w, l), b) in f.launches {
@@ -275,6 +293,7 @@ impl Repeats {
         }
         self.build_cpu += f.build_cpu;
         self.launch_cpu += f.launch_cpu;
+        self.sharing |= f.sharing;
     }
 
     pub fn merge(&mut self, o: Repeats) {
@@ -283,6 +302,7 @@ impl Repeats {
             if mine.kernels.is_empty() {
                 mine.kernels = p.kernels;
             }
+            mine.pocl |= p.pocl;
             for (k, b) in p.per_rank {
                 mine.per_rank.entry(k).or_default().add(&b);
             }
@@ -295,6 +315,7 @@ impl Repeats {
         }
         self.build_cpu += o.build_cpu;
         self.launch_cpu += o.launch_cpu;
+        self.sharing |= o.sharing;
     }
 
     pub fn summary(&self) -> Summary {
@@ -312,12 +333,15 @@ impl Repeats {
             for (n, cpu) in p.repeats().values() {
                 s.repeat_builds += n;
                 s.repeat_build_cpu += cpu;
+                if p.pocl {
+                    s.repeat_build_cpu_pocl += cpu;
+                }
             }
         }
         for per_rank in self.launches.values() {
             let l = ProgramRepeats {
-                kernels: Vec::new(),
                 per_rank: per_rank.clone(),
+                ..ProgramRepeats::default()
             };
             let t = l.sum();
             s.launches += t.compiled + t.from_peer + t.served;
@@ -358,8 +382,8 @@ impl Repeats {
         let mut launches: HashMap<&Identity, (RankBuilds, usize, f64)> = HashMap::new();
         for ((id, ..), per_rank) in &self.launches {
             let l = ProgramRepeats {
-                kernels: Vec::new(),
                 per_rank: per_rank.clone(),
+                ..ProgramRepeats::default()
             };
             let e = launches.entry(id).or_default();
             e.0.add(&l.sum());
@@ -394,6 +418,19 @@ impl Repeats {
                 .then(a.id.cmp(b.id))
         });
         rows
+    }
+
+    /// The share of build CPU the hint names, when it is due: nothing was shared in the run
+    /// (no record says what sharing did), and repeated compiles on pocl CPU devices took
+    /// at least [`HINT_MIN_SHARE`] of the build CPU and [`HINT_MIN_SECONDS`].
+    fn hint_share(&self, s: &Summary) -> Option<f64> {
+        let share = if self.build_cpu > 0.0 {
+            s.repeat_build_cpu_pocl / self.build_cpu
+        } else {
+            0.0
+        };
+        (!self.sharing && share >= HINT_MIN_SHARE && s.repeat_build_cpu_pocl >= HINT_MIN_SECONDS)
+            .then_some(share)
     }
 
     /// Whether there is anything to say: a program built on more than one rank.
@@ -539,13 +576,13 @@ impl Repeats {
              (CLSHIM_SHARE_BUILDS);\n served: from the native store; waited: for a peer's compile; \
              repeat CPU: compiles of what another rank compiled first."
         );
-        if s.builds_from_peer + s.launches_from_peer == 0 && s.repeat_builds > 0 {
+        if let Some(share) = self.hint_share(&s) {
             let _ = writeln!(
                 t,
                 "\nhint: {:.0}% of build CPU went to programs another rank also compiled: under \
                  `clshim run --program-cache` ranks of a node\n      that build the same program \
                  share one compile of it (pocl devices, Linux), and a warm store serves later jobs.",
-                pct(s.repeat_build_cpu, self.build_cpu)
+                100.0 * share
             );
         }
         t
