@@ -7,7 +7,7 @@
 //! launches are kept per file until its end, where overlapping ones are split).
 
 use crate::report::busy::{Busy, RankBusy, Span};
-use crate::report::rank_key::RankKey;
+use crate::report::rank_key::{key, RankKey, Writers};
 use crate::report::traces::{Event, Id, Record};
 use crate::schema::{CacheDir, Cpus};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -111,7 +111,7 @@ type Header = (Option<i64>, u64, Option<String>, bool, Vec<CacheDir>);
 pub struct FileFacts {
     host: Option<String>,
     header: Option<Header>,
-    writers: Vec<(Option<i64>, u64, Option<String>)>,
+    writers: Writers,
     /// Fingerprint of (writer, variant) -> entry.
     index: HashMap<u64, usize>,
     /// (writer, variant, builds, build seconds, binary-query seconds).
@@ -155,19 +155,13 @@ fn fnv(h: &mut u64, bytes: &[u8]) {
 
 impl FileFacts {
     fn writer(&mut self, r: &Record) -> usize {
-        let inst = r.instance.as_deref();
-        if let Some(i) = self
-            .writers
-            .iter()
-            .position(|(rank, pid, i)| *rank == r.rank && *pid == r.pid && i.as_deref() == inst)
-        {
-            return i;
+        let (w, new) = self.writers.index(r.rank, r.pid, r.instance.as_deref());
+        if new {
+            self.seconds.push(0.0);
+            self.query_seconds.push(0.0);
+            self.writer_busy.push(Busy::default());
         }
-        self.writers.push((r.rank, r.pid, inst.map(str::to_string)));
-        self.seconds.push(0.0);
-        self.query_seconds.push(0.0);
-        self.writer_busy.push(Busy::default());
-        self.writers.len() - 1
+        w
     }
 
     /// The entry of the program a query or a launch concerns, if this file built it.
@@ -339,19 +333,11 @@ impl FileFacts {
 impl Facts {
     /// Folds one file in; `host` is the report's name for the file's host.
     pub fn add_file(&mut self, mut f: FileFacts, host: &str) {
-        let key = |rank: Option<i64>, pid: u64, instance: &Option<String>| match rank {
-            Some(n) => RankKey::Rank(n),
-            None => RankKey::Process {
-                host: host.to_string(),
-                pid,
-                instance: instance.clone(),
-            },
-        };
-        let keys: Vec<RankKey> = f.writers.iter().map(|(r, p, i)| key(*r, *p, i)).collect();
+        let keys = f.writers.keys(host);
         if let Some((rank, pid, instance, python, caches)) = &f.header {
             self.processes.push(ProcessCaches {
                 host: f.host.clone().unwrap_or_else(|| host.to_string()),
-                rank: key(*rank, *pid, instance),
+                rank: key(*rank, *pid, instance.clone(), host),
                 python: *python,
                 caches: caches.clone(),
                 used: f.used.clone(),

@@ -50,3 +50,45 @@ pub fn rank_labels<'a>(keys: impl Iterator<Item = &'a RankKey> + Clone) -> Vec<S
     })
     .collect()
 }
+
+/// The writers of one trace file's records (a rank, or a process where no rank is known),
+/// by file-local index in the order met: a file normally has one, a forked child's records
+/// make another.
+#[derive(Debug, Default)]
+pub struct Writers(Vec<(Option<i64>, u64, Option<String>)>);
+
+impl Writers {
+    /// The index of the writer (`rank`, `pid`, `instance`), added if new; and whether it
+    /// was new.
+    pub fn index(&mut self, rank: Option<i64>, pid: u64, instance: Option<&str>) -> (usize, bool) {
+        if let Some(i) = self
+            .0
+            .iter()
+            .position(|(r, p, i)| *r == rank && *p == pid && i.as_deref() == instance)
+        {
+            return (i, false);
+        }
+        self.0.push((rank, pid, instance.map(str::to_string)));
+        (self.0.len() - 1, true)
+    }
+
+    /// Each writer's key, by index, for a file of `host`.
+    pub fn keys(&self, host: &str) -> Vec<RankKey> {
+        self.0
+            .iter()
+            .map(|(rank, pid, instance)| key(*rank, *pid, instance.clone(), host))
+            .collect()
+    }
+}
+
+/// A record's key: its rank, else its process on `host`.
+pub fn key(rank: Option<i64>, pid: u64, instance: Option<String>, host: &str) -> RankKey {
+    match rank {
+        Some(n) => RankKey::Rank(n),
+        None => RankKey::Process {
+            host: host.to_string(),
+            pid,
+            instance,
+        },
+    }
+}

@@ -228,7 +228,8 @@ fn join(set: &BTreeSet<String>) -> String {
     }
 }
 
-fn clip(s: &str, width: usize) -> String {
+/// `s` cut to `width` characters, the last an ellipsis where it was cut.
+pub fn clip(s: &str, width: usize) -> String {
     if s.chars().count() <= width {
         s.to_string()
     } else {

@@ -11,7 +11,8 @@
 //! peer or served from the store compiled nothing and is no repeat.
 
 use crate::report::build_facts::rank_list;
-use crate::report::rank_key::{rank_labels, RankKey};
+use crate::report::rank_key::{rank_labels, RankKey, Writers};
+use crate::report::render::clip;
 use crate::report::traces::{Event, Id, Record};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -70,8 +71,7 @@ impl RankBuilds {
 /// One file's part.
 #[derive(Default)]
 pub struct FileRepeats {
-    /// (rank, pid, instance) of each writer, by file-local index.
-    writers: Vec<(Option<i64>, u64, Option<String>)>,
+    writers: Writers,
     /// (writer, program id) -> its identity, from its build.
     programs: HashMap<(usize, Id), usize>,
     /// Each program's identity, kernel names, and whether its devices are pocl CPU devices
@@ -88,16 +88,7 @@ pub struct FileRepeats {
 
 impl FileRepeats {
     fn writer(&mut self, r: &Record) -> usize {
-        let inst = r.instance.as_deref();
-        if let Some(i) = self
-            .writers
-            .iter()
-            .position(|(rank, pid, i)| *rank == r.rank && *pid == r.pid && i.as_deref() == inst)
-        {
-            return i;
-        }
-        self.writers.push((r.rank, r.pid, inst.map(str::to_string)));
-        self.writers.len() - 1
+        self.writers.index(r.rank, r.pid, r.instance.as_deref()).0
     }
 
     pub fn add(&mut self, r: &Record) {
@@ -262,18 +253,7 @@ pub const HINT_MIN_SECONDS: f64 = 0.5;
 impl Repeats {
     /// Folds one file in; `host` is the report's name for the file's host.
     pub fn add_file(&mut self, f: FileRepeats, host: &str) {
-        let keys: Vec<RankKey> = f
-            .writers
-            .iter()
-            .map(|(rank, pid, instance)| match rank {
-                Some(n) => RankKey::Rank(*n),
-                None => RankKey::Process {
-                    host: host.to_string(),
-                    pid: *pid,
-                    instance: instance.clone(),
-                },
-            })
-            .collect();
+        let keys = f.writers.keys(host);
         for ((w, i), b) in f.builds {
             let (id, kernels, pocl) = &f.identities[i];
             let p = self.programs.entry(id.clone()).or_default();
@@ -655,15 +635,5 @@ impl Repeats {
             "by_program": programs,
             "by_rank": ranks,
         })
-    }
-}
-
-fn clip(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        let mut c: String = s.chars().take(n.saturating_sub(3)).collect();
-        c.push_str("...");
-        c
     }
 }
