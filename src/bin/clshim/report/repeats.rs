@@ -413,9 +413,13 @@ impl Repeats {
             .then_some(share)
     }
 
-    /// Whether there is anything to say: a program built on more than one rank.
+    /// Whether the text has anything to say: a program built on more than one rank, and
+    /// either sharing at work or repeats that cost at least [`HINT_MIN_SECONDS`] of CPU
+    /// (a warm run's builds, served by pocl's own kernel cache, repeat at next to no cost;
+    /// the JSON counts them all the same).
     fn worth_saying(&self, s: &Summary) -> bool {
         s.programs_on_many > 0
+            && (self.sharing || s.repeat_build_cpu + s.repeat_launch_cpu >= HINT_MIN_SECONDS)
     }
 
     pub fn text(&self, wide: bool) -> String {
