@@ -132,6 +132,31 @@ fn repeats_without_sharing_get_the_hint() {
         "{text}"
     );
     assert!(text.contains("clshim run --program-cache"), "{text}");
+    // The same under the program cache with its sharing off: the hint names the switch.
+    for f in std::fs::read_dir(&d).unwrap() {
+        let p = f.unwrap().path();
+        let t = std::fs::read_to_string(&p).unwrap();
+        assert!(t.contains("\"host\":\"node\""));
+        std::fs::write(
+            &p,
+            t.replacen(
+                "\"host\":\"node\"",
+                "\"host\":\"node\",\"program_cache\":true",
+                1,
+            ),
+        )
+        .unwrap();
+    }
+    let words = common::stdout(&common::report(&[common::s(&d)]))
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        words.contains(
+            "the program cache ran with its sharing off (CLSHIM_SHARE_BUILDS=0, --no-share-builds)"
+        ),
+        "{words}"
+    );
     // One rank: nothing repeats, and the section is not printed.
     let one = common::scratch("repeats-one");
     write_file(&one, 0, None, &[build(1, t, 1.0, Some(1.0))]);

@@ -84,6 +84,8 @@ pub struct FileRepeats {
     launch_cpu: f64,
     /// Some record says what sharing did (the program cache shared compiles in the run).
     sharing: bool,
+    /// The process record says the program cache was on.
+    program_cache: bool,
 }
 
 impl FileRepeats {
@@ -94,6 +96,7 @@ impl FileRepeats {
     pub fn add(&mut self, r: &Record) {
         self.sharing |= r.shared.is_some();
         match r.event {
+            Event::Process => self.program_cache |= r.program_cache == Some(true),
             Event::Build | Event::Compile | Event::Link => {
                 self.build_cpu += r.cpu_seconds.unwrap_or(0.0);
                 if r.event != Event::Link {
@@ -222,6 +225,7 @@ pub struct Repeats {
     pub build_cpu: f64,
     pub launch_cpu: f64,
     pub sharing: bool,
+    pub program_cache: bool,
 }
 
 /// The figures the text and the JSON share.
@@ -274,6 +278,7 @@ impl Repeats {
         self.build_cpu += f.build_cpu;
         self.launch_cpu += f.launch_cpu;
         self.sharing |= f.sharing;
+        self.program_cache |= f.program_cache;
     }
 
     pub fn merge(&mut self, o: Repeats) {
@@ -296,6 +301,7 @@ impl Repeats {
         self.build_cpu += o.build_cpu;
         self.launch_cpu += o.launch_cpu;
         self.sharing |= o.sharing;
+        self.program_cache |= o.program_cache;
     }
 
     pub fn summary(&self) -> Summary {
@@ -561,11 +567,18 @@ impl Repeats {
              repeat CPU: compiles of what another rank compiled first."
         );
         if let Some(share) = self.hint_share(&s) {
+            let what = if self.program_cache {
+                "the program cache ran with its sharing off\n      (CLSHIM_SHARE_BUILDS=0, \
+                 --no-share-builds): with it on, the default, ranks of a node that build the \
+                 same program share one compile of it."
+            } else {
+                "under `clshim run --program-cache` ranks of a node\n      that build the \
+                 same program share one compile of it (pocl devices, Linux), and a warm store \
+                 serves later jobs."
+            };
             let _ = writeln!(
                 t,
-                "\nhint: {:.0}% of build CPU went to programs another rank also compiled: under \
-                 `clshim run --program-cache` ranks of a node\n      that build the same program \
-                 share one compile of it (pocl devices, Linux), and a warm store serves later jobs.",
+                "\nhint: {:.0}% of build CPU went to programs another rank also compiled: {what}",
                 100.0 * share
             );
         }
