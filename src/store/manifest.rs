@@ -63,7 +63,7 @@ impl DriverFiles {
             if a.op == Op::Change || writes(&a.op) || !path.starts_with(b"/") {
                 continue;
             }
-            if under(&path, own_cache) || beside_the_point(&path) {
+            if under(&path, own_cache) || beside_the_point(&path, &a.op) {
                 continue;
             }
             if a.ret >= 0 {
@@ -144,16 +144,47 @@ fn under(path: &[u8], dir: &[u8]) -> bool {
     !dir.is_empty() && path.starts_with(dir) && (path.len() == dir.len() || path[dir.len()] == b'/')
 }
 
-/// Names that say nothing of the build's input: the process's own `/proc` entries (how
-/// LLVM learns an open file's real name) and the null device.
-fn beside_the_point(path: &[u8]) -> bool {
-    path == b"/dev/null"
-        || path.starts_with(b"/proc/self/")
-        || path.starts_with(b"/proc/thread-self/")
-        || path
-            .strip_prefix(b"/proc/")
-            .and_then(|r| r.split(|&b| b == b'/').next())
-            .is_some_and(|pid| !pid.is_empty() && pid.iter().all(u8::is_ascii_digit))
+/// Accesses that say nothing of the build's input: the null device, and of the process's
+/// own `/proc` entries only those that name no file's content: how LLVM learns an open
+/// file's real name (the link text of `fd/N`, the `fd` folder itself) and what a runtime
+/// asks of its process (its CPUs, memory, limits, executable's name). Anything else there
+/// (`cwd/...`, `root/...`, an `fd/N` opened) reads some file under a name that is not its
+/// own, which no manifest could check: such a compile is refused as the system's state.
+fn beside_the_point(path: &[u8], op: &Op) -> bool {
+    if path == b"/dev/null" {
+        return true;
+    }
+    let Some(rest) = path.strip_prefix(b"/proc/") else {
+        return false;
+    };
+    let mut parts = rest.splitn(2, |&b| b == b'/');
+    let who = parts.next().unwrap_or_default();
+    let own = who == b"self"
+        || who == b"thread-self"
+        || (!who.is_empty() && who.iter().all(u8::is_ascii_digit));
+    let Some(entry) = parts.next().filter(|_| own) else {
+        return false;
+    };
+    let about_the_process = [
+        &b"cpuset"[..],
+        b"cgroup",
+        b"status",
+        b"stat",
+        b"statm",
+        b"maps",
+        b"limits",
+        b"auxv",
+        b"mounts",
+        b"mountinfo",
+    ];
+    match entry.strip_prefix(b"fd/") {
+        Some(n) => !n.is_empty() && n.iter().all(u8::is_ascii_digit) && *op == Op::Readlink,
+        None => {
+            entry == b"fd"
+                || (entry == b"exe" && *op == Op::Readlink)
+                || about_the_process.contains(&entry)
+        }
+    }
 }
 
 /// Names whose content is the system's state, not a file's.
@@ -229,7 +260,7 @@ pub fn from_record(
     let mut looks: BTreeMap<(Base, bool, Vec<u8>), Seen> = BTreeMap::new();
     for a in &r.accesses {
         let joined = a.target.joined();
-        if beside_the_point(&joined) {
+        if beside_the_point(&joined, &a.op) {
             continue;
         }
         let absolute = joined.first() == Some(&b'/');
@@ -256,10 +287,26 @@ pub fn from_record(
             continue;
         }
         if absolute && system(&joined) {
-            return Err(uncacheable(format!(
-                "the compile read {}, whose content is the system's state",
-                String::from_utf8_lossy(&joined)
-            )));
+            let through_proc = ["/proc/self/", "/proc/thread-self/"]
+                .iter()
+                .any(|p| joined.starts_with(p.as_bytes()))
+                || joined.strip_prefix(b"/proc/").is_some_and(|r| {
+                    r.iter()
+                        .position(|&b| b == b'/')
+                        .is_some_and(|i| i > 0 && r[..i].iter().all(u8::is_ascii_digit))
+                });
+            return Err(uncacheable(if through_proc {
+                format!(
+                    "the compile read {}, a file named through the process's /proc entries, \
+                     which no entry could check",
+                    String::from_utf8_lossy(&joined)
+                )
+            } else {
+                format!(
+                    "the compile read {}, whose content is the system's state",
+                    String::from_utf8_lossy(&joined)
+                )
+            }));
         }
         let (base, path) = if !absolute {
             (Base::Cwd, joined)

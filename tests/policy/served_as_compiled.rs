@@ -207,6 +207,46 @@ fn edited_header_is_read(
     assert_eq!(now.served, 0, "{tag}");
 }
 
+// A ninth, from the adversarial review of the keys taken from the compile: a header read
+// under a name of the process's own /proc entries, which the manifest skipped, so an entry
+// was served after the header changed. Such a build is not kept (no entry could check a
+// file by a name that is not its own): the warm step says why, and every run compiles.
+
+/// A build whose `val.h` is read through `/proc/self/cwd` (by its `#include`, or by an
+/// `-I` option) prints the header's value of the moment, after the warm step too.
+#[test]
+fn a_header_named_through_proc_self_is_never_served() {
+    for (tag, head, options, hdr) in [
+        (
+            "include",
+            &b"#include \"/proc/self/cwd/val.h\"\n"[..],
+            &b""[..],
+            "val.h",
+        ),
+        (
+            "option",
+            b"#include \"val.h\"\n",
+            b"-I/proc/self/cwd/inc",
+            "inc/val.h",
+        ),
+    ] {
+        let c = Case::new(&format!("proc-self-{tag}"));
+        let src = c.write("src.cl", &source(head));
+        let val = c.write(&format!("app/{hdr}"), b"#define VAL 1\n");
+        let args = [path_arg("source", &src), arg("options", options)];
+        assert_eq!(c.run(false, &args, &[]).out, "VAL=1\n", "{tag}");
+        assert_eq!(c.run(true, &args, &[]).out, "VAL=1\n", "{tag}");
+        let log = c.warm();
+        assert!(
+            log.contains("not kept: the compile read /proc/self/cwd"),
+            "{tag}: {log}"
+        );
+        write_at(&val, b"#define VAL 2\n");
+        let now = c.as_plain_now(&args, &[]);
+        assert_eq!((now.out.as_str(), now.served), ("VAL=2\n", 0), "{tag}");
+    }
+}
+
 // What clang reads as a directive, a hand-written lexer did not.
 
 /// A UTF-8 byte order mark before the source's first `#include`.
