@@ -66,6 +66,40 @@ pub fn open_sub(dir: &Fd, name: &str, create: bool) -> std::io::Result<Fd> {
     open_dir_at(dir.0, &c)
 }
 
+/// Why another user could rename or replace something inside the folder `dir` (given by
+/// its canonical name, with no link in it), or None: each folder from `/` down to `dir`
+/// must be root's or the user's, and one that its group or others may write must be
+/// sticky (as `/tmp` is), where only a file's owner may rename it. A folder of the user's
+/// below such a chain keeps its name: what is done there by name reaches the folder that
+/// was checked.
+pub fn ancestors_not_others(dir: &Path) -> Option<String> {
+    // SAFETY: no arguments.
+    let me = unsafe { libc::geteuid() };
+    let mut at = std::path::PathBuf::new();
+    for part in dir.components() {
+        at.push(part);
+        let m = match std::fs::symlink_metadata(&at) {
+            Ok(m) => m,
+            Err(e) => return Some(format!("{}: {e}", at.display())),
+        };
+        use std::os::unix::fs::MetadataExt;
+        if !m.is_dir() {
+            return Some(format!("{}: not a folder", at.display()));
+        }
+        if m.uid() != 0 && m.uid() != me {
+            return Some(format!("{} is owned by uid {}", at.display(), m.uid()));
+        }
+        if m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
+            return Some(format!(
+                "{} may be written by others and is not sticky (mode {:04o})",
+                at.display(),
+                m.mode() & 0o7777
+            ));
+        }
+    }
+    None
+}
+
 /// Makes the directory `path` with exactly [`DIR_MODE`] (one that exists is left as it is).
 pub fn make_dir(path: &Path) -> std::io::Result<()> {
     make_dir_at(libc::AT_FDCWD, &cstr(path.as_os_str().as_bytes())?)

@@ -33,6 +33,14 @@ struct Node {
 }
 
 impl Node {
+    /// A node whose ranks run tests/c/share_client.c instead.
+    fn of_share_client(tag: &str) -> Node {
+        Node {
+            bin: build_c("share_client", &[]),
+            ..Node::new(tag, 1)
+        }
+    }
+
     fn new(tag: &str, statements: usize) -> Node {
         let d = scratch(tag);
         let src = d.path("k.cl");
@@ -246,4 +254,159 @@ fn a_peer_compile_that_read_another_header_is_not_taken() {
     assert_eq!(b["shared"], "compiled_after_waiting", "{b}");
     let lb = n.launch(1);
     assert_ne!(lb["shared"], "from_peer", "{lb}");
+}
+
+/// Sharing is never done where another user could swap what is shared: in a temporary
+/// folder that others may write and that is not sticky (another user could rename the
+/// shared-builds folder away and put a compile of theirs in its place), or when the
+/// shared-builds folder is not the user's alone. The rank then compiles its own, says
+/// once on stderr why ranks do not share there, and its records say nothing of sharing.
+#[test]
+fn sharing_is_refused_where_another_user_could_swap_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let n = Node::new("share-unsafe-tmp", 50);
+    let open = n.d.path("tmp");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = n.rank(0, true).output().unwrap();
+    assert_eq!(stdout(&out), "VAL=7\n");
+    let err = stderr(&out);
+    assert!(
+        err.contains("ranks do not share compiles here") && err.contains("is not sticky"),
+        "{err}"
+    );
+    assert!(n.build(0)["shared"].is_null());
+    assert!(!n.shared().exists(), "nothing made there");
+
+    // Sticky, as /tmp is: shared.
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let out = n.rank(1, true).output().unwrap();
+    assert_eq!(stdout(&out), "VAL=7\n");
+    assert_eq!(n.build(1)["shared"], "compiled", "{}", stderr(&out));
+
+    // A shared-builds folder another user made first (root runs the tests: it can give
+    // the folder away; as another user the test cannot).
+    // SAFETY: no arguments.
+    if unsafe { libc::geteuid() } == 0 {
+        let m = Node::new("share-foreign-folder", 50);
+        std::fs::create_dir_all(m.shared()).unwrap();
+        let c = std::ffi::CString::new(m.shared().as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid path; 65534 is nobody.
+        assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+        let out = m.rank(0, true).output().unwrap();
+        assert_eq!(stdout(&out), "VAL=7\n");
+        let err = stderr(&out);
+        assert!(err.contains("ranks do not share compiles here"), "{err}");
+        assert!(m.build(0)["shared"].is_null());
+    }
+}
+
+/// The seconds a share_client's enqueue calls took, and its output value.
+fn enqueue_and_out(stdout: &str) -> (f64, i64) {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("enqueue="))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let mut parts = line.split_whitespace();
+    let e = parts.next().unwrap()["enqueue=".len()..].parse().unwrap();
+    let o = parts.next().unwrap()["out=".len()..].parse().unwrap();
+    (e, o)
+}
+
+/// Files under `dir` whose names end with `.so` (pocl's linked kernels).
+fn shared_objects(dir: &std::path::Path) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            n += shared_objects(&p);
+        } else if p.extension().is_some_and(|x| x == "so") {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// A rank whose launch waits behind a user event (its inputs come from another rank after
+/// the enqueue) holds the launch's lock until its command completes; a peer launching the
+/// same kernel waits for it at most what it expects the kernel's compile to take (from
+/// the program's code, not its 200 KB of comments), then compiles its own, and says so.
+/// Its enqueue once waited 48 s for the gated peer.
+#[test]
+fn a_gated_launch_holds_its_peers_no_longer_than_a_compile() {
+    let n = Node::of_share_client("share-gate");
+    let gate = n.d.path("gate-open");
+    let mut first = n
+        .rank(0, true)
+        .args([format!("--gate={}", s(&gate)), "--pad=200000".into()])
+        .spawn()
+        .unwrap();
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(first.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "enqueued");
+    let second = n.rank(1, true).arg("--pad=200000").output().unwrap();
+    let (enqueue, out) = enqueue_and_out(&stdout(&second));
+    assert_eq!(out, 3, "{}", stderr(&second));
+    assert!(
+        enqueue < 3.0,
+        "the peer's enqueue waited {enqueue} s for a launch held by a gate"
+    );
+    let l = n.launch(1);
+    assert_eq!(l["shared"], "compiled_after_waiting", "{l}");
+    std::fs::write(&gate, "").unwrap();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(first.wait().unwrap().success());
+    assert!(rest.iter().any(|l| l.ends_with("out=3")), "{rest:?}");
+}
+
+/// One process that builds the same source as two programs and launches the second while
+/// the first's launch waits behind a user event does not wait for its own lock: two locks
+/// of one file exclude each other even in one process. It once waited 9.7 s.
+#[test]
+fn a_process_never_waits_for_its_own_lock() {
+    let n = Node::of_share_client("share-self");
+    let out = n
+        .rank(0, true)
+        .args(["--self", "--pad=200000"])
+        .output()
+        .unwrap();
+    let (enqueue, value) = enqueue_and_out(&stdout(&out));
+    assert_eq!(value, 6, "{}", stderr(&out));
+    assert!(enqueue < 1.0, "the two enqueues took {enqueue} s");
+}
+
+/// A kernel launched with many sizes publishes each specialisation pocl made once: no
+/// more linked kernels in the node's folder than in the rank's own pocl cache (each
+/// launch once published every specialisation so far: 4,891 files for 100 sizes).
+#[test]
+fn many_sizes_publish_each_specialisation_once() {
+    let n = Node::of_share_client("share-sizes");
+    let out = n.rank(0, true).arg("--sizes=24").output().unwrap();
+    assert_eq!(enqueue_and_out(&stdout(&out)).1, 3 * 24, "{}", stderr(&out));
+    let own = shared_objects(&n.d.path("kc-0"));
+    let published = shared_objects(&n.shared());
+    assert!(own > 0);
+    assert!(
+        published <= own,
+        "{published} linked kernels published for {own} in the rank's own cache"
+    );
+}
+
+/// Ranks whose own pocl caches already hold the program (kept between jobs) do not queue
+/// for the lock one after another: the first, answered by its cache, leaves a mark that
+/// there is nothing to take, and the next goes on with its own cache at once, its record
+/// saying so (`own_cache`), not that it compiled.
+#[test]
+fn ranks_with_warm_caches_do_not_queue() {
+    let n = Node::new("share-warm-caches", 400);
+    for rank in 0..2 {
+        assert_eq!(finish(n.rank(rank, false).spawn().unwrap()), "VAL=7\n");
+    }
+    for rank in 0..2 {
+        let _ = std::fs::remove_dir_all(n.d.path(&format!("traces-{rank}")));
+        assert_eq!(finish(n.rank(rank, true).spawn().unwrap()), "VAL=7\n");
+    }
+    let (a, b) = (n.build(0), n.build(1));
+    assert_eq!(a["shared"], "compiled", "{a}");
+    assert_eq!(b["shared"], "own_cache", "{b}");
+    assert!(b["peer_wait_seconds"].as_f64().unwrap() < 0.5, "{b}");
 }

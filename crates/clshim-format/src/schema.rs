@@ -481,7 +481,8 @@ pub struct FirstLaunch {
     pub result: i32,
     pub result_name: &'static str,
     /// With the program cache's sharing, a launch of a kernel of a shared program: as a
-    /// build's `shared` (`"compiled"`, `"from_peer"`, `"compiled_after_waiting"`).
+    /// build's `shared` (`"compiled"`, `"from_peer"`, `"compiled_after_waiting"`,
+    /// `"own_cache"`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shared: Option<&'static str>,
     /// How long the launch waited for a peer's compile, in seconds (with `shared`;

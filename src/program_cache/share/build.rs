@@ -6,8 +6,9 @@
 //! of the driver but the build.
 
 use super::{
-    copy_into_cache, made_since, make_dirs_below, node_folder, open_lock, remember, shared_of,
-    wait_for, Shared, SharedProgram, Waited, BUILDS,
+    build_patience, code_bytes, copy_into_cache, fresh_marker, made_since, make_dirs_below,
+    node_folder, publish_whole, remember, shared_of, wait_for, Held, Shared, SharedProgram, Waited,
+    BUILDS,
 };
 use crate::cl::*;
 use crate::dispatch::Route;
@@ -23,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 pub struct Turn {
     pub shared: Shared,
     /// Held while this rank compiles (published, then dropped, after the build).
-    lock: Option<std::fs::File>,
+    lock: Option<Held>,
     /// clshim's id of the program.
     program: u64,
     folder: PathBuf,
@@ -32,9 +33,10 @@ pub struct Turn {
     started: SystemTime,
     clock: Instant,
     bytes: usize,
-    /// The program's folders in pocl's cache (relative to it) that this build took from a
-    /// peer.
+    /// The program's folders in pocl's cache (relative to it) that a peer published, and
+    /// how many of them this build copied (the others it had).
     taken: Vec<PathBuf>,
+    copied: usize,
 }
 
 /// [`before`] for the application's arguments of `clBuildProgram`: a device list of the
@@ -116,14 +118,15 @@ pub unsafe fn before(
     let facts = unsafe { rt.devices.get(route, device) }?;
     // SAFETY: a live program.
     let source = unsafe { query::source(route, program) }.filter(|s| !s.is_empty())?;
-    let bytes = source.len();
+    let bytes = code_bytes(&source);
     let recipe = Recipe::built(Text::Source(source), options.to_vec());
     let encoded = recipe.encode();
     // SAFETY: a live device, whose facts these are.
     let key = unsafe { crate::store::key_for(&facts, device, &recipe, &encoded) }.ok()?;
-    let folder = node_folder();
+    let folder = node_folder()?.to_path_buf();
+    // Made again if a cleaner took it; its owner and mode checked again.
     files::open_dir(&folder, true).ok()?;
-    let lock = open_lock(&folder.join(format!("{:016x}.lock", key.key)))?;
+    let lock = folder.join(format!("{:016x}.lock", key.key));
     let mut turn = Turn {
         shared: Shared::Compiled,
         lock: None,
@@ -135,13 +138,16 @@ pub unsafe fn before(
         clock: Instant::now(),
         bytes,
         taken: Vec::new(),
+        copied: 0,
     };
-    let taken = std::cell::RefCell::new(Vec::new());
-    let (waited, seconds) = wait_for(lock, BUILDS.patience(bytes), || {
-        turn.take_published(&mut taken.borrow_mut())
-    });
+    let taken = std::cell::RefCell::new((Vec::new(), 0));
+    let (waited, seconds) = wait_for(&lock, build_patience(bytes), || {
+        let mut t = taken.borrow_mut();
+        let (folders, copied) = &mut *t;
+        turn.take_published(folders, copied)
+    })?;
     turn.shared = shared_of(&waited, seconds);
-    turn.taken = taken.into_inner();
+    (turn.taken, turn.copied) = taken.into_inner();
     if let Waited::Holds(lock) = waited {
         turn.lock = Some(lock);
     }
@@ -152,13 +158,15 @@ pub unsafe fn before(
 
 /// What a build's record says of its sharing, settled when the record is written: a
 /// build that took a peer's compile but whose pocl compiled all the same (its compile did
-/// not match the peer's: another header, say) is said to have compiled after waiting.
+/// not match the peer's: another header, say) is said to have compiled after waiting; one
+/// that copied nothing and compiled nothing found the program in its own cache.
 #[derive(Clone, Debug)]
 pub struct BuildNote {
     shared: Shared,
     pocl_cache: PathBuf,
     since: SystemTime,
     taken: Vec<PathBuf>,
+    copied: usize,
 }
 
 impl BuildNote {
@@ -169,6 +177,7 @@ impl BuildNote {
             {
                 Shared::CompiledAfterWaiting { waited }
             }
+            Shared::FromPeer { waited } if self.copied == 0 => Shared::OwnCache { waited },
             s => s,
         }
     }
@@ -182,6 +191,7 @@ impl Turn {
             pocl_cache: self.pocl_cache.clone(),
             since: self.started,
             taken: self.taken.clone(),
+            copied: self.copied,
         }
     }
 
@@ -191,13 +201,15 @@ impl Turn {
 
     /// Copies a peer's published compile into this rank's pocl kernel cache: each program
     /// folder it holds that this cache lacks (`taken` gets the folders, relative to the
-    /// cache). False when nothing is published.
-    fn take_published(&self, taken: &mut Vec<PathBuf>) -> bool {
+    /// cache, and `copied` how many were copied). False when nothing is published, or only
+    /// an old mark that a peer had nothing to publish (see [`fresh_marker`]).
+    fn take_published(&self, taken: &mut Vec<PathBuf>, copied: &mut usize) -> bool {
         let from = self.published();
         let Ok(levels) = std::fs::read_dir(&from) else {
             return false;
         };
         taken.clear();
+        *copied = 0;
         for level in levels.flatten() {
             let Ok(programs) = std::fs::read_dir(level.path()) else {
                 continue;
@@ -207,11 +219,12 @@ impl Turn {
                 let to = self.pocl_cache.join(&rel);
                 if !to.join("program.bc").exists() {
                     copy_into_cache(&p.path(), &to, self.key);
+                    *copied += 1;
                 }
                 taken.push(rel);
             }
         }
-        true
+        !taken.is_empty() || fresh_marker(&from)
     }
 
     /// After the driver's build returned `ret`: a compile this rank made holding the lock
@@ -220,7 +233,10 @@ impl Turn {
     pub fn after(mut self, ret: cl_int) {
         // A build that took a peer's compile, but whose pocl compiled all the same, made
         // its own program folder: that is the one its kernels' launches use.
-        let compiled = !matches!(self.note().shared(), Shared::FromPeer { .. });
+        let compiled = matches!(
+            self.note().shared(),
+            Shared::Compiled | Shared::CompiledAfterWaiting { .. }
+        );
         if compiled && ret == CL_SUCCESS {
             BUILDS.add(self.clock.elapsed(), self.bytes);
         }
@@ -285,7 +301,8 @@ impl Turn {
         found
     }
 
-    /// Publishes the program folders of pocl's cache made since the build began, and
+    /// Publishes the program folders of pocl's cache made since the build began (none, for
+    /// a build pocl's cache answered: then a mark that there is nothing to take), and
     /// returns them (relative to the cache).
     fn publish(&self) -> Vec<PathBuf> {
         let programs = self.fresh_programs();
@@ -293,7 +310,7 @@ impl Turn {
             .folder
             .join(format!(".tmp-{:016x}-{}", self.key, std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
-        if programs.is_empty() || files::make_dir(&tmp).is_err() {
+        if files::make_dir(&tmp).is_err() {
             return programs;
         }
         for rel in &programs {
@@ -301,9 +318,7 @@ impl Turn {
                 files::copy_tree(&self.pocl_cache.join(rel), &tmp.join(rel));
             }
         }
-        if std::fs::rename(&tmp, self.published()).is_err() {
-            let _ = std::fs::remove_dir_all(&tmp);
-        }
+        publish_whole(&tmp, &self.published());
         programs
     }
 }

@@ -3,15 +3,18 @@
 //! first launch, into a folder of the kernel below its program's folder in pocl's cache.
 //! For a program whose build was shared, the first rank to launch one of its kernels with
 //! a configuration takes the lock of (build key, kernel, configuration), launches, and,
-//! once the command has completed, publishes the kernel's folder; a rank that comes
-//! second waits for that, copies each specialisation it lacks into its own program's
-//! folder, and launches, which pocl answers from its cache. Which specialisation a launch
-//! needs is pocl's to say, by the folder's name: one copied that this launch does not
-//! use is never read, and one it needs but lacks is compiled as without clshim.
+//! once the command has completed, publishes each specialisation pocl made (each once, in
+//! the build's `kernels` folder, as pocl's cache names it) and marks the configuration
+//! done; a rank that comes second waits for that mark (at most what it expects the
+//! kernel's compile to take: the lock is held until the command completes, which may be
+//! long after the compile), copies each published specialisation it lacks into its own
+//! program's folder, and launches, which pocl answers from its cache. Which specialisation
+//! a launch needs is pocl's to say, by the folder's name: one copied that this launch does
+//! not use is never read, and one it needs but lacks is compiled as without clshim.
 
 use super::{
-    copy_into_cache, made_since, make_dirs_below, node_folder, open_lock, shared_of,
-    shared_program, wait_for, Shared, SharedProgram, Waited, LAUNCHES,
+    copy_into_cache, launch_patience, made_since, make_dirs_below, node_folder, publish_whole,
+    shared_of, shared_program, wait_for, Held, Shared, SharedProgram, Waited,
 };
 use crate::hash::Fnv1a;
 use crate::store::files;
@@ -24,15 +27,17 @@ use std::time::{Instant, SystemTime};
 pub struct LaunchTurn {
     pub shared: Shared,
     /// Held while this rank's launch compiles (published, then dropped, at completion).
-    lock: Option<std::fs::File>,
+    lock: Option<Held>,
     program: Arc<SharedProgram>,
     kernel: String,
     /// The key of (build key, kernel, configuration).
     key: u64,
     clock: Instant,
-    /// When the launch was forwarded, and the specialisations taken from a peer.
+    /// When the launch was forwarded; the specialisations a peer published, and how many
+    /// of them this rank copied (the others it had).
     since: SystemTime,
     taken: Vec<PathBuf>,
+    copied: usize,
 }
 
 /// Whether `name` can stand as a folder's name as it is (pocl names a kernel's folder
@@ -69,12 +74,10 @@ pub fn before_launch(
         }
     }
     let key = h.finish();
-    files::open_dir(&node_folder(), true).ok()?;
-    let lock = open_lock(
-        &program
-            .folder
-            .join(format!("{:016x}.{key:016x}.lock", program.key)),
-    )?;
+    files::open_dir(node_folder()?, true).ok()?;
+    let lock = program
+        .folder
+        .join(format!("{:016x}.{key:016x}.lock", program.key));
     let mut turn = LaunchTurn {
         shared: Shared::Compiled,
         lock: None,
@@ -84,13 +87,16 @@ pub fn before_launch(
         clock: Instant::now(),
         since: SystemTime::now(),
         taken: Vec::new(),
+        copied: 0,
     };
-    let taken = std::cell::RefCell::new(Vec::new());
-    let (waited, seconds) = wait_for(lock, LAUNCHES.patience(turn.program.bytes), || {
-        turn.take_published(&mut taken.borrow_mut())
-    });
+    let taken = std::cell::RefCell::new((Vec::new(), 0));
+    let (waited, seconds) = wait_for(&lock, launch_patience(turn.program.bytes), || {
+        let mut t = taken.borrow_mut();
+        let (names, copied) = &mut *t;
+        turn.take_published(names, copied)
+    })?;
     turn.shared = shared_of(&waited, seconds);
-    turn.taken = taken.into_inner();
+    (turn.taken, turn.copied) = taken.into_inner();
     if let Waited::Holds(lock) = waited {
         turn.lock = Some(lock);
     }
@@ -100,48 +106,93 @@ pub fn before_launch(
 }
 
 impl LaunchTurn {
-    fn published(&self) -> PathBuf {
+    /// The mark that a launch with this configuration completed on some rank, and its
+    /// specialisations were published (an empty file).
+    fn done(&self) -> PathBuf {
         self.program
             .folder
-            .join(format!("{:016x}.{:016x}", self.program.key, self.key))
+            .join(format!("{:016x}.{:016x}.done", self.program.key, self.key))
     }
 
-    /// Copies a peer's published kernel folder into this rank's program folders: each
-    /// specialisation they lack (`taken` gets the names of those published). False when
-    /// nothing is published.
-    fn take_published(&self, taken: &mut Vec<PathBuf>) -> bool {
-        let from = self.published();
-        if !from.is_dir() {
+    /// Where the build's kernels' specialisations are published, each once, as pocl's
+    /// cache holds them: `<program folder>/<kernel>/<specialisation>`.
+    fn kernels(&self) -> PathBuf {
+        self.program
+            .folder
+            .join(format!("{:016x}.kernels", self.program.key))
+    }
+
+    /// Once a launch of this configuration is done: copies each published specialisation
+    /// of the kernel that this rank's program folders lack (`taken` gets the names of
+    /// those published, `copied` how many were copied). False while none is done. Which
+    /// one this launch needs is pocl's to find, by name.
+    fn take_published(&self, taken: &mut Vec<PathBuf>, copied: &mut usize) -> bool {
+        if !self.done().exists() {
             return false;
         }
         taken.clear();
+        *copied = 0;
         for rel in &self.program.programs {
             let mine = self.program.pocl_cache.join(rel);
             if !mine.is_dir() {
                 continue;
             }
-            let Ok(specs) = std::fs::read_dir(from.join(rel).join(&self.kernel)) else {
+            let from = self.kernels().join(rel).join(&self.kernel);
+            let Ok(specs) = std::fs::read_dir(&from) else {
                 continue;
             };
             for spec in specs.flatten() {
-                if !spec.file_type().is_ok_and(|t| t.is_dir()) {
+                let name = spec.file_name();
+                if name.as_encoded_bytes().starts_with(b".")
+                    || !spec.file_type().is_ok_and(|t| t.is_dir())
+                {
                     continue;
                 }
-                let to = mine.join(&self.kernel).join(spec.file_name());
+                let to = mine.join(&self.kernel).join(&name);
                 if !to.exists() {
                     copy_into_cache(&spec.path(), &to, self.key);
+                    *copied += 1;
                 }
-                taken.push(PathBuf::from(spec.file_name()));
+                taken.push(PathBuf::from(name));
             }
         }
         true
     }
 
+    /// The specialisations of the kernel (relative to the program's folders: `XY/<hash>/
+    /// <kernel>/<spec>`) that pocl made since the launch was forwarded.
+    fn made_here(&self) -> Vec<PathBuf> {
+        let mut made = Vec::new();
+        for rel in &self.program.programs {
+            let dir = self.program.pocl_cache.join(rel).join(&self.kernel);
+            let Ok(specs) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for spec in specs.flatten() {
+                let name = spec.file_name();
+                let fresh = spec
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t >= self.since);
+                if fresh
+                    && spec.file_type().is_ok_and(|t| t.is_dir())
+                    && !name.as_encoded_bytes().starts_with(b".")
+                    && !self.taken.iter().any(|t| t.as_os_str() == name)
+                {
+                    made.push(rel.join(&self.kernel).join(name));
+                }
+            }
+        }
+        made
+    }
+
     /// Once the launch's command completed (`ok`: it ran): a launch this rank compiled
-    /// holding the lock publishes the kernel's folder of each of the program's folders,
-    /// then lets the lock go. Returns what the launch did, as its record says it: one that
-    /// took a peer's kernel but for which pocl made a specialisation all the same (the
-    /// peer's was not the one this launch needed) compiled after waiting.
+    /// holding the lock publishes the specialisations pocl made for it (none, when pocl's
+    /// cache had them: then a mark that there is nothing to take), then lets the lock go.
+    /// Returns what the launch did, as its record says it: one that took a peer's kernel
+    /// but for which pocl made a specialisation all the same (the peer's was not the one
+    /// this launch needed) compiled after waiting; one that copied nothing and made
+    /// nothing found the kernel in its own cache.
     pub fn completed(mut self, ok: bool) -> Shared {
         if let Shared::FromPeer { waited } = self.shared {
             let compiled_anyway = self.program.programs.iter().any(|rel| {
@@ -150,11 +201,9 @@ impl LaunchTurn {
             });
             if compiled_anyway {
                 self.shared = Shared::CompiledAfterWaiting { waited };
+            } else if self.copied == 0 {
+                self.shared = Shared::OwnCache { waited };
             }
-        }
-        let compiled = !matches!(self.shared, Shared::FromPeer { .. });
-        if compiled && ok {
-            LAUNCHES.add(self.clock.elapsed(), self.program.bytes);
         }
         if self.lock.is_some() && ok {
             self.publish();
@@ -163,31 +212,38 @@ impl LaunchTurn {
         self.shared
     }
 
+    /// Publishes what pocl made for this launch (each specialisation once, made whole
+    /// under a temporary name and renamed into place; one another launch published
+    /// already is left), then marks the launch done.
     fn publish(&self) {
-        let tmp = self.program.folder.join(format!(
-            ".tmp-{:016x}.{:016x}-{}",
-            self.program.key,
-            self.key,
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&tmp);
-        if files::make_dir(&tmp).is_err() {
-            return;
-        }
-        let mut any = false;
-        for rel in &self.program.programs {
-            let from = self.program.pocl_cache.join(rel).join(&self.kernel);
-            if !from.is_dir() {
+        for rel in self.made_here() {
+            let to = self.kernels().join(&rel);
+            if to.exists() {
                 continue;
             }
-            let rel = rel.join(&self.kernel);
-            if make_dirs_below(&tmp, &rel) {
-                files::copy_tree(&from, &tmp.join(rel));
-                any = true;
+            let Some(parent) = rel.parent() else { continue };
+            if !make_dirs_below(&self.program.folder, &self.kernels_name().join(parent)) {
+                continue;
+            }
+            let tmp = self.kernels().join(parent).join(format!(
+                ".tmp-{}-{:016x}",
+                std::process::id(),
+                self.key
+            ));
+            let _ = std::fs::remove_dir_all(&tmp);
+            if files::make_dir(&tmp).is_ok() {
+                files::copy_tree(&self.program.pocl_cache.join(&rel), &tmp);
+                publish_whole(&tmp, &to);
             }
         }
-        if !any || std::fs::rename(&tmp, self.published()).is_err() {
-            let _ = std::fs::remove_dir_all(&tmp);
-        }
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(self.done());
+    }
+
+    fn kernels_name(&self) -> PathBuf {
+        PathBuf::from(format!("{:016x}.kernels", self.program.key))
     }
 }

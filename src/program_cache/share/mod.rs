@@ -29,7 +29,7 @@ pub use launch::{before_launch, LaunchTurn};
 
 use crate::lock::{ForkOrder, Lock};
 use crate::store::files;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,6 +45,9 @@ pub enum Shared {
     FromPeer { waited: f64 },
     /// It waited this long for a peer, then compiled on its own.
     CompiledAfterWaiting { waited: f64 },
+    /// It waited this long for a peer, whose compile it already had: pocl found the
+    /// program (or kernel) in this rank's own cache.
+    OwnCache { waited: f64 },
 }
 
 impl Shared {
@@ -53,19 +56,22 @@ impl Shared {
             Shared::Compiled => "compiled",
             Shared::FromPeer { .. } => "from_peer",
             Shared::CompiledAfterWaiting { .. } => "compiled_after_waiting",
+            Shared::OwnCache { .. } => "own_cache",
         }
     }
 
     pub fn waited(self) -> Option<f64> {
         match self {
             Shared::Compiled => None,
-            Shared::FromPeer { waited } | Shared::CompiledAfterWaiting { waited } => Some(waited),
+            Shared::FromPeer { waited }
+            | Shared::CompiledAfterWaiting { waited }
+            | Shared::OwnCache { waited } => Some(waited),
         }
     }
 }
 
-/// What this process's own compiles of one kind took, per byte of source: how long it
-/// expects the next to take, and so how long it waits for a peer's.
+/// What this process's own builds took, per byte of code ([`code_bytes`]): how long it
+/// expects the next compile to take, and so how long it waits for a peer's.
 struct Rate {
     nanos: AtomicU64,
     bytes: AtomicU64,
@@ -88,10 +94,8 @@ impl Rate {
         self.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
-    /// How long a rank may wait for a peer's compile of `bytes` of source: what it expects
-    /// its own compile to take, and at least half a second (a peer's compile also pays
-    /// its process's first use of the compiler, which this rank's estimate may not know).
-    fn patience(&self, bytes: usize) -> Duration {
+    /// The seconds this process expects a build of `bytes` of code to take.
+    fn expected(&self, bytes: usize) -> f64 {
         let nanos = self.nanos.load(Ordering::Relaxed);
         let own = self.bytes.load(Ordering::Relaxed);
         let per_byte = if own > 0 && nanos > 0 {
@@ -99,22 +103,143 @@ impl Rate {
         } else {
             self.guess
         };
-        Duration::from_secs_f64((per_byte * bytes as f64).max(0.5))
+        per_byte * bytes as f64
     }
 }
 
-/// pocl 3.1 on one core of this project's machine builds a program of 100 statements
-/// (about 4 KB of source) in about 0.15 s and one of 1,000 in 0.73 s, and its first
-/// launch (the specialised kernel, linked) takes some 0.8 s for 300 statements (9 KB):
-/// estimates for a process that has compiled nothing yet, which only bound a wait.
-static BUILDS: Rate = Rate::new(1.0 / 4096.0);
-static LAUNCHES: Rate = Rate::new(1.0 / 4096.0);
+/// How long a rank may wait for a peer's compile that it expects to take `seconds` itself:
+/// that long, and at least half a second (a peer's compile also pays its process's first
+/// use of the compiler, which this rank's estimate may not know).
+fn patience(seconds: f64) -> Duration {
+    Duration::from_secs_f64(seconds.max(0.5))
+}
 
-/// The node's folder of shared compiles: the user's own, in the temporary folder.
-fn node_folder() -> PathBuf {
-    // SAFETY: no arguments.
-    let uid = unsafe { libc::geteuid() };
-    std::env::temp_dir().join(format!("clshim-{uid}-shared-builds"))
+/// pocl 3.1 on one core of this project's machine builds a program of 100 statements
+/// (about 4 KB of code) in about 0.15 s and one of 1,000 in 0.73 s: the estimate for a
+/// process that has built nothing yet, which only bounds a wait.
+static BUILDS: Rate = Rate::new(1.0 / 4096.0);
+
+/// A kernel's first launch compiles the kernel that runs (its work-group function, then
+/// linked): 0.6-0.9 s against the build's 0.15-0.2 s for 300 statements on pocl 3.1 here.
+/// A launch waits for a peer's at most this many times what the program's build is
+/// expected to take. Not timed from launches themselves: from the enqueue to the command's
+/// end a launch also waits for the queue and runs the kernel, which no compile bounds.
+const LAUNCH_FACTOR: f64 = 6.0;
+
+fn launch_patience(bytes: usize) -> Duration {
+    patience(LAUNCH_FACTOR * BUILDS.expected(bytes))
+}
+
+fn build_patience(bytes: usize) -> Duration {
+    patience(BUILDS.expected(bytes))
+}
+
+/// How much of `src` is code, for the estimates of a compile's time: its bytes outside
+/// comments and blanks (a program of a few lines under 200 KB of comments compiles as
+/// fast as those few lines). A rough lexer (string literals are taken as code, a comment
+/// marker inside one ends it early), which only sizes a wait.
+fn code_bytes(src: &[u8]) -> usize {
+    let (mut n, mut i) = (0, 0);
+    while i < src.len() {
+        match (src[i], src.get(i + 1)) {
+            (b'/', Some(b'/')) => {
+                while i < src.len() && src[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            (b'/', Some(b'*')) => {
+                i += 2;
+                while i + 1 < src.len() && !(src[i] == b'*' && src[i + 1] == b'/') {
+                    i += 1;
+                }
+                i += 2;
+            }
+            (b, _) => {
+                n += usize::from(!b.is_ascii_whitespace());
+                i += 1;
+            }
+        }
+    }
+    n
+}
+
+/// The locks this process holds, by file: a second program of the same build, or a
+/// second launch of the same kernel, in this process does not wait for its own first (a
+/// lock file opened twice is two locks that exclude each other, even in one process).
+static HELD: OnceLock<&'static Lock<HashSet<PathBuf>>> = OnceLock::new();
+
+fn held() -> &'static Lock<HashSet<PathBuf>> {
+    HELD.get_or_init(|| Lock::new_fork_held(ForkOrder::SharedPrograms, HashSet::new()))
+}
+
+/// A lock this process holds, given back (and forgotten) when dropped.
+struct Held {
+    file: std::fs::File,
+    path: PathBuf,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        held().lock().remove(&self.path);
+        // Closing `file` (after this) lets the lock go.
+        let _ = &self.file;
+    }
+}
+
+/// The node's folder of shared compiles: the user's own, in the temporary folder, by its
+/// canonical name; None when sharing cannot be safe there (said once, on stderr): a
+/// temporary folder that another user could rename things in (a folder others may write
+/// that is not sticky, on its way from `/`), or a shared-builds folder that is not the
+/// user's alone. Everything below is then done by name, in a folder no one else can
+/// replace.
+fn node_folder() -> Option<&'static Path> {
+    static FOLDER: OnceLock<Option<PathBuf>> = OnceLock::new();
+    FOLDER
+        .get_or_init(|| {
+            let tmp = std::env::temp_dir();
+            let found = std::fs::canonicalize(&tmp)
+                .map_err(|e| format!("{}: {e}", tmp.display()))
+                .and_then(|tmp| match files::ancestors_not_others(&tmp) {
+                    Some(why) => Err(why),
+                    None => Ok(tmp),
+                })
+                .and_then(|tmp| {
+                    // SAFETY: no arguments.
+                    let uid = unsafe { libc::geteuid() };
+                    let folder = tmp.join(format!("clshim-{uid}-shared-builds"));
+                    files::open_dir(&folder, true)
+                        .map(|_| {
+                            remove_stale_temporaries(&folder);
+                            folder.clone()
+                        })
+                        .map_err(|e| format!("{}: {e}", folder.display()))
+                });
+            match found {
+                Ok(f) => Some(f),
+                Err(why) => {
+                    log::warn!("clshim: ranks do not share compiles here: {why}");
+                    None
+                }
+            }
+        })
+        .as_deref()
+}
+
+/// Removes what publishers killed mid-copy left in the node's folder (their temporary
+/// folders, an hour old): once per process.
+fn remove_stale_temporaries(folder: &Path) {
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|a| a.as_secs() > 3600));
+        if old && e.file_name().as_encoded_bytes().starts_with(b".tmp-") {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// A lock file of the user's alone, opened (made if need be).
@@ -140,30 +265,46 @@ enum Waited {
     /// The peer's compile was published and taken.
     Taken,
     /// This rank holds the lock: it compiles.
-    Holds(std::fs::File),
+    Holds(Held),
     /// The peer took longer than `limit`: this rank compiles without the lock.
     GaveUp,
 }
 
-/// Waits for the compile the lock at `lock` stands for: `take` copies it once published
+/// Waits for the compile the lock file `path` stands for: `take` copies it once published
 /// (false: nothing published yet); the rank that gets the lock compiles. Polls every 10 ms,
-/// for at most `limit`. Returns with the seconds waited.
-fn wait_for(lock: std::fs::File, limit: Duration, take: impl Fn() -> bool) -> (Waited, f64) {
+/// for at most `limit`. Returns with the seconds waited; None when this process holds
+/// that lock itself (another thread, or another program of the same build), or the lock
+/// file is not the user's alone: no sharing then.
+fn wait_for(path: &Path, limit: Duration, take: impl Fn() -> bool) -> Option<(Waited, f64)> {
+    if held().lock().contains(path) {
+        return None;
+    }
+    let lock = open_lock(path)?;
     let clock = Instant::now();
     loop {
         if take() {
-            return (Waited::Taken, clock.elapsed().as_secs_f64());
+            return Some((Waited::Taken, clock.elapsed().as_secs_f64()));
         }
         // SAFETY: an open descriptor of this process.
         if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
             // Published while this rank took the lock: the holder has let go.
             if take() {
-                return (Waited::Taken, clock.elapsed().as_secs_f64());
+                return Some((Waited::Taken, clock.elapsed().as_secs_f64()));
             }
-            return (Waited::Holds(lock), clock.elapsed().as_secs_f64());
+            let mut mine = held().lock();
+            if !mine.insert(path.to_path_buf()) {
+                // Another thread of this process took it meanwhile (its own descriptor).
+                return None;
+            }
+            drop(mine);
+            let held = Held {
+                file: lock,
+                path: path.to_path_buf(),
+            };
+            return Some((Waited::Holds(held), clock.elapsed().as_secs_f64()));
         }
         if clock.elapsed() > limit {
-            return (Waited::GaveUp, clock.elapsed().as_secs_f64());
+            return Some((Waited::GaveUp, clock.elapsed().as_secs_f64()));
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -261,4 +402,29 @@ fn make_dirs_below(base: &Path, rel: &Path) -> bool {
         at.push(c);
         files::make_dir(&at).is_ok()
     })
+}
+
+/// How long a mark that a peer had nothing to publish holds (an empty published folder):
+/// ranks of one job reach a program within this of each other; a mark left by an earlier
+/// job is not taken for this one's, whose first rank then compiles and publishes.
+const MARK_SECONDS: u64 = 60;
+
+/// Whether the published folder `dir` is a fresh mark that there is nothing to take: the
+/// peer's build or launch was answered from its own cache, so each rank goes on with its
+/// own (and the waiting ranks do not queue for the lock one by one).
+fn fresh_marker(dir: &Path) -> bool {
+    let empty = std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none());
+    empty
+        && std::fs::symlink_metadata(dir)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|a| a.as_secs() < MARK_SECONDS))
+}
+
+/// Puts the folder `tmp`, made whole, in place as `to`: renamed, so no one reads half of
+/// it. An earlier mark (an empty folder) is replaced; a publication already there (a peer
+/// that gave up waiting published the same compile) is kept, and `tmp` removed.
+fn publish_whole(tmp: &Path, to: &Path) {
+    if std::fs::rename(tmp, to).is_err() {
+        let _ = std::fs::remove_dir_all(tmp);
+    }
 }

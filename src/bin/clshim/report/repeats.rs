@@ -33,6 +33,8 @@ pub struct RankBuilds {
     pub first_compile: Option<f64>,
     pub from_peer: usize,
     pub served: usize,
+    /// Waited for a peer whose compile this rank's own pocl cache already held.
+    pub own_cache: usize,
     /// Builds that waited for a peer past their patience, then compiled.
     pub gave_up: usize,
     pub waited: f64,
@@ -48,6 +50,7 @@ impl RankBuilds {
         };
         self.from_peer += o.from_peer;
         self.served += o.served;
+        self.own_cache += o.own_cache;
         self.gave_up += o.gave_up;
         self.waited += o.waited;
     }
@@ -57,6 +60,7 @@ impl RankBuilds {
         self.waited += waited.unwrap_or(0.0);
         match r.shared.as_deref() {
             Some("from_peer") => self.from_peer += 1,
+            Some("own_cache") => self.own_cache += 1,
             _ if r.served.is_some() => self.served += 1,
             shared => {
                 self.compiled += 1;
@@ -312,7 +316,7 @@ impl Repeats {
         for p in self.programs.values() {
             s.programs_on_many += usize::from(p.per_rank.len() > 1);
             let t = p.sum();
-            s.builds += t.compiled + t.from_peer + t.served;
+            s.builds += t.compiled + t.from_peer + t.served + t.own_cache;
             s.builds_from_peer += t.from_peer;
             s.gave_up += t.gave_up;
             s.waited += t.waited;
@@ -330,7 +334,7 @@ impl Repeats {
                 ..ProgramRepeats::default()
             };
             let t = l.sum();
-            s.launches += t.compiled + t.from_peer + t.served;
+            s.launches += t.compiled + t.from_peer + t.served + t.own_cache;
             s.launches_from_peer += t.from_peer;
             s.gave_up += t.gave_up;
             s.waited += t.waited;
@@ -593,6 +597,7 @@ impl Repeats {
                 "compiled_cpu_seconds": b.compiled_cpu,
                 "from_peer": b.from_peer,
                 "served": b.served,
+                "own_cache": b.own_cache,
                 "compiled_after_waiting": b.gave_up,
                 "peer_wait_seconds": b.waited,
             })
