@@ -643,10 +643,12 @@ fn warm(
                 WarmEvent::Failed
             }
         };
+        // The claim first: a step ended between the two then leaves a request whose entry
+        // the next step finds present, not a claim of nothing.
+        files::remove(&req, &claim_name);
         if !keep {
             files::remove(&req, &name);
         }
-        files::remove(&req, &claim_name);
         report(event, request.key);
     }
     ws.clear();
@@ -785,7 +787,12 @@ unsafe fn one(
             mark_source(dir, &recipe);
         }
         return match files::write_atomic(dir, &name, &entry, true, true) {
-            Ok(()) if content.is_ok() => Outcome::Made,
+            Ok(()) if content.is_ok() => {
+                // Newer than its entry again: the cap takes a mark older than every entry
+                // for one of builds that are gone.
+                mark_source(dir, &recipe);
+                Outcome::Made
+            }
             Ok(()) => Outcome::Uncacheable(content.err().unwrap_or_default()),
             Err(e) => Outcome::Failed(format!("cannot write {name}: {e}")),
         };
@@ -794,12 +801,19 @@ unsafe fn one(
 }
 
 /// Marks the source of a build recipe as one the store holds a build of (an empty file
-/// named by its hash in `sources/`), for the program cache to give its programs handles.
+/// named by its hash in `sources/`), for the program cache to give its programs handles;
+/// a mark already there is made new (its time: the cap keeps marks no older than an entry).
 fn mark_source(dir: &Fd, recipe: &Recipe) {
     if let (Kind::Built, Text::Source(src)) = (recipe.kind, &recipe.text) {
         let name = crate::program_cache::source_mark(crate::hash::fnv1a64(src));
-        let marked = files::open_sub(dir, crate::program_cache::SOURCES, true)
-            .and_then(|d| files::write_atomic(&d, &name, b"", false, false));
+        let marked = files::open_sub(dir, crate::program_cache::SOURCES, true).and_then(|d| {
+            if files::exists(&d, &name) {
+                files::touch(&d, &name);
+                Ok(())
+            } else {
+                files::write_atomic(&d, &name, b"", false, false)
+            }
+        });
         if let Err(e) = marked {
             eprintln!("clshim warm: cannot mark a source in the store: {e}");
         }

@@ -425,7 +425,13 @@ fn a_job_killed_at_its_end_loses_nothing() {
     assert!(second.status.success(), "{}", stderr(&second));
     assert_eq!(served("second"), made, "what the killed job made serves");
     assert_eq!(entries(&store).len(), n, "the next job completed the work");
-    assert!(requests(&store).is_empty() && claims(&store).is_empty());
+    assert!(
+        requests(&store).is_empty() && claims(&store).is_empty(),
+        "left: {:?} {:?}; the second job's stderr: {}",
+        requests(&store),
+        claims(&store),
+        stderr(&second)
+    );
     let third = b.spawn(&job_command("third")).wait();
     assert!(third.status.success(), "{}", stderr(&third));
     assert_eq!(served("third"), n, "every build served");

@@ -37,6 +37,15 @@ pub fn enforce_cap(store: &Path, max: u64) -> u64 {
                 let _ = std::fs::remove_file(&path);
                 continue;
             }
+            // A claim whose request is gone and whose lease has run out: its step was
+            // ended between the two (an older version removed the request first).
+            let orphan_claim = sub != store
+                && format::key_of_name(name, ".claim")
+                    .is_some_and(|k| !sub.join(format::request_name(k)).exists());
+            if orphan_claim && m.is_file() && now - m.mtime() > format::LEASE_SECONDS {
+                let _ = std::fs::remove_file(&path);
+                continue;
+            }
             let set_aside = format::key_of_name(name, ".set-aside").is_some();
             if set_aside && m.is_file() && now - m.mtime() > format::SET_ASIDE_SECONDS {
                 let _ = std::fs::remove_file(&path);
