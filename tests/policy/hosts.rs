@@ -436,3 +436,101 @@ fn a_job_killed_at_its_end_loses_nothing() {
     assert!(third.status.success(), "{}", stderr(&third));
     assert_eq!(served("third"), n, "every build served");
 }
+
+/// Two nodes run the same job at the same time, each with its warm step at its end
+/// (`clshim run --program-cache --warm`), into the one store on the shared home: each
+/// program is made once in the cluster (the steps split the requests by their claims,
+/// and neither makes what the other made), and a third node, fresh scratch, is served
+/// every build. (Issue 31 found, with steps in the background killed with their jobs,
+/// claims that held a third host's builds for an hour: it was served 6 of 8.)
+#[test]
+fn two_nodes_warming_at_once_make_each_program_once() {
+    if !needs(&HOSTS) {
+        return;
+    }
+    let cluster = Cluster::start("hosts-together");
+    let home = cluster.home();
+    let app = home.join("app");
+    let outside_app = cluster.outside(&app);
+    std::fs::create_dir_all(&outside_app).unwrap();
+    let n = 4;
+    let mut script = String::new();
+    for i in 0..n {
+        std::fs::write(
+            outside_app.join(format!("k{i}.cl")),
+            format!("__kernel void val(__global int *out) {{ out[0] = {i} + 10; }}\n"),
+        )
+        .unwrap();
+        script.push_str(&format!(
+            "{} --source={}; ",
+            s(&build_c("key_client", &[])),
+            s(&app.join(format!("k{i}.cl")))
+        ));
+    }
+    let store = cluster.outside(&home.join(".cache/clshim/native"));
+    let pocl = s(&cluster.scratch().join("pocl")).to_string();
+    let job_command = |tag: &str| {
+        let mut c = clshim();
+        c.args(["run", "--lib", s(&shim_path()), "--program-cache", "--warm"])
+            .args(["--trace-dir", s(&home.join(format!("traces/{tag}")))])
+            .args(["--", "sh", "-c", &script])
+            .current_dir(&app)
+            .env("POCL_CACHE_DIR", &pocl);
+        c
+    };
+    let made = |err: &str| -> usize {
+        let Some(line) = err.lines().find(|l| l.starts_with("clshim warm: ")) else {
+            return 0;
+        };
+        let before = line.split(" made,").next().unwrap_or("");
+        before.rsplit(' ').next().unwrap().parse().unwrap_or(0)
+    };
+    let builds = |tag: &str| -> (usize, usize) {
+        let records = checked_traces(&cluster.outside(&home.join(format!("traces/{tag}"))));
+        let all = events(&records, "build");
+        let served = all.iter().filter(|r| r["served"] == "store").count();
+        (all.len(), served)
+    };
+
+    let a = Host::new(&cluster, "node-a");
+    let b = Host::new(&cluster, "node-b");
+    let job_a = a.spawn(&job_command("a"));
+    let job_b = b.spawn(&job_command("b"));
+    let (out_a, out_b) = (job_a.wait(), job_b.wait());
+    let (err_a, err_b) = (stderr(&out_a), stderr(&out_b));
+    assert!(
+        out_a.status.success() && out_b.status.success(),
+        "{err_a}\n{err_b}"
+    );
+    let expected: String = (0..n).map(|i| format!("VAL={}\n", i + 10)).collect();
+    assert_eq!(stdout(&out_a), expected);
+    assert_eq!(stdout(&out_b), expected);
+    let (made_a, made_b) = (made(&err_a), made(&err_b));
+    assert_eq!(
+        made_a + made_b,
+        n,
+        "each program made once in the cluster\nnode-a: {err_a}\nnode-b: {err_b}"
+    );
+    assert_eq!(entries(&store).len(), n);
+    assert!(
+        requests(&store).is_empty() && claims(&store).is_empty(),
+        "left: {:?} {:?}",
+        requests(&store),
+        claims(&store)
+    );
+    drop(a);
+    drop(b);
+
+    let c = Host::new(&cluster, "node-c");
+    let out_c = c.run(&job_command("c"));
+    assert!(out_c.status.success(), "{}", stderr(&out_c));
+    assert_eq!(stdout(&out_c), expected);
+    let (total, served) = builds("c");
+    assert_eq!((total, served), (n, n), "node-c served every build");
+    eprintln!(
+        "two nodes at once: node-a made {made_a}, node-b {made_b}; node-a's builds served \
+         {:?}, node-b's {:?}; node-c served {served} of {total}",
+        builds("a"),
+        builds("b")
+    );
+}
