@@ -311,6 +311,53 @@ fn concurrent_warm_steps_split_the_requests() {
     }
 }
 
+/// More groups than workers (as 16 ranks, each with its own pocl kernel cache, on a node
+/// of 2 CPUs): `clshim warm --jobs 1` makes every group's requests, one group after the
+/// other, and leaves none (before, each round gave workers to the `jobs` largest groups
+/// only, and the rest were neither made nor counted in its line).
+#[test]
+fn one_worker_makes_the_requests_of_every_group() {
+    let bin = client();
+    let d = scratch("native-groups");
+    let store = d.path("store");
+    let groups = 4;
+    for i in 0..groups {
+        let kc = d.path(&format!("kc-rank{i}"));
+        let save = format!("--save={}", s(&d.path(&format!("rank{i}.bin"))));
+        let seed = format!("--seed={}", 40 + i);
+        shimmed(
+            Driver::Pocl,
+            &bin,
+            &[save.as_str(), seed.as_str()],
+            &env(s(&store), s(&kc)),
+        )
+        .ok()
+        .has_line("saved");
+    }
+    assert_eq!(requests(&store).len(), groups);
+    let lib = shim_path();
+    let out = clshim_out(
+        &[
+            "warm",
+            "--store",
+            s(&store),
+            "--lib",
+            s(&lib),
+            "--jobs",
+            "1",
+        ],
+        &[],
+    );
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(": {groups} made,")),
+        "every group made: {err}"
+    );
+    assert_eq!(entries(&store).len(), groups, "{err}");
+    assert!(requests(&store).is_empty(), "{err}");
+}
+
 /// A full disk: the store on a 64 KiB tmpfs filled up (when this runs as root; else a
 /// file-size limit of 1 KiB): the application's run is as without the store (its output,
 /// its exit status), no request is written, and `clshim warm` reports, not crashes.

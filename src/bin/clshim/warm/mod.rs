@@ -96,29 +96,25 @@ fn host_lock(store: &Path) -> Option<std::fs::File> {
     Some(f)
 }
 
-/// How many workers each group gets, `jobs` in all: one each (the largest groups first,
-/// when there are more groups than workers), then each further worker to the group with
-/// the most requests per worker.
+/// The order in which groups get workers, `jobs` at a time: every group once (the largest
+/// first), each waiting for a free worker when there are more groups than workers (a node
+/// of 2 CPUs warms the requests of 16 ranks, each with its own kernel cache); then, where
+/// workers are left over, each further one to the group with the most requests per worker.
 fn plan(groups: &BTreeMap<u64, Group>, jobs: usize) -> Vec<u64> {
     let total: usize = groups.values().map(|g| g.requests).sum();
-    let workers = jobs.min(total).max(1);
+    let workers = jobs.min(total).max(groups.len());
     let mut by_size: Vec<(u64, usize)> = groups.iter().map(|(k, g)| (*k, g.requests)).collect();
     by_size.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    let mut count: HashMap<u64, usize> = HashMap::new();
-    let mut out = Vec::with_capacity(workers);
-    for &(k, _) in by_size.iter().take(workers) {
-        count.insert(k, 1);
-        out.push(k);
-    }
+    let mut count: HashMap<u64, usize> = by_size.iter().map(|&(k, _)| (k, 1)).collect();
+    let mut out: Vec<u64> = by_size.iter().map(|&(k, _)| k).collect();
     while out.len() < workers {
         let Some(&(k, _)) = by_size.iter().max_by(|a, b| {
-            let per =
-                |x: &(u64, usize)| x.1 as f64 / (count.get(&x.0).copied().unwrap_or(0) + 1) as f64;
+            let per = |x: &(u64, usize)| x.1 as f64 / (count[&x.0] + 1) as f64;
             per(a).total_cmp(&per(b))
         }) else {
             break;
         };
-        *count.entry(k).or_insert(0) += 1;
+        *count.get_mut(&k).unwrap() += 1;
         out.push(k);
     }
     out
@@ -355,7 +351,16 @@ mod tests {
         let mut p = plan(&groups, 6);
         p.sort();
         assert_eq!(p, [1, 1, 1, 1, 2, 3], "one each, the rest to the largest");
-        assert_eq!(plan(&groups, 2), [1, 2], "the largest groups first");
+        assert_eq!(
+            plan(&groups, 2),
+            [1, 2, 3],
+            "every group, the largest first, more groups than workers"
+        );
+        assert_eq!(
+            plan(&groups, 1),
+            [1, 2, 3],
+            "one worker still makes every group"
+        );
         assert_eq!(plan(&groups, 64).len(), 13, "no more workers than requests");
     }
 }
