@@ -385,6 +385,14 @@ fn run_warm_passes_on_signals_sent_to_it() {
         use std::io::BufRead;
         let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
         assert_eq!(lines.next().unwrap().unwrap(), "ready");
+        // The command's shell, known by its pid and its start time: on a busy machine
+        // (pid_max 32768) its pid may be another process's soon after it ends.
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let started = process_start(pid).expect("the command's shell runs");
         // SAFETY: a signal to the clshim process this test started.
         unsafe { libc::kill(child.id() as i32, sig) };
         let until = Instant::now() + Duration::from_secs(30);
@@ -394,24 +402,32 @@ fn run_warm_passes_on_signals_sent_to_it() {
             }
             if Instant::now() > until {
                 let _ = child.kill();
+                let _ = child.wait();
                 break None;
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        let pid: i32 = std::fs::read_to_string(&pidfile)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
         std::thread::sleep(Duration::from_millis(100));
-        // SAFETY: signal 0 only checks that the process exists.
-        let alive = unsafe { libc::kill(pid, 0) } == 0;
+        let alive = process_start(pid) == Some(started);
         if alive {
-            // SAFETY: the test's own orphan, so that its pipe closes.
+            // SAFETY: the test's own orphan (the same start time), so that its pipe closes.
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
+        let err = child
+            .stderr
+            .take()
+            .map(|mut e| {
+                let mut s = String::new();
+                use std::io::Read;
+                let _ = e.read_to_string(&mut s);
+                s
+            })
+            .unwrap_or_default();
+        assert!(
+            !alive,
+            "{name}: the command was left running (clshim's status {status:?}; stderr: {err})"
+        );
         let rest: Vec<String> = lines.map_while(Result::ok).collect();
-        assert!(!alive, "{name}: the command was left running");
         assert_eq!(rest, [format!("got {name}")], "{name}");
         assert_eq!(
             status.and_then(|s| s.code()),
@@ -419,6 +435,20 @@ fn run_warm_passes_on_signals_sent_to_it() {
             "{name}: the command's status"
         );
     }
+}
+
+/// A live (not yet reaped, not a zombie) process's start time in clock ticks after boot,
+/// from `/proc/PID/stat`; None when no such process runs.
+fn process_start(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command's name, which is in parentheses and may hold spaces.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    // state is field 3, starttime field 22: here 0 and 19.
+    if fields.first() == Some(&"Z") {
+        return None;
+    }
+    fields.get(19)?.parse().ok()
 }
 
 /// A library that leaves a mark (`$PLANTED_MARKER`) when it is loaded: what another user
