@@ -56,6 +56,10 @@ def env_for(home):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("CLSHIM_") and k not in ("LD_PRELOAD", "OPENCL_LAYERS")}
     env["HOME"] = home
+    # A temporary folder of its own, as a new job gets: ranks share compiles through the
+    # temporary folder (CLSHIM_SHARE_BUILDS), and a run must not find another's there.
+    env["TMPDIR"] = os.path.join(os.path.dirname(home), "tmp")
+    os.makedirs(env["TMPDIR"], exist_ok=True)
     return env
 
 
