@@ -110,34 +110,46 @@ const MAX_COPY_DEPTH: usize = 6;
 
 /// Copies the regular files and folders below `from` into the existing folder `to`,
 /// never following or copying a link; each file whole, as it is when read (pocl writes its
-/// kernel cache's files under a temporary name and renames them into place).
-pub fn copy_tree(from: &Path, to: &Path) {
-    fn walk(from: &Path, to: &Path, depth: usize) {
+/// kernel cache's files under a temporary name and renames them into place). Returns
+/// whether everything was copied: false after any error (a full disk, a file gone
+/// meanwhile) or anything not copied (a link, a folder too deep), and then `to` holds
+/// part of it, which a caller must not put where pocl reads (a truncated `program.bc`
+/// fails a build that would succeed without clshim).
+pub fn copy_tree(from: &Path, to: &Path) -> bool {
+    fn walk(from: &Path, to: &Path, depth: usize) -> bool {
         let Ok(entries) = std::fs::read_dir(from) else {
-            return;
+            return false;
         };
-        for e in entries.flatten() {
-            let Ok(t) = e.file_type() else { continue };
+        let mut whole = true;
+        for e in entries {
+            let Ok(e) = e else { return false };
+            let Ok(t) = e.file_type() else { return false };
             let dest = to.join(e.file_name());
-            if t.is_dir() && depth < MAX_COPY_DEPTH {
-                if make_dir(&dest).is_ok() {
-                    walk(&e.path(), &dest, depth + 1);
-                }
+            whole &= if t.is_dir() && depth < MAX_COPY_DEPTH {
+                make_dir(&dest).is_ok() && walk(&e.path(), &dest, depth + 1)
             } else if t.is_file() {
-                let _ = std::fs::File::open(e.path()).and_then(|mut inp| {
-                    use std::os::unix::fs::OpenOptionsExt;
-                    let mut out = std::fs::OpenOptions::new()
-                        .write(true)
-                        .create_new(true)
-                        .mode(FILE_MODE)
-                        .custom_flags(libc::O_NOFOLLOW)
-                        .open(&dest)?;
-                    std::io::copy(&mut inp, &mut out)
-                });
+                std::fs::File::open(e.path())
+                    .and_then(|mut inp| {
+                        use std::os::unix::fs::OpenOptionsExt;
+                        let mut out = std::fs::OpenOptions::new()
+                            .write(true)
+                            .create_new(true)
+                            .mode(FILE_MODE)
+                            .custom_flags(libc::O_NOFOLLOW)
+                            .open(&dest)?;
+                        std::io::copy(&mut inp, &mut out)
+                    })
+                    .is_ok()
+            } else {
+                false
+            };
+            if !whole {
+                return false;
             }
         }
+        whole
     }
-    walk(from, to, 0);
+    walk(from, to, 0)
 }
 
 /// Makes the directory `name` relative to `at` with exactly [`DIR_MODE`] (one that exists

@@ -410,3 +410,39 @@ fn ranks_with_warm_caches_do_not_queue() {
     assert_eq!(b["shared"], "own_cache", "{b}");
     assert!(b["peer_wait_seconds"].as_f64().unwrap() < 0.5, "{b}");
 }
+
+/// The node's folder on a disk that fills up while a rank publishes its compile (a
+/// temporary folder on a small tmpfs, pocl's caches elsewhere): a compile that could not
+/// be copied whole is not published, so a later rank compiles its own and prints what a
+/// run without clshim prints (before, the part copied was published, and the later rank's
+/// pocl read a truncated `program.bc`: `CL_BUILD_PROGRAM_FAILURE`).
+#[test]
+fn a_compile_not_copied_whole_is_never_taken() {
+    if !needs(&[ROOT]) {
+        return;
+    }
+    let n = Node::new("share-full", 400);
+    let tmp = n.d.path("tmp");
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k,mode=1777", "tmpfs", s(&tmp)])
+        .status()
+        .is_ok_and(|st| st.success());
+    assert!(mounted, "mount a tmpfs on {}", s(&tmp));
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(tmp.clone());
+    // 16 KiB left: room for the node's folder and its locks, not for the 33 KB bitcode.
+    std::fs::write(tmp.join("filler"), vec![0u8; 48 << 10]).unwrap();
+
+    assert_eq!(finish(n.rank(0, true).spawn().unwrap()), "VAL=7\n");
+    assert_eq!(n.build(0)["shared"], "compiled", "{}", n.build(0));
+    let out = n.rank(1, true).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "VAL=7\n", "{}", stderr(&out));
+    let b = n.build(1);
+    assert_ne!(b["shared"], "from_peer", "{b}");
+}

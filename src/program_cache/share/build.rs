@@ -313,12 +313,16 @@ impl Turn {
         if files::make_dir(&tmp).is_err() {
             return programs;
         }
-        for rel in &programs {
-            if make_dirs_below(&tmp, rel) {
-                files::copy_tree(&self.pocl_cache.join(rel), &tmp.join(rel));
-            }
+        let whole = programs.iter().all(|rel| {
+            make_dirs_below(&tmp, rel)
+                && files::copy_tree(&self.pocl_cache.join(rel), &tmp.join(rel))
+        });
+        if whole {
+            publish_whole(&tmp, &self.published());
+        } else {
+            // Nothing published: the ranks waiting take the lock in turn and compile.
+            let _ = std::fs::remove_dir_all(&tmp);
         }
-        publish_whole(&tmp, &self.published());
         programs
     }
 }

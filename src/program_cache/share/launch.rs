@@ -232,8 +232,11 @@ impl LaunchTurn {
             ));
             let _ = std::fs::remove_dir_all(&tmp);
             if files::make_dir(&tmp).is_ok() {
-                files::copy_tree(&self.program.pocl_cache.join(&rel), &tmp);
-                publish_whole(&tmp, &to);
+                if files::copy_tree(&self.program.pocl_cache.join(&rel), &tmp) {
+                    publish_whole(&tmp, &to);
+                } else {
+                    let _ = std::fs::remove_dir_all(&tmp);
+                }
             }
         }
         let _ = std::fs::OpenOptions::new()

@@ -378,7 +378,8 @@ fn shared_program(id: u64) -> Option<Arc<SharedProgram>> {
 
 /// Copies the folder `from` into pocl's cache as `to` (which must not exist yet), whole:
 /// made under a temporary name beside it and renamed into place, so pocl never reads
-/// half of it. A folder that appeared meanwhile is left as it is.
+/// half of it, and only when copied whole (else pocl compiles, as without clshim). A folder
+/// that appeared meanwhile is left as it is.
 fn copy_into_cache(from: &Path, to: &Path, tag: u64) {
     let Some(parent) = to.parent() else { return };
     if files::make_dir(parent).is_err() {
@@ -389,8 +390,7 @@ fn copy_into_cache(from: &Path, to: &Path, tag: u64) {
     if files::make_dir(&tmp).is_err() {
         return;
     }
-    files::copy_tree(from, &tmp);
-    if std::fs::rename(&tmp, to).is_err() {
+    if !files::copy_tree(from, &tmp) || std::fs::rename(&tmp, to).is_err() {
         let _ = std::fs::remove_dir_all(&tmp);
     }
 }

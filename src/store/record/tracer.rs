@@ -841,10 +841,16 @@ impl Tracer {
                 self.push(made_by_tracer(&made));
             }
         }
-        crate::store::files::copy_tree(
+        let into = std::path::Path::new(std::ffi::OsStr::from_bytes(&full));
+        if !crate::store::files::copy_tree(
             std::path::Path::new(std::ffi::OsStr::from_bytes(&from)),
-            std::path::Path::new(std::ffi::OsStr::from_bytes(&full)),
-        );
+            into,
+        ) {
+            // Part of a program (a truncated bitcode file) would fail pocl's build: an
+            // empty folder instead, in which pocl compiles.
+            let _ = std::fs::remove_dir_all(into);
+            let _ = std::fs::create_dir(into);
+        }
     }
 
     fn at_exit(&mut self, tid: libc::pid_t) {
