@@ -641,12 +641,17 @@ pub fn check(m: &Manifest, pocl_cache: &Path) -> Result<(), String> {
         let name = || String::from_utf8_lossy(&path).into_owned();
         let differs = |what: &str| Err(format!("{} {what}", name()));
         match &it.expect {
-            Expect::Absent => {
-                if let Ok(st) = status(&path, it.follow) {
-                    let _ = st;
-                    return differs("exists now");
+            // Absent as the compile found it: no such name (ENOENT, or ENOTDIR on the
+            // way). Any other answer (EACCES, ELOOP, ...) makes clang fail where it went
+            // on before: that is another build.
+            Expect::Absent => match status(&path, it.follow) {
+                Ok(_) => return differs("exists now"),
+                Err(e) if e == libc::ENOENT || e == libc::ENOTDIR => {}
+                Err(e) => {
+                    let why = std::io::Error::from_raw_os_error(e);
+                    return differs(&format!("cannot be looked up now ({why})"));
                 }
-            }
+            },
             Expect::Exists { kind } => match status(&path, it.follow) {
                 Ok(st) if *kind == 0 || st.kind() == *kind => {}
                 Ok(_) => return differs("is of another kind now"),

@@ -32,6 +32,7 @@ pub mod warm;
 use build_key::{BuildKey, CompileEnv};
 use clshim_format::manifest::Manifest;
 use clshim_format::store::{self as format, entry_name};
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 /// The store as the library uses it.
@@ -54,6 +55,9 @@ pub enum Lookup {
     Uncacheable(String),
     /// Ignored: damaged, foreign or unreadable, with why.
     Refused(String),
+    /// Where this build's compile would look cannot be known (pocl's cache folder named
+    /// anew since the process started), with why: nothing is served.
+    Unknowable(String),
 }
 
 impl Lookup {
@@ -78,6 +82,7 @@ impl Lookup {
                 log::warn!("native store: ignored {why}");
                 Err(miss(MissKind::Ignored, why))
             }
+            Lookup::Unknowable(why) => Err(miss(MissKind::Other, why)),
         }
     }
 }
@@ -133,10 +138,74 @@ impl Miss {
     }
 }
 
-/// Where this process builds, for the names of a manifest that are relative: its working
-/// directory (the kernel's), and pocl's cache folder as pocl finds it in the environment.
+/// pocl's cache folder as the environment names it now: where a rank's compiles are put
+/// for pocl to find (sharing), where no certainty is needed (a copy pocl does not look at
+/// only costs a compile).
 pub fn pocl_cache() -> PathBuf {
     manifest::pocl_cache_dir(&|n| std::env::var_os(n))
+}
+
+/// The environment this process was started with (`/proc/self/environ`, which `setenv`
+/// does not change), or, where there is none to read, the one of its first OpenCL call.
+fn environment_at_start() -> &'static HashMap<Vec<u8>, std::ffi::OsString> {
+    use std::os::unix::ffi::OsStrExt;
+    static AT_START: std::sync::OnceLock<HashMap<Vec<u8>, std::ffi::OsString>> =
+        std::sync::OnceLock::new();
+    AT_START.get_or_init(|| {
+        const NAMES: [&str; 4] = [
+            "POCL_CACHE_DIR",
+            "POCL_KERNEL_CACHE",
+            "XDG_CACHE_HOME",
+            "HOME",
+        ];
+        match std::fs::read("/proc/self/environ") {
+            Ok(block) => block
+                .split(|&b| b == 0)
+                .filter_map(|kv| {
+                    let eq = kv.iter().position(|&b| b == b'=')?;
+                    let (k, v) = (&kv[..eq], &kv[eq + 1..]);
+                    NAMES
+                        .iter()
+                        .any(|n| n.as_bytes() == k)
+                        .then(|| (k.to_vec(), std::ffi::OsStr::from_bytes(v).to_os_string()))
+                })
+                .collect(),
+            Err(_) => NAMES
+                .iter()
+                .filter_map(|n| Some((n.as_bytes().to_vec(), std::env::var_os(n)?)))
+                .collect(),
+        }
+    })
+}
+
+/// Notes the environment of the first OpenCL call, where the one the process started
+/// with cannot be read.
+pub fn note_start() {
+    let _ = environment_at_start();
+}
+
+/// Where this process's pocl compiles, for the names of a manifest relative to pocl's
+/// cache folder (pocl compiles its copy of the source there, so a quoted include is
+/// looked for there first). pocl reads the folder from the environment once, when it
+/// starts, which clshim does not see: an application that names another folder while it
+/// runs (`setenv("POCL_CACHE_DIR", ...)`, before pocl starts or after) may leave pocl in
+/// either. So the folder is certain only while the environment names the one the process
+/// started with; Err, with why, when it names another.
+pub fn pocl_cache_for_lookup() -> Result<PathBuf, String> {
+    let now = pocl_cache();
+    let start = environment_at_start();
+    let at_start = manifest::pocl_cache_dir(&|n| start.get(n.as_bytes()).cloned());
+    if at_start == now {
+        Ok(now)
+    } else {
+        Err(format!(
+            "pocl's cache folder was {} when the process started and the environment names \
+             {} now: pocl reads it once, when it starts, so where this build would look for \
+             a quoted include first is not known",
+            at_start.display(),
+            now.display()
+        ))
+    }
 }
 
 impl Store {
@@ -165,7 +234,13 @@ impl Store {
             Ok(parts) => parts,
             Err(why) => return Lookup::Refused(format!("entry {}: {why}", path.display())),
         };
-        if let Err(why) = manifest::check(&manifest, &pocl_cache()) {
+        let pocl_cache = match pocl_cache_for_lookup() {
+            Ok(p) => p,
+            Err(why) if manifest.names_in_pocl_cache() => return Lookup::Unknowable(why),
+            // No name of the manifest is in pocl's cache folder: which it is does not matter.
+            Err(_) => pocl_cache(),
+        };
+        if let Err(why) = manifest::check(&manifest, &pocl_cache) {
             return Lookup::Differs(why);
         }
         if flags & format::UNCACHEABLE != 0 {

@@ -462,6 +462,57 @@ fn a_header_in_pocls_cache_folder_is_read_first() {
     assert_eq!(now.served, 0);
 }
 
+/// A name the compile found absent that cannot be looked up now (a link loop where the
+/// first `-I` folder had no `val.h`): clang fails the build on it, where before it went
+/// on to the next folder, so the entry is not served (a review found it served, VAL=5,
+/// where a build without clshim fails).
+#[test]
+fn a_name_that_cannot_be_looked_up_now_is_not_absent() {
+    let c = Case::new("absent-loop");
+    let src = c.write("src.cl", &source(b"#include <val.h>\n"));
+    std::fs::create_dir_all(c.d.path("app/first")).unwrap();
+    c.write("app/inc/val.h", b"#define VAL 5\n");
+    let args = [
+        path_arg("source", &src),
+        OsString::from("--options=-I first -I inc"),
+    ];
+    assert_eq!(c.fill(&args, &[]), "VAL=5\n");
+    std::os::unix::fs::symlink("val.h", c.d.path("app/first/val.h")).unwrap();
+    let now = c.as_plain_now(&args, &[]);
+    assert!(now.out.starts_with("build: CL_"), "{}", now.out);
+    assert_eq!(now.served, 0);
+}
+
+/// pocl reads its cache folder once, when it starts: an application that sets
+/// `POCL_CACHE_DIR` later still has its quoted includes looked for in the first folder.
+/// A header that appears there is read by a build after the change too (a review found
+/// it served from the store, VAL=5 for 9, the manifest checked in the new folder); a
+/// process whose environment names another folder than at its start is served no build
+/// that looked in pocl's cache folder.
+#[test]
+fn pocls_cache_folder_is_the_one_it_started_with() {
+    let c = Case::new("pocl-folder-late");
+    let src = c.write("src.cl", &source(b"#include \"val.h\"\n"));
+    c.write("app/hdr/val.h", b"#define VAL 5\n");
+    let args = |kc: &str| {
+        [
+            path_arg("source", &src),
+            OsString::from("--options=-I hdr"),
+            OsString::from(format!("--then-env=POCL_CACHE_DIR={}", s(&c.d.path(kc)))),
+        ]
+    };
+    // Filled with the late folder the same as the first: served both times.
+    assert_eq!(c.fill(&args("kc-cache"), &[]), "VAL=5\nVAL=5\n");
+    for kc in ["kc-plain", "kc-cache"] {
+        c.write(&format!("{kc}/val.h"), b"#define VAL 9\n");
+    }
+    // The late folder exists, empty, as one a job script made.
+    std::fs::create_dir_all(c.d.path("kc-late")).unwrap();
+    let now = c.as_plain_now(&args("kc-late"), &[]);
+    assert_eq!(now.out, "VAL=9\nVAL=9\n");
+    assert_eq!(now.served, 0);
+}
+
 // Builds that hold the moment or the place of their compile.
 
 /// `__TIME__`, `__DATE__`, `__TIMESTAMP__` (also through token pasting) and `__FILE__`

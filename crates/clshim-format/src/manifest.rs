@@ -66,6 +66,11 @@ pub struct Manifest {
 pub const MAX_ITEMS: u32 = 1 << 20;
 
 impl Manifest {
+    /// Whether a name of the compile's is relative to pocl's cache folder.
+    pub fn names_in_pocl_cache(&self) -> bool {
+        self.items.iter().any(|it| it.base == Base::PoclCache)
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend_from_slice(&(self.items.len() as u32).to_le_bytes());
