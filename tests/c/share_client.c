@@ -1,6 +1,7 @@
 /* A client for the tests of ranks sharing compiles (tests/policy/shared_builds.rs): builds a
  * small kernel `add` (after `--pad=BYTES` of comments, a program of a few lines under much
- * text) and launches it in one of three ways, each of which once made a rank under the
+ * text; with `--pad-disabled` that text is declarations inside `#if 0`) and launches it
+ * in one of three ways, each of which once made a rank under the
  * sharing wait, or a folder grow, far beyond its own compile:
  *   --gate=FILE   the launch waits for a user event that is set once FILE exists, as a
  *                 command whose inputs come from another rank (MPI) after the enqueue;
@@ -26,11 +27,16 @@ int main(int argc, char **argv) {
     const char *gate_file = arg_value(argc, argv, "--gate");
     const char *sizes_arg = arg_value(argc, argv, "--sizes");
     int self = has_arg(argc, argv, "--self");
+    int disabled = has_arg(argc, argv, "--pad-disabled");
     size_t pad = pad_arg ? (size_t)atol(pad_arg) : 0;
     char *src = malloc(pad + 256);
     char *p = src;
+    if (disabled) p += sprintf(p, "#if 0\n");
     for (size_t i = 0; i + 64 <= pad; i += 64)
-        p += sprintf(p, "// padding, padding, padding, padding, padding, padding, pad.\n");
+        p += sprintf(p, disabled
+                            ? "int padding_padding_padding_padding_padding_padding_padding_x;\n"
+                            : "// padding, padding, padding, padding, padding, padding, pad.\n");
+    if (disabled) p += sprintf(p, "#endif\n");
     sprintf(p, "__kernel void add(__global int *out) { out[get_global_id(0)] += 3; }\n");
 
     cl_platform_id plat;

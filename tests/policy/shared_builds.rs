@@ -333,17 +333,29 @@ fn shared_objects(dir: &std::path::Path) -> usize {
 /// Its enqueue once waited 48 s for the gated peer.
 #[test]
 fn a_gated_launch_holds_its_peers_no_longer_than_a_compile() {
-    let n = Node::of_share_client("share-gate");
+    gated_launch("share-gate", &["--pad=200000"]);
+}
+
+/// The same with 40 KB of declarations inside `#if 0` (which the compile never sees): the
+/// peer's enqueue once waited 56 s, the disabled text counted as code.
+#[test]
+fn a_gated_launch_sizes_its_wait_without_disabled_code() {
+    gated_launch("share-gate-if0", &["--pad=40000", "--pad-disabled"]);
+}
+
+fn gated_launch(tag: &str, pad: &[&str]) {
+    let n = Node::of_share_client(tag);
     let gate = n.d.path("gate-open");
     let mut first = n
         .rank(0, true)
-        .args([format!("--gate={}", s(&gate)), "--pad=200000".into()])
+        .arg(format!("--gate={}", s(&gate)))
+        .args(pad)
         .spawn()
         .unwrap();
     use std::io::BufRead;
     let mut lines = std::io::BufReader::new(first.stdout.take().unwrap()).lines();
     assert_eq!(lines.next().unwrap().unwrap(), "enqueued");
-    let second = n.rank(1, true).arg("--pad=200000").output().unwrap();
+    let second = n.rank(1, true).args(pad).output().unwrap();
     let (enqueue, out) = enqueue_and_out(&stdout(&second));
     assert_eq!(out, 3, "{}", stderr(&second));
     assert!(

@@ -135,10 +135,12 @@ fn build_patience(bytes: usize) -> Duration {
 }
 
 /// How much of `src` is code, for the estimates of a compile's time: its bytes outside
-/// comments and blanks (a program of a few lines under 200 KB of comments compiles as
-/// fast as those few lines). A rough lexer (string literals are taken as code, a comment
-/// marker inside one ends it early), which only sizes a wait.
+/// comments, blanks and `#if 0` blocks (a program of a few lines under 200 KB of comments
+/// or of disabled code compiles as fast as those few lines). A rough lexer (string
+/// literals are taken as code, a comment marker inside one ends it early; other
+/// conditionals are not evaluated), which only sizes a wait.
 fn code_bytes(src: &[u8]) -> usize {
+    let src = &without_if_zero(src);
     let (mut n, mut i) = (0, 0);
     while i < src.len() {
         match (src[i], src.get(i + 1)) {
@@ -161,6 +163,57 @@ fn code_bytes(src: &[u8]) -> usize {
         }
     }
     n
+}
+
+/// `src` without the lines of its `#if 0` (or `#if false`) blocks, up to their `#else`,
+/// `#elif` or `#endif` (conditionals nested in them counted).
+fn without_if_zero(src: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    // (`<[u8]>::trim_ascii` is newer than this crate's oldest Rust.)
+    fn trim(s: &[u8]) -> &[u8] {
+        let start = s
+            .iter()
+            .position(|b| !b.is_ascii_whitespace())
+            .unwrap_or(s.len());
+        let end = s
+            .iter()
+            .rposition(|b| !b.is_ascii_whitespace())
+            .map_or(start, |e| e + 1);
+        &s[start..end.max(start)]
+    }
+    fn directive(line: &[u8]) -> Option<&[u8]> {
+        Some(trim(trim(line).strip_prefix(b"#")?))
+    }
+    fn word<'a>(d: &'a [u8], w: &[u8]) -> Option<&'a [u8]> {
+        let rest = d.strip_prefix(w)?;
+        (rest.is_empty() || rest[0].is_ascii_whitespace()).then(|| trim(rest))
+    }
+    if !src.windows(2).any(|w| w == b"#i") {
+        return std::borrow::Cow::Borrowed(src);
+    }
+    let mut out = Vec::with_capacity(src.len());
+    let mut depth = 0usize;
+    for line in src.split_inclusive(|&b| b == b'\n') {
+        let d = directive(line);
+        if depth == 0 {
+            if d.and_then(|d| word(d, b"if"))
+                .is_some_and(|c| c == b"0" || c == b"false")
+            {
+                depth = 1;
+            } else {
+                out.extend_from_slice(line);
+            }
+            continue;
+        }
+        let Some(d) = d else { continue };
+        if word(d, b"if").is_some() || word(d, b"ifdef").is_some() || word(d, b"ifndef").is_some() {
+            depth += 1;
+        } else if word(d, b"endif").is_some() {
+            depth -= 1;
+        } else if depth == 1 && (word(d, b"else").is_some() || word(d, b"elif").is_some()) {
+            depth = 0;
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// The locks this process holds, by file: a second program of the same build, or a
@@ -426,5 +479,26 @@ fn fresh_marker(dir: &Path) -> bool {
 fn publish_whole(tmp: &Path, to: &Path) {
     if std::fs::rename(tmp, to).is_err() {
         let _ = std::fs::remove_dir_all(tmp);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn code_outside_comments_and_disabled_blocks_is_counted() {
+        let code = b"__kernel void k(global int *o) { o[0] = 1; }\n";
+        let n = code_bytes(code);
+        let mut padded = b"// a comment\n/* and\n another */\n#if 0\n".to_vec();
+        for _ in 0..1000 {
+            padded.extend_from_slice(b"int x = 1; \n");
+        }
+        padded.extend_from_slice(b"#ifdef X\nint y;\n#endif\n#else\n#define Z 1\n#endif\n");
+        padded.extend_from_slice(code);
+        assert_eq!(code_bytes(&padded), n + "#defineZ1#endif".len());
+        let mut kept = b"#if 1\nint x = 1;\n#endif\n".to_vec();
+        kept.extend_from_slice(code);
+        assert_eq!(code_bytes(&kept), n + "#if1intx=1;#endif".len());
     }
 }
