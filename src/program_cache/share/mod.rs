@@ -278,19 +278,54 @@ fn node_folder() -> Option<&'static Path> {
         .as_deref()
 }
 
-/// Removes what publishers killed mid-copy left in the node's folder (their temporary
-/// folders, an hour old): once per process.
+/// How long a published compile (or a lock or mark) stays in the node's folder unchanged
+/// before it is removed: where the temporary folder outlives jobs (`/tmp` on a
+/// workstation, a node kept between jobs), the folder would otherwise only grow.
+const KEEP_SECONDS: u64 = 7 * 24 * 3600;
+
+/// Tidies the node's folder, once per process: what publishers killed mid-copy left (their
+/// temporary folders, an hour old), and, at most once a day per folder (a stamp file's
+/// time says when), whatever has not changed for [`KEEP_SECONDS`]. A published folder is
+/// first renamed out of the way, so nobody takes part of it; a rank copying it then finds
+/// its copy incomplete and compiles, as one that found nothing.
 fn remove_stale_temporaries(folder: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let age = |m: &std::fs::Metadata| {
+        m.modified()
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .map_or(0, |a| a.as_secs())
+    };
+    let stamp = folder.join(".swept");
+    let sweep = std::fs::symlink_metadata(&stamp).map_or(true, |m| age(&m) > 24 * 3600);
+    if sweep {
+        // Made or its time set to now (a fresh file whose times are now).
+        let _ = std::fs::remove_file(&stamp);
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&stamp);
+    }
     let Ok(entries) = std::fs::read_dir(folder) else {
         return;
     };
     for e in entries.flatten() {
-        let old = e
-            .metadata()
-            .and_then(|m| m.modified())
-            .is_ok_and(|t| t.elapsed().is_ok_and(|a| a.as_secs() > 3600));
-        if old && e.file_name().as_encoded_bytes().starts_with(b".tmp-") {
-            let _ = std::fs::remove_dir_all(e.path());
+        let Ok(m) = e.metadata() else { continue };
+        let name = e.file_name();
+        let name = name.as_encoded_bytes();
+        if name.starts_with(b".tmp-") {
+            if age(&m) > 3600 {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        } else if sweep && !name.starts_with(b".") && age(&m) > KEEP_SECONDS {
+            if m.is_dir() {
+                let away = folder.join(format!(".tmp-swept-{}-{:x}", std::process::id(), m.ino()));
+                if std::fs::rename(e.path(), &away).is_ok() {
+                    let _ = std::fs::remove_dir_all(&away);
+                }
+            } else {
+                let _ = std::fs::remove_file(e.path());
+            }
         }
     }
 }
