@@ -10,8 +10,39 @@ struct ShimLogger {
     rank: Option<u64>,
 }
 
-/// Writes all of `bytes` to `fd`, retrying on EINTR; false on any other failure.
-pub fn write_fd(fd: i32, mut bytes: &[u8]) -> bool {
+/// Writes all of `bytes` to `fd`, retrying on EINTR; false on any other failure. A write
+/// to a pipe whose reader is gone raises no SIGPIPE: clshim's lines (its exit line comes
+/// from an `atexit` handler, before stdio flushes the application's buffers) must not kill
+/// an application that writes nothing there itself (`app 2>&1 >out | head -1` lost `out`).
+pub fn write_fd(fd: i32, bytes: &[u8]) -> bool {
+    // SAFETY: plain signal-set calls on sets owned here; only this thread's mask changes,
+    // and is put back as it was.
+    unsafe {
+        let mut pipe: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        let mut pending: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut pipe);
+        libc::sigaddset(&mut pipe, libc::SIGPIPE);
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &pipe, &mut old) != 0 {
+            return write_all(fd, bytes);
+        }
+        libc::sigpending(&mut pending);
+        let was_pending = libc::sigismember(&pending, libc::SIGPIPE) == 1;
+        let ok = write_all(fd, bytes);
+        if !ok && !was_pending {
+            libc::sigpending(&mut pending);
+            if libc::sigismember(&pending, libc::SIGPIPE) == 1 {
+                // Ours: taken off the pending set (sigwait returns at once, it is pending).
+                let mut sig = 0;
+                libc::sigwait(&pipe, &mut sig);
+            }
+        }
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        ok
+    }
+}
+
+fn write_all(fd: i32, mut bytes: &[u8]) -> bool {
     while !bytes.is_empty() {
         // SAFETY: the pointer and length describe a live slice.
         let n = unsafe { libc::write(fd, bytes.as_ptr() as *const libc::c_void, bytes.len()) };

@@ -247,3 +247,45 @@ fn memcheck_finds_no_invalid_access_in_clshim() {
         stdout(&out)
     );
 }
+
+/// An application whose standard error is a pipe whose reader has gone (`app 2>&1 >out |
+/// head -1`), which writes nothing there itself: clshim's exit line (written from an
+/// `atexit` handler, before stdio flushes the application's buffers) raises no SIGPIPE,
+/// so the application exits 0 with all its output, as without clshim. It was killed
+/// (status 141) and `out` left empty.
+#[test]
+fn a_reader_gone_from_stderr_costs_the_application_nothing() {
+    let d = scratch("stderr-gone");
+    let src = d.path("k.cl");
+    std::fs::write(
+        &src,
+        "__kernel void val(__global int *out) { out[0] = VAL; }\n",
+    )
+    .unwrap();
+    let out_file = d.path("out.txt");
+    let script = format!(
+        "\"$0\" --source={} --options=-DVAL=3 2>&1 >{} | true; echo status=${{PIPESTATUS[0]}}",
+        s(&src),
+        s(&out_file)
+    );
+    for (name, shim) in [("plain", false), ("shim", true)] {
+        let mut cmd = if shim {
+            shim_command("bash", &d.path("traces"))
+        } else {
+            let mut c = std::process::Command::new("bash");
+            clear_shim_env(&mut c, &[]);
+            c
+        };
+        cmd.args(["-c", &script])
+            .arg(build_c("key_client", &[]))
+            .env("POCL_CACHE_DIR", d.path(&format!("kc-{name}")));
+        let out = cmd.output().unwrap();
+        assert_eq!(stdout(&out), "status=0\n", "{name}: {}", stderr(&out));
+        assert_eq!(
+            std::fs::read_to_string(&out_file).unwrap(),
+            "VAL=3\n",
+            "{name}: the application's output"
+        );
+        std::fs::remove_file(&out_file).unwrap();
+    }
+}
