@@ -382,6 +382,35 @@ pub fn from_record(
             expect,
         });
     }
+    // Every one of the driver's own files, also those this compile did not read: a worker
+    // loads pocl's kernel library once, at its first compile, so no later entry's compile
+    // reads it, yet each program is linked with it. A library reinstalled under the same
+    // libpocl is then another build.
+    let read: std::collections::HashSet<&[u8]> = items
+        .iter()
+        .filter(|it| it.base == Base::Absolute && it.follow)
+        .map(|it| it.path.as_slice())
+        .collect();
+    let mut rest: Vec<Item> = driver
+        .found
+        .iter()
+        .filter(|(path, _)| !read.contains(path.as_slice()))
+        .map(|(path, m)| Item {
+            base: Base::Absolute,
+            follow: true,
+            path: path.clone(),
+            expect: match m {
+                Some(m) => Expect::Driver {
+                    kind: m.kind(),
+                    size: m.size,
+                    mtime_ns: m.mtime_ns,
+                },
+                None => Expect::Absent,
+            },
+        })
+        .collect();
+    rest.sort_by(|a, b| a.path.cmp(&b.path));
+    items.extend(rest);
     let manifest = Manifest { items };
     match preprocessed_stands(r, own_cache, &made) {
         Ok(()) => Ok(manifest),

@@ -76,6 +76,17 @@ pub fn wait_for_entries(store: &Path, n: usize) {
 /// own library, and its headers and kernel library in `../../share/pocl` from it, so the
 /// copy gets the same neighbours.
 pub fn pocl_copy(d: &super::Scratch) -> PathBuf {
+    pocl_copy_in(d, false)
+}
+
+/// As [`pocl_copy`], with kernel libraries of its own: copies of pocl's `share/pocl/*.bc`
+/// in `driver/share/pocl`, its other files linked, for a test to change as a reinstall
+/// of the kernel library under the same libpocl would. Returns the ICD folder.
+pub fn pocl_copy_with_kernel_library(d: &super::Scratch) -> PathBuf {
+    pocl_copy_in(d, true)
+}
+
+fn pocl_copy_in(d: &super::Scratch, own_library: bool) -> PathBuf {
     let lib = pocl_library();
     let mut bytes = std::fs::read(&lib).unwrap();
     flip_build_id(&mut bytes);
@@ -84,7 +95,20 @@ pub fn pocl_copy(d: &super::Scratch) -> PathBuf {
     let real = lib.parent().unwrap();
     std::os::unix::fs::symlink(real.join("pocl"), libdir.join("pocl")).unwrap();
     let share = real.join("../../share").canonicalize().unwrap();
-    std::os::unix::fs::symlink(share, d.path("driver/share")).unwrap();
+    if own_library {
+        let pocl = d.path("driver/share/pocl");
+        std::fs::create_dir_all(&pocl).unwrap();
+        for e in std::fs::read_dir(share.join("pocl")).unwrap().flatten() {
+            let to = pocl.join(e.file_name());
+            if e.file_name().to_string_lossy().ends_with(".bc") {
+                std::fs::copy(e.path(), &to).unwrap();
+            } else {
+                std::os::unix::fs::symlink(e.path(), &to).unwrap();
+            }
+        }
+    } else {
+        std::os::unix::fs::symlink(share, d.path("driver/share")).unwrap();
+    }
     let copy = libdir.join("libpocl-copy.so");
     std::fs::write(&copy, &bytes).unwrap();
     let vendors = d.path("vendors");

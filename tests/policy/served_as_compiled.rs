@@ -513,6 +513,40 @@ fn pocls_cache_folder_is_the_one_it_started_with() {
     assert_eq!(now.served, 0);
 }
 
+/// pocl's kernel library reinstalled under the same libpocl (a copy of pocl with kernel
+/// libraries of its own, one touched after the warm step): another build, which is not
+/// served. A warm worker loads the library once, at its first compile, so no entry's own
+/// compile read it; a review found the entry served all the same.
+#[test]
+fn a_kernel_library_reinstalled_is_another_build() {
+    let c = Case::new("kernel-library");
+    let vendors = pocl_copy_with_kernel_library(&c.d);
+    let env = [("OCL_ICD_VENDORS", s(&vendors).to_string())];
+    let src = c.write("src.cl", &source(b"#define VAL 3\n"));
+    let args = [path_arg("source", &src)];
+    assert_eq!(c.fill(&args, &env), "VAL=3\n");
+    for e in std::fs::read_dir(c.d.path("driver/share/pocl"))
+        .unwrap()
+        .flatten()
+    {
+        if e.file_name().to_string_lossy().ends_with(".bc") {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(e.path())
+                .unwrap();
+            f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5))
+                .unwrap();
+        }
+    }
+    let now = c.as_plain_now(&args, &env);
+    assert_eq!(
+        (now.out.as_str(), now.served),
+        ("VAL=3\n", 0),
+        "{:?}",
+        now.not_served
+    );
+}
+
 // Builds that hold the moment or the place of their compile.
 
 /// `__TIME__`, `__DATE__`, `__TIMESTAMP__` (also through token pasting) and `__FILE__`

@@ -29,7 +29,7 @@
 use crate::hash::Fnv1a;
 
 pub const ENTRY_MAGIC: &[u8; 8] = b"CLSHIMNB";
-pub const ENTRY_VERSION: u32 = 4;
+pub const ENTRY_VERSION: u32 = 5;
 /// The entry header's length: magic, version, flags, nine u64 fields, its checksum.
 pub const ENTRY_HEADER: usize = 8 + 4 + 4 + 10 * 8;
 /// An entry's flag: the build it stands for cannot be kept (its payload says why), as long
