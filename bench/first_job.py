@@ -21,12 +21,11 @@ is how many jobs it takes to pay back. Results must be right in every run.
 """
 import argparse
 import os
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
-import time
+
+from timing import timed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLSHIM = os.path.join(ROOT, "target", "release", "clshim")
@@ -37,15 +36,9 @@ WORKLOAD = os.path.join(ROOT, "bench", "workload.py")
 CONFIGS = ("no clshim", "first job", "first, unshared", "next job")
 
 
-def children_cpu():
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
 
 def run(cmd, env, ranks):
-    cpu0, t0 = children_cpu(), time.perf_counter()
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wall, cpu = time.perf_counter() - t0, children_cpu() - cpu0
+    cpu, wall, p = timed(cmd, env)
     ok = [l for l in p.stdout.splitlines() if l.startswith("workload ")]
     if p.returncode != 0 or len(ok) != ranks or not all("result=ok" in l for l in ok):
         sys.exit(f"first_job: {' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")

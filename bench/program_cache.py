@@ -20,12 +20,12 @@ follows. Results must be right in every run (the workload checks them with numpy
 import argparse
 import os
 import re
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
-import time
+
+from timing import children_cpu, timed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLSHIM = os.path.join(ROOT, "target", "release", "clshim")
@@ -35,16 +35,10 @@ OLD = os.path.join(ROOT, ".venv", "old", "bin", "python")
 WORKLOAD = os.path.join(ROOT, "bench", "workload.py")
 
 
-def children_cpu():
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
 
 def run(cmd, env):
     """(CPU seconds, wall seconds, build_s, the workload line) of one run to its end."""
-    cpu0, t0 = children_cpu(), time.perf_counter()
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wall, cpu = time.perf_counter() - t0, children_cpu() - cpu0
+    cpu, wall, p = timed(cmd, env)
     line = next((l for l in p.stdout.splitlines() if l.startswith("workload ")), "")
     if p.returncode != 0 or "result=ok" not in line:
         sys.exit(f"program_cache: {' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")

@@ -13,28 +13,21 @@ CPU is user + system of the warm step and its workers (this process's children's
 """
 import argparse
 import os
-import resource
 import shlex
 import shutil
 import statistics
-import subprocess
 import sys
-import time
+
+from timing import timed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NEW = os.path.join(ROOT, ".venv", "current", "bin", "python")
 WORKLOAD = os.path.join(ROOT, "bench", "workload.py")
 
 
-def children_cpu():
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
 
 def run(cmd, env):
-    cpu0, t0 = children_cpu(), time.perf_counter()
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wall, cpu = time.perf_counter() - t0, children_cpu() - cpu0
+    cpu, wall, p = timed(cmd, env)
     if p.returncode != 0:
         sys.exit(f"warm_workers: {' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
     return cpu, wall, p

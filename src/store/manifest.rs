@@ -80,9 +80,18 @@ impl DriverFiles {
     /// The driver's files as a manifest of absolute names (each checked by its status), to
     /// keep in the store and check before another worker trusts it.
     pub fn as_manifest(&self) -> Manifest {
+        Manifest {
+            items: self.items_but(&Default::default()),
+        }
+    }
+
+    /// The driver's files but those named in `read` (absolute, followed), as items
+    /// checked by their status, sorted by name.
+    fn items_but(&self, read: &std::collections::HashSet<&[u8]>) -> Vec<Item> {
         let mut items: Vec<Item> = self
             .found
             .iter()
+            .filter(|(path, _)| !read.contains(path.as_slice()))
             .map(|(path, m)| Item {
                 base: Base::Absolute,
                 follow: true,
@@ -98,7 +107,7 @@ impl DriverFiles {
             })
             .collect();
         items.sort_by(|a, b| a.path.cmp(&b.path));
-        Manifest { items }
+        items
     }
 
     /// From a manifest `as_manifest` made; None if it is not one.
@@ -391,25 +400,7 @@ pub fn from_record(
         .filter(|it| it.base == Base::Absolute && it.follow)
         .map(|it| it.path.as_slice())
         .collect();
-    let mut rest: Vec<Item> = driver
-        .found
-        .iter()
-        .filter(|(path, _)| !read.contains(path.as_slice()))
-        .map(|(path, m)| Item {
-            base: Base::Absolute,
-            follow: true,
-            path: path.clone(),
-            expect: match m {
-                Some(m) => Expect::Driver {
-                    kind: m.kind(),
-                    size: m.size,
-                    mtime_ns: m.mtime_ns,
-                },
-                None => Expect::Absent,
-            },
-        })
-        .collect();
-    rest.sort_by(|a, b| a.path.cmp(&b.path));
+    let rest = driver.items_but(&read);
     items.extend(rest);
     let manifest = Manifest { items };
     match preprocessed_stands(r, own_cache, &made) {

@@ -117,6 +117,23 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Sets a file's times `seconds` back, as if nothing had touched it since (a lease that
+/// lapsed, a compile a week old): a test does not wait for them.
+pub fn set_times_back(path: &Path, seconds: i64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let t = libc::timespec {
+        tv_sec: (now - seconds) as libc::time_t,
+        tv_nsec: 0,
+    };
+    let c = std::ffi::CString::new(s(path)).unwrap();
+    // SAFETY: a valid name and two valid times.
+    let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), [t, t].as_ptr(), 0) };
+    assert_eq!(r, 0, "{}", path.display());
+}
+
 /// A path as a command-line argument (the test paths are UTF-8).
 pub fn s(p: &Path) -> &str {
     p.to_str().unwrap()

@@ -227,24 +227,6 @@ fn claims(store: &Path) -> Vec<std::path::PathBuf> {
     store_files(&store.join("requests"), ".claim")
 }
 
-/// Sets a file's times `seconds` back, as if its holder had stopped renewing it that long
-/// ago (a lease runs out after a minute; a test does not wait for it).
-fn age(path: &Path, seconds: i64) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let t = libc::timespec {
-        tv_sec: (now - seconds) as libc::time_t,
-        tv_nsec: 0,
-    };
-    let c = std::ffi::CString::new(s(path)).unwrap();
-    let times = [t, t];
-    // SAFETY: a valid name and two valid times.
-    let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) };
-    assert_eq!(r, 0);
-}
-
 /// The processes of `job` whose command line holds `word`.
 fn processes_with(job: &Job, word: &str) -> Vec<u32> {
     job.processes()
@@ -335,7 +317,7 @@ fn a_claim_is_a_lease_that_outlives_no_killed_job() {
     holder.kill();
     drop(holder);
     assert!(claim.exists(), "a killed step leaves its claim");
-    age(&claim, 61);
+    set_times_back(&claim, 61);
     let err = stderr(&b.clshim(&warm_args, &[("POCL_CACHE_DIR", &pocl)]));
     assert!(
         err.contains(": 1 made,"),
@@ -343,6 +325,65 @@ fn a_claim_is_a_lease_that_outlives_no_killed_job() {
     );
     assert!(requests(&store).is_empty() && claims(&store).is_empty());
     assert_eq!(run_client(&b, "served"), "store");
+}
+
+/// A job script on the shared home: `n` runs of tests/c/key_client.c, each building its
+/// own kernel (`k<i>.cl`, VAL = `first` + i), under `clshim run --program-cache --warm`
+/// into the default store on the home, pocl's cache on the host's scratch.
+struct BatchJob<'c> {
+    cluster: &'c Cluster,
+    script: String,
+}
+
+impl<'c> BatchJob<'c> {
+    fn new(cluster: &'c Cluster, n: usize, first: usize) -> BatchJob<'c> {
+        let app = cluster.home().join("app");
+        std::fs::create_dir_all(cluster.outside(&app)).unwrap();
+        let mut script = String::new();
+        for i in 0..n {
+            std::fs::write(
+                cluster.outside(&app.join(format!("k{i}.cl"))),
+                format!(
+                    "__kernel void val(__global int *out) {{ out[0] = {}; }}\n",
+                    first + i
+                ),
+            )
+            .unwrap();
+            script.push_str(&format!(
+                "{} --source={}; ",
+                s(&build_c("key_client", &[])),
+                s(&app.join(format!("k{i}.cl")))
+            ));
+        }
+        BatchJob { cluster, script }
+    }
+
+    /// The store, as the test sees it.
+    fn store(&self) -> std::path::PathBuf {
+        self.cluster
+            .outside(&self.cluster.home().join(".cache/clshim/native"))
+    }
+
+    /// The job, its traces under the home's `traces/<tag>`.
+    fn command(&self, tag: &str) -> Command {
+        let home = self.cluster.home();
+        let mut c = clshim();
+        c.args(["run", "--lib", s(&shim_path()), "--program-cache", "--warm"])
+            .args(["--trace-dir", s(&home.join(format!("traces/{tag}")))])
+            .args(["--", "sh", "-c", &self.script])
+            .current_dir(home.join("app"))
+            .env("POCL_CACHE_DIR", self.cluster.scratch().join("pocl"));
+        c
+    }
+
+    /// The builds the job `tag` recorded, and those served from the store.
+    fn builds(&self, tag: &str) -> (usize, usize) {
+        let home = self.cluster.home();
+        let records = checked_traces(&self.cluster.outside(&home.join(format!("traces/{tag}"))));
+        let all = events(&records, "build");
+        let served = all.iter().filter(|r| r["served"] == "store").count();
+        (all.len(), served)
+    }
 }
 
 /// A batch job that ends while its warm step runs (`clshim run --program-cache --warm`,
@@ -356,42 +397,11 @@ fn a_job_killed_at_its_end_loses_nothing() {
         return;
     }
     let cluster = Cluster::start("hosts-batch");
-    let home = cluster.home();
-    let app = home.join("app");
-    let outside_app = cluster.outside(&app);
-    std::fs::create_dir_all(&outside_app).unwrap();
     let n = 4;
-    let mut script = String::new();
-    for i in 0..n {
-        let src = outside_app.join(format!("k{i}.cl"));
-        std::fs::write(
-            &src,
-            format!("__kernel void val(__global int *out) {{ out[0] = {i} + 1; }}\n"),
-        )
-        .unwrap();
-        script.push_str(&format!(
-            "{} --source={}; ",
-            s(&build_c("key_client", &[])),
-            s(&app.join(format!("k{i}.cl")))
-        ));
-    }
-    let store = cluster.outside(&home.join(".cache/clshim/native"));
-    let pocl = s(&cluster.scratch().join("pocl")).to_string();
-    let job_command = |tag: &str| {
-        let mut c = clshim();
-        c.args(["run", "--lib", s(&shim_path()), "--program-cache", "--warm"])
-            .args(["--trace-dir", s(&home.join(format!("traces/{tag}")))])
-            .args(["--", "sh", "-c", &script])
-            .current_dir(&app)
-            .env("POCL_CACHE_DIR", &pocl);
-        c
-    };
-    let served = |tag: &str| {
-        checked_traces(&cluster.outside(&home.join(format!("traces/{tag}"))))
-            .iter()
-            .filter(|r| r["event"] == "build" && r["served"] == "store")
-            .count()
-    };
+    let job = BatchJob::new(&cluster, n, 1);
+    let store = job.store();
+    let job_command = |tag: &str| job.command(tag);
+    let served = |tag: &str| job.builds(tag).1;
 
     let a = Host::new(&cluster, "node-a");
     let mut first = a.spawn(&job_command("first"));
@@ -417,7 +427,7 @@ fn a_job_killed_at_its_end_loses_nothing() {
         .collect();
     assert_eq!(known.len(), n, "each build is made or still asked for");
     for c in claims(&store) {
-        age(&c, 61);
+        set_times_back(&c, 61);
     }
 
     let b = Host::new(&cluster, "node-b");
@@ -449,35 +459,10 @@ fn two_nodes_warming_at_once_make_each_program_once() {
         return;
     }
     let cluster = Cluster::start("hosts-together");
-    let home = cluster.home();
-    let app = home.join("app");
-    let outside_app = cluster.outside(&app);
-    std::fs::create_dir_all(&outside_app).unwrap();
     let n = 4;
-    let mut script = String::new();
-    for i in 0..n {
-        std::fs::write(
-            outside_app.join(format!("k{i}.cl")),
-            format!("__kernel void val(__global int *out) {{ out[0] = {i} + 10; }}\n"),
-        )
-        .unwrap();
-        script.push_str(&format!(
-            "{} --source={}; ",
-            s(&build_c("key_client", &[])),
-            s(&app.join(format!("k{i}.cl")))
-        ));
-    }
-    let store = cluster.outside(&home.join(".cache/clshim/native"));
-    let pocl = s(&cluster.scratch().join("pocl")).to_string();
-    let job_command = |tag: &str| {
-        let mut c = clshim();
-        c.args(["run", "--lib", s(&shim_path()), "--program-cache", "--warm"])
-            .args(["--trace-dir", s(&home.join(format!("traces/{tag}")))])
-            .args(["--", "sh", "-c", &script])
-            .current_dir(&app)
-            .env("POCL_CACHE_DIR", &pocl);
-        c
-    };
+    let job = BatchJob::new(&cluster, n, 10);
+    let store = job.store();
+    let job_command = |tag: &str| job.command(tag);
     let made = |err: &str| -> usize {
         let Some(line) = err.lines().find(|l| l.starts_with("clshim warm: ")) else {
             return 0;
@@ -485,12 +470,7 @@ fn two_nodes_warming_at_once_make_each_program_once() {
         let before = line.split(" made,").next().unwrap_or("");
         before.rsplit(' ').next().unwrap().parse().unwrap_or(0)
     };
-    let builds = |tag: &str| -> (usize, usize) {
-        let records = checked_traces(&cluster.outside(&home.join(format!("traces/{tag}"))));
-        let all = events(&records, "build");
-        let served = all.iter().filter(|r| r["served"] == "store").count();
-        (all.len(), served)
-    };
+    let builds = |tag: &str| job.builds(tag);
 
     let a = Host::new(&cluster, "node-a");
     let b = Host::new(&cluster, "node-b");

@@ -459,22 +459,6 @@ fn a_compile_not_copied_whole_is_never_taken() {
     assert_ne!(b["shared"], "from_peer", "{b}");
 }
 
-/// Sets `path`'s times `seconds` back.
-fn set_age(path: &std::path::Path, seconds: i64) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let t = libc::timespec {
-        tv_sec: (now - seconds) as libc::time_t,
-        tv_nsec: 0,
-    };
-    let c = std::ffi::CString::new(s(path)).unwrap();
-    // SAFETY: a valid name and two valid times.
-    let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), [t, t].as_ptr(), 0) };
-    assert_eq!(r, 0);
-}
-
 /// Where the temporary folder outlives jobs (`/tmp` on a workstation), the node's folder
 /// does not only grow: a rank removes what has not changed for a week (published
 /// compiles, marks and locks; a publisher's leftovers after an hour), at most once a day,
@@ -496,18 +480,18 @@ fn the_node_folder_keeps_a_week_of_compiles() {
     let old_dir = folder.join("00000000000000aa");
     std::fs::create_dir_all(old_dir.join("AB/CDEF")).unwrap();
     std::fs::write(old_dir.join("AB/CDEF/program.bc"), b"old").unwrap();
-    set_age(&old_dir, week + 3600);
+    set_times_back(&old_dir, week + 3600);
     let old_lock = folder.join("00000000000000aa.lock");
     std::fs::write(&old_lock, b"").unwrap();
-    set_age(&old_lock, week + 3600);
+    set_times_back(&old_lock, week + 3600);
     let leftover = folder.join(".tmp-00000000000000bb-1");
     std::fs::create_dir_all(&leftover).unwrap();
-    set_age(&leftover, 7200);
+    set_times_back(&leftover, 7200);
     let recent = folder.join("00000000000000cc");
     std::fs::create_dir_all(&recent).unwrap();
-    set_age(&recent, week - 3600);
+    set_times_back(&recent, week - 3600);
     // The stamp of the last tidying, a day old: this rank tidies.
-    set_age(&folder.join(".swept"), 24 * 3600 + 60);
+    set_times_back(&folder.join(".swept"), 24 * 3600 + 60);
 
     assert_eq!(finish(n.rank(1, true).spawn().unwrap()), "VAL=7\n");
     assert_eq!(n.build(1)["shared"], "from_peer", "{}", n.build(1));
@@ -523,7 +507,7 @@ fn the_node_folder_keeps_a_week_of_compiles() {
 
     // Tidied less than a day ago: an old compile stays until the next day's tidying.
     std::fs::create_dir_all(&old_dir).unwrap();
-    set_age(&old_dir, week + 3600);
+    set_times_back(&old_dir, week + 3600);
     assert_eq!(finish(n.rank(2, true).spawn().unwrap()), "VAL=7\n");
     assert!(old_dir.exists());
 }
