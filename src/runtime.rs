@@ -39,7 +39,6 @@ pub fn get(route: Route) -> Option<&'static Runtime> {
 }
 
 fn init(route: Route) -> Runtime {
-    crate::store::note_start();
     let (config, warnings) = Config::from_env();
     for w in &warnings {
         stderr_line(w);

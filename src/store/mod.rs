@@ -146,7 +146,7 @@ pub fn pocl_cache() -> PathBuf {
 }
 
 /// The environment this process was started with (`/proc/self/environ`, which `setenv`
-/// does not change), or, where there is none to read, the one of its first OpenCL call.
+/// does not change), or, where there is none to read (macOS), the one of its first lookup.
 fn environment_at_start() -> &'static HashMap<Vec<u8>, std::ffi::OsString> {
     use std::os::unix::ffi::OsStrExt;
     static AT_START: std::sync::OnceLock<HashMap<Vec<u8>, std::ffi::OsString>> =
@@ -176,12 +176,6 @@ fn environment_at_start() -> &'static HashMap<Vec<u8>, std::ffi::OsString> {
                 .collect(),
         }
     })
-}
-
-/// Notes the environment of the first OpenCL call, where the one the process started
-/// with cannot be read.
-pub fn note_start() {
-    let _ = environment_at_start();
 }
 
 /// Where this process's pocl compiles, for the names of a manifest relative to pocl's
