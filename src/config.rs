@@ -87,7 +87,15 @@ pub struct Config {
     pub program_cache: bool,
     /// With the program cache: ranks of a node share one compile of a program.
     pub share_builds: bool,
+    /// The variables that name pocl's cache folder, as they were at the first OpenCL
+    /// call clshim saw: pocl reads them once, when it starts, which is before any program
+    /// is made (`store::Store::pocl_cache_for_lookup`).
+    pub pocl_cache_env: Vec<(&'static str, Option<OsString>)>,
 }
+
+/// The variables pocl's cache folder is named by.
+pub const POCL_CACHE_VARIABLES: [&str; 4] =
+    ["POCL_CACHE_DIR", "POCL_KERNEL_CACHE", "XDG_CACHE_HOME", "HOME"];
 
 /// `CLSHIM_NATIVE_STORE_MAX`'s default: 1 GiB.
 pub const NATIVE_STORE_MAX_DEFAULT: u64 = 1 << 30;
@@ -108,6 +116,7 @@ impl Default for Config {
             warm_store: None,
             program_cache: false,
             share_builds: true,
+            pocl_cache_env: Vec::new(),
         }
     }
 }
@@ -122,6 +131,10 @@ impl Config {
     pub fn from_lookup(get: impl Fn(&str) -> Option<OsString>) -> (Config, Vec<String>) {
         let mut cfg = Config::default();
         let mut warnings = Vec::new();
+        cfg.pocl_cache_env = POCL_CACHE_VARIABLES
+            .iter()
+            .map(|&n| (n, get(n)))
+            .collect();
         // An empty value means "unset", as shells make it easy to leave one behind. The
         // words are trimmed; a value that is not UTF-8 can be none of them, so it is kept
         // (lossily) only to be rejected.

@@ -32,13 +32,14 @@ pub mod warm;
 use build_key::{BuildKey, CompileEnv};
 use clshim_format::manifest::Manifest;
 use clshim_format::store::{self as format, entry_name};
-use std::collections::HashMap;
 use std::path::PathBuf;
 
 /// The store as the library uses it.
 #[derive(Clone, Debug)]
 pub struct Store {
     pub dir: PathBuf,
+    /// pocl's cache folder as the environment named it at the first OpenCL call.
+    pocl_cache_at_start: PathBuf,
 }
 
 /// What the store holds for one build.
@@ -145,57 +146,24 @@ pub fn pocl_cache() -> PathBuf {
     manifest::pocl_cache_dir(&|n| std::env::var_os(n))
 }
 
-/// The environment this process was started with (`/proc/self/environ`, which `setenv`
-/// does not change), or, where there is none to read (macOS), the one of its first lookup.
-fn environment_at_start() -> &'static HashMap<Vec<u8>, std::ffi::OsString> {
-    use std::os::unix::ffi::OsStrExt;
-    static AT_START: std::sync::OnceLock<HashMap<Vec<u8>, std::ffi::OsString>> =
-        std::sync::OnceLock::new();
-    AT_START.get_or_init(|| {
-        const NAMES: [&str; 4] = [
-            "POCL_CACHE_DIR",
-            "POCL_KERNEL_CACHE",
-            "XDG_CACHE_HOME",
-            "HOME",
-        ];
-        match std::fs::read("/proc/self/environ") {
-            Ok(block) => block
-                .split(|&b| b == 0)
-                .filter_map(|kv| {
-                    let eq = kv.iter().position(|&b| b == b'=')?;
-                    let (k, v) = (&kv[..eq], &kv[eq + 1..]);
-                    NAMES
-                        .iter()
-                        .any(|n| n.as_bytes() == k)
-                        .then(|| (k.to_vec(), std::ffi::OsStr::from_bytes(v).to_os_string()))
-                })
-                .collect(),
-            Err(_) => NAMES
-                .iter()
-                .filter_map(|n| Some((n.as_bytes().to_vec(), std::env::var_os(n)?)))
-                .collect(),
-        }
-    })
-}
-
 /// Where this process's pocl compiles, for the names of a manifest relative to pocl's
 /// cache folder (pocl compiles its copy of the source there, so a quoted include is
 /// looked for there first). pocl reads the folder from the environment once, when it
-/// starts, which clshim does not see: an application that names another folder while it
-/// runs (`setenv("POCL_CACHE_DIR", ...)`, before pocl starts or after) may leave pocl in
-/// either. So the folder is certain only while the environment names the one the process
-/// started with; Err, with why, when it names another.
-pub fn pocl_cache_for_lookup() -> Result<PathBuf, String> {
+/// starts, which is before any program is made, so before clshim's first call (an
+/// application that names it in its own code before it starts OpenCL, as
+/// `bench/workload.py` and MPI codes do per rank, is seen as pocl sees it). An
+/// application that names another folder later leaves pocl in the first: `at_start`,
+/// the folder at clshim's first call, stands for pocl's, and a lookup whose environment
+/// names another now is Err, with why.
+fn pocl_cache_for_lookup(at_start: &std::path::Path) -> Result<PathBuf, String> {
     let now = pocl_cache();
-    let start = environment_at_start();
-    let at_start = manifest::pocl_cache_dir(&|n| start.get(n.as_bytes()).cloned());
     if at_start == now {
         Ok(now)
     } else {
         Err(format!(
-            "pocl's cache folder was {} when the process started and the environment names \
+            "pocl's cache folder was {} at the first OpenCL call and the environment names \
              {} now: pocl reads it once, when it starts, so where this build would look for \
-             a quoted include first is not known",
+             a quoted include first is not certain",
             at_start.display(),
             now.display()
         ))
@@ -204,7 +172,16 @@ pub fn pocl_cache_for_lookup() -> Result<PathBuf, String> {
 
 impl Store {
     pub fn from_config(c: &crate::config::Config) -> Option<Store> {
-        c.native_store.clone().map(|dir| Store { dir })
+        let at_start = manifest::pocl_cache_dir(&|n| {
+            c.pocl_cache_env
+                .iter()
+                .find(|(k, _)| *k == n)
+                .and_then(|(_, v)| v.clone())
+        });
+        c.native_store.clone().map(|dir| Store {
+            dir,
+            pocl_cache_at_start: at_start,
+        })
     }
 
     /// What the store holds for `key`, built in this process: the entry must be whole and
@@ -228,7 +205,7 @@ impl Store {
             Ok(parts) => parts,
             Err(why) => return Lookup::Refused(format!("entry {}: {why}", path.display())),
         };
-        let pocl_cache = match pocl_cache_for_lookup() {
+        let pocl_cache = match pocl_cache_for_lookup(&self.pocl_cache_at_start) {
             Ok(p) => p,
             Err(why) if manifest.names_in_pocl_cache() => return Lookup::Unknowable(why),
             // No name of the manifest is in pocl's cache folder: which it is does not matter.
