@@ -487,8 +487,8 @@ fn a_name_that_cannot_be_looked_up_now_is_not_absent() {
 /// `POCL_CACHE_DIR` later still has its quoted includes looked for in the first folder.
 /// A header that appears there is read by a build after the change too (a review found
 /// it served from the store, VAL=5 for 9, the manifest checked in the new folder); a
-/// process whose environment names another folder than at its start is served no build
-/// that looked in pocl's cache folder.
+/// process whose environment names another folder than at its first OpenCL call is
+/// served no build that looked in pocl's cache folder.
 #[test]
 fn pocls_cache_folder_is_the_one_it_started_with() {
     let c = Case::new("pocl-folder-late");
