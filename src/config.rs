@@ -94,8 +94,12 @@ pub struct Config {
 }
 
 /// The variables pocl's cache folder is named by.
-pub const POCL_CACHE_VARIABLES: [&str; 4] =
-    ["POCL_CACHE_DIR", "POCL_KERNEL_CACHE", "XDG_CACHE_HOME", "HOME"];
+pub const POCL_CACHE_VARIABLES: [&str; 4] = [
+    "POCL_CACHE_DIR",
+    "POCL_KERNEL_CACHE",
+    "XDG_CACHE_HOME",
+    "HOME",
+];
 
 /// `CLSHIM_NATIVE_STORE_MAX`'s default: 1 GiB.
 pub const NATIVE_STORE_MAX_DEFAULT: u64 = 1 << 30;
@@ -116,7 +120,7 @@ impl Default for Config {
             warm_store: None,
             program_cache: false,
             share_builds: true,
-            pocl_cache_env: Vec::new(),
+            pocl_cache_env: POCL_CACHE_VARIABLES.iter().map(|&n| (n, None)).collect(),
         }
     }
 }
@@ -131,10 +135,7 @@ impl Config {
     pub fn from_lookup(get: impl Fn(&str) -> Option<OsString>) -> (Config, Vec<String>) {
         let mut cfg = Config::default();
         let mut warnings = Vec::new();
-        cfg.pocl_cache_env = POCL_CACHE_VARIABLES
-            .iter()
-            .map(|&n| (n, get(n)))
-            .collect();
+        cfg.pocl_cache_env = POCL_CACHE_VARIABLES.iter().map(|&n| (n, get(n))).collect();
         // An empty value means "unset", as shells make it easy to leave one behind. The
         // words are trimmed; a value that is not UTF-8 can be none of them, so it is kept
         // (lossily) only to be rejected.

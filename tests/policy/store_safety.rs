@@ -377,6 +377,18 @@ fn run_warm_passes_on_signals_sent_to_it() {
             &script,
         ]);
         clear_shim_env(&mut c, &[]);
+        // As a job's shell starts it: a test run under `nohup` (SIGHUP ignored, which
+        // passes through exec, and which a shell then cannot trap) must not decide this.
+        // SAFETY: signal() with SIG_DFL installs no handler and is async-signal-safe.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            c.pre_exec(|| {
+                for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT] {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+                Ok(())
+            });
+        }
         let mut child = c
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
