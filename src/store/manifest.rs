@@ -740,16 +740,16 @@ fn status(path: &[u8], follow: bool) -> Result<Meta, i32> {
 
 /// pocl's cache folder for the environment `get` reads (pocl 3 to 7 take it from
 /// `POCL_CACHE_DIR`, else `$XDG_CACHE_HOME/pocl/kcache`, else `$HOME/.cache/pocl/kcache`,
-/// else `/tmp/pocl/kcache`; `uncached` instead of `kcache` when `POCL_KERNEL_CACHE=0`).
+/// else `/tmp/pocl/kcache`; `uncached` instead of `kcache` when `POCL_KERNEL_CACHE` is set
+/// to anything that does not begin with `1`).
 pub fn pocl_cache_dir(get: &dyn Fn(&str) -> Option<std::ffi::OsString>) -> std::path::PathBuf {
     use std::path::PathBuf;
     if let Some(d) = get("POCL_CACHE_DIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
     }
-    let off = get("POCL_KERNEL_CACHE").is_some_and(|v| {
-        let v = v.to_string_lossy().to_ascii_lowercase();
-        v == "0" || v == "false" || v == "no" || v == "off"
-    });
+    // pocl takes a boolean that is set as true only when it begins with "1": "", "true"
+    // and "2" all turn its kernel cache off.
+    let off = get("POCL_KERNEL_CACHE").is_some_and(|v| !v.as_encoded_bytes().starts_with(b"1"));
     let tail = if off { "pocl/uncached" } else { "pocl/kcache" };
     if let Some(x) = get("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
         return PathBuf::from(x).join(tail);
@@ -840,5 +840,24 @@ mod tests {
             Path::new("/h/.cache/pocl/uncached")
         );
         assert_eq!(pocl_cache_dir(&env(&[])), Path::new("/tmp/pocl/kcache"));
+        // pocl's booleans: true only when the value begins with "1".
+        for (value, tail) in [
+            ("", "uncached"),
+            ("true", "uncached"),
+            ("2", "uncached"),
+            ("1", "kcache"),
+            ("1yes", "kcache"),
+        ] {
+            let get = |n: &str| match n {
+                "HOME" => Some(std::ffi::OsString::from("/h")),
+                "POCL_KERNEL_CACHE" => Some(std::ffi::OsString::from(value)),
+                _ => None,
+            };
+            assert_eq!(
+                pocl_cache_dir(&get),
+                Path::new("/h/.cache/pocl").join(tail),
+                "POCL_KERNEL_CACHE={value:?}"
+            );
+        }
     }
 }
