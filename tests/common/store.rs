@@ -79,9 +79,10 @@ pub fn pocl_copy(d: &super::Scratch) -> PathBuf {
     pocl_copy_in(d, false)
 }
 
-/// As [`pocl_copy`], with kernel libraries of its own: copies of pocl's `share/pocl/*.bc`
-/// in `driver/share/pocl`, its other files linked, for a test to change as a reinstall
-/// of the kernel library under the same libpocl would. Returns the ICD folder.
+/// As [`pocl_copy`], with kernel libraries and headers of its own: copies of pocl's
+/// `share/pocl/*.bc` and `share/pocl/include/` in `driver/share/pocl`, its other files
+/// linked, for a test to change as a reinstall under the same libpocl would. Returns the
+/// ICD folder.
 pub fn pocl_copy_with_kernel_library(d: &super::Scratch) -> PathBuf {
     pocl_copy_in(d, true)
 }
@@ -102,6 +103,12 @@ fn pocl_copy_in(d: &super::Scratch, own_library: bool) -> PathBuf {
             let to = pocl.join(e.file_name());
             if e.file_name().to_string_lossy().ends_with(".bc") {
                 std::fs::copy(e.path(), &to).unwrap();
+            } else if e.file_name() == "include" {
+                // A folder of its own (its headers copied), whose times a test may change.
+                std::fs::create_dir(&to).unwrap();
+                for h in std::fs::read_dir(e.path()).unwrap().flatten() {
+                    std::fs::copy(h.path(), to.join(h.file_name())).unwrap();
+                }
             } else {
                 std::os::unix::fs::symlink(e.path(), &to).unwrap();
             }

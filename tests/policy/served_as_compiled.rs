@@ -547,6 +547,34 @@ fn a_kernel_library_reinstalled_is_another_build() {
     );
 }
 
+/// The driver's folders as another host has them (pocl installed there at another time:
+/// a package keeps its files' times, not its folders'): the entry still serves, as a
+/// store on a shared home must across hosts. A folder of the driver's once counted by its
+/// time, and a review found such hosts missing every entry.
+#[test]
+fn the_drivers_folders_installed_at_another_time_still_serve() {
+    let c = Case::new("driver-folders");
+    let vendors = pocl_copy_with_kernel_library(&c.d);
+    let env = [("OCL_ICD_VENDORS", s(&vendors).to_string())];
+    let src = c.write("src.cl", &source(b"#define VAL 3\n"));
+    let args = [path_arg("source", &src)];
+    assert_eq!(c.fill(&args, &env), "VAL=3\n");
+    for folder in [
+        "driver/share/pocl/include",
+        "driver/share/pocl",
+        "driver/share",
+    ] {
+        set_times_back(&c.d.path(folder), 86_400);
+    }
+    let now = c.as_plain_now(&args, &env);
+    assert_eq!(
+        (now.out.as_str(), now.served),
+        ("VAL=3\n", 1),
+        "{:?}",
+        now.not_served
+    );
+}
+
 // Builds that hold the moment or the place of their compile.
 
 /// `__TIME__`, `__DATE__`, `__TIMESTAMP__` (also through token pasting) and `__FILE__`
