@@ -685,7 +685,7 @@ pub fn check(m: &Manifest, pocl_cache: &Path) -> Result<(), String> {
                 // A folder of the driver's by its kind alone: its times are those of its
                 // install on each host (a package keeps its files' times, not its
                 // folders'), and what the compile found in it is an item of its own.
-                Ok(st) if st.kind() == *kind && *kind == libc::S_IFDIR as u32 => {}
+                Ok(st) if st.kind() == *kind && *kind == super::record::FOLDER => {}
                 Ok(st) if st.kind() == *kind && st.size == *size && st.mtime_ns == *mtime_ns => {}
                 _ => return differs("(a file of the driver's) changed"),
             },

@@ -511,3 +511,29 @@ fn the_node_folder_keeps_a_week_of_compiles() {
     assert_eq!(finish(n.rank(2, true).spawn().unwrap()), "VAL=7\n");
     assert!(old_dir.exists());
 }
+
+/// A week-old build's published kernels go with their launches' marks, however young
+/// (one kernel launched again and again keeps its mark fresh): the next rank to launch
+/// compiles and publishes again, and the one after takes it from the peer. Once, the
+/// kernels went and the marks stayed, and every later rank took nothing and compiled.
+#[test]
+fn published_kernels_go_with_their_marks() {
+    let n = Node::new("share-sweep-marks", 20);
+    assert_eq!(finish(n.rank(0, true).spawn().unwrap()), "VAL=7\n");
+    let folder = n.shared();
+    let kernels: Vec<_> = std::fs::read_dir(&folder)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| s(p).ends_with(".kernels"))
+        .collect();
+    assert_eq!(kernels.len(), 1, "{kernels:?}");
+    set_times_back(&kernels[0], 7 * 24 * 3600 + 3600);
+    set_times_back(&folder.join(".swept"), 24 * 3600 + 60);
+
+    assert_eq!(finish(n.rank(1, true).spawn().unwrap()), "VAL=7\n");
+    assert_eq!(n.launch(1)["shared"], "compiled", "{}", n.launch(1));
+    assert!(kernels[0].exists(), "published again");
+    assert_eq!(finish(n.rank(2, true).spawn().unwrap()), "VAL=7\n");
+    assert_eq!(n.launch(2)["shared"], "from_peer", "{}", n.launch(2));
+}

@@ -309,7 +309,11 @@ fn remove_stale_temporaries(folder: &Path) {
     let Ok(entries) = std::fs::read_dir(folder) else {
         return;
     };
-    for e in entries.flatten() {
+    let entries: Vec<std::fs::DirEntry> = entries.flatten().collect();
+    // The builds whose published kernels go: their launches' marks go with them, however
+    // young (a mark says its launch's kernels are there to take).
+    let mut kernels_gone: Vec<Vec<u8>> = Vec::new();
+    for e in &entries {
         let Ok(m) = e.metadata() else { continue };
         let name = e.file_name();
         let name = name.as_encoded_bytes();
@@ -322,10 +326,20 @@ fn remove_stale_temporaries(folder: &Path) {
                 let away = folder.join(format!(".tmp-swept-{}-{:x}", std::process::id(), m.ino()));
                 if std::fs::rename(e.path(), &away).is_ok() {
                     let _ = std::fs::remove_dir_all(&away);
+                    if let Some(key) = name.strip_suffix(b".kernels") {
+                        kernels_gone.push([key, b"."].concat());
+                    }
                 }
             } else {
                 let _ = std::fs::remove_file(e.path());
             }
+        }
+    }
+    for e in &entries {
+        let name = e.file_name();
+        let name = name.as_encoded_bytes();
+        if name.ends_with(b".done") && kernels_gone.iter().any(|k| name.starts_with(k)) {
+            let _ = std::fs::remove_file(e.path());
         }
     }
 }

@@ -87,6 +87,9 @@ pub struct Meta {
 /// A regular file's kind, as `Meta::kind` gives it (the `S_IF*` bits are u16 on macOS).
 #[allow(clippy::unnecessary_cast)]
 pub const REGULAR: u32 = libc::S_IFREG as u32;
+/// A folder's kind ([`Meta::kind`]).
+#[allow(clippy::unnecessary_cast)] // u16 on macOS
+pub const FOLDER: u32 = libc::S_IFDIR as u32;
 
 impl Meta {
     #[allow(clippy::unnecessary_cast)] // the field types differ between systems
