@@ -724,6 +724,29 @@ pub fn check(m: &Manifest, pocl_cache: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks, of `m`'s names in pocl's cache folder, that those the compile found absent are
+/// absent in `pocl_cache` too. Err: the first that is not.
+pub fn absent_in_pocl_cache(m: &Manifest, pocl_cache: &Path) -> Result<(), String> {
+    use std::os::unix::ffi::OsStrExt;
+    let folder = pocl_cache.as_os_str().as_bytes();
+    for it in m.items.iter().filter(|it| it.base == Base::PoclCache) {
+        if it.expect != Expect::Absent {
+            continue;
+        }
+        let path = usable(Base::PoclCache, &it.path, folder);
+        match status(&path, it.follow) {
+            Err(e) if e == libc::ENOENT || e == libc::ENOTDIR => {}
+            _ => {
+                return Err(format!(
+                    "{} exists, or cannot be looked up",
+                    String::from_utf8_lossy(&path)
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 fn status(path: &[u8], follow: bool) -> Result<Meta, i32> {
     let c = CString::new(path).map_err(|_| libc::EINVAL)?;
     // SAFETY: plain data filled by stat.

@@ -146,6 +146,30 @@ pub fn pocl_cache() -> PathBuf {
     manifest::pocl_cache_dir(&|n| std::env::var_os(n))
 }
 
+/// pocl's cache folder as the environment named it when the process started
+/// (`/proc/self/environ`, which `setenv` does not change); None where it cannot be read.
+fn pocl_cache_at_exec() -> Option<&'static PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    static AT_EXEC: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    AT_EXEC
+        .get_or_init(|| {
+            let block = std::fs::read("/proc/self/environ").ok()?;
+            let vars: Vec<(&[u8], &[u8])> = block
+                .split(|&b| b == 0)
+                .filter_map(|kv| {
+                    let eq = kv.iter().position(|&b| b == b'=')?;
+                    Some((&kv[..eq], &kv[eq + 1..]))
+                })
+                .collect();
+            Some(manifest::pocl_cache_dir(&|n| {
+                vars.iter()
+                    .find(|(k, _)| *k == n.as_bytes())
+                    .map(|(_, v)| std::ffi::OsStr::from_bytes(v).to_os_string())
+            }))
+        })
+        .as_ref()
+}
+
 /// Where this process's pocl compiles, for the names of a manifest relative to pocl's
 /// cache folder (pocl compiles its copy of the source there, so a quoted include is
 /// looked for there first). pocl reads the folder from the environment once, when it
@@ -213,6 +237,16 @@ impl Store {
         };
         if let Err(why) = manifest::check(&manifest, &pocl_cache) {
             return Lookup::Differs(why);
+        }
+        // pocl may have started before the application named the folder of clshim's
+        // first call: in the folder the process started with, the names the compile found
+        // absent must be absent too (a header there would be read first).
+        if let Some(at_exec) = pocl_cache_at_exec().filter(|e| **e != pocl_cache) {
+            if let Err(why) = manifest::absent_in_pocl_cache(&manifest, at_exec) {
+                return Lookup::Differs(format!(
+                    "{why} (in pocl's cache folder as the process started, which pocl may use)"
+                ));
+            }
         }
         if flags & format::UNCACHEABLE != 0 {
             return Lookup::Uncacheable(String::from_utf8_lossy(payload).into_owned());

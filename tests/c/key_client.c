@@ -4,7 +4,8 @@
  * environment define. `--source=FILE` takes the source from FILE, byte for byte (BOMs, lone
  * CRs, NULs and all: its length is the file's); `--options=OPTS` are the build options;
  * `--then-env=NAME=VALUE` builds once, sets NAME=VALUE in the process's environment, and
- * builds the same source again (a new program object). Prints "VAL=<n>" for each build,
+ * builds the same source again (a new program object); `--context-then-env=NAME=VALUE`
+ * sets it after the context is made (the driver started) and before the first build. Prints "VAL=<n>" for each build,
  * or "build: CL_..." when one fails, and exits 0 either way, so outputs compare. */
 #include "cltest.h"
 
@@ -45,6 +46,7 @@ int main(int argc, char **argv) {
     const char *source_file = arg_value(argc, argv, "--source");
     const char *options = arg_value(argc, argv, "--options");
     const char *then_env = arg_value(argc, argv, "--then-env");
+    const char *context_env = arg_value(argc, argv, "--context-then-env");
     if (!options) options = "";
     const char *src =
         "#include \"val.h\"\n"
@@ -63,6 +65,13 @@ int main(int argc, char **argv) {
     cl_device_id dev;
     pick_device(&plat, &dev);
     cl_context ctx = make_context(dev);
+    if (context_env) {
+        char *pair = strdup(context_env);
+        char *eq = strchr(pair, '=');
+        if (!eq) return 2;
+        *eq = 0;
+        setenv(pair, eq + 1, 1);
+    }
     build_and_print(ctx, dev, src, len, options);
     if (then_env) {
         char *pair = strdup(then_env);

@@ -575,6 +575,37 @@ fn the_drivers_folders_installed_at_another_time_still_serve() {
     );
 }
 
+/// The same change made after the application's context (pocl started) and before its
+/// first program, where clshim first sees the environment: pocl looks in the folder the
+/// process started with, where a header has appeared, and the build is not served (the
+/// third review found it served, VAL=3 for 5).
+#[test]
+fn pocls_cache_folder_named_anew_before_the_first_program() {
+    let c = Case::new("pocl-folder-context");
+    let src = c.write("src.cl", &source(b"#include \"val.h\"\n"));
+    c.write("app/hdr/val.h", b"#define VAL 3\n");
+    std::fs::create_dir_all(c.d.path("kc-late")).unwrap();
+    let args = [
+        path_arg("source", &src),
+        OsString::from("--options=-I hdr"),
+        OsString::from(format!(
+            "--context-then-env=POCL_CACHE_DIR={}",
+            s(&c.d.path("kc-late"))
+        )),
+    ];
+    assert_eq!(c.fill(&args, &[]), "VAL=3\n");
+    for kc in ["kc-plain", "kc-cache"] {
+        c.write(&format!("{kc}/val.h"), b"#define VAL 5\n");
+    }
+    let now = c.as_plain_now(&args, &[]);
+    assert_eq!(
+        (now.out.as_str(), now.served),
+        ("VAL=5\n", 0),
+        "{:?}",
+        now.not_served
+    );
+}
+
 // Builds that hold the moment or the place of their compile.
 
 /// `__TIME__`, `__DATE__`, `__TIMESTAMP__` (also through token pasting) and `__FILE__`
