@@ -24,40 +24,44 @@ pub fn write_fd(fd: i32, bytes: &[u8]) -> bool {
         libc::sigemptyset(&mut pipe);
         libc::sigaddset(&mut pipe, libc::SIGPIPE);
         if libc::pthread_sigmask(libc::SIG_BLOCK, &pipe, &mut old) != 0 {
-            return write_all(fd, bytes);
+            return write_all(fd, bytes).is_ok();
         }
         libc::sigpending(&mut pending);
         let was_pending = libc::sigismember(&pending, libc::SIGPIPE) == 1;
-        let ok = write_all(fd, bytes);
-        if !ok && !was_pending {
+        let written = write_all(fd, bytes);
+        // Only after EPIPE, when this write raised a SIGPIPE of this thread's, which no
+        // other thread can take: sigwait then returns at once. (After another error a
+        // SIGPIPE pending now was sent to the process, and is the application's.)
+        if written == Err(libc::EPIPE) && !was_pending {
             libc::sigpending(&mut pending);
             if libc::sigismember(&pending, libc::SIGPIPE) == 1 {
-                // Ours: taken off the pending set (sigwait returns at once, it is pending).
                 let mut sig = 0;
                 libc::sigwait(&pipe, &mut sig);
             }
         }
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        ok
+        written.is_ok()
     }
 }
 
-fn write_all(fd: i32, mut bytes: &[u8]) -> bool {
+/// Writes all of `bytes`, retrying on EINTR; Err: the error that stopped it.
+fn write_all(fd: i32, mut bytes: &[u8]) -> Result<(), i32> {
     while !bytes.is_empty() {
         // SAFETY: the pointer and length describe a live slice.
         let n = unsafe { libc::write(fd, bytes.as_ptr() as *const libc::c_void, bytes.len()) };
         if n < 0 {
-            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            if e == libc::EINTR {
                 continue;
             }
-            return false;
+            return Err(e);
         }
         if n == 0 {
-            return false;
+            return Err(0);
         }
         bytes = &bytes[n as usize..];
     }
-    true
+    Ok(())
 }
 
 /// A line straight to stderr, for warnings that must show whatever `CLSHIM_LOG` says.
