@@ -183,6 +183,7 @@ unsafe fn init(
     num_entries_ret: *mut cl_uint,
     layer_dispatch_ret: *mut *const *const c_void,
 ) -> cl_int {
+    crate::store::note_loader_start();
     if target_dispatch.is_null() || num_entries_ret.is_null() || layer_dispatch_ret.is_null() {
         return CL_INVALID_VALUE;
     }

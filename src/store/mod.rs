@@ -146,6 +146,17 @@ pub fn pocl_cache() -> PathBuf {
     manifest::pocl_cache_dir(&|n| std::env::var_os(n))
 }
 
+/// pocl's cache folder as the environment named it when the OpenCL loader started
+/// clshim's layer: at the application's first platform call, before pocl starts (at its
+/// first device or context call), so one more folder pocl may be using.
+static AT_LOADER: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Notes pocl's cache folder as the environment names it now: called when a loader
+/// starts clshim's layer.
+pub fn note_loader_start() {
+    let _ = AT_LOADER.set(pocl_cache());
+}
+
 /// pocl's cache folder as the environment named it when the process started
 /// (`/proc/self/environ`, which `setenv` does not change); None where it cannot be read.
 fn pocl_cache_at_exec() -> Option<&'static PathBuf> {
@@ -239,12 +250,20 @@ impl Store {
             return Lookup::Differs(why);
         }
         // pocl may have started before the application named the folder of clshim's
-        // first call: in the folder the process started with, the names the compile found
-        // absent must be absent too (a header there would be read first).
-        if let Some(at_exec) = pocl_cache_at_exec().filter(|e| **e != pocl_cache) {
-            if let Err(why) = manifest::absent_in_pocl_cache(&manifest, at_exec) {
+        // first call: in the folders named when the process and the loader started, the
+        // names the compile found absent must be absent too (a header there would be
+        // read first).
+        let earlier = [
+            (pocl_cache_at_exec(), "as the process started"),
+            (AT_LOADER.get(), "as the OpenCL loader started"),
+        ];
+        for (folder, when) in earlier {
+            let Some(folder) = folder.filter(|f| **f != pocl_cache) else {
+                continue;
+            };
+            if let Err(why) = manifest::absent_in_pocl_cache(&manifest, folder) {
                 return Lookup::Differs(format!(
-                    "{why} (in pocl's cache folder as the process started, which pocl may use)"
+                    "{why} (in pocl's cache folder {when}, which pocl may use)"
                 ));
             }
         }

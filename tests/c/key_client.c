@@ -5,7 +5,8 @@
  * CRs, NULs and all: its length is the file's); `--options=OPTS` are the build options;
  * `--then-env=NAME=VALUE` builds once, sets NAME=VALUE in the process's environment, and
  * builds the same source again (a new program object); `--context-then-env=NAME=VALUE`
- * sets it after the context is made (the driver started) and before the first build. Prints "VAL=<n>" for each build,
+ * sets it after the context is made (the driver started) and before the first build;
+ * `--start-env=NAME=VALUE` sets it before the first OpenCL call. Prints "VAL=<n>" for each build,
  * or "build: CL_..." when one fails, and exits 0 either way, so outputs compare. */
 #include "cltest.h"
 
@@ -60,6 +61,14 @@ int main(int argc, char **argv) {
             return 1;
         }
         src = (const char *)from_file;
+    }
+    const char *start_env = arg_value(argc, argv, "--start-env");
+    if (start_env) {
+        char *pair = strdup(start_env);
+        char *eq = strchr(pair, '=');
+        if (!eq) return 2;
+        *eq = 0;
+        setenv(pair, eq + 1, 1);
     }
     cl_platform_id plat;
     cl_device_id dev;

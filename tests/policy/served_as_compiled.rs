@@ -606,6 +606,39 @@ fn pocls_cache_folder_named_anew_before_the_first_program() {
     );
 }
 
+/// Three folders: the process starts with one, names a second before its first OpenCL
+/// call (pocl starts there), and a third between its context and its first program. A
+/// header in the second is read first without clshim; under the loader's layer, which
+/// starts before pocl, the build is not served (the fourth review found it served).
+#[test]
+fn pocls_cache_folder_named_before_opencl_and_again_before_the_first_program() {
+    let c = Case::new("pocl-folder-three");
+    let src = c.write("src.cl", &source(b"#include \"val.h\"\n"));
+    c.write("app/hdr/val.h", b"#define VAL 3\n");
+    std::fs::create_dir_all(c.d.path("kc-late")).unwrap();
+    let args = [
+        path_arg("source", &src),
+        OsString::from("--options=-I hdr"),
+        OsString::from(format!(
+            "--start-env=POCL_CACHE_DIR={}",
+            s(&c.d.path("kc-first"))
+        )),
+        OsString::from(format!(
+            "--context-then-env=POCL_CACHE_DIR={}",
+            s(&c.d.path("kc-late"))
+        )),
+    ];
+    assert_eq!(c.fill(&args, &[]), "VAL=3\n");
+    c.write("kc-first/val.h", b"#define VAL 5\n");
+    let now = c.as_plain_now(&args, &[]);
+    assert_eq!(
+        (now.out.as_str(), now.served),
+        ("VAL=5\n", 0),
+        "{:?}",
+        now.not_served
+    );
+}
+
 // Builds that hold the moment or the place of their compile.
 
 /// `__TIME__`, `__DATE__`, `__TIMESTAMP__` (also through token pasting) and `__FILE__`
