@@ -519,12 +519,7 @@ fn pocls_cache_folder_is_the_one_it_started_with() {
 /// compile read it; a review found the entry served all the same.
 #[test]
 fn a_kernel_library_reinstalled_is_another_build() {
-    let c = Case::new("kernel-library");
-    let vendors = pocl_copy_with_kernel_library(&c.d);
-    let env = [("OCL_ICD_VENDORS", s(&vendors).to_string())];
-    let src = c.write("src.cl", &source(b"#define VAL 3\n"));
-    let args = [path_arg("source", &src)];
-    assert_eq!(c.fill(&args, &env), "VAL=3\n");
+    let (c, env, args) = filled_on_a_pocl_copy("kernel-library");
     for e in std::fs::read_dir(c.d.path("driver/share/pocl"))
         .unwrap()
         .flatten()
@@ -547,18 +542,26 @@ fn a_kernel_library_reinstalled_is_another_build() {
     );
 }
 
+/// A case on a copy of pocl with kernel libraries and headers of its own
+/// (`pocl_copy_with_kernel_library`), its build (VAL=3) filled and served; with the
+/// environment and arguments of its runs.
+fn filled_on_a_pocl_copy(tag: &str) -> (Case, [(&'static str, String); 1], [OsString; 1]) {
+    let c = Case::new(tag);
+    let vendors = pocl_copy_with_kernel_library(&c.d);
+    let env = [("OCL_ICD_VENDORS", s(&vendors).to_string())];
+    let src = c.write("src.cl", &source(b"#define VAL 3\n"));
+    let args = [path_arg("source", &src)];
+    assert_eq!(c.fill(&args, &env), "VAL=3\n");
+    (c, env, args)
+}
+
 /// The driver's folders as another host has them (pocl installed there at another time:
 /// a package keeps its files' times, not its folders'): the entry still serves, as a
 /// store on a shared home must across hosts. A folder of the driver's once counted by its
 /// time, and a review found such hosts missing every entry.
 #[test]
 fn the_drivers_folders_installed_at_another_time_still_serve() {
-    let c = Case::new("driver-folders");
-    let vendors = pocl_copy_with_kernel_library(&c.d);
-    let env = [("OCL_ICD_VENDORS", s(&vendors).to_string())];
-    let src = c.write("src.cl", &source(b"#define VAL 3\n"));
-    let args = [path_arg("source", &src)];
-    assert_eq!(c.fill(&args, &env), "VAL=3\n");
+    let (c, env, args) = filled_on_a_pocl_copy("driver-folders");
     for folder in [
         "driver/share/pocl/include",
         "driver/share/pocl",
@@ -581,29 +584,7 @@ fn the_drivers_folders_installed_at_another_time_still_serve() {
 /// third review found it served, VAL=3 for 5).
 #[test]
 fn pocls_cache_folder_named_anew_before_the_first_program() {
-    let c = Case::new("pocl-folder-context");
-    let src = c.write("src.cl", &source(b"#include \"val.h\"\n"));
-    c.write("app/hdr/val.h", b"#define VAL 3\n");
-    std::fs::create_dir_all(c.d.path("kc-late")).unwrap();
-    let args = [
-        path_arg("source", &src),
-        OsString::from("--options=-I hdr"),
-        OsString::from(format!(
-            "--context-then-env=POCL_CACHE_DIR={}",
-            s(&c.d.path("kc-late"))
-        )),
-    ];
-    assert_eq!(c.fill(&args, &[]), "VAL=3\n");
-    for kc in ["kc-plain", "kc-cache"] {
-        c.write(&format!("{kc}/val.h"), b"#define VAL 5\n");
-    }
-    let now = c.as_plain_now(&args, &[]);
-    assert_eq!(
-        (now.out.as_str(), now.served),
-        ("VAL=5\n", 0),
-        "{:?}",
-        now.not_served
-    );
+    named_before_the_first_program("pocl-folder-context", None, &["kc-plain", "kc-cache"]);
 }
 
 /// Three folders: the process starts with one, names a second before its first OpenCL
@@ -612,24 +593,33 @@ fn pocls_cache_folder_named_anew_before_the_first_program() {
 /// starts before pocl, the build is not served (the fourth review found it served).
 #[test]
 fn pocls_cache_folder_named_before_opencl_and_again_before_the_first_program() {
-    let c = Case::new("pocl-folder-three");
+    named_before_the_first_program("pocl-folder-three", Some("kc-first"), &["kc-first"]);
+}
+
+/// key_client names pocl's cache folder `kc-late` between its context and its first
+/// program (and `first`, with one, before its first OpenCL call); its build (VAL=3 from
+/// `hdr/val.h`) is filled; then a `val.h` of VAL 5 appears in each of `headers_in`, and
+/// the run prints what a build without clshim prints, 5, served nothing.
+fn named_before_the_first_program(tag: &str, first: Option<&str>, headers_in: &[&str]) {
+    let c = Case::new(tag);
     let src = c.write("src.cl", &source(b"#include \"val.h\"\n"));
     c.write("app/hdr/val.h", b"#define VAL 3\n");
     std::fs::create_dir_all(c.d.path("kc-late")).unwrap();
-    let args = [
-        path_arg("source", &src),
-        OsString::from("--options=-I hdr"),
-        OsString::from(format!(
+    let mut args = vec![path_arg("source", &src), OsString::from("--options=-I hdr")];
+    if let Some(first) = first {
+        args.push(OsString::from(format!(
             "--start-env=POCL_CACHE_DIR={}",
-            s(&c.d.path("kc-first"))
-        )),
-        OsString::from(format!(
-            "--context-then-env=POCL_CACHE_DIR={}",
-            s(&c.d.path("kc-late"))
-        )),
-    ];
+            s(&c.d.path(first))
+        )));
+    }
+    args.push(OsString::from(format!(
+        "--context-then-env=POCL_CACHE_DIR={}",
+        s(&c.d.path("kc-late"))
+    )));
     assert_eq!(c.fill(&args, &[]), "VAL=3\n");
-    c.write("kc-first/val.h", b"#define VAL 5\n");
+    for kc in headers_in {
+        c.write(&format!("{kc}/val.h"), b"#define VAL 5\n");
+    }
     let now = c.as_plain_now(&args, &[]);
     assert_eq!(
         (now.out.as_str(), now.served),
