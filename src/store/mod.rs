@@ -57,7 +57,7 @@ pub enum Lookup {
     /// Ignored: damaged, foreign or unreadable, with why.
     Refused(String),
     /// Where this build's compile would look cannot be known (pocl's cache folder named
-    /// anew since the process started), with why: nothing is served.
+    /// anew since clshim's first OpenCL call), with why: nothing is served.
     Unknowable(String),
 }
 
