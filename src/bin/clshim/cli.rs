@@ -217,6 +217,21 @@ fn value(
     }
 }
 
+/// Takes the value of option `name` as a path, refusing an empty one as an empty `what`
+/// ("directory name", "file name", "path").
+fn path_value(
+    name: &str,
+    inline: Option<&str>,
+    rest: &mut impl Iterator<Item = OsString>,
+    what: &str,
+) -> Result<PathBuf, UsageError> {
+    let v = value(name, inline, rest)?;
+    if v.is_empty() {
+        return usage(format!("{name}: empty {what}"));
+    }
+    Ok(v.into())
+}
+
 fn utf8(name: &str, v: OsString) -> Result<String, UsageError> {
     v.into_string().or_else(|v| {
         usage(format!(
@@ -295,11 +310,7 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
                 o.devices = Some(control(name, &controls::DEVICES, v)?);
             }
             "--trace-dir" => {
-                let v = value(name, inline, &mut it)?;
-                if v.is_empty() {
-                    return usage("--trace-dir: empty directory name");
-                }
-                o.trace_dir = Some(v.into());
+                o.trace_dir = Some(path_value(name, inline, &mut it, "directory name")?);
             }
             "--trace-mode" => {
                 let v = utf8(name, value(name, inline, &mut it)?)?;
@@ -310,11 +321,7 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
                 o.log = Some(control(name, &controls::LOG, v)?);
             }
             "--lib" => {
-                let v = value(name, inline, &mut it)?;
-                if v.is_empty() {
-                    return usage("--lib: empty path");
-                }
-                o.lib = Some(v.into());
+                o.lib = Some(path_value(name, inline, &mut it, "path")?);
             }
             "--mode" => {
                 let v = utf8(name, value(name, inline, &mut it)?)?;
@@ -378,18 +385,10 @@ fn parse_warm(args: Vec<OsString>) -> Result<Command, UsageError> {
         let (name, inline) = split_eq(&s);
         match name {
             "--store" => {
-                let v = value(name, inline, &mut it)?;
-                if v.is_empty() {
-                    return usage("--store: empty directory name");
-                }
-                o.store = Some(v.into());
+                o.store = Some(path_value(name, inline, &mut it, "directory name")?);
             }
             "--lib" => {
-                let v = value(name, inline, &mut it)?;
-                if v.is_empty() {
-                    return usage("--lib: empty path");
-                }
-                o.lib = Some(v.into());
+                o.lib = Some(path_value(name, inline, &mut it, "path")?);
             }
             "--jobs" => {
                 let v = utf8(name, value(name, inline, &mut it)?)?;
@@ -436,11 +435,7 @@ fn parse_store(args: Vec<OsString>) -> Result<Command, UsageError> {
         let (name, inline) = split_eq(&s);
         match name {
             "--store" => {
-                let v = value(name, inline, &mut it)?;
-                if v.is_empty() {
-                    return usage("--store: empty directory name");
-                }
-                o.store = Some(v.into());
+                o.store = Some(path_value(name, inline, &mut it, "directory name")?);
             }
             "--json" | "--clear" if inline.is_some() => {
                 return usage(format!("option {name} takes no value"));
@@ -478,18 +473,10 @@ fn parse_report(args: Vec<OsString>) -> Result<Command, UsageError> {
                 "--wide" if inline.is_none() => o.wide = true,
                 "--by-source" if inline.is_none() => o.by_source = true,
                 "--chrome" => {
-                    let v = value(name, inline, &mut it)?;
-                    if v.is_empty() {
-                        return usage("--chrome: empty file name");
-                    }
-                    o.chrome = Some(v.into());
+                    o.chrome = Some(path_value(name, inline, &mut it, "file name")?);
                 }
                 "--against" => {
-                    let v = value(name, inline, &mut it)?;
-                    if v.is_empty() {
-                        return usage("--against: empty directory name");
-                    }
-                    o.against = Some(v.into());
+                    o.against = Some(path_value(name, inline, &mut it, "directory name")?);
                 }
                 "-h" | "--help" => return Ok(Command::Help(Some("report"))),
                 _ => return unknown_option("report", &s),
