@@ -100,6 +100,39 @@ pub fn ancestors_not_others(dir: &Path) -> Option<String> {
     None
 }
 
+/// A temporary name for `name` in a store folder, unique to this process and call
+/// (`.tmp-<name>-<pid>-<nanos>-<n>`): what a writer killed before its rename leaves, which
+/// the cap removes an hour on.
+pub fn temporary_name(name: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        ".tmp-{name}-{}-{nanos}-{}",
+        std::process::id(),
+        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Makes the file `name` in `dir`, new (never one that exists, nor through a link),
+/// [`FILE_MODE`], open for writing.
+pub fn create_new(dir: &Fd, name: &std::ffi::CStr) -> std::io::Result<Fd> {
+    // SAFETY: `dir` is open, `name` a valid NUL-terminated name.
+    let fd = unsafe {
+        libc::openat(
+            dir.0,
+            name.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            FILE_MODE as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return last_error();
+    }
+    Ok(Fd(fd))
+}
+
 /// Makes the directory `path` with exactly [`DIR_MODE`] (one that exists is left as it is).
 pub fn make_dir(path: &Path) -> std::io::Result<()> {
     make_dir_at(libc::AT_FDCWD, &cstr(path.as_os_str().as_bytes())?)
@@ -165,18 +198,7 @@ fn make_dir_at(at: c_int, name: &std::ffi::CStr) -> std::io::Result<()> {
             e => Err(e),
         };
     }
-    // SAFETY: as above.
-    let fd = unsafe {
-        libc::openat(
-            at,
-            name.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return last_error();
-    }
-    let fd = Fd(fd);
+    let fd = open_dir_nofollow(at, name)?;
     // SAFETY: an open descriptor.
     if unsafe { libc::fchmod(fd.0, DIR_MODE as libc::mode_t) } != 0 {
         return last_error();
@@ -187,6 +209,14 @@ fn make_dir_at(at: c_int, name: &std::ffi::CStr) -> std::io::Result<()> {
 /// Opens the directory `name` relative to `at` (a directory or `AT_FDCWD`), not following
 /// a link at its last component, and checks it is the user's alone.
 fn open_dir_at(at: libc::c_int, name: &std::ffi::CStr) -> std::io::Result<Fd> {
+    let fd = open_dir_nofollow(at, name)?;
+    check_dir(&fd)?;
+    Ok(fd)
+}
+
+/// Opens the directory `name` relative to `at` (a directory or `AT_FDCWD`), not following
+/// a link at its last component.
+fn open_dir_nofollow(at: libc::c_int, name: &std::ffi::CStr) -> std::io::Result<Fd> {
     // SAFETY: `at` is open (or AT_FDCWD); `name` a valid NUL-terminated name.
     let fd = unsafe {
         libc::openat(
@@ -198,9 +228,7 @@ fn open_dir_at(at: libc::c_int, name: &std::ffi::CStr) -> std::io::Result<Fd> {
     if fd < 0 {
         return last_error();
     }
-    let fd = Fd(fd);
-    check_dir(&fd)?;
-    Ok(fd)
+    Ok(Fd(fd))
 }
 
 fn check_dir(fd: &Fd) -> std::io::Result<()> {
@@ -383,31 +411,11 @@ pub fn write_atomic(
     if over_file_size_limit(bytes.len()) {
         return Err(std::io::Error::from_raw_os_error(libc::EFBIG));
     }
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let tmp = format!(
-        ".tmp-{name}-{}-{nanos}-{}",
-        std::process::id(),
-        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-    );
+    let tmp = temporary_name(name);
     let ctmp = cstr(tmp.as_bytes())?;
     let cname = cstr(name.as_bytes())?;
-    // SAFETY: `dir` is open, `ctmp` a valid name.
-    let fd = unsafe {
-        libc::openat(
-            dir.0,
-            ctmp.as_ptr(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            FILE_MODE as libc::c_uint,
-        )
-    };
-    if fd < 0 {
-        return last_error();
-    }
+    let fd = create_new(dir, &ctmp)?;
     let result = (|| {
-        let fd = Fd(fd);
         let mut done = 0;
         while done < bytes.len() {
             // SAFETY: `bytes[done..]` is readable for its length.

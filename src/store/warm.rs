@@ -203,25 +203,8 @@ const MAX_CLAIM: u64 = 512;
 /// time of a file made in the requests folder (and removed at once). Claims' times are that clock's, so
 /// hosts whose own clocks drift still agree on a lease's age.
 fn store_now(dir: &Fd) -> Option<i64> {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let name =
-        std::ffi::CString::new(format!(".tmp-clock-{}-{nanos}-0", std::process::id())).ok()?;
-    // SAFETY: an open directory and a valid name.
-    let fd = unsafe {
-        libc::openat(
-            dir.0,
-            name.as_ptr(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            files::FILE_MODE as libc::c_uint,
-        )
-    };
-    if fd < 0 {
-        return None;
-    }
-    let fd = Fd(fd);
+    let name = std::ffi::CString::new(files::temporary_name("clock")).ok()?;
+    let fd = files::create_new(dir, &name).ok()?;
     // SAFETY: plain data filled by fstat.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: an open descriptor; the directory and the name made above.
@@ -242,12 +225,8 @@ fn store_now(dir: &Fd) -> Option<i64> {
 /// it exists, on NFS too), so no reader ever sees one half written.
 fn claim(dir: &Fd, key: u64, me: &Claim) -> bool {
     let name = format::claim_name(key);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
     // A temporary name the cap removes an hour on, should this process die before it does.
-    let tmp = format!(".tmp-{name}-{}-{nanos}-0", std::process::id());
+    let tmp = files::temporary_name(&name);
     let (Ok(c_name), Ok(c_tmp)) = (
         std::ffi::CString::new(name.as_str()),
         std::ffi::CString::new(tmp.as_str()),
@@ -255,21 +234,14 @@ fn claim(dir: &Fd, key: u64, me: &Claim) -> bool {
         return false;
     };
     files::remove(dir, &tmp);
-    // SAFETY: an open directory and a valid name.
-    let fd = unsafe {
-        libc::openat(
-            dir.0,
-            c_tmp.as_ptr(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            files::FILE_MODE as libc::c_uint,
-        )
-    };
-    if fd < 0 {
+    let Ok(fd) = files::create_new(dir, &c_tmp) else {
         return false;
-    }
+    };
     let text = me.text();
     {
-        let fd = Fd(fd);
+        // Closed at the end of this block, before the link: on NFS, another host reads a
+        // file whole only once its writer closed it.
+        let fd = fd;
         // SAFETY: `text` is readable for its length.
         let n = unsafe { libc::write(fd.0, text.as_ptr() as *const c_void, text.len()) };
         if n != text.len() as isize {
