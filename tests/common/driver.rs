@@ -47,6 +47,26 @@ pub fn fake_client() -> PathBuf {
     build_c("fake_client", &["-lpthread"])
 }
 
+/// The pocl kernel cache of the running test (named by its thread, which the test harness
+/// names after the test), kept under target/ between runs of the suite.
+pub fn test_pocl_cache() -> PathBuf {
+    let name: String = std::thread::current()
+        .name()
+        .unwrap_or("main")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    super::target_dir()
+        .join("test-pocl-cache")
+        .join(format!("{}-{name}", super::test_binary_name()))
+}
+
 /// Where a program runs: real pocl through the system loader, or the fake driver alone.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Driver {
@@ -140,6 +160,11 @@ pub fn run_on(driver: Driver, bin: &Path, args: &[&str], env: &[(&str, &str)], s
     // The native store in the run's scratch folder, not the user's cache, unless the test
     // names one.
     cmd.env("CLSHIM_NATIVE_STORE", dir.path("native-store"));
+    // pocl's kernel cache of this test's own, unless it names one: the tests of a binary
+    // run at once, and pocl's cache shared between processes races (pocl issues 430 and
+    // 1480; a run without clshim once aborted in pocl_binary.c reading another test's
+    // half-written entry). The runs of one test share it, as runs on one machine do.
+    cmd.env("POCL_CACHE_DIR", test_pocl_cache());
     for (k, v) in env {
         cmd.env(k, v);
     }
