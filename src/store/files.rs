@@ -451,6 +451,39 @@ pub fn write_atomic(
     result
 }
 
+/// Writes `bytes` as the new file `name` below `dir` (never one that exists, nor through a
+/// link), with exactly `mode`: a file of a folder no one reads until it is renamed into
+/// place whole (a kept compile unpacked into pocl's cache).
+pub fn write_new(dir: &Fd, name: &std::ffi::OsStr, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    if over_file_size_limit(bytes.len()) {
+        return Err(std::io::Error::from_raw_os_error(libc::EFBIG));
+    }
+    let fd = create_new(dir, &cstr(name.as_bytes())?)?;
+    let mut done = 0;
+    while done < bytes.len() {
+        // SAFETY: `bytes[done..]` is readable for its length.
+        let n = unsafe {
+            libc::write(
+                fd.0,
+                bytes[done..].as_ptr() as *const c_void,
+                bytes.len() - done,
+            )
+        };
+        if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        if n <= 0 {
+            return last_error();
+        }
+        done += n as usize;
+    }
+    // SAFETY: an open descriptor.
+    if unsafe { libc::fchmod(fd.0, mode as libc::mode_t) } != 0 {
+        return last_error();
+    }
+    Ok(())
+}
+
 /// Whether a file of `len` bytes would pass the process's file-size limit (`ulimit -f`):
 /// writing past it raises SIGXFSZ, which ends a process that does not handle it, and the
 /// application must never pay for a store write.

@@ -22,6 +22,7 @@
 pub mod build_key;
 pub mod driver;
 pub mod files;
+pub mod kept;
 pub mod labels;
 pub mod manifest;
 pub mod record;
@@ -137,6 +138,13 @@ impl Miss {
             why: self.words(),
         }
     }
+}
+
+/// Whether pocl keeps a kernel cache: `POCL_KERNEL_CACHE` unset, or set to something that
+/// begins with `1` (pocl reads no other value as true). Where it does not, nothing put in
+/// its cache folder is ever read, and nothing is kept from it.
+pub fn pocl_kernel_cache_on() -> bool {
+    std::env::var_os("POCL_KERNEL_CACHE").map_or(true, |v| v.as_encoded_bytes().starts_with(b"1"))
 }
 
 /// pocl's cache folder as the environment names it now: where a rank's compiles are put

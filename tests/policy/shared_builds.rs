@@ -53,7 +53,9 @@ impl Node {
         }
     }
 
-    /// The client as rank `rank`, under the program cache (sharing as `share` says).
+    /// The client as rank `rank`, under the program cache (sharing as `share` says), with
+    /// no store: what these tests show is between peers alone (tests/policy/kept.rs shows
+    /// what the store keeps).
     fn rank(&self, rank: usize, share: bool) -> Command {
         let traces = self.d.path(&format!("traces-{rank}"));
         let mut cmd = program_cache_command(&self.bin, Some("both"), &traces);
@@ -63,6 +65,7 @@ impl Node {
             .env("TMPDIR", self.d.path("tmp"))
             .env("POCL_CACHE_DIR", self.d.path(&format!("kc-{rank}")))
             .env("CLSHIM_SHARE_BUILDS", if share { "1" } else { "0" })
+            .env("CLSHIM_NATIVE_STORE", "off")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         cmd

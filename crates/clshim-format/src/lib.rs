@@ -4,7 +4,8 @@
 //! records: version, event names, the fields of every record), `ranks` (the MPI rank from
 //! the launchers' variables), `hash` (the stable hash behind source and link identities
 //! and clshim binaries' checksums), `store` (the native store's entry header and requests)
-//! with `manifest` (the names an entry's compile looked up, and what it found there) and
+//! with `kept` (a kept compile: what pocl's kernel cache gained
+//! when a rank compiled), `manifest` (the names an entry's compile looked up, and what it found there) and
 //! `labels` (what the store says of its devices and driver builds, in words),
 //! and `wall_union` (how overlapping first launches are counted). The library parses the
 //! controls and writes the
@@ -15,6 +16,7 @@
 pub mod binary;
 pub mod controls;
 pub mod hash;
+pub mod kept;
 pub mod labels;
 pub mod manifest;
 pub mod ranks;

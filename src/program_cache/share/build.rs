@@ -1,9 +1,12 @@
-//! The build's half of sharing (see the parent module): the first rank to build a program
-//! takes the lock named by the build's key, compiles, and publishes what pocl's kernel
-//! cache then holds of it (the program's folder: its bitcode and log); a rank that comes
-//! second waits for the publication, copies it into its own pocl kernel cache and builds,
-//! which pocl answers as a cache hit, never through its generic compile: nothing is asked
-//! of the driver but the build.
+//! The build's half (see the parent module): a build whose key the store keeps a compile
+//! of takes it (`store::kept`: the program's folder with every first launch kept for it)
+//! into its own pocl kernel cache and builds, which pocl answers as a cache hit. Otherwise
+//! the first rank of the node to build the program takes the lock named by the build's
+//! key, compiles, publishes what pocl's kernel cache then holds of it (the program's
+//! folder: its bitcode and log) to its peers, and keeps it in the store for later jobs; a
+//! rank that comes second waits for the publication, copies it into its own pocl kernel
+//! cache and builds. Never through pocl's generic compile: nothing is asked of the driver
+//! but the build.
 
 use super::{
     build_patience, code_bytes, copy_into_cache, fresh_marker, made_since, make_dirs_below,
@@ -15,7 +18,8 @@ use crate::dispatch::Route;
 use crate::query;
 use crate::recipe::{Recipe, Text};
 use crate::runtime::Runtime;
-use crate::store::files;
+use crate::store::build_key::{BuildKey, CompileEnv};
+use crate::store::{files, kept};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
@@ -27,16 +31,23 @@ pub struct Turn {
     lock: Option<Held>,
     /// clshim's id of the program.
     program: u64,
-    folder: PathBuf,
-    key: u64,
+    /// The node's folder (None: no peers to share with).
+    folder: Option<PathBuf>,
+    key: BuildKey,
+    /// The store the build's compile is kept in (None: none).
+    store: Option<PathBuf>,
+    /// What a warm step needs to make the driver's binary of the build (a request).
+    request: Vec<u8>,
     pocl_cache: PathBuf,
     started: SystemTime,
     clock: Instant,
     bytes: usize,
-    /// The program's folders in pocl's cache (relative to it) that a peer published, and
-    /// how many of them this build copied (the others it had).
+    /// The program's folders in pocl's cache (relative to it) that a peer published or the
+    /// store kept, and how many of them this build copied (the others it had).
     taken: Vec<PathBuf>,
     copied: usize,
+    /// The specialisations of its kernels taken from the store.
+    kept_specs: Vec<PathBuf>,
 }
 
 /// [`before`] for the application's arguments of `clBuildProgram`: a device list of the
@@ -52,7 +63,7 @@ pub unsafe fn before_build(
     devices: &crate::app_args::AppArray<cl_device_id>,
     options: *const std::ffi::c_char,
 ) -> Option<Turn> {
-    if !rt.config.program_cache || !rt.config.share_builds || program.is_null() {
+    if !rt.config.program_cache || program.is_null() {
         return None;
     }
     if rt.programs.lookup(program).origin != crate::programs::Origin::Source {
@@ -74,9 +85,10 @@ pub unsafe fn before_build(
 }
 
 /// Before the driver builds `program` (created from source) with `options` (the
-/// application's): whose compile this build uses. None: no sharing for it (the program
-/// cache or sharing is off, more than one device, not pocl, pocl's kernel cache off, the
-/// node's folder is not the user's alone).
+/// application's): whose compile this build uses: the store's kept compile of its key, a
+/// peer's on this node, or its own (kept, and published to its peers). None: nothing of
+/// the kind for it (the program cache is off, more than one device, not pocl, pocl's
+/// kernel cache off, no store and no node folder of the user's alone).
 ///
 /// # Safety
 /// `program` is a live program; `options` NULL or a NUL-terminated string (the
@@ -88,16 +100,7 @@ pub unsafe fn before(
     devices: &[cl_device_id],
     options: &[u8],
 ) -> Option<Turn> {
-    if !rt.config.program_cache || !rt.config.share_builds {
-        return None;
-    }
-    let off = std::env::var_os("POCL_KERNEL_CACHE").is_some_and(|v| {
-        matches!(
-            v.to_string_lossy().to_ascii_lowercase().as_str(),
-            "0" | "false" | "no" | "off"
-        )
-    });
-    if off {
+    if !rt.config.program_cache || !crate::store::pocl_kernel_cache_on() {
         return None;
     }
     let devices = if devices.is_empty() {
@@ -123,29 +126,62 @@ pub unsafe fn before(
     let encoded = recipe.encode();
     // SAFETY: a live device, whose facts these are.
     let key = unsafe { crate::store::key_for(&facts, device, &recipe, &encoded) }.ok()?;
-    let folder = node_folder()?.to_path_buf();
-    // Made again if a cleaner took it; its owner and mode checked again.
-    files::open_dir(&folder, true).ok()?;
-    let lock = folder.join(format!("{:016x}.lock", key.key));
+    let store = crate::store::Store::from_config(&rt.config).map(|s| s.dir);
+    let folder = node_folder()
+        .filter(|_| rt.config.share_builds)
+        // Made again if a cleaner took it; its owner and mode checked again.
+        .filter(|f| files::open_dir(f, true).is_ok())
+        .map(Path::to_path_buf);
+    if store.is_none() && folder.is_none() {
+        return None;
+    }
+    let request = std::env::current_dir()
+        .map(|cwd| {
+            clshim_format::store::Request {
+                key: key.key,
+                fingerprint: key.fingerprint,
+                driver: key.driver,
+                recipe: encoded,
+                cwd: cwd.as_os_str().as_bytes().to_vec(),
+                env: CompileEnv::of_process().replay,
+            }
+            .encode()
+        })
+        .unwrap_or_default();
     let mut turn = Turn {
         shared: Shared::Compiled,
         lock: None,
         program: rt.programs.lookup(program).id,
         folder,
-        key: key.key,
+        key,
+        store,
+        request,
         pocl_cache: crate::store::pocl_cache(),
         started: SystemTime::now(),
         clock: Instant::now(),
         bytes,
         taken: Vec::new(),
         copied: 0,
+        kept_specs: Vec::new(),
     };
+    if turn.take_kept() {
+        return Some(turn);
+    }
+    let Some(folder) = &turn.folder else {
+        return Some(turn);
+    };
+    let lock = folder.join(format!("{:016x}.lock", turn.key.key));
     let taken = std::cell::RefCell::new((Vec::new(), 0));
-    let (waited, seconds) = wait_for(&lock, build_patience(bytes), || {
+    let Some((waited, seconds)) = wait_for(&lock, build_patience(bytes), || {
         let mut t = taken.borrow_mut();
         let (folders, copied) = &mut *t;
         turn.take_published(folders, copied)
-    })?;
+    }) else {
+        // This process holds that lock itself (another thread, another program of the
+        // same build): no peer to wait for; what it compiles is kept all the same.
+        turn.folder = None;
+        return Some(turn);
+    };
     turn.shared = shared_of(&waited, seconds);
     (turn.taken, turn.copied) = taken.into_inner();
     if let Waited::Holds(lock) = waited {
@@ -178,6 +214,12 @@ impl BuildNote {
                 Shared::CompiledAfterWaiting { waited }
             }
             Shared::FromPeer { waited } if self.copied == 0 => Shared::OwnCache { waited },
+            // The kept compile was not what pocl looked for (a header it reads changed):
+            // this build compiled its own.
+            Shared::FromStore if made_since(&self.pocl_cache, self.since, 2, &self.taken) => {
+                Shared::Compiled
+            }
+            Shared::FromStore if self.copied == 0 => Shared::OwnCache { waited: 0.0 },
             s => s,
         }
     }
@@ -195,8 +237,31 @@ impl Turn {
         }
     }
 
-    fn published(&self) -> PathBuf {
-        self.folder.join(format!("{:016x}", self.key))
+    fn published(&self) -> Option<PathBuf> {
+        let folder = self.folder.as_ref()?;
+        Some(folder.join(format!("{:016x}", self.key.key)))
+    }
+
+    /// Takes the store's kept compile of this build, if there is one, into this rank's
+    /// pocl kernel cache. True when it was taken (the build goes on as a cache hit).
+    fn take_kept(&mut self) -> bool {
+        let Some(store) = &self.store else {
+            return false;
+        };
+        match kept::take(store, &self.key, &self.pocl_cache) {
+            kept::Take::Taken(t) => {
+                self.shared = Shared::FromStore;
+                self.taken = t.programs;
+                self.copied = t.copied;
+                self.kept_specs = t.specs;
+                true
+            }
+            kept::Take::Absent => false,
+            kept::Take::Refused(why) => {
+                log::debug!("kept compile {:016x} not taken: {why}", self.key.key);
+                false
+            }
+        }
     }
 
     /// Copies a peer's published compile into this rank's pocl kernel cache: each program
@@ -204,7 +269,9 @@ impl Turn {
     /// cache, and `copied` how many were copied). False when nothing is published, or only
     /// an old mark that a peer had nothing to publish (see [`fresh_marker`]).
     fn take_published(&self, taken: &mut Vec<PathBuf>, copied: &mut usize) -> bool {
-        let from = self.published();
+        let Some(from) = self.published() else {
+            return false;
+        };
         let Ok(levels) = std::fs::read_dir(&from) else {
             return false;
         };
@@ -218,7 +285,7 @@ impl Turn {
                 let rel = Path::new(&level.file_name()).join(p.file_name());
                 let to = self.pocl_cache.join(&rel);
                 if !to.join("program.bc").exists() {
-                    copy_into_cache(&p.path(), &to, self.key);
+                    copy_into_cache(&p.path(), &to, self.key.key);
                     *copied += 1;
                 }
                 taken.push(rel);
@@ -227,44 +294,56 @@ impl Turn {
         !taken.is_empty() || fresh_marker(&from)
     }
 
-    /// After the driver's build returned `ret`: a compile this rank made holding the lock
-    /// is published (the program folders pocl's cache gained during the build), and the
-    /// lock let go; a compile this rank made counts towards its expected compile times.
+    /// After the driver's build returned `ret`: a compile this rank made is kept in the
+    /// store (replacing a kept one that was not what pocl looked for) and, when this rank
+    /// held the node's lock, published to its peers, and the lock let go; a compile this
+    /// rank made counts towards its expected compile times.
     pub fn after(mut self, ret: cl_int) {
-        // A build that took a peer's compile, but whose pocl compiled all the same, made
-        // its own program folder: that is the one its kernels' launches use.
-        let compiled = matches!(
-            self.note().shared(),
-            Shared::Compiled | Shared::CompiledAfterWaiting { .. }
-        );
+        let note = self.note().shared();
+        // A build that took a peer's (or the store's) compile, but whose pocl compiled all
+        // the same, made its own program folder: that is the one its kernels' launches use.
+        let compiled = matches!(note, Shared::Compiled | Shared::CompiledAfterWaiting { .. });
         if compiled && ret == CL_SUCCESS {
             BUILDS.add(self.clock.elapsed(), self.bytes);
         }
         if ret != CL_SUCCESS {
             return;
         }
-        let programs = if self.lock.is_some() {
-            self.publish()
-        } else if compiled {
-            // Its own, not the peer's it copied and pocl did not use.
+        let programs = if compiled {
+            // Its own, not what it copied and pocl did not use.
             let taken = std::mem::take(&mut self.taken);
-            self.fresh_programs()
+            let own: Vec<PathBuf> = self
+                .fresh_programs()
                 .into_iter()
                 .filter(|p| !taken.contains(p))
-                .collect()
+                .collect();
+            if let Some(store) = &self.store {
+                let replace = self.shared == Shared::FromStore;
+                let request = std::mem::take(&mut self.request);
+                let pocl = &self.pocl_cache;
+                if let Err(why) = kept::keep_build(store, &self.key, request, pocl, &own, replace) {
+                    log::debug!("build {:016x} not kept: {why}", self.key.key);
+                }
+            }
+            own
         } else {
             std::mem::take(&mut self.taken)
         };
+        if self.lock.is_some() {
+            self.publish(&programs);
+        }
         drop(self.lock.take());
         if !programs.is_empty() {
             remember(
                 self.program,
                 SharedProgram {
-                    key: self.key,
+                    key: self.key.clone(),
                     bytes: self.bytes,
                     folder: self.folder.clone(),
+                    store: self.store.clone(),
                     pocl_cache: self.pocl_cache.clone(),
                     programs,
+                    kept_specs: std::mem::take(&mut self.kept_specs),
                 },
             );
         }
@@ -301,28 +380,27 @@ impl Turn {
         found
     }
 
-    /// Publishes the program folders of pocl's cache made since the build began (none, for
-    /// a build pocl's cache answered: then a mark that there is nothing to take), and
-    /// returns them (relative to the cache).
-    fn publish(&self) -> Vec<PathBuf> {
-        let programs = self.fresh_programs();
-        let tmp = self
-            .folder
-            .join(format!(".tmp-{:016x}-{}", self.key, std::process::id()));
+    /// Publishes `programs` (the program folders of pocl's cache this build made; none, for
+    /// a build pocl's cache answered: then a mark that there is nothing to take) to the
+    /// node's peers.
+    fn publish(&self, programs: &[PathBuf]) {
+        let (Some(folder), Some(to)) = (&self.folder, self.published()) else {
+            return;
+        };
+        let tmp = folder.join(format!(".tmp-{:016x}-{}", self.key.key, std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         if files::make_dir(&tmp).is_err() {
-            return programs;
+            return;
         }
         let whole = programs.iter().all(|rel| {
             make_dirs_below(&tmp, rel)
                 && files::copy_tree(&self.pocl_cache.join(rel), &tmp.join(rel))
         });
         if whole {
-            publish_whole(&tmp, &self.published());
+            publish_whole(&tmp, &to);
         } else {
             // Nothing published: the ranks waiting take the lock in turn and compile.
             let _ = std::fs::remove_dir_all(&tmp);
         }
-        programs
     }
 }

@@ -1,7 +1,9 @@
-//! The first launch's half of sharing (see the parent module): pocl compiles the kernel
-//! that runs (specialised for the work-group configuration, then linked) at a kernel's
-//! first launch, into a folder of the kernel below its program's folder in pocl's cache.
-//! For a program whose build was shared, the first rank to launch one of its kernels with
+//! The first launch's half (see the parent module): pocl compiles the kernel that runs
+//! (specialised for the work-group configuration, then linked) at a kernel's first launch,
+//! into a folder of the kernel below its program's folder in pocl's cache. What a launch
+//! makes there is kept in the store beside its program's kept build, once the command has
+//! completed, so that a later job takes it with the build (`store::kept`) and its launch is
+//! pocl's cache hit. For a program whose build was shared, the first rank to launch one of its kernels with
 //! a configuration takes the lock of (build key, kernel, configuration), launches, and,
 //! once the command has completed, publishes each specialisation pocl made (each once, in
 //! the build's `kernels` folder, as pocl's cache names it) and marks the configuration
@@ -13,12 +15,12 @@
 //! not use is never read, and one it needs but lacks is compiled as without clshim.
 
 use super::{
-    copy_into_cache, launch_patience, made_since, make_dirs_below, node_folder, publish_whole,
-    shared_of, shared_program, wait_for, Held, Shared, SharedProgram, Waited,
+    copy_into_cache, launch_patience, make_dirs_below, node_folder, publish_whole, shared_of,
+    shared_program, wait_for, Held, Shared, SharedProgram, Waited,
 };
 use crate::hash::Fnv1a;
-use crate::store::files;
-use std::path::PathBuf;
+use crate::store::{files, kept};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
@@ -61,7 +63,7 @@ pub fn before_launch(
     let program = shared_program(program?)?;
     let kernel = kernel.filter(|k| plain_name(k))?;
     let mut h = Fnv1a::default();
-    h.update(&program.key.to_le_bytes())
+    h.update(&program.key.key.to_le_bytes())
         .update(kernel.as_bytes());
     h.update(&(global.len() as u64).to_le_bytes());
     for g in global {
@@ -74,10 +76,6 @@ pub fn before_launch(
         }
     }
     let key = h.finish();
-    files::open_dir(node_folder()?, true).ok()?;
-    let lock = program
-        .folder
-        .join(format!("{:016x}.{key:016x}.lock", program.key));
     let mut turn = LaunchTurn {
         shared: Shared::Compiled,
         lock: None,
@@ -89,12 +87,28 @@ pub fn before_launch(
         taken: Vec::new(),
         copied: 0,
     };
+    // A kernel the store kept with its program's build is in this rank's pocl cache
+    // already: no peer to wait for. Otherwise the node's folder, made again if a cleaner
+    // took it, its owner and mode checked again.
+    let node = turn
+        .program
+        .folder
+        .as_ref()
+        .filter(|_| !turn.kept_here())
+        .filter(|_| node_folder().is_some_and(|f| files::open_dir(f, true).is_ok()));
+    let Some(folder) = node else {
+        return Some(turn);
+    };
+    let lock = folder.join(format!("{:016x}.{key:016x}.lock", turn.program.key.key));
     let taken = std::cell::RefCell::new((Vec::new(), 0));
-    let (waited, seconds) = wait_for(&lock, launch_patience(turn.program.bytes), || {
+    let Some((waited, seconds)) = wait_for(&lock, launch_patience(turn.program.bytes), || {
         let mut t = taken.borrow_mut();
         let (names, copied) = &mut *t;
         turn.take_published(names, copied)
-    })?;
+    }) else {
+        // This process launches it already (another thread): no peer to wait for.
+        return Some(turn);
+    };
     turn.shared = shared_of(&waited, seconds);
     (turn.taken, turn.copied) = taken.into_inner();
     if let Waited::Holds(lock) = waited {
@@ -106,20 +120,26 @@ pub fn before_launch(
 }
 
 impl LaunchTurn {
+    /// The node's folder, where this launch meets its peers' (None: it has none).
+    fn node(&self) -> Option<&PathBuf> {
+        self.program.folder.as_ref()
+    }
+
     /// The mark that a launch with this configuration completed on some rank, and its
     /// specialisations were published (an empty file).
-    fn done(&self) -> PathBuf {
-        self.program
-            .folder
-            .join(format!("{:016x}.{:016x}.done", self.program.key, self.key))
+    fn done(&self) -> Option<PathBuf> {
+        let name = format!("{:016x}.{:016x}.done", self.program.key.key, self.key);
+        Some(self.node()?.join(name))
     }
 
     /// Where the build's kernels' specialisations are published, each once, as pocl's
     /// cache holds them: `<program folder>/<kernel>/<specialisation>`.
-    fn kernels(&self) -> PathBuf {
-        self.program
-            .folder
-            .join(format!("{:016x}.kernels", self.program.key))
+    fn kernels(&self) -> Option<PathBuf> {
+        Some(self.node()?.join(self.kernels_name()))
+    }
+
+    fn kernels_name(&self) -> PathBuf {
+        PathBuf::from(format!("{:016x}.kernels", self.program.key.key))
     }
 
     /// Once a launch of this configuration is done: copies each published specialisation
@@ -127,7 +147,10 @@ impl LaunchTurn {
     /// those published, `copied` how many were copied). False while none is done. Which
     /// one this launch needs is pocl's to find, by name.
     fn take_published(&self, taken: &mut Vec<PathBuf>, copied: &mut usize) -> bool {
-        if !self.done().exists() {
+        let (Some(done), Some(kernels)) = (self.done(), self.kernels()) else {
+            return false;
+        };
+        if !done.exists() {
             return false;
         }
         taken.clear();
@@ -137,7 +160,7 @@ impl LaunchTurn {
             if !mine.is_dir() {
                 continue;
             }
-            let from = self.kernels().join(rel).join(&self.kernel);
+            let from = kernels.join(rel).join(&self.kernel);
             let Ok(specs) = std::fs::read_dir(&from) else {
                 continue;
             };
@@ -186,53 +209,77 @@ impl LaunchTurn {
         made
     }
 
-    /// Once the launch's command completed (`ok`: it ran): a launch this rank compiled
-    /// holding the lock publishes the specialisations pocl made for it (none, when pocl's
-    /// cache had them: then a mark that there is nothing to take), then lets the lock go.
-    /// Returns what the launch did, as its record says it: one that took a peer's kernel
-    /// but for which pocl made a specialisation all the same (the peer's was not the one
-    /// this launch needed) compiled after waiting; one that copied nothing and made
-    /// nothing found the kernel in its own cache.
+    /// Whether the store's kept compile held a specialisation of this kernel, which this
+    /// rank took with its program's build.
+    fn kept_here(&self) -> bool {
+        self.program.kept_specs.iter().any(|s| {
+            s.parent()
+                .and_then(Path::file_name)
+                .is_some_and(|k| k == self.kernel.as_str())
+        })
+    }
+
+    /// Once the launch's command completed (`ok`: it ran): what pocl made for it is kept in
+    /// the store, and, when this rank held the node's lock, published to its peers (none,
+    /// when pocl's cache had them: then a mark that there is nothing to take), then the
+    /// lock is let go. Returns what the launch did, as its record says it: one that took a
+    /// peer's kernel but for which pocl made a specialisation all the same (the peer's was
+    /// not the one this launch needed) compiled after waiting; one that copied nothing and
+    /// made nothing found the kernel in its own cache, which the store put there when its
+    /// program's build was taken from it.
     pub fn completed(mut self, ok: bool) -> Shared {
-        if let Shared::FromPeer { waited } = self.shared {
-            let compiled_anyway = self.program.programs.iter().any(|rel| {
-                let dir = self.program.pocl_cache.join(rel).join(&self.kernel);
-                made_since(&dir, self.since, 1, &self.taken)
-            });
-            if compiled_anyway {
+        let made = self.made_here();
+        match self.shared {
+            Shared::FromPeer { waited } if !made.is_empty() => {
                 self.shared = Shared::CompiledAfterWaiting { waited };
-            } else if self.copied == 0 {
+            }
+            Shared::FromPeer { waited } if self.copied == 0 => {
                 self.shared = Shared::OwnCache { waited };
+            }
+            Shared::Compiled if made.is_empty() && self.kept_here() => {
+                self.shared = Shared::FromStore;
+            }
+            _ => {}
+        }
+        if ok && !made.is_empty() {
+            if let Some(store) = &self.program.store {
+                let p = &self.program;
+                if let Err(why) = kept::keep_launch(store, &p.key, self.key, &p.pocl_cache, &made) {
+                    log::debug!("launch of {} not kept: {why}", self.kernel);
+                }
             }
         }
         if self.lock.is_some() && ok {
-            self.publish();
+            self.publish(&made);
         }
         drop(self.lock.take());
         self.shared
     }
 
-    /// Publishes what pocl made for this launch (each specialisation once, made whole
-    /// under a temporary name and renamed into place; one another launch published
-    /// already is left), then marks the launch done.
-    fn publish(&self) {
-        for rel in self.made_here() {
-            let to = self.kernels().join(&rel);
+    /// Publishes `made` (what pocl made for this launch) to the node's peers, each
+    /// specialisation once, made whole under a temporary name and renamed into place (one
+    /// another launch published already is left), then marks the launch done.
+    fn publish(&self, made: &[PathBuf]) {
+        let (Some(node), Some(kernels), Some(done)) = (self.node(), self.kernels(), self.done())
+        else {
+            return;
+        };
+        for rel in made {
+            let to = kernels.join(rel);
             if to.exists() {
                 continue;
             }
             let Some(parent) = rel.parent() else { continue };
-            if !make_dirs_below(&self.program.folder, &self.kernels_name().join(parent)) {
+            if !make_dirs_below(node, &self.kernels_name().join(parent)) {
                 continue;
             }
-            let tmp = self.kernels().join(parent).join(format!(
-                ".tmp-{}-{:016x}",
-                std::process::id(),
-                self.key
-            ));
+            let tmp =
+                kernels
+                    .join(parent)
+                    .join(format!(".tmp-{}-{:016x}", std::process::id(), self.key));
             let _ = std::fs::remove_dir_all(&tmp);
             if files::make_dir(&tmp).is_ok() {
-                if files::copy_tree(&self.program.pocl_cache.join(&rel), &tmp) {
+                if files::copy_tree(&self.program.pocl_cache.join(rel), &tmp) {
                     publish_whole(&tmp, &to);
                 } else {
                     let _ = std::fs::remove_dir_all(&tmp);
@@ -243,10 +290,6 @@ impl LaunchTurn {
             .write(true)
             .create(true)
             .truncate(false)
-            .open(self.done());
-    }
-
-    fn kernels_name(&self) -> PathBuf {
-        PathBuf::from(format!("{:016x}.kernels", self.program.key))
+            .open(done);
     }
 }

@@ -28,6 +28,7 @@ pub use build::{before_build, BuildNote};
 pub use launch::{before_launch, LaunchTurn};
 
 use crate::lock::{ForkOrder, Lock};
+use crate::store::build_key::BuildKey;
 use crate::store::files;
 use std::collections::{HashMap, HashSet};
 use std::os::unix::io::AsRawFd;
@@ -48,6 +49,8 @@ pub enum Shared {
     /// It waited this long for a peer, whose compile it already had: pocl found the
     /// program (or kernel) in this rank's own cache.
     OwnCache { waited: f64 },
+    /// It took the compile an earlier job (or another node) kept in the store.
+    FromStore,
 }
 
 impl Shared {
@@ -57,12 +60,13 @@ impl Shared {
             Shared::FromPeer { .. } => "from_peer",
             Shared::CompiledAfterWaiting { .. } => "compiled_after_waiting",
             Shared::OwnCache { .. } => "own_cache",
+            Shared::FromStore => "from_store",
         }
     }
 
     pub fn waited(self) -> Option<f64> {
         match self {
-            Shared::Compiled => None,
+            Shared::Compiled | Shared::FromStore => None,
             Shared::FromPeer { waited }
             | Shared::CompiledAfterWaiting { waited }
             | Shared::OwnCache { waited } => Some(waited),
@@ -452,13 +456,19 @@ fn shared_of(w: &Waited, waited: f64) -> Shared {
 /// where its compile is, so that its kernels' first launches are shared too.
 struct SharedProgram {
     /// The build's key.
-    key: u64,
+    key: BuildKey,
     /// Its source's length, which bounds the wait for a kernel of it.
     bytes: usize,
-    folder: PathBuf,
+    /// The node's folder, where peers publish (None: this rank shares with no peer).
+    folder: Option<PathBuf>,
+    /// The store its first launches are kept in (None: none).
+    store: Option<PathBuf>,
     pocl_cache: PathBuf,
     /// Its folders in pocl's cache, relative to it (`XY/<hash>`).
     programs: Vec<PathBuf>,
+    /// The specialisations of its kernels taken from the store with it (`XY/<hash>/
+    /// <kernel>/<spec>`), for launch records.
+    kept_specs: Vec<PathBuf>,
 }
 
 type Programs = HashMap<u64, Arc<SharedProgram>>;

@@ -1,0 +1,335 @@
+//! The store's kept compiles (`clshim_format::kept`): what pocl's kernel cache gained when a
+//! rank of a job compiled a program, or launched one of its kernels for the first time,
+//! written into the store by that rank as soon as it has it, and unpacked by later builds
+//! of the same key, on any node, into their own pocl kernel cache, where pocl finds it as
+//! its own cache hit. This module owns those two moves and the checks on both sides: what
+//! enters the store comes only from folders and files of pocl's cache that are the user's
+//! alone (a cache that others may write could hold their bitcode); what leaves it is a
+//! whole file of this very build's key text, with its checksum holding, and is unpacked
+//! below pocl's cache folder only, each program or kernel folder whole under a temporary
+//! name and renamed into place, never over one pocl has already.
+//!
+//! Nothing here decides that a kept compile is right for a build beyond its key (source,
+//! options, the environment that changes a compile, device, driver build): pocl does, as it
+//! does for its own cache, by looking for a program only under the hash of the text it
+//! preprocesses from this process's own source and headers, and for a kernel only under
+//! the name of the specialisation this launch needs. A build whose headers differ from the
+//! keeper's therefore compiles as without clshim, and the copy is never read.
+
+use super::build_key::BuildKey;
+use super::files::{self, Fd};
+use clshim_format::kept::{self as format, Kept, KeptFile, KeptKind};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// What taking a kept build put in pocl's cache, relative to it.
+#[derive(Debug, Default)]
+pub struct Taken {
+    /// The program folders (`XY/<hash>`) the kept build holds, copied or already there.
+    pub programs: Vec<PathBuf>,
+    /// The kernels' specialisation folders (`XY/<hash>/<kernel>/<spec>`) kept for them.
+    pub specs: Vec<PathBuf>,
+    /// How many folders were copied (the others pocl's cache had).
+    pub copied: usize,
+}
+
+/// What the store holds of a build.
+pub enum Take {
+    Taken(Taken),
+    Absent,
+    /// A kept compile that is not taken (damaged, another build's, not the user's alone),
+    /// with why.
+    Refused(String),
+}
+
+fn compiles_dir(store: &Path, create: bool) -> std::io::Result<Fd> {
+    let dir = files::open_dir(store, create)?;
+    files::open_sub(&dir, format::COMPILES, create)
+}
+
+/// The folder of `key`'s kept compiles, if it exists (or, with `create`, made).
+fn key_dir(store: &Path, key: u64, create: bool) -> std::io::Result<Fd> {
+    let c = compiles_dir(store, create)?;
+    files::open_sub(&c, &format::key_folder(key), create)
+}
+
+/// Reads and checks the kept compile `name` in `dir` for `key`.
+fn read_kept(dir: &Fd, name: &str, key: &BuildKey, touch: bool) -> Result<Option<Kept>, String> {
+    let Some(bytes) = files::read_file(dir, name, format::MAX_KEPT, touch)? else {
+        return Ok(None);
+    };
+    let kept = Kept::decode(&bytes)?;
+    if kept.key != key.key || kept.fingerprint != key.fingerprint || kept.driver != key.driver {
+        return Err("kept for another build (its key, device or driver)".into());
+    }
+    if kept.key_text != key.text {
+        return Err("kept for another build (its key text differs)".into());
+    }
+    Ok(Some(kept))
+}
+
+/// Takes the kept build of `key` and every first launch kept with it into pocl's cache
+/// folder `pocl_cache`: each program or specialisation folder that pocl's cache lacks is
+/// written whole and renamed into place. A first launch's file that does not hold is left
+/// out (its kernel compiles at its launch, as without clshim); the build's must hold.
+pub fn take(store: &Path, key: &BuildKey, pocl_cache: &Path) -> Take {
+    let dir = match key_dir(store, key.key, false) {
+        Ok(d) => d,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Take::Absent,
+        Err(e) => return Take::Refused(format!("{}: {e}", store.display())),
+    };
+    let build = match read_kept(&dir, format::BUILD_FILE, key, true) {
+        Ok(Some(k)) if k.kind == KeptKind::Build => k,
+        Ok(Some(_)) => return Take::Refused("a build's file holds a launch".into()),
+        Ok(None) => return Take::Absent,
+        Err(why) => return Take::Refused(why),
+    };
+    let mut all: Vec<KeptFile> = build.files;
+    let here = store
+        .join(format::COMPILES)
+        .join(format::key_folder(key.key));
+    for (name, _, _) in files::list(&here, format::SUFFIX) {
+        if name == format::BUILD_FILE {
+            continue;
+        }
+        match read_kept(&dir, &name, key, false) {
+            Ok(Some(k)) if k.kind == KeptKind::Launch => all.extend(k.files),
+            Ok(_) => {}
+            Err(why) => log::debug!("kept compile {}: {why}", here.join(&name).display()),
+        }
+    }
+    let mut taken = Taken::default();
+    unpack(pocl_cache, &all, &mut taken);
+    if taken.programs.is_empty() {
+        return Take::Refused("a kept build without a program folder".into());
+    }
+    Take::Taken(taken)
+}
+
+/// The first `n` components of a kept path, if it has more than `n`.
+fn prefix(path: &[u8], n: usize) -> Option<PathBuf> {
+    let parts: Vec<&[u8]> = path.split(|&b| b == b'/').collect();
+    (parts.len() > n).then(|| {
+        parts[..n]
+            .iter()
+            .map(|p| std::ffi::OsStr::from_bytes(p))
+            .collect()
+    })
+}
+
+/// Writes the folders of `kept` that pocl's cache lacks: a program folder (its first two
+/// names) whole with every specialisation kept for it; in a program folder pocl has, each
+/// specialisation folder (four names) it lacks.
+fn unpack(pocl_cache: &Path, kept: &[KeptFile], taken: &mut Taken) {
+    use std::collections::BTreeMap;
+    let mut programs: BTreeMap<PathBuf, Vec<&KeptFile>> = BTreeMap::new();
+    for f in kept {
+        if let Some(p) = prefix(&f.path, 2) {
+            programs.entry(p).or_default().push(f);
+        }
+    }
+    for (program, files) in programs {
+        let at = pocl_cache.join(&program);
+        if !at.join("program.bc").exists() {
+            if write_folder(&at, 2, &files) {
+                taken.copied += 1;
+            } else {
+                continue;
+            }
+        } else {
+            let mut specs: BTreeMap<PathBuf, Vec<&KeptFile>> = BTreeMap::new();
+            for f in files {
+                if let Some(s) = prefix(&f.path, 4) {
+                    specs.entry(s).or_default().push(f);
+                }
+            }
+            for (spec, files) in specs {
+                let to = pocl_cache.join(&spec);
+                if !to.exists() && write_folder(&to, 4, &files) {
+                    taken.copied += 1;
+                }
+            }
+        }
+        for f in kept {
+            if let Some(s) = prefix(&f.path, 4).filter(|s| s.starts_with(&program)) {
+                if !taken.specs.contains(&s) && pocl_cache.join(&s).exists() {
+                    taken.specs.push(s);
+                }
+            }
+        }
+        taken.programs.push(program);
+    }
+}
+
+/// Makes the folder `to` (which must not exist) holding `files`, whose paths begin with
+/// `depth` names that stand for `to`: written under a temporary name beside it and renamed
+/// into place, so pocl never reads half of it. False when it is not there whole.
+fn write_folder(to: &Path, depth: usize, files: &[&KeptFile]) -> bool {
+    let Some(parent) = to.parent() else {
+        return false;
+    };
+    let mut at = PathBuf::new();
+    for c in parent.components() {
+        at.push(c);
+        if files::make_dir(&at).is_err() {
+            return false;
+        }
+    }
+    let tmp = parent.join(files::temporary_name("clshim-kept"));
+    let whole = files::make_dir(&tmp).is_ok()
+        && files.iter().all(|f| {
+            let rel: Vec<&[u8]> = f.path.split(|&b| b == b'/').skip(depth).collect();
+            let Some((name, folders)) = rel.split_last() else {
+                return false;
+            };
+            let mut dir = tmp.clone();
+            for d in folders {
+                dir.push(std::ffi::OsStr::from_bytes(d));
+                if files::make_dir(&dir).is_err() {
+                    return false;
+                }
+            }
+            let mode = if f.executable {
+                0o700
+            } else {
+                files::FILE_MODE
+            };
+            files::open_dir(&dir, false).is_ok_and(|d| {
+                files::write_new(&d, std::ffi::OsStr::from_bytes(name), &f.data, mode).is_ok()
+            })
+        });
+    if whole && std::fs::rename(&tmp, to).is_ok() {
+        return true;
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+    false
+}
+
+/// Why pocl's cache folder `pocl_cache` cannot be a source of what enters the store, or
+/// None: it and every folder above it are the user's or root's, and one that others may
+/// write is sticky, so no one else can have replaced what pocl wrote there.
+fn cache_not_users(pocl_cache: &Path) -> Option<String> {
+    match std::fs::canonicalize(pocl_cache) {
+        Ok(c) => files::ancestors_not_others(&c),
+        Err(e) => Some(format!("{}: {e}", pocl_cache.display())),
+    }
+}
+
+/// Reads the folder `rel` of pocl's cache `base` as kept files (paths relative to
+/// `base`): regular files and folders only, each the user's alone.
+fn read_tree(base: &Path, rel: &Path, out: &mut Vec<KeptFile>) -> Result<(), String> {
+    let path = base.join(rel);
+    let dir = files::open_dir(&path, false).map_err(|e| format!("{}: {e}", path.display()))?;
+    let entries = std::fs::read_dir(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    for e in entries {
+        let e = e.map_err(|e| format!("{}: {e}", path.display()))?;
+        let name = e.file_name();
+        let Some(name_str) = name.to_str() else {
+            return Err(format!(
+                "{}: a name clshim does not keep",
+                e.path().display()
+            ));
+        };
+        let t = e.file_type().map_err(|e| e.to_string())?;
+        let child = rel.join(&name);
+        if t.is_dir() {
+            read_tree(base, &child, out)?;
+        } else if t.is_file() {
+            use std::os::unix::fs::MetadataExt;
+            let data = files::read_file(&dir, name_str, format::MAX_KEPT, false)
+                .map_err(|why| format!("{}: {why}", e.path().display()))?
+                .ok_or_else(|| format!("{}: gone", e.path().display()))?;
+            let executable = e.metadata().is_ok_and(|m| m.mode() & 0o100 != 0);
+            out.push(KeptFile {
+                path: child.as_os_str().as_bytes().to_vec(),
+                executable,
+                data,
+            });
+        } else {
+            return Err(format!("{}: not a file or folder", e.path().display()));
+        }
+    }
+    Ok(())
+}
+
+/// Keeps what pocl's cache `pocl_cache` holds of `folders` (relative to it: program folders
+/// for a build, specialisation folders for a launch) in `kept` (which says what it is, for
+/// which key), as the file `name` of its key's folder. A build kept already is replaced
+/// only when `replace` (this process compiled anew where the kept one was not what pocl
+/// looked for: the files it reads changed). Err: why nothing was kept.
+fn keep(
+    store: &Path,
+    mut kept: Kept,
+    name: &str,
+    pocl_cache: &Path,
+    folders: &[PathBuf],
+    replace: bool,
+) -> Result<(), String> {
+    if folders.is_empty() {
+        return Err("nothing to keep".into());
+    }
+    if let Some(why) = cache_not_users(pocl_cache) {
+        return Err(format!("pocl's cache is not yours alone: {why}"));
+    }
+    for f in folders {
+        if !format::plain_path(f.as_os_str().as_bytes()) {
+            return Err(format!("{}: not a folder of pocl's cache", f.display()));
+        }
+        read_tree(pocl_cache, f, &mut kept.files)?;
+    }
+    let dir = key_dir(store, kept.key, true).map_err(|e| format!("{}: {e}", store.display()))?;
+    files::write_atomic(&dir, name, &kept.encode(), replace, false)
+        .map_err(|e| format!("{}: {e}", store.display()))
+}
+
+fn kept_of(key: &BuildKey, kind: KeptKind, request: Vec<u8>) -> Kept {
+    Kept {
+        kind,
+        key: key.key,
+        fingerprint: key.fingerprint,
+        driver: key.driver,
+        key_text: key.text.clone(),
+        request,
+        files: Vec::new(),
+    }
+}
+
+/// Keeps a build: the program folders `programs` of pocl's cache, with `request` (what a
+/// warm step needs to make the driver's binary of it).
+pub fn keep_build(
+    store: &Path,
+    key: &BuildKey,
+    request: Vec<u8>,
+    pocl_cache: &Path,
+    programs: &[PathBuf],
+    replace: bool,
+) -> Result<(), String> {
+    let kept = kept_of(key, KeptKind::Build, request);
+    keep(
+        store,
+        kept,
+        format::BUILD_FILE,
+        pocl_cache,
+        programs,
+        replace,
+    )
+}
+
+/// Keeps a first launch (the launch key `launch`): the specialisation folders `specs`.
+pub fn keep_launch(
+    store: &Path,
+    key: &BuildKey,
+    launch: u64,
+    pocl_cache: &Path,
+    specs: &[PathBuf],
+) -> Result<(), String> {
+    let kept = kept_of(key, KeptKind::Launch, Vec::new());
+    keep(
+        store,
+        kept,
+        &format::launch_file(launch),
+        pocl_cache,
+        specs,
+        false,
+    )
+}
