@@ -587,7 +587,16 @@ unsafe fn load_native(
                 device: Some(i),
                 ..Miss::of(MissKind::CannotKeep, why)
             })?;
-        payloads.push(store.lookup(&key).found(i)?.binary);
+        let found = store.lookup(&key).found(i);
+        if matches!(&found, Err(m) if m.kind == MissKind::NoEntry) {
+            // Its driver's binary is missing, or being made: the node's warm service runs
+            // for it while this process does (a request is left if none waits).
+            // SAFETY: as above.
+            if let Ok(w) = unsafe { crate::store::wanted(&facts, d, recipe, &encoded) } {
+                crate::store::request(rt, &[w], &encoded);
+            }
+        }
+        payloads.push(found?.binary);
     }
     let other = |why: String| Miss::of(MissKind::Other, why);
     // SAFETY: this function's contract; one verified binary per device.

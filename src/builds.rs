@@ -261,8 +261,7 @@ pub struct Seen {
     not_served: Option<crate::store::Miss>,
 }
 
-/// When what a successful build does to its program (its recipe, a request for the warm
-/// step) is done. pocl calls a build's callback before the call returns, also for a call it
+/// When what a successful build does to its program (its recipe) is done. pocl calls a build's callback before the call returns, also for a call it
 /// refuses (a kernel holds the program: CL_INVALID_OPERATION) on a program an earlier
 /// build left built: what the callback sees is no success until the call returns one.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -276,20 +275,16 @@ enum Commit {
 }
 
 /// What a successful build does beyond its record: the program's new recipe (only while it
-/// is still the program of that id), and the warm step's request.
+/// is still the program of that id).
 #[derive(Default)]
 struct Outcome {
     recipe: Option<(cl_program, u64, RecipeChange)>,
-    request: Option<(Vec<crate::store::Wanted>, Vec<u8>)>,
 }
 
 impl Outcome {
     fn commit(&mut self, rt: &'static Runtime) {
         if let Some((program, id, change)) = self.recipe.take() {
             rt.programs.change_recipe_of(program, id, change);
-        }
-        if let Some((keys, encoded)) = self.request.take() {
-            crate::store::request(rt, &keys, &encoded);
         }
     }
 }
@@ -586,8 +581,7 @@ impl AwaitingBuildEnd {
                         self.not_served.clone(),
                     )
                 };
-                outcome.request = after.request;
-                not_served = after.miss;
+                not_served = after;
             }
             if commit == Commit::Now {
                 outcome.commit(rt);
@@ -720,7 +714,9 @@ impl AwaitingBuildEnd {
                 copied.headers.as_deref().unwrap_or_default(),
             )
         });
-        let shared = self.call.shared.as_ref().map(|n| n.shared());
+        let outcome = self.call.shared.as_ref().map(|n| n.settle(result));
+        let shared = outcome.map(|o| o.shared);
+        let kept_in_store = outcome.and_then(|o| o.kept.as_ref());
         let record = schema::Record::Build(schema::Build {
             event: self.kind,
             cpu_seconds,
@@ -742,6 +738,8 @@ impl AwaitingBuildEnd {
             served: None,
             shared: shared.map(|s| s.name()),
             peer_wait_seconds: shared.and_then(|s| s.waited()),
+            kept_in_store: kept_in_store.map(Result::is_ok),
+            not_kept: kept_in_store.and_then(|k| k.clone().err()),
             not_served: not_served
                 .filter(|_| result == CL_SUCCESS)
                 .map(|m| m.record()),

@@ -78,11 +78,7 @@ pub struct Config {
     /// default location can be named (no `HOME`).
     pub native_store: Option<PathBuf>,
     pub native_store_max: u64,
-    /// `CLSHIM_WARM`: leave requests for `clshim warm`.
-    pub warm_requests: bool,
-    /// The store `clshim run --warm` will warm (`CLSHIM_WARM_STORE`), when it set one.
-    pub warm_store: Option<PathBuf>,
-    /// `CLSHIM_PROGRAM_CACHE`: serve source builds from the native store (never on macOS,
+    /// `CLSHIM_PROGRAM_CACHE`: keep, share and serve what pocl compiles (never on macOS,
     /// whose objects carry no dispatch table for clshim's own program handles to mimic).
     pub program_cache: bool,
     /// With the program cache: ranks of a node share one compile of a program.
@@ -116,8 +112,6 @@ impl Default for Config {
             trace_sources: false,
             native_store: None,
             native_store_max: NATIVE_STORE_MAX_DEFAULT,
-            warm_requests: false,
-            warm_store: None,
             program_cache: false,
             share_builds: true,
             pocl_cache_env: POCL_CACHE_VARIABLES.iter().map(|&n| (n, None)).collect(),
@@ -180,18 +174,12 @@ impl Config {
         if let Some(Value::Size(n)) = take(&controls::NATIVE_STORE_MAX) {
             cfg.native_store_max = n;
         }
-        if let Some(Value::Switch(on)) = take(&controls::WARM) {
-            cfg.warm_requests = on;
-        }
         if let Some(Value::Switch(on)) = take(&controls::PROGRAM_CACHE) {
             cfg.program_cache = on && cfg!(not(target_os = "macos"));
         }
         if let Some(Value::Switch(on)) = take(&controls::SHARE_BUILDS) {
             cfg.share_builds = on;
         }
-        cfg.warm_store = get(controls::WARM_STORE_VAR)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from);
         if let Some(v) = get(controls::TRACE_DIR.var).filter(|v| !v.is_empty()) {
             cfg.trace_dir = Some(PathBuf::from(v));
         }

@@ -96,17 +96,28 @@ pub unsafe fn build_program<D: Door>(
     // With the program cache, ranks of a node share one compile of a program: this build
     // waits for a peer's, or compiles and publishes its own (program_cache::share).
     let began = crate::record::Start::now();
-    let turn = rt.filter(|_| recorded.is_none()).and_then(|rt| {
+    // A program made again from a clshim binary's recipe builds with its recorded
+    // options, as a source build of them: its compile is kept and taken as one.
+    let remade = recorded.is_some() && !matches!(call.entry, Entry::Done);
+    let mut turn = rt.filter(|_| recorded.is_none() || remade).and_then(|rt| {
         catch(|| {
-            // SAFETY: the application's program and options, accepted so far as clshim
-            // can tell; the device list is read within its count.
+            // SAFETY: the application's program and the options it builds with (its own, or
+            // the recorded ones, which outlive the call), accepted so far as clshim can
+            // tell; the device list is read within its count.
             unsafe {
-                program_cache::share::before_build(rt, route, program, &call.devices, options)
+                program_cache::share::before_build(
+                    rt,
+                    route,
+                    program,
+                    &call.devices,
+                    call.options,
+                    remade,
+                )
             }
         })
         .flatten()
     });
-    if let Some(t) = &turn {
+    if let Some(t) = &mut turn {
         call.shared = Some(t.note());
         call.began = Some(began);
     }

@@ -505,9 +505,11 @@ impl AwaitingCompletion {
         record.result = result;
         record.result_name = status_name(result);
         if let Some(t) = self.turn {
-            let shared = t.completed(result == CL_SUCCESS);
+            let (shared, kept) = t.completed(result == CL_SUCCESS);
             record.shared = Some(shared.name());
             record.peer_wait_seconds = shared.waited();
+            record.kept_in_store = kept.as_ref().map(Result::is_ok);
+            record.not_kept = kept.and_then(Result::err);
         }
         self.rt
             .recorder
@@ -562,6 +564,8 @@ unsafe fn after(
         result_name: status_name(ret),
         shared: turn.as_ref().map(|t| t.shared.name()),
         peer_wait_seconds: turn.as_ref().and_then(|t| t.shared.waited()),
+        kept_in_store: None,
+        not_kept: None,
     };
     let pending = AwaitingCompletion {
         rt,

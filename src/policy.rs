@@ -349,9 +349,9 @@ impl Query {
 /// Asks the native store for the driver's binary of each clshim binary handed out that
 /// carries a recipe with its options (a source-only binary builds with the application's
 /// options, which no entry could be keyed on): one small request per program and device,
-/// made later by `clshim warm`, never here, and only when `CLSHIM_WARM` asks for requests.
+/// made by the node's warm service (a process of its own, at idle priority), never here.
 fn request_native(rt: &'static Runtime, plan: &Plan, binaries: &[(usize, Vec<u8>)]) {
-    if !rt.config.warm_requests || rt.config.native_store.is_none() {
+    if rt.config.native_store.is_none() {
         return;
     }
     let Some(recipe) = plan.recipe.as_ref().filter(|r| r.options.is_some()) else {

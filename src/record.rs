@@ -93,6 +93,114 @@ pub struct Tally {
     /// completion: launches in flight together overlap, and are counted once.
     pub first_launches: u64,
     pub first_launch_wall: WallUnion,
+    /// Under the program cache: whose compile the builds and the first launches used.
+    pub build_origins: Origins,
+    pub launch_origins: Origins,
+    /// The requests for the driver's binaries this process left, and what the node's warm
+    /// service made of them by its exit.
+    pub service: Option<crate::store::service::AtExit>,
+}
+
+/// Whose compile the builds (or first launches) of a process used, under the program cache,
+/// from their records' `shared`, `served` and `kept_in_store`.
+#[derive(Default, Debug, Clone, PartialEq)]
+pub struct Origins {
+    /// Compiled here, and of those, kept in the store (the others by why not).
+    pub compiled: u64,
+    pub kept: u64,
+    pub not_kept: BTreeMap<String, u64>,
+    pub from_peer: u64,
+    /// Served by the store: from a kept compile (pocl's cache hit), or from the driver's
+    /// binary (nothing compiled, nothing preprocessed).
+    pub from_store: u64,
+    pub native: u64,
+    /// pocl's own cache had it.
+    pub own_cache: u64,
+}
+
+impl Origins {
+    fn add(
+        &mut self,
+        shared: Option<&str>,
+        native: bool,
+        kept: Option<bool>,
+        not_kept: Option<&str>,
+    ) {
+        if native {
+            self.native += 1;
+            return;
+        }
+        match shared {
+            Some("compiled") | Some("compiled_after_waiting") => {
+                self.compiled += 1;
+                self.kept += u64::from(kept == Some(true));
+                if let Some(why) = not_kept {
+                    *self.not_kept.entry(not_kept_words(why)).or_default() += 1;
+                }
+            }
+            Some("from_peer") => self.from_peer += 1,
+            Some("from_store") => self.from_store += 1,
+            Some("own_cache") => self.own_cache += 1,
+            _ => {}
+        }
+    }
+
+    fn any(&self) -> bool {
+        self.compiled + self.from_peer + self.from_store + self.native + self.own_cache > 0
+    }
+
+    /// `2 compiled (2 kept in the store), 1 from a peer, 1 from the store`: every kind
+    /// there is, none that there is not.
+    fn words(&self) -> String {
+        let mut parts = Vec::new();
+        if self.compiled > 0 {
+            parts.push(if self.kept == self.compiled {
+                format!("{} compiled and kept in the store", self.compiled)
+            } else if self.not_kept.is_empty() {
+                // No store (off, or refused): nothing was tried.
+                format!("{} compiled", self.compiled)
+            } else {
+                let not: u64 = self.compiled - self.kept;
+                format!(
+                    "{} compiled, {not} of them not kept in the store{}",
+                    self.compiled,
+                    reasons(&self.not_kept)
+                )
+            });
+        }
+        if self.from_peer > 0 {
+            parts.push(format!("{} from a peer", self.from_peer));
+        }
+        if self.from_store + self.native > 0 {
+            let native = if self.native > 0 {
+                format!(" ({} as the driver's binary)", self.native)
+            } else {
+                String::new()
+            };
+            parts.push(format!(
+                "{} from the store{native}",
+                self.from_store + self.native
+            ));
+        }
+        if self.own_cache > 0 {
+            parts.push(format!("{} from pocl's own cache", self.own_cache));
+        }
+        parts.join(", ")
+    }
+}
+
+/// Why a compile was not kept, in words that hold for every compile of the kind (a path
+/// would count each apart).
+fn not_kept_words(why: &str) -> String {
+    if why.contains("not yours alone") {
+        "pocl's cache is not yours alone".into()
+    } else if why.contains("nothing to keep") {
+        "pocl's cache held nothing new".into()
+    } else if why.contains("No space left") || why.contains("Disk quota") {
+        "the store's filesystem is full".into()
+    } else {
+        "the store could not be written".into()
+    }
 }
 
 impl Tally {
@@ -104,6 +212,12 @@ impl Tally {
                 self.compiles += u64::from(b.event == Event::Compile);
                 self.links += u64::from(b.event == Event::Link);
                 self.served += u64::from(b.served.is_some());
+                self.build_origins.add(
+                    b.shared,
+                    b.served.is_some(),
+                    b.kept_in_store,
+                    b.not_kept.as_deref(),
+                );
                 if let Some(n) = &b.not_served {
                     *self
                         .not_served
@@ -157,7 +271,9 @@ impl Tally {
                     _ => {}
                 }
             }
-            Record::FirstLaunch(_) => {
+            Record::FirstLaunch(l) => {
+                self.launch_origins
+                    .add(l.shared, false, l.kept_in_store, l.not_kept.as_deref());
                 self.first_launches += 1;
                 self.first_launch_wall.add(at, seconds);
             }
@@ -222,6 +338,20 @@ impl Recorder {
 
     pub fn rank(&self) -> Option<u64> {
         self.state.lock().identity.rank
+    }
+
+    /// The seconds this process's builds took so far.
+    pub fn build_seconds(&self) -> f64 {
+        self.state
+            .try_lock_for(Duration::from_millis(200))
+            .map_or(0.0, |s| s.tally.build_seconds)
+    }
+
+    /// What the node's warm service made of this process's requests, for its exit line.
+    pub fn note_service(&self, a: crate::store::service::AtExit) {
+        if let Some(mut s) = self.state.try_lock_for(Duration::from_millis(200)) {
+            s.tally.service = Some(a);
+        }
     }
 
     /// Records one completed event: its trace line, its tally and its log line, all
@@ -434,8 +564,21 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str, program_cache: bool)
         (Some(first), n) => format!(" ({n} failed, the first {first})"),
         _ => String::new(),
     };
+    let origins = |o: &Origins, sep: &str| {
+        if o.any() {
+            format!("{sep}{}", o.words())
+        } else {
+            String::new()
+        }
+    };
+    let built = if t.build_origins.any() {
+        format!(" ({})", t.build_origins.words())
+    } else {
+        String::new()
+    };
     let mut s = format!(
-        "clshim: {who}: {} {:.2} s{failed}, {} binary queries {:.2} s ({share:.0}% of {total:.2} s)",
+        "clshim: {who}: {} {:.2} s{built}{failed}, {} binary queries {:.2} s ({share:.0}% of \
+         {total:.2} s)",
         build_counts(t),
         t.build_seconds,
         t.queries,
@@ -445,12 +588,19 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str, program_cache: bool)
     // not part of its share.
     if t.first_launches > 0 {
         s.push_str(&format!(
-            ", {} first launches {:.2} s wall clock (overlapping ones counted once)",
+            ", {} first launches {:.2} s wall clock (overlapping ones counted once{})",
             t.first_launches,
-            t.first_launch_wall.total()
+            t.first_launch_wall.total(),
+            origins(&t.launch_origins, "; ")
         ));
     }
-    s.push_str(&format!("; policy {policy}"));
+    if program_cache {
+        s.push_str("; program cache on");
+    }
+    // The binary policy, where it had something to act on or was asked for.
+    if !program_cache || policy != "pass" || t.queries + t.loads > 0 {
+        s.push_str(&format!("; policy {policy}"));
+    }
     if t.substituted + t.suppressed > 0 {
         s.push_str(&format!(
             ", {} substituted, {} suppressed",
@@ -478,13 +628,16 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str, program_cache: bool)
             ));
         }
     }
-    let not_served: u64 = t.not_served.values().sum();
-    if t.served + not_served > 0 {
+    // Builds whose driver's binary the store holds but could not use here (not those that
+    // have none: those are said above, compiled or taken).
+    let mut unused = t.not_served.clone();
+    unused.remove(&schema::miss_phrase(schema::Miss::NoEntry, ""));
+    let n: u64 = unused.values().sum();
+    if n > 0 {
         s.push_str(&format!(
-            "; {} of {} builds served from the native store{}",
-            t.served,
-            t.served + not_served,
-            reasons(&t.not_served)
+            "; {n} of {} builds not served the store's driver binary{}",
+            t.served + t.not_served.values().sum::<u64>(),
+            reasons(&unused)
         ));
     }
     let binary_cache = program_cache && t.queries > 0 && t.served == 0 && policy != "substitute";
@@ -496,6 +649,22 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str, program_cache: bool)
         s.push_str(NO_BINARY_QUERY);
     } else if t.avoidable_query_seconds > 0.2 * total && t.avoidable_query_seconds > 0.05 {
         s.push_str("; CLSHIM_BINARIES=substitute avoids pocl's second compile");
+    }
+    if let Some(a) = t.service {
+        s.push_str(&format!(
+            "; the node's warm service made the driver's binaries of {} of the {} clshim \
+             binaries it lacked{}",
+            a.made,
+            a.left,
+            if a.made < a.left {
+                " (the next job's service makes the rest)"
+            } else {
+                ""
+            }
+        ));
+        if a.waited >= 0.05 {
+            s.push_str(&format!(" (waited {:.2} s at exit)", a.waited));
+        }
     }
     if t.substituted > 0 {
         // An application that keeps what it was handed fails without clshim, some with no
@@ -525,8 +694,8 @@ pub fn asks_for_binaries(queries: u64) -> String {
     format!(
         "it asked for program binaries ({queries} binary {}), so it keeps a binary cache of \
          its own, which the program cache does not serve (pyopencl before 2024.2.3 also makes \
-         every cold build's source unique, so --warm only fills the store with entries no run \
-         uses): run it with --binaries substitute --warm instead",
+         every cold build's source unique, so its compiles are kept for no later run): run it \
+         with --binaries substitute instead",
         if queries == 1 { "query" } else { "queries" }
     )
 }
@@ -540,8 +709,9 @@ pub const GOING_BACK: &str = "; the application's binary cache now holds clshim 
 /// on pocl keep no binary cache): the policies, `clshim warm` and `clshim unsubstitute`
 /// have nothing to act on.
 pub const NO_BINARY_QUERY: &str = ": no binary query, so no binary policy had anything to act \
-     on (the application keeps no binaries; --program-cache with --warm serves its source \
-     builds from the native store); clshim measured builds and first launches only";
+     on (the application keeps no binaries: the program cache, CLSHIM_PROGRAM_CACHE=1 and \
+     clshim run's default, keeps its compiles and serves them to later runs); clshim \
+     measured builds and first launches only";
 
 #[cfg(test)]
 mod tests {

@@ -76,6 +76,15 @@ fn init(route: Route) -> Runtime {
 extern "C" fn at_exit() {
     catch(|| {
         if let Some(rt) = RUNTIME.get() {
+            // Without clshim, each binary query would have waited for pocl's generic
+            // compile: a process that left requests for the driver's binaries waits, at
+            // most that long, for the node's warm service to make them.
+            let bound = std::time::Duration::from_secs_f64(
+                (5.0 * rt.recorder.build_seconds()).clamp(1.0, 600.0),
+            );
+            if let Some(a) = crate::store::service::wait_at_exit(bound) {
+                rt.recorder.note_service(a);
+            }
             if rt.config.summary {
                 if let Some(line) = rt.recorder.summary() {
                     stderr_line(&line);

@@ -451,6 +451,8 @@ fn record(
         served: ok.then_some("store"),
         shared: None,
         peer_wait_seconds: None,
+        kept_in_store: None,
+        not_kept: None,
         not_served: None,
     });
     rt.recorder.emit(start, seconds, &record);
@@ -493,9 +495,9 @@ unsafe fn refuse(
 /// What follows a source build the driver just made of `program` with `options` (the
 /// application's, as given) while the program cache is on: why the store did not serve it
 /// (`known` when the build was a handle's that the store could not serve; else looked up
-/// now, as a handle's build would have been), and, when `CLSHIM_WARM` asks for requests,
-/// the keys of each of its devices' builds and the recipe's encoding, for `store::request`
-/// to leave once the build call succeeded.
+/// now, as a handle's build would have been). What the driver compiled is kept in the
+/// store by the build's turn (`share`), with what `clshim warm` needs to make the driver's
+/// binary of it.
 ///
 /// # Safety
 /// `program` is live and built.
@@ -505,33 +507,24 @@ pub unsafe fn after_source_build(
     program: cl_program,
     options: &[u8],
     known: Option<Miss>,
-) -> AfterSourceBuild {
-    let mut after = AfterSourceBuild {
-        miss: known,
-        request: None,
-    };
+) -> Option<Miss> {
+    let mut miss = known;
     if !rt.config.program_cache {
-        return after;
+        return miss;
     }
     // SAFETY: live (this function's contract).
     let Some(source) = (unsafe { query::source(route, program) }).filter(|s| !s.is_empty()) else {
-        after
-            .miss
-            .get_or_insert(Miss::of(MissKind::Other, "no source to key"));
-        return after;
+        miss.get_or_insert(Miss::of(MissKind::Other, "no source to key"));
+        return miss;
     };
     let recipe = Recipe::built(Text::Source(source), options.to_vec());
     if let Err(b) = recipe.check() {
-        after
-            .miss
-            .get_or_insert(Miss::of(MissKind::CannotKeep, b.to_string()));
-        return after;
+        miss.get_or_insert(Miss::of(MissKind::CannotKeep, b.to_string()));
+        return miss;
     }
     let Some(store) = Store::from_config(&rt.config) else {
-        after
-            .miss
-            .get_or_insert(Miss::of(MissKind::CannotKeep, "no native store"));
-        return after;
+        miss.get_or_insert(Miss::of(MissKind::CannotKeep, "no native store"));
+        return miss;
     };
     let encoded = recipe.encode();
     // SAFETY: live.
@@ -547,20 +540,20 @@ pub unsafe fn after_source_build(
             Ok(k) => keys.push((i, k)),
             Err(why) => {
                 log::debug!("program cache: no request: {why}");
-                after.miss.get_or_insert(Miss {
+                miss.get_or_insert(Miss {
                     device: Some(i),
                     ..Miss::of(MissKind::CannotKeep, why)
                 });
             }
         }
     }
-    if after.miss.is_none() {
+    if miss.is_none() {
         // Not a handle, so its source was not marked when the program was made: what the
         // store holds of this build says why (an entry not kept is never marked).
-        after.miss = keys
+        miss = keys
             .iter()
             .find_map(|(i, w)| store.lookup(&w.key).found(*i).err());
-        if after.miss.is_none() && !keys.is_empty() {
+        if miss.is_none() && !keys.is_empty() {
             // Entries for every device and no mark: made since the program was, or made
             // again by a warm step that kept the old mark, which its cap then took for one
             // of builds that are gone. Marked again, the next process is served.
@@ -568,7 +561,7 @@ pub unsafe fn after_source_build(
             let marked = files::open_dir(&store.dir, false)
                 .and_then(|d| files::open_sub(&d, super::SOURCES, true))
                 .and_then(|d| files::write_atomic(&d, &mark, b"", true, false));
-            after.miss = Some(Miss::of(
+            miss = Some(Miss::of(
                 MissKind::Other,
                 if marked.is_ok() {
                     "the store held no mark of its source: marked again, for the next run"
@@ -578,14 +571,5 @@ pub unsafe fn after_source_build(
             ));
         }
     }
-    if rt.config.warm_requests {
-        after.request = Some((keys.into_iter().map(|(_, k)| k).collect(), encoded));
-    }
-    after
-}
-
-/// What [`after_source_build`] found.
-pub struct AfterSourceBuild {
-    pub miss: Option<Miss>,
-    pub request: Option<(Vec<crate::store::Wanted>, Vec<u8>)>,
+    miss
 }

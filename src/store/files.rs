@@ -57,6 +57,28 @@ pub fn open_dir(path: &Path, create: bool) -> std::io::Result<Fd> {
     open_dir_at(libc::AT_FDCWD, &c)
 }
 
+/// [`open_dir`] for the store itself: a store of the user's that others may read (made by
+/// hand, or under an earlier clshim, 0755) holds program sources, so it is made the user's
+/// alone (0700), through the descriptor opened without following a link.
+pub fn open_store(path: &Path, create: bool) -> std::io::Result<Fd> {
+    let fd = open_dir(path, create)?;
+    // SAFETY: plain data filled by fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: an open descriptor; `st` writable.
+    if unsafe { libc::fstat(fd.0, &mut st) } == 0 && st.st_mode as u32 & 0o077 != 0 {
+        // SAFETY: an open descriptor of a folder the user owns (checked by open_dir).
+        if unsafe { libc::fchmod(fd.0, DIR_MODE as libc::mode_t) } != 0 {
+            return last_error();
+        }
+        log::warn!(
+            "native store {}: others could read it (mode {:04o}): made yours alone (0700)",
+            path.display(),
+            st.st_mode as u32 & 0o7777
+        );
+    }
+    Ok(fd)
+}
+
 /// Opens (creating when `create`) the directory `name` below `dir`, with the same checks.
 pub fn open_sub(dir: &Fd, name: &str, create: bool) -> std::io::Result<Fd> {
     let c = cstr(name.as_bytes())?;

@@ -43,7 +43,7 @@ pub enum Take {
 }
 
 fn compiles_dir(store: &Path, create: bool) -> std::io::Result<Fd> {
-    let dir = files::open_dir(store, create)?;
+    let dir = files::open_store(store, create)?;
     files::open_sub(&dir, format::COMPILES, create)
 }
 

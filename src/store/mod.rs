@@ -27,6 +27,7 @@ pub mod labels;
 pub mod manifest;
 pub mod record;
 pub mod requests;
+pub mod service;
 #[cfg(target_os = "linux")]
 pub mod warm;
 
@@ -325,26 +326,25 @@ pub unsafe fn wanted(
     Ok(Wanted { key, labels })
 }
 
-/// Leaves a request for each build in `wanted` the store lacks, when `CLSHIM_WARM` asks
-/// for requests.
+/// Leaves a request for each build in `wanted` the store lacks, and makes sure the node's
+/// warm service runs to make them (`service`).
 pub fn request(rt: &crate::runtime::Runtime, wanted: &[Wanted], encoded: &[u8]) {
-    let Some(store) = Store::from_config(&rt.config).filter(|_| rt.config.warm_requests) else {
+    let Some(store) = Store::from_config(&rt.config) else {
         return;
     };
     let Ok(cwd) = std::env::current_dir() else {
         return;
     };
     let env = CompileEnv::of_process();
+    let mut left = false;
     for w in wanted {
-        requests::leave(
-            &store,
-            &w.key,
-            w.labels.as_ref(),
-            encoded,
-            &env,
-            &cwd,
-            rt.config.warm_store.as_deref(),
-        );
+        if requests::leave(&store, &w.key, w.labels.as_ref(), encoded, &env, &cwd) {
+            service::left(&store.dir, w.key.key);
+            left = true;
+        }
+    }
+    if left {
+        service::ensure(&store.dir);
     }
 }
 

@@ -1,6 +1,7 @@
-//! Requests: what the library leaves in the store, when `CLSHIM_WARM` asks for it, for a
-//! build the store lacks, so that `clshim warm` can make its entry later, in a process of
-//! its own. A request holds what that process needs to make the same build again: the
+//! Requests: what the library leaves in the store for a clshim binary it hands out
+//! (`substitute`) whose driver's binary the store lacks, so that the node's warm service
+//! (`clshim warm --service`, started on demand, `store::service`) makes its entry in a
+//! process of its own, at idle priority, while the job runs. A request holds what that process needs to make the same build again: the
 //! recipe, the device and driver, the working directory and the environment (with the
 //! application's pocl kernel cache, so the warm step reuses the compiles it holds). It
 //! holds program sources, so it is private (0600) whatever `CLSHIM_TRACE_MODE` says.
@@ -29,14 +30,12 @@ pub const MAX_BYTES_PER_PROCESS: u64 = 256 << 20;
 
 static LEFT: AtomicU64 = AtomicU64::new(0);
 static LEFT_BYTES: AtomicU64 = AtomicU64::new(0);
-static WARNED_ELSEWHERE: AtomicBool = AtomicBool::new(false);
 static WARNED_REFUSED: AtomicBool = AtomicBool::new(false);
 
 /// Leaves a request to make the build `key` of `encoded` (a recipe's encoding), with the
 /// `labels` of its device and driver build, unless its entry or a request for it exists,
-/// or this process is at its bounds. `warm_store`
-/// is the store `clshim run --warm` will warm, when it set one: a request left elsewhere
-/// is named in a warning, once, since no warm step will see it. Never fails loudly.
+/// or this process is at its bounds. Never fails loudly. True when a request waits for the
+/// build (left now, or earlier).
 pub fn leave(
     store: &Store,
     key: &BuildKey,
@@ -44,8 +43,7 @@ pub fn leave(
     encoded: &[u8],
     env: &CompileEnv,
     cwd: &Path,
-    warm_store: Option<&Path>,
-) {
+) -> bool {
     let request = Request {
         key: key.key,
         fingerprint: key.fingerprint,
@@ -61,7 +59,7 @@ pub fn leave(
             }
             e
         };
-        let dir = files::open_dir(&store.dir, true).map_err(|e| refused(e, &store.dir))?;
+        let dir = files::open_store(&store.dir, true).map_err(|e| refused(e, &store.dir))?;
         // An entry whose compile read other files than this build would is made again.
         if files::exists(&dir, &entry_name(key.key)) && !store.lookup(key).wants_request() {
             return Ok("has an entry");
@@ -88,20 +86,16 @@ pub fn leave(
         }
         LEFT.fetch_add(1, Ordering::Relaxed);
         LEFT_BYTES.fetch_add(n, Ordering::Relaxed);
-        if let Some(w) = warm_store.filter(|w| *w != store.dir) {
-            if !WARNED_ELSEWHERE.swap(true, Ordering::Relaxed) {
-                log::warn!(
-                    "requests go to the native store {}, but clshim run --warm warms {}: no warm \
-                     step will make them (give every process the same CLSHIM_NATIVE_STORE)",
-                    store.dir.display(),
-                    w.display()
-                );
-            }
-        }
         Ok("requested")
     })();
     match result {
-        Ok(what) => log::debug!("native store: {:016x}: {what}", key.key),
-        Err(e) => log::debug!("native store: no request for {:016x}: {e}", key.key),
+        Ok(what) => {
+            log::debug!("native store: {:016x}: {what}", key.key);
+            what == "requested" || what == "already requested"
+        }
+        Err(e) => {
+            log::debug!("native store: no request for {:016x}: {e}", key.key);
+            false
+        }
     }
 }

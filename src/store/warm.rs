@@ -792,14 +792,15 @@ fn mark_source(dir: &Fd, recipe: &Recipe) {
     }
 }
 
-/// A private folder for pocl to compile in: `$TMPDIR` (else `/tmp`) `/clshim-warm-XXXXXX`,
-/// the user's only, by its real name (pocl and the tracer must spell it alike).
+/// A private folder for pocl to compile in: `$TMPDIR` (else `/tmp`)
+/// `/clshim-warm-<pid>-XXXXXX`, the user's only, by its real name (pocl and the tracer must
+/// spell it alike). The pid lets the warm service remove the folder of a worker it ended.
 fn private_cache() -> Result<PathBuf, String> {
     let tmp = std::env::var_os("TMPDIR")
         .filter(|t| !t.is_empty())
         .unwrap_or_else(|| "/tmp".into());
     let mut template = PathBuf::from(tmp)
-        .join("clshim-warm-XXXXXX")
+        .join(format!("clshim-warm-{}-XXXXXX", std::process::id()))
         .into_os_string()
         .into_vec();
     template.push(0);

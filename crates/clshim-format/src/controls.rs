@@ -159,21 +159,8 @@ pub const NATIVE_STORE: Control = Control {
     default: "$HOME/.cache/clshim/native",
     values: "a directory, or `off`",
     default_doc: "`$HOME/.cache/clshim/native` (not `XDG_CACHE_HOME`, which job scripts set per rank)",
-    doc: "The store of the driver's own binaries that `clshim warm` makes: a load of a clshim binary (under `substitute`) or a source build (with `CLSHIM_PROGRAM_CACHE`) takes the driver's binary from it when an entry was made for exactly that build (see docs/binary-policies.md). `off`: no store, no requests.",
+    doc: "The store: the compiles jobs keep (with `CLSHIM_PROGRAM_CACHE`), and the driver's own binaries made from them (under `substitute` by a warm service of the node while the job runs; for source builds by `clshim warm`), each taken only by a build of exactly its key (see docs/binary-policies.md). Yours alone (0700). `off`: no store.",
     help: "a directory, or off (default $HOME/.cache/clshim/native)",
-};
-
-pub const WARM: Control = Control {
-    var: "CLSHIM_WARM",
-    option: "--warm",
-    metavar: "",
-    grammar: Grammar::Switch,
-    reader: Reader::Library,
-    default: "0",
-    values: "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`)",
-    default_doc: "`0`",
-    doc: "Leave a request in the native store for each build it lacks (one small private file, a few file operations), for `clshim warm` to make after the job. `clshim run --warm` sets it and runs the warm step when the command ends, inside the job's time, on every CPU it may use.",
-    help: "leave requests, and start clshim warm after COMMAND",
 };
 
 pub const PROGRAM_CACHE: Control = Control {
@@ -184,9 +171,9 @@ pub const PROGRAM_CACHE: Control = Control {
     reader: Reader::Library,
     default: "0",
     values: "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`)",
-    default_doc: "`0`",
-    doc: "Serve source builds on pocl devices from the native store: a `clBuildProgram` whose exact build (source, options, environment, device, driver, and every file its compile read, as the warm step recorded it) has an entry loads the driver's binary instead of compiling; any other build compiles as without it. For applications that keep no binaries (pyopencl 2024.2.3 and later on pocl). Linux only.",
-    help: "serve source builds from the native store",
+    default_doc: "`0`; `clshim run` sets `1` unless given `--record-only`",
+    doc: "Keep, share and serve what pocl compiles (source builds of one pocl device, and their kernels' first launches, with pocl's kernel cache on): a build whose key (source, options, pocl's variables, device, driver) the store keeps a compile of takes it into its own pocl kernel cache, where pocl finds it only under the hash of its own preprocessed source and headers; otherwise its node's first rank compiles while the others wait (`CLSHIM_SHARE_BUILDS`), and keeps what pocl made in the store as soon as it has it, for later jobs on any node. A build whose exact build (and every file its compile read) has the driver's binary in the store (`clshim warm`) loads that instead. Linux only.",
+    help: "keep, share and serve what pocl compiles (clshim run's default)",
 };
 
 pub const SHARE_BUILDS: Control = Control {
@@ -211,7 +198,7 @@ pub const NATIVE_STORE_MAX: Control = Control {
     default: "1G",
     values: "bytes, or with a `K`, `M`, `G` or `T` suffix",
     default_doc: "`1G`",
-    doc: "The size the native store is kept under: `clshim warm` removes the least recently used entries beyond it.",
+    doc: "The size the store is kept under: the processes that keep compiles (at most once an hour) and `clshim warm` remove the least recently used beyond it.",
     help: "bytes, or with a K, M, G or T suffix (default 1G)",
 };
 
@@ -229,7 +216,7 @@ pub const LIB: Control = Control {
 };
 
 /// Every control, in README's order.
-pub const ALL: [&Control; 13] = [
+pub const ALL: [&Control; 12] = [
     &BINARIES,
     &DEVICES,
     &TRACE_DIR,
@@ -239,15 +226,10 @@ pub const ALL: [&Control; 13] = [
     &SUMMARY,
     &NATIVE_STORE,
     &NATIVE_STORE_MAX,
-    &WARM,
     &PROGRAM_CACHE,
     &SHARE_BUILDS,
     &LIB,
 ];
-
-/// Set by `clshim run --warm` (not a user's control): the store its warm step will warm, so
-/// that a process whose requests go elsewhere can say no warm step will see them.
-pub const WARM_STORE_VAR: &str = "CLSHIM_WARM_STORE";
 
 /// A value a control accepted, parsed.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -291,15 +291,23 @@ pub struct Build {
     /// native store, nothing compiled). Absent for a build the driver compiled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub served: Option<&'static str>,
-    /// A build whose compile the ranks of its node share (`CLSHIM_SHARE_BUILDS`, with the
-    /// program cache): `"compiled"` (this rank compiled it, and published its compile),
-    /// `"from_peer"` (it took a peer's compile: pocl's cache hit), or
-    /// `"compiled_after_waiting"` (it waited for a peer past its patience, then compiled).
+    /// With the program cache, whose compile a source build used: `"compiled"` (this rank
+    /// compiled it, and published its compile to its peers), `"from_store"` (it took the
+    /// compile an earlier job, or another node, kept in the store: pocl's cache hit),
+    /// `"from_peer"` (it took a peer's compile: pocl's cache hit), `"own_cache"` (pocl's
+    /// own cache had it), or `"compiled_after_waiting"` (it waited for a peer past its
+    /// patience, or took a compile pocl did not find its own in, then compiled).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shared: Option<&'static str>,
     /// How long the build waited for a peer's compile, in seconds (with `shared`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peer_wait_seconds: Option<f64>,
+    /// A build (or first launch) this rank compiled under the program cache: whether what
+    /// pocl made entered the store for later jobs (`true`), or why not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept_in_store: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_kept: Option<String>,
     /// A source build the driver compiled while the program cache was on: why the store
     /// did not serve it. Absent on every other build.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -368,9 +376,7 @@ impl Miss {
 /// folder's headers?)`). Only a missing entry is one a warm step makes.
 pub fn miss_phrase(kind: Miss, why: &str) -> String {
     match kind {
-        Miss::NoEntry => {
-            "not in the store yet: clshim warm makes them after a run with --warm".into()
-        }
+        Miss::NoEntry => "with no driver's binary in the store yet".into(),
         Miss::FilesDiffer => {
             "whose entries' compiles read other files (another folder's headers?)".into()
         }
@@ -480,15 +486,20 @@ pub struct FirstLaunch {
     pub local_size: Option<Vec<usize>>,
     pub result: i32,
     pub result_name: &'static str,
-    /// With the program cache's sharing, a launch of a kernel of a shared program: as a
-    /// build's `shared` (`"compiled"`, `"from_peer"`, `"compiled_after_waiting"`,
-    /// `"own_cache"`).
+    /// With the program cache, a launch of a kernel of a program whose build went through
+    /// it: as a build's `shared` (`"compiled"`, `"from_store"`, `"from_peer"`,
+    /// `"compiled_after_waiting"`, `"own_cache"`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shared: Option<&'static str>,
     /// How long the launch waited for a peer's compile, in seconds (with `shared`;
     /// included in `seconds`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peer_wait_seconds: Option<f64>,
+    /// As a build's: whether the kernel this launch compiled entered the store, or why not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept_in_store: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_kept: Option<String>,
 }
 
 /// The `exit` record's own fields: none (its `ts` is when the process exited; its

@@ -233,6 +233,19 @@ pub fn host_id() -> String {
     )
 }
 
+/// The lock files of the warm work on `store` on this host, in the temporary folder, by
+/// the user's id and the store's path: the first (`.lock`) is held by the one warm step or
+/// service that runs (a `clshim warm` waits for it, a service that finds it held leaves);
+/// the second (`.clients`) is held, shared, by every process that left a request for the
+/// node's warm service while it lives: a service whose clients are all gone ends.
+pub fn warm_lock_names(uid: u32, store: &std::path::Path) -> (String, String) {
+    let h = crate::hash::fnv1a64(store.as_os_str().as_encoded_bytes());
+    (
+        format!("clshim-warm-{uid}-{h:016x}.lock"),
+        format!("clshim-warm-{uid}-{h:016x}.clients"),
+    )
+}
+
 /// How long a set-aside mark lasts, in seconds.
 pub const SET_ASIDE_SECONDS: i64 = 7 * 24 * 3600;
 

@@ -77,10 +77,11 @@ pub struct RunOpts {
     pub native_store_max: Option<String>,
     pub lib: Option<PathBuf>,
     pub mode: Mode,
-    /// `--warm` (Some(true)): leave requests, run the command as a child, then start the
-    /// warm step; `--no-warm`: leave none.
-    pub warm: Option<bool>,
-    /// `--program-cache` / `--no-program-cache`.
+    /// `--warm` or `--no-warm` was given: no longer needed (a job keeps its compiles as it
+    /// makes them), said once and otherwise ignored, so job scripts keep working.
+    pub warm_given: bool,
+    /// `--program-cache` / `--no-program-cache` (`--record-only`: Some(false)). None: on,
+    /// unless the environment sets `CLSHIM_PROGRAM_CACHE`.
     pub program_cache: Option<bool>,
     /// `--share-builds` / `--no-share-builds`.
     pub share_builds: Option<bool>,
@@ -119,6 +120,9 @@ pub struct WarmOpts {
     /// `--worker-group HEX` (internal): be the worker of one group of requests, in the
     /// directory and environment the command that started it set.
     pub worker_group: Option<u64>,
+    /// `--service` (internal): be the node's warm service the library starts, making
+    /// requests as they come until no process that left one is alive.
+    pub service: bool,
 }
 
 /// `clshim store`: list the native store (`json`: as one JSON document), or `clear` it.
@@ -343,8 +347,8 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
                 o.native_store_max = Some(control(name, &controls::NATIVE_STORE_MAX, v)?);
             }
             "--summary" | "--no-summary" | "--sources" | "--no-sources" | "--layer" | "--warm"
-            | "--no-warm" | "--program-cache" | "--no-program-cache" | "--share-builds"
-            | "--no-share-builds"
+            | "--no-warm" | "--program-cache" | "--no-program-cache" | "--record-only"
+            | "--share-builds" | "--no-share-builds"
                 if inline.is_some() =>
             {
                 return usage(format!("option {name} takes no value"));
@@ -354,10 +358,9 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
             "--sources" => o.sources = Some(true),
             "--no-sources" => o.sources = Some(false),
             "--layer" => o.mode = Mode::Layer,
-            "--warm" => o.warm = Some(true),
-            "--no-warm" => o.warm = Some(false),
+            "--warm" | "--no-warm" => o.warm_given = true,
             "--program-cache" => o.program_cache = Some(true),
-            "--no-program-cache" => o.program_cache = Some(false),
+            "--no-program-cache" | "--record-only" => o.program_cache = Some(false),
             "--share-builds" => o.share_builds = Some(true),
             "--no-share-builds" => o.share_builds = Some(false),
             "-h" | "--help" => return Ok(Command::Help(Some("run"))),
@@ -378,6 +381,7 @@ fn parse_warm(args: Vec<OsString>) -> Result<Command, UsageError> {
         timeout: None,
         lib: None,
         worker_group: None,
+        service: false,
     };
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
@@ -415,6 +419,7 @@ fn parse_warm(args: Vec<OsString>) -> Result<Command, UsageError> {
                     Err(_) => return usage(format!("--worker-group: '{v}' is not hexadecimal")),
                 };
             }
+            "--service" if inline.is_none() => o.service = true,
             "-h" | "--help" => return Ok(Command::Help(Some("warm"))),
             _ if s.starts_with('-') => return unknown_option("warm", &s),
             _ => {

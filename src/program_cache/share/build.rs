@@ -22,6 +22,7 @@ use crate::store::build_key::{BuildKey, CompileEnv};
 use crate::store::{files, kept};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 /// A build's turn: what it does before the driver builds, and what it owes after.
@@ -48,11 +49,14 @@ pub struct Turn {
     copied: usize,
     /// The specialisations of its kernels taken from the store.
     kept_specs: Vec<PathBuf>,
+    /// Made once the turn is settled on, for the record and for `after`.
+    note: Option<BuildNote>,
 }
 
 /// [`before`] for the application's arguments of `clBuildProgram`: a device list of the
 /// program's one device, or none (NULL: all of them), read as the OpenCL API requires of
-/// the application, and its options.
+/// the application, and the options it builds with; `remade`: a program clshim made again
+/// from a clshim binary's recipe (its source), built with the options the recipe recorded.
 ///
 /// # Safety
 /// The application's arguments to `clBuildProgram`, of a call that has not returned.
@@ -62,12 +66,16 @@ pub unsafe fn before_build(
     program: cl_program,
     devices: &crate::app_args::AppArray<cl_device_id>,
     options: *const std::ffi::c_char,
+    remade: bool,
 ) -> Option<Turn> {
+    use crate::programs::Origin;
     if !rt.config.program_cache || program.is_null() {
         return None;
     }
-    if rt.programs.lookup(program).origin != crate::programs::Origin::Source {
-        return None;
+    match rt.programs.lookup(program).origin {
+        Origin::Source => {}
+        Origin::ClshimBinary if remade => {}
+        _ => return None,
     }
     let listed = match (devices.is_null(), devices.len()) {
         (true, 0) => Vec::new(),
@@ -163,6 +171,7 @@ pub unsafe fn before(
         taken: Vec::new(),
         copied: 0,
         kept_specs: Vec::new(),
+        note: None,
     };
     if turn.take_kept() {
         return Some(turn);
@@ -192,49 +201,155 @@ pub unsafe fn before(
     Some(turn)
 }
 
-/// What a build's record says of its sharing, settled when the record is written: a
-/// build that took a peer's compile but whose pocl compiled all the same (its compile did
-/// not match the peer's: another header, say) is said to have compiled after waiting; one
-/// that copied nothing and compiled nothing found the program in its own cache.
+/// What a build did with compiles, settled once, when the driver's build has returned
+/// (when its record is written, or after, whichever comes first): a build that took a
+/// peer's compile but whose pocl compiled all the same (its compile did not match the
+/// peer's: another header, say) compiled after waiting; one that copied nothing and
+/// compiled nothing found the program in its own cache; one that compiled keeps its
+/// compile in the store (replacing a kept one pocl did not find its own in: the files it
+/// reads changed since), so that the record says whether it did.
 #[derive(Clone, Debug)]
-pub struct BuildNote {
+pub struct BuildNote(Arc<Settle>);
+
+#[derive(Debug)]
+struct Settle {
     shared: Shared,
     pocl_cache: PathBuf,
     since: SystemTime,
     taken: Vec<PathBuf>,
     copied: usize,
+    key: BuildKey,
+    store: Option<PathBuf>,
+    request: Vec<u8>,
+    outcome: OnceLock<Outcome>,
+}
+
+/// A build's settled part.
+#[derive(Debug)]
+pub struct Outcome {
+    pub shared: Shared,
+    /// Whether it compiled (its own program folders are `programs`).
+    compiled: bool,
+    /// The program folders (relative to pocl's cache) its kernels' launches use: those it
+    /// made, or those it took.
+    programs: Vec<PathBuf>,
+    /// For a build that compiled, with a store: whether its compile was kept, or why not.
+    pub kept: Option<Result<(), String>>,
 }
 
 impl BuildNote {
-    pub fn shared(&self) -> Shared {
-        match self.shared {
-            Shared::FromPeer { waited }
-                if made_since(&self.pocl_cache, self.since, 2, &self.taken) =>
-            {
-                Shared::CompiledAfterWaiting { waited }
-            }
+    /// The build's outcome, the driver having answered `ret`.
+    pub fn settle(&self, ret: cl_int) -> &Outcome {
+        self.0.outcome.get_or_init(|| self.0.settle(ret))
+    }
+}
+
+impl Settle {
+    fn settle(&self, ret: cl_int) -> Outcome {
+        let made_own = || made_since(&self.pocl_cache, self.since, 2, &self.taken);
+        let shared = match self.shared {
+            Shared::FromPeer { waited } if made_own() => Shared::CompiledAfterWaiting { waited },
             Shared::FromPeer { waited } if self.copied == 0 => Shared::OwnCache { waited },
             // The kept compile was not what pocl looked for (a header it reads changed):
             // this build compiled its own.
-            Shared::FromStore if made_since(&self.pocl_cache, self.since, 2, &self.taken) => {
-                Shared::Compiled
-            }
+            Shared::FromStore if made_own() => Shared::Compiled,
             Shared::FromStore if self.copied == 0 => Shared::OwnCache { waited: 0.0 },
             s => s,
+        };
+        let compiled = matches!(
+            shared,
+            Shared::Compiled | Shared::CompiledAfterWaiting { .. }
+        );
+        if !compiled || ret != CL_SUCCESS {
+            let programs = if ret == CL_SUCCESS {
+                self.taken.clone()
+            } else {
+                Vec::new()
+            };
+            return Outcome {
+                shared,
+                compiled,
+                programs,
+                kept: None,
+            };
+        }
+        // Its own, not what it copied and pocl did not use.
+        let programs: Vec<PathBuf> = fresh_programs(&self.pocl_cache, self.since)
+            .into_iter()
+            .filter(|p| !self.taken.contains(p))
+            .collect();
+        let kept = self.store.as_ref().map(|store| {
+            let replace = self.shared == Shared::FromStore;
+            let request = self.request.clone();
+            kept::keep_build(
+                store,
+                &self.key,
+                request,
+                &self.pocl_cache,
+                &programs,
+                replace,
+            )
+        });
+        Outcome {
+            shared,
+            compiled,
+            programs,
+            kept,
         }
     }
 }
 
-impl Turn {
-    /// The record's part, for the build's record.
-    pub fn note(&self) -> BuildNote {
-        BuildNote {
-            shared: self.shared,
-            pocl_cache: self.pocl_cache.clone(),
-            since: self.started,
-            taken: self.taken.clone(),
-            copied: self.copied,
+/// The program folders of pocl's cache `pocl_cache` (relative to it) that a build which
+/// began at `started` wrote.
+fn fresh_programs(pocl_cache: &Path, started: SystemTime) -> Vec<PathBuf> {
+    let since = started - Duration::from_secs(1);
+    let fresh = |p: &Path| {
+        std::fs::symlink_metadata(p)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t >= since)
+    };
+    let mut found = Vec::new();
+    let Ok(levels) = std::fs::read_dir(pocl_cache) else {
+        return found;
+    };
+    for level in levels.flatten() {
+        let is_dir = level.file_type().is_ok_and(|t| t.is_dir());
+        let name = level.file_name();
+        if !is_dir || name.as_bytes().starts_with(b".") || !fresh(&level.path()) {
+            continue;
         }
+        let Ok(programs) = std::fs::read_dir(level.path()) else {
+            continue;
+        };
+        for p in programs.flatten() {
+            let bc = p.path().join("program.bc");
+            if bc.is_file() && fresh(&bc) {
+                found.push(Path::new(&name).join(p.file_name()));
+            }
+        }
+    }
+    found
+}
+
+impl Turn {
+    /// The build's note, for its record (made when the turn is settled on: once the
+    /// driver builds, nothing of the turn changes).
+    pub fn note(&mut self) -> BuildNote {
+        self.note
+            .get_or_insert_with(|| {
+                BuildNote(Arc::new(Settle {
+                    shared: self.shared,
+                    pocl_cache: self.pocl_cache.clone(),
+                    since: self.started,
+                    taken: self.taken.clone(),
+                    copied: self.copied,
+                    key: self.key.clone(),
+                    store: self.store.clone(),
+                    request: std::mem::take(&mut self.request),
+                    outcome: OnceLock::new(),
+                }))
+            })
+            .clone()
     }
 
     fn published(&self) -> Option<PathBuf> {
@@ -294,46 +409,24 @@ impl Turn {
         !taken.is_empty() || fresh_marker(&from)
     }
 
-    /// After the driver's build returned `ret`: a compile this rank made is kept in the
-    /// store (replacing a kept one that was not what pocl looked for) and, when this rank
-    /// held the node's lock, published to its peers, and the lock let go; a compile this
-    /// rank made counts towards its expected compile times.
+    /// After the driver's build returned `ret`: the build is settled (a compile this rank
+    /// made is kept in the store), published to its peers when this rank held the node's
+    /// lock, and the lock let go; a compile this rank made counts towards its expected
+    /// compile times.
     pub fn after(mut self, ret: cl_int) {
-        let note = self.note().shared();
-        // A build that took a peer's (or the store's) compile, but whose pocl compiled all
-        // the same, made its own program folder: that is the one its kernels' launches use.
-        let compiled = matches!(note, Shared::Compiled | Shared::CompiledAfterWaiting { .. });
-        if compiled && ret == CL_SUCCESS {
+        let note = self.note();
+        let outcome = note.settle(ret);
+        if outcome.compiled && ret == CL_SUCCESS {
             BUILDS.add(self.clock.elapsed(), self.bytes);
         }
         if ret != CL_SUCCESS {
             return;
         }
-        let programs = if compiled {
-            // Its own, not what it copied and pocl did not use.
-            let taken = std::mem::take(&mut self.taken);
-            let own: Vec<PathBuf> = self
-                .fresh_programs()
-                .into_iter()
-                .filter(|p| !taken.contains(p))
-                .collect();
-            if let Some(store) = &self.store {
-                let replace = self.shared == Shared::FromStore;
-                let request = std::mem::take(&mut self.request);
-                let pocl = &self.pocl_cache;
-                if let Err(why) = kept::keep_build(store, &self.key, request, pocl, &own, replace) {
-                    log::debug!("build {:016x} not kept: {why}", self.key.key);
-                }
-            }
-            own
-        } else {
-            std::mem::take(&mut self.taken)
-        };
         if self.lock.is_some() {
-            self.publish(&programs);
+            self.publish(&outcome.programs);
         }
         drop(self.lock.take());
-        if !programs.is_empty() {
+        if !outcome.programs.is_empty() {
             remember(
                 self.program,
                 SharedProgram {
@@ -342,42 +435,11 @@ impl Turn {
                     folder: self.folder.clone(),
                     store: self.store.clone(),
                     pocl_cache: self.pocl_cache.clone(),
-                    programs,
+                    programs: outcome.programs.clone(),
                     kept_specs: std::mem::take(&mut self.kept_specs),
                 },
             );
         }
-    }
-
-    /// The program folders of pocl's cache (relative to it) that the build wrote.
-    fn fresh_programs(&self) -> Vec<PathBuf> {
-        let since = self.started - Duration::from_secs(1);
-        let fresh = |p: &Path| {
-            std::fs::symlink_metadata(p)
-                .and_then(|m| m.modified())
-                .is_ok_and(|t| t >= since)
-        };
-        let mut found = Vec::new();
-        let Ok(levels) = std::fs::read_dir(&self.pocl_cache) else {
-            return found;
-        };
-        for level in levels.flatten() {
-            let is_dir = level.file_type().is_ok_and(|t| t.is_dir());
-            let name = level.file_name();
-            if !is_dir || name.as_bytes().starts_with(b".") || !fresh(&level.path()) {
-                continue;
-            }
-            let Ok(programs) = std::fs::read_dir(level.path()) else {
-                continue;
-            };
-            for p in programs.flatten() {
-                let bc = p.path().join("program.bc");
-                if bc.is_file() && fresh(&bc) {
-                    found.push(Path::new(&name).join(p.file_name()));
-                }
-            }
-        }
-        found
     }
 
     /// Publishes `programs` (the program folders of pocl's cache this build made; none, for

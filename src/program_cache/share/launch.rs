@@ -226,8 +226,8 @@ impl LaunchTurn {
     /// peer's kernel but for which pocl made a specialisation all the same (the peer's was
     /// not the one this launch needed) compiled after waiting; one that copied nothing and
     /// made nothing found the kernel in its own cache, which the store put there when its
-    /// program's build was taken from it.
-    pub fn completed(mut self, ok: bool) -> Shared {
+    /// program's build was taken from it. With whether what it made was kept, or why not.
+    pub fn completed(mut self, ok: bool) -> (Shared, Option<Result<(), String>>) {
         let made = self.made_here();
         match self.shared {
             Shared::FromPeer { waited } if !made.is_empty() => {
@@ -241,19 +241,17 @@ impl LaunchTurn {
             }
             _ => {}
         }
-        if ok && !made.is_empty() {
-            if let Some(store) = &self.program.store {
-                let p = &self.program;
-                if let Err(why) = kept::keep_launch(store, &p.key, self.key, &p.pocl_cache, &made) {
-                    log::debug!("launch of {} not kept: {why}", self.kernel);
-                }
-            }
-        }
+        let p = &self.program;
+        let kept = p
+            .store
+            .as_ref()
+            .filter(|_| ok && !made.is_empty())
+            .map(|store| kept::keep_launch(store, &p.key, self.key, &p.pocl_cache, &made));
         if self.lock.is_some() && ok {
             self.publish(&made);
         }
         drop(self.lock.take());
-        self.shared
+        (self.shared, kept)
     }
 
     /// Publishes `made` (what pocl made for this launch) to the node's peers, each

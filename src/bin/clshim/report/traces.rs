@@ -954,6 +954,8 @@ mod tests {
                 served: Some("store"),
                 shared: None,
                 peer_wait_seconds: None,
+                kept_in_store: None,
+                not_kept: None,
                 not_served: Some(schema::NotServed {
                     kind: schema::Miss::FilesDiffer,
                     why: "x".into(),
@@ -1005,6 +1007,8 @@ mod tests {
                 result_name: "CL_SUCCESS",
                 shared: Some("from_peer"),
                 peer_wait_seconds: Some(0.25),
+                kept_in_store: None,
+                not_kept: None,
             }),
         ];
         let common = |event| Common {

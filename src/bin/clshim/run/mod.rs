@@ -200,7 +200,13 @@ pub fn environment(
     if let Some(v) = &o.native_store_max {
         env.push(("CLSHIM_NATIVE_STORE_MAX", v.into()));
     }
-    if let Some(v) = o.program_cache {
+    // On unless asked otherwise: here, or by the variable the user set.
+    let program_cache = o.program_cache.or_else(|| {
+        std::env::var_os(controls::PROGRAM_CACHE.var)
+            .is_none()
+            .then_some(true)
+    });
+    if let Some(v) = program_cache {
         env.push((
             controls::PROGRAM_CACHE.var,
             if v { "1" } else { "0" }.into(),
@@ -208,9 +214,6 @@ pub fn environment(
     }
     if let Some(v) = o.share_builds {
         env.push((controls::SHARE_BUILDS.var, if v { "1" } else { "0" }.into()));
-    }
-    if let Some(v) = o.warm {
-        env.push((controls::WARM.var, if v { "1" } else { "0" }.into()));
     }
     // One store for every process of the job, whatever ranks do to HOME: the one resolved
     // here, absolute, which the warm step reads too.
@@ -221,9 +224,6 @@ pub fn environment(
             .or_else(|| std::env::var_os(name))
     };
     if let Some(store) = crate::warm::Settings::from_lookup(None, &lookup).store {
-        if o.warm == Some(true) {
-            env.push((controls::WARM_STORE_VAR, store.clone().into()));
-        }
         env.retain(|(k, _)| *k != controls::NATIVE_STORE.var);
         env.push((controls::NATIVE_STORE.var, store.into()));
     }
@@ -395,6 +395,13 @@ pub fn run(o: RunOpts) -> RunError {
 }
 
 fn try_run(o: RunOpts) -> Result<std::convert::Infallible, RunError> {
+    if o.warm_given {
+        eprintln!(
+            "clshim run: --warm is no longer needed (each job keeps what it compiles as it \
+             runs, and the node's warm service makes the driver's binaries an application asks \
+             for): ignored"
+        );
+    }
     let lib = find_library(o.lib.as_deref(), std::env::var_os("CLSHIM_LIB"))?;
     check_doors(&lib, &o)?;
     let trace_dir = o.trace_dir.as_deref().map(prepare_trace_dir).transpose()?;
@@ -414,14 +421,6 @@ fn try_run(o: RunOpts) -> Result<std::convert::Infallible, RunError> {
     macos_env::warn_if_protected(program);
     let mut cmd = std::process::Command::new(program);
     cmd.args(&o.command[1..]);
-    let lookup = |name: &str| {
-        env.iter()
-            .find(|(k, _)| *k == name)
-            .map(|(_, v)| v.clone())
-            .or_else(|| std::env::var_os(name))
-    };
-    let warm_settings =
-        (o.warm == Some(true)).then(|| crate::warm::Settings::from_lookup(None, &lookup));
     for (k, v) in &env {
         cmd.env(k, v);
     }
@@ -433,9 +432,6 @@ fn try_run(o: RunOpts) -> Result<std::convert::Infallible, RunError> {
         }
         e
     };
-    if let Some(settings) = warm_settings {
-        return crate::warm::run_then_warm(cmd, program, &lib, settings).map_err(not_started);
-    }
     // `exec` returns only if the command could not be started.
     let e = cmd.exec();
     Err(not_started(cannot_run(program, &e)))

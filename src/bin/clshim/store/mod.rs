@@ -7,13 +7,11 @@
 //! status: 0, 1 when the store cannot be read (not the user's alone, a folder that cannot
 //! be listed) or a file could not be removed, 2 for usage (the grammar's, in `cli`). Its
 //! parts: `survey` (which file is clshim's, and what it says), `summary` (the listing, text
-//! and JSON), `clear` (the removal), `folders` (the store's folders made the user's alone
-//! whatever the umask, for `run --warm` too). It reads the store and writes nothing but
+//! and JSON), `clear` (the removal). It reads the store and writes nothing but
 //! what `--clear` removes: a listing touches no entry (the cap's least recently used order
 //! stays as it was).
 
 pub mod clear;
-pub mod folders;
 pub mod summary;
 pub mod survey;
 

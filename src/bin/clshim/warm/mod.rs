@@ -11,14 +11,13 @@
 //! links neither the library nor OpenCL: a worker opens the library it finds as `clshim
 //! run` does.
 
-mod after_run;
 mod cap;
 mod groups;
+mod service;
 mod settings;
 mod trust;
 mod workers;
 
-pub use after_run::run_then_warm;
 pub use cap::enforce_cap;
 pub use settings::Settings;
 pub use trust::check_store;
@@ -61,16 +60,13 @@ const MAX_SET_ASIDE: usize = 64;
 const MAX_ROUNDS: usize = 3;
 
 /// Holds this host's lock on warming `store` (released when dropped): one step at a time
-/// per store and host. None when no lock can be had (a lock file that is not the user's):
-/// steps then split the requests by their claims alone.
-fn host_lock(store: &Path) -> Option<std::fs::File> {
+/// per store and host; a step that finds it held waits for it when `wait`, else gets
+/// Err. Ok(None) when no lock can be had (a lock file that is not the user's): steps then
+/// split the requests by their claims alone.
+fn host_lock(store: &Path, wait: bool) -> Result<Option<std::fs::File>, ()> {
     use std::os::unix::fs::MetadataExt;
     use std::os::unix::io::AsRawFd;
-    let name = format!(
-        "clshim-warm-{}-{:016x}.lock",
-        trust::me(),
-        crate::hash::fnv1a64(store.as_os_str().as_encoded_bytes())
-    );
+    let (name, _) = format::warm_lock_names(trust::me(), store);
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -78,14 +74,17 @@ fn host_lock(store: &Path) -> Option<std::fs::File> {
         .truncate(false)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(std::env::temp_dir().join(name))
-        .ok()?;
-    let m = f.metadata().ok()?;
+        .open(std::env::temp_dir().join(name));
+    let Ok(f) = f else { return Ok(None) };
+    let Ok(m) = f.metadata() else { return Ok(None) };
     if m.uid() != trust::me() || !m.is_file() {
-        return None;
+        return Ok(None);
     }
     // SAFETY: an open descriptor of this process.
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        if !wait {
+            return Err(());
+        }
         eprintln!(
             "clshim warm: another warm step on this host works on {}: waiting for it",
             store.display()
@@ -93,7 +92,7 @@ fn host_lock(store: &Path) -> Option<std::fs::File> {
         // SAFETY: as above; blocks until the other step ends (or dies: the lock goes with it).
         unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
     }
-    Some(f)
+    Ok(Some(f))
 }
 
 /// The order in which groups get workers, `jobs` at a time: every group once (the largest
@@ -123,7 +122,7 @@ fn plan(groups: &BTreeMap<u64, Group>, jobs: usize) -> Vec<u64> {
 /// One round: workers for every group of `groups` until each is done. Returns whether the
 /// step may go on (false: a worker failed to start or ended badly).
 #[allow(clippy::too_many_arguments)]
-fn round(
+pub(crate) fn round(
     store: &Path,
     lib: &Path,
     me: &Path,
@@ -131,6 +130,7 @@ fn round(
     w: &mut Workers,
     jobs: usize,
     set_aside: &mut usize,
+    stop: &dyn Fn() -> bool,
 ) -> bool {
     let mut ok = true;
     let mut folders: HashMap<u64, Folder> = HashMap::new();
@@ -182,6 +182,10 @@ fn round(
             }
         }
         if w.is_empty() {
+            break;
+        }
+        if stop() {
+            w.end_all();
             break;
         }
         for (group, ended) in w.step() {
@@ -247,6 +251,9 @@ pub fn warm_main(o: crate::cli::WarmOpts) -> i32 {
     if let Some(group) = o.worker_group {
         return workers::worker(&lib, store, group);
     }
+    if o.service {
+        return service::serve(store, &lib);
+    }
     settings::idle_priority();
     if let Err(why) = check_store(store) {
         eprintln!("clshim warm: {why}; no request is read");
@@ -259,7 +266,7 @@ pub fn warm_main(o: crate::cli::WarmOpts) -> i32 {
             return 1;
         }
     };
-    let _lock = host_lock(store);
+    let _lock = host_lock(store, true);
     let started = std::time::Instant::now();
     let jobs = o.jobs.unwrap_or_else(settings::default_jobs);
     let timeout = Duration::from_secs(o.timeout.unwrap_or(settings::DEFAULT_TIMEOUT));
@@ -277,7 +284,16 @@ pub fn warm_main(o: crate::cli::WarmOpts) -> i32 {
             break;
         }
         listed += fresh;
-        if !round(store, &lib, &me, &groups, &mut w, jobs, &mut set_aside) {
+        if !round(
+            store,
+            &lib,
+            &me,
+            &groups,
+            &mut w,
+            jobs,
+            &mut set_aside,
+            &|| false,
+        ) {
             status = 1;
             break;
         }
@@ -317,7 +333,7 @@ pub fn warm_main(o: crate::cli::WarmOpts) -> i32 {
 
 /// Appends the step's summary line to `STORE/warm.log` (for `clshim store`, which says how
 /// long ago by the file's time, and for a step whose output went nowhere).
-fn log_summary(store: &Path, line: &str) {
+pub(crate) fn log_summary(store: &Path, line: &str) {
     let _ = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

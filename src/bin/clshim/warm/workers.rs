@@ -235,6 +235,8 @@ pub struct Workers {
     /// The last event of each request, for the step's counts.
     pub outcomes: HashMap<u64, WarmEvent>,
     last_renewal: Instant,
+    /// How long a step waits for the workers' reports.
+    pub tick: Duration,
 }
 
 impl Workers {
@@ -250,6 +252,7 @@ impl Workers {
             rx,
             outcomes: HashMap::new(),
             last_renewal: Instant::now(),
+            tick: Duration::from_secs(1),
         }
     }
 
@@ -308,11 +311,25 @@ impl Workers {
         Ok(())
     }
 
-    /// Waits (at most a second) for what the workers report, renews the claims of the
+    /// Ends every worker now (the service's clients are gone): a request being made is
+    /// left with its claim, which the next warm step takes over (its holder is gone).
+    pub fn end_all(&mut self) {
+        let ended = !self.running.is_empty();
+        for (_, mut r) in self.running.drain() {
+            // The worker's tracer: its death takes the worker and its driver's programs.
+            let _ = r.child.kill();
+            let _ = r.child.wait();
+        }
+        if ended {
+            remove_orphaned_folders();
+        }
+    }
+
+    /// Waits (at most a tick) for what the workers report, renews the claims of the
     /// requests they make, ends a worker past the time limit, and returns the workers that
     /// ended, with their group and how.
     pub fn step(&mut self) -> Vec<(u64, Ended)> {
-        if let Ok(h) = self.rx.recv_timeout(Duration::from_secs(1)) {
+        if let Ok(h) = self.rx.recv_timeout(self.tick) {
             self.hear(h);
             while let Ok(h) = self.rx.try_recv() {
                 self.hear(h);
@@ -450,5 +467,37 @@ impl Workers {
                 writeln!(f, "{why}")
             })
             .is_ok()
+    }
+}
+
+/// Removes the private compile folders (`$TMPDIR/clshim-warm-<pid>-XXXXXX`, the library's
+/// `store::warm`) of workers that are gone: the user's own folders whose pid is no
+/// process's, which an ended worker had no time to remove.
+fn remove_orphaned_folders() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = std::env::temp_dir();
+    let Ok(entries) = std::fs::read_dir(&tmp) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("clshim-warm-"))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let mine = e
+            .path()
+            .symlink_metadata()
+            .is_ok_and(|m| m.is_dir() && m.uid() == super::trust::me());
+        // SAFETY: signal 0 only asks whether the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if mine && gone {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
     }
 }

@@ -1,0 +1,119 @@
+//! `clshim warm --service`: the node's warm service, which the library starts on demand
+//! (its `store::service`) when a process leaves a request for the driver's binary of a
+//! build, as sccache's client starts its local server. One runs per user, node and store
+//! (the warm step's host lock, taken without waiting: a service that finds it held leaves
+//! at once). It makes the requests as they come, at idle priority, in the warm step's
+//! workers, and ends as soon as none of its clients lives (each holds the clients' lock,
+//! shared, while it lives): what it has not made waits for the next job's service, and a
+//! request being made then is taken over by it (its claim's holder is gone). So nothing
+//! of clshim's outlives the job, and no scheduler has anything of clshim's to end.
+
+use super::settings;
+use super::workers::{WarmStats, Workers};
+use super::{groups, host_lock, log_summary, round, trust};
+use clshim_format::store::{self as format, WarmEvent};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// How often the service looks for new requests and for its clients.
+const TICK: Duration = Duration::from_millis(200);
+
+/// Closes every descriptor but the standard streams: those the application left without
+/// close-on-exec (an MPI launcher's connection, a pipe its launcher reads to the end) must
+/// not be held open by the service.
+fn close_inherited() {
+    // SAFETY: close_range only closes this process's descriptors (none of Rust's own are
+    // open yet); ENOSYS on kernels before 5.9, then each is closed in turn.
+    let r = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+    if r != 0 {
+        for fd in 3..4096 {
+            // SAFETY: as above.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+/// Whether every client of the service has gone: no process holds the clients' lock.
+fn clients_gone(store: &Path) -> bool {
+    let (_, clients) = format::warm_lock_names(trust::me(), store);
+    let Ok(f) = std::fs::File::open(std::env::temp_dir().join(clients)) else {
+        return true;
+    };
+    // SAFETY: an open descriptor of this process; released when `f` is closed.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+/// The keys of the requests waiting in `store`.
+fn waiting(store: &Path) -> Vec<u64> {
+    let Ok(rd) = std::fs::read_dir(store.join(format::REQUESTS)) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| format::key_of_name(e.file_name().to_str()?, ".req"))
+        .collect()
+}
+
+/// Serves `store` with the library `lib` until its clients are gone. Exit status 0.
+pub fn serve(store: &Path, lib: &Path) -> i32 {
+    close_inherited();
+    settings::idle_priority();
+    if super::check_store(store).is_err() {
+        return 0;
+    }
+    let Ok(_lock) = host_lock(store, false) else {
+        return 0; // another step or service works on this store here
+    };
+    let Ok(me) = std::env::current_exe() else {
+        return 0;
+    };
+    let started = Instant::now();
+    let jobs = settings::default_jobs();
+    let timeout = Duration::from_secs(settings::DEFAULT_TIMEOUT);
+    let mut w = Workers::new(store, jobs, timeout);
+    w.tick = TICK;
+    let (mut refused, mut set_aside) = (0, 0);
+    let gone = || clients_gone(store);
+    while !gone() {
+        // A request left for later (its inputs changed as it compiled: its rank was still
+        // launching the program's kernels) or claimed by a process that has gone since is
+        // tried again while the job runs.
+        w.outcomes
+            .retain(|_, e| !matches!(e, WarmEvent::Postponed | WarmEvent::Claimed));
+        // Requests this service has an outcome of already (for another host, say) are not
+        // made again now.
+        let fresh = waiting(store).iter().any(|k| !w.outcomes.contains_key(k));
+        if !fresh {
+            std::thread::sleep(TICK);
+            continue;
+        }
+        let groups = groups::groups(store, &mut refused);
+        round(
+            store,
+            lib,
+            &me,
+            &groups,
+            &mut w,
+            jobs,
+            &mut set_aside,
+            &gone,
+        );
+    }
+    w.end_all();
+    let t = WarmStats::of(&w.outcomes);
+    if t.made + t.uncacheable + t.failed > 0 {
+        log_summary(
+            store,
+            &format!(
+                "clshim warm --service: {}: {} made, {} not kept, {} failed while the job ran; \
+                 {:.1} s on up to {jobs} workers at idle priority",
+                store.display(),
+                t.made,
+                t.uncacheable,
+                t.failed + refused,
+                started.elapsed().as_secs_f64()
+            ),
+        );
+    }
+    0
+}
