@@ -366,7 +366,9 @@ fn recipes_and_changelog_name_cargo_version() {
     .unwrap();
     assert!(
         spack.contains(&format!("\n    version(\"{VERSION}\")\n"))
-            && spack.contains(&format!("pypi = \"clshim/clshim-{VERSION}.tar.gz\"")),
+            && spack.contains(&format!(
+                "url = \"https://files.pythonhosted.org/packages/source/c/clshim/clshim-{VERSION}.tar.gz\""
+            )),
         "{spack}"
     );
     let changelog = std::fs::read_to_string(root.join("CHANGELOG.md")).unwrap();

@@ -15,8 +15,9 @@ class Clshim(CargoPackage):
     pocl's second compile and serve warm starts from pocl's own binaries."""
 
     homepage = "https://pypi.org/project/clshim/"
-    # The release tarball is also clshim's sdist on PyPI.
-    pypi = "clshim/clshim-0.2.0.tar.gz"
+    # The release tarball is also clshim's sdist on PyPI (`pypi = ...` is PythonPackage's
+    # alone, so the address is written out).
+    url = "https://files.pythonhosted.org/packages/source/c/clshim/clshim-0.2.0.tar.gz"
 
     license("MIT")
 
