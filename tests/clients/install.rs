@@ -22,7 +22,9 @@ const VERSION: &str = env!("CARGO_PKG_VERSION");
 const LMOD_INIT: &str = "/usr/share/lmod/lmod/init/bash";
 
 /// The release (`scripts/release --no-wheel --allow-dirty`), made once into a scratch
-/// folder that every test of this binary shares: the tarball, easybuild/ and spack/.
+/// folder that every test of this binary shares: the tarball, easybuild/ and spack/. Its
+/// source distribution is maturin's, from `.venv/wheelbuild` (so the tests that use it
+/// need WHEEL_TOOLS, or the script would make that environment).
 fn release() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
@@ -191,7 +193,7 @@ echo "after unload: command=$(command -v clshim || echo none) CLSHIM_LIB=${{CLSH
 
 #[test]
 fn easybuild_installs_the_release_and_module_load_runs_it() {
-    if !needs(&[EASYBUILD, LMOD, PYOPENCL_CURRENT]) {
+    if !needs(&[WHEEL_TOOLS, EASYBUILD, LMOD, PYOPENCL_CURRENT]) {
         return;
     }
     let dir = scratch("easybuild");
@@ -323,7 +325,7 @@ fn plain_install() -> &'static PlainInstall {
 
 #[test]
 fn lmod_loads_the_plain_install_module() {
-    if !needs(&[LMOD, PYOPENCL_CURRENT]) {
+    if !needs(&[WHEEL_TOOLS, LMOD, PYOPENCL_CURRENT]) {
         return;
     }
     let p = plain_install();
@@ -334,7 +336,7 @@ fn lmod_loads_the_plain_install_module() {
 #[test]
 fn environment_modules_load_the_plain_install_tcl_module() {
     let [modulecmd, tclsh] = ENVIRONMENT_MODULES;
-    if !needs(&[modulecmd, tclsh, PYOPENCL_CURRENT]) {
+    if !needs(&[WHEEL_TOOLS, modulecmd, tclsh, PYOPENCL_CURRENT]) {
         return;
     }
     let p = plain_install();
