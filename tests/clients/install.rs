@@ -319,6 +319,9 @@ fn plain_install() -> &'static PlainInstall {
                 t0.elapsed().as_secs_f64()
             );
         }
+        // The folder is kept for every test of this binary; the build (200 MB) need not be.
+        let _ = std::fs::remove_dir_all(&tree);
+        let _ = std::fs::remove_dir_all(dir.join("empty-cargo-home"));
         p
     })
 }
