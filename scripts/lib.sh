@@ -26,6 +26,10 @@ CLSHIM_APT_PACKAGES=(
     openssh-server       # ... served by an sshd of the test's own on 127.0.0.1 (the package's
                          #     own service is not used, nor its configuration)
     openssh-client       # ... ssh, which sshfs runs, and ssh-keygen for the test's keys
+    lmod                 # the modules tool EasyBuild installs clshim under (tests/clients/install.rs);
+                         #     Debian's environment-modules conflicts with it: see
+                         #     ensure_environment_modules
+    tcl                  # tclsh, which runs Environment Modules' modulecmd.tcl
 )
 
 # Requirement strings of the Python environments under .venv/.
@@ -50,10 +54,17 @@ CLSHIM_VENV_REQS_intel="intel-opencl-rt intel-cmplr-lib-rt"
 # macos:   zig, only for the macOS libSystem symbol list (.tbd) it ships, which
 #          scripts/check-macos needs to link libclshim.dylib on Linux.
 CLSHIM_VENV_REQS_macos="ziglang"
+# easybuild: EasyBuild (the framework and its stock easyblocks, pinned: the easyconfig uses
+#          the Cargo easyblock), which tests/clients/install.rs runs to install clshim from
+#          its release tarball. EasyBuild ships source distributions only.
+CLSHIM_VENV_REQS_easybuild="easybuild-framework==5.4.1 easybuild-easyblocks==5.4.1"
+CLSHIM_VENV_CHECK_easybuild='import easybuild.main, easybuild.easyblocks.generic.cargo'
+CLSHIM_VENV_SOURCES_OK_easybuild=1
 CLSHIM_VENV_CHECK_macos='import ziglang'
 CLSHIM_VENV_CHECK_intel='import os, sys; assert all(os.path.isfile(os.path.join(sys.prefix, "lib", f)) for f in ("libOpenCL.so.1", "libintelocl.so"))'
 # CLSHIM_VENV_CHECK_<name>: the Python that proves a venv complete (default: it imports
-# pyopencl and numpy).
+# pyopencl and numpy). CLSHIM_VENV_SOURCES_OK_<name>=1: its packages may be built from
+# source distributions (default: wheels only).
 CLSHIM_VENV_CHECK_wheelbuild='import maturin, ziglang, auditwheel'
 
 log() { printf '==> %s\n' "$*" >&2; }
@@ -131,6 +142,8 @@ ensure_venv() {
     local reqs="${!reqs_var}"
     local check_var="CLSHIM_VENV_CHECK_$1"
     local check="${!check_var:-import pyopencl, numpy}"
+    local sources_var="CLSHIM_VENV_SOURCES_OK_$1" only_binary=":all:"
+    if [ "${!sources_var:-0}" = 1 ]; then only_binary=":none:"; fi
     [ -n "$reqs" ] || die "unknown venv '$name'"
     # The real path: worktrees that link .venv to one folder share its environments, and
     # their stamps must agree, or each worktree's run would make them again.
@@ -148,7 +161,7 @@ ensure_venv() {
     mkdir -p "$CLSHIM_ROOT/.venv"
     "$base" -m venv "$dir" || die "could not create $dir (python3 -m venv)"
     # shellcheck disable=SC2086 # the requirement string is a word list on purpose
-    "$dir/bin/python" -m pip install -q --only-binary=:all: $reqs \
+    "$dir/bin/python" -m pip install -q --only-binary="$only_binary" $reqs \
         || { rm -rf "$dir"; die "pip install failed in venv $name ($reqs)"; }
     printf '%s\n' "$want" > "$stamp"
 }
@@ -160,7 +173,8 @@ ensure_venv() {
 ensure_pyopencl_tests() {
     local py="$CLSHIM_ROOT/.venv/current/bin/python" dir="$CLSHIM_ROOT/.venv/pyopencl-tests"
     local version; version="$("$py" -c 'import pyopencl; print(pyopencl.VERSION_TEXT)')"
-    if [ -f "$dir/clshim-stamp" ] && [ "$(cat "$dir/clshim-stamp")" = "$version" ]; then
+    if [ -f "$dir/clshim-stamp" ] && [ "$(cat "$dir/clshim-stamp")" = "$version" ] \
+        && [ -f "$dir/modulecmd.tcl" ]; then
         log "pyopencl $version test files: present"
         return 0
     fi
@@ -187,6 +201,43 @@ with tarfile.open(fileobj=io.BytesIO(data)) as t:
             m.name = parts[2]
             t.extract(m, dest)
 PY
+    printf '%s\n' "$version" > "$dir/clshim-stamp"
+}
+
+# ensure_environment_modules: Environment Modules (the Tcl modules tool), for the test of
+# clshim's Tcl module file. Debian's environment-modules package conflicts with lmod, which
+# EasyBuild needs, so it is not installed: its .deb is downloaded with apt-get and unpacked
+# into .venv/environment-modules/, whose modulecmd.tcl (linked as
+# .venv/environment-modules/modulecmd.tcl) tclsh runs; the `module` function of its bash
+# init, which names the installed path, is one line the test defines itself.
+ensure_environment_modules() {
+    local dir="$CLSHIM_ROOT/.venv/environment-modules" version
+    version="$(apt-cache policy environment-modules 2>/dev/null | sed -n 's/^ *Candidate: //p')"
+    if [ -z "$version" ] || [ "$version" = "(none)" ]; then
+        local SUDO=()
+        [ "$(id -u)" -eq 0 ] || SUDO=(sudo)
+        "${SUDO[@]}" apt-get update -q >/dev/null || die "apt-get update failed"
+        version="$(apt-cache policy environment-modules | sed -n 's/^ *Candidate: //p')"
+    fi
+    if [ -z "$version" ] || [ "$version" = "(none)" ]; then
+        die "apt knows no environment-modules package"
+    fi
+    if [ -f "$dir/clshim-stamp" ] && [ "$(cat "$dir/clshim-stamp")" = "$version" ] \
+        && [ -f "$dir/modulecmd.tcl" ]; then
+        log "environment-modules $version: present"
+        return 0
+    fi
+    log "environment-modules $version: downloading its .deb and unpacking it (not installing it)"
+    rm -rf "$dir"
+    mkdir -p "$dir/deb"
+    (cd "$dir/deb" && apt-get download -q "environment-modules=$version" >/dev/null 2>&1) \
+        || die "apt-get download environment-modules failed"
+    dpkg-deb -x "$dir"/deb/environment-modules_*.deb "$dir/root" || die "dpkg-deb -x failed"
+    rm -rf "$dir/deb"
+    local cmd
+    cmd="$(find "$dir/root" -name modulecmd.tcl -type f | head -n 1)"
+    [ -n "$cmd" ] || die "no modulecmd.tcl in environment-modules $version"
+    ln -s "${cmd#"$dir"/}" "$dir/modulecmd.tcl"
     printf '%s\n' "$version" > "$dir/clshim-stamp"
 }
 

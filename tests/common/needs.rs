@@ -1,6 +1,7 @@
 //! What a test needs beyond Rust, a C compiler and pocl, and whether this machine has it:
 //! the Python environments `scripts/test` makes under .venv/, the real clients (hashcat,
-//! CLBlast, clFFT, Boost.Compute), mpich, valgrind, and what the simulated hosts of
+//! CLBlast, clFFT, Boost.Compute), mpich, valgrind, EasyBuild and the two modules tools
+//! (Lmod, Environment Modules), and what the simulated hosts of
 //! `hosts` need (sshfs, an sshd, root, namespaces, FUSE). A plain `cargo test` on a machine
 //! without one of them passes the tests that need it after one line on stderr saying what
 //! was missing and that `scripts/test` runs them; `scripts/test`, which installs all of
@@ -66,6 +67,22 @@ pub const PYOPENCL_OLD: Need = Need::Venv("old");
 pub const WHEEL_TOOLS: Need = Need::Venv("wheelbuild");
 /// `.venv/intel`: the Khronos ICD loader and Intel's CPU OpenCL runtime.
 pub const INTEL_RUNTIME: Need = Need::Venv("intel");
+/// `.venv/easybuild`: EasyBuild, which installs clshim from its release tarball.
+pub const EASYBUILD: Need = Need::Venv("easybuild");
+/// Lmod's bash set-up (the `module` function), the modules tool EasyBuild runs with.
+pub const LMOD: Need = Need::File {
+    path: "/usr/share/lmod/lmod/init/bash",
+    package: "lmod",
+};
+/// `.venv/environment-modules`: Environment Modules' modulecmd.tcl, unpacked from its
+/// Debian package (which conflicts with lmod's), and the tclsh that runs it.
+pub const ENVIRONMENT_MODULES: [Need; 2] = [
+    Need::Fetched("environment-modules"),
+    Need::Program {
+        name: "tclsh",
+        package: "tcl",
+    },
+];
 /// `.venv/pyopencl-tests`: pyopencl's own test files, of the version in `.venv/current`.
 pub const PYOPENCL_TEST_FILES: Need = Need::Fetched("pyopencl-tests");
 pub const HASHCAT: Need = Need::Program {
