@@ -83,6 +83,8 @@ pub struct Config {
     pub program_cache: bool,
     /// With the program cache: ranks of a node share one compile of a program.
     pub share_builds: bool,
+    /// `CLSHIM_WARM_SERVICE`: start the node's warm service for the requests left.
+    pub warm_service: bool,
     /// The variables that name pocl's cache folder, as they were at the first OpenCL
     /// call clshim saw: pocl reads them once, when it starts, which is before any program
     /// is made (`store::Store::pocl_cache_for_lookup`).
@@ -114,6 +116,7 @@ impl Default for Config {
             native_store_max: NATIVE_STORE_MAX_DEFAULT,
             program_cache: false,
             share_builds: true,
+            warm_service: true,
             pocl_cache_env: POCL_CACHE_VARIABLES.iter().map(|&n| (n, None)).collect(),
         }
     }
@@ -179,6 +182,9 @@ impl Config {
         }
         if let Some(Value::Switch(on)) = take(&controls::SHARE_BUILDS) {
             cfg.share_builds = on;
+        }
+        if let Some(Value::Switch(on)) = take(&controls::WARM_SERVICE) {
+            cfg.warm_service = on;
         }
         if let Some(v) = get(controls::TRACE_DIR.var).filter(|v| !v.is_empty()) {
             cfg.trace_dir = Some(PathBuf::from(v));

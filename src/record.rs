@@ -788,13 +788,47 @@ mod tests {
         let s = summary_line(&id, &missed, "pass", true);
         assert!(
             s.ends_with(
-                "; policy pass; 1 of 4 builds served from the native store: 2 whose entries' \
-                 compiles read other files (another folder's headers?), 1 not kept: they hold \
-                 the time of the compile"
+                "; program cache on; 3 of 4 builds not served the store's driver binary: 2 \
+                 whose entries' compiles read other files (another folder's headers?), 1 not \
+                 kept: they hold the time of the compile"
             ),
             "{s}"
         );
-        assert!(!s.contains("clshim warm makes"), "{s}");
+        assert!(!s.contains("policy pass"), "{s}");
+        // Whose compile the builds and first launches used, every kind there is.
+        let origins = Tally {
+            build_origins: Origins {
+                compiled: 2,
+                kept: 2,
+                from_peer: 1,
+                from_store: 3,
+                native: 1,
+                ..Origins::default()
+            },
+            launch_origins: Origins {
+                compiled: 1,
+                kept: 0,
+                not_kept: [("the store's filesystem is full".to_string(), 1)].into(),
+                ..Origins::default()
+            },
+            first_launches: 1,
+            ..sourced.clone()
+        };
+        let s = summary_line(&id, &origins, "pass", true);
+        assert!(
+            s.contains(
+                "4 builds 1.00 s (2 compiled and kept in the store, 1 from a peer, 4 from the \
+                 store (1 as the driver's binary))"
+            ),
+            "{s}"
+        );
+        assert!(
+            s.contains(
+                "(overlapping ones counted once; 1 compiled, 1 of them not kept in the store: 1 \
+                 the store's filesystem is full)"
+            ),
+            "{s}"
+        );
         // Binary queries under the program cache: an application with its own binary cache.
         let queried = Tally {
             queries: 2,

@@ -343,7 +343,7 @@ pub fn request(rt: &crate::runtime::Runtime, wanted: &[Wanted], encoded: &[u8]) 
             left = true;
         }
     }
-    if left {
+    if left && rt.config.warm_service {
         service::ensure(&store.dir);
     }
 }

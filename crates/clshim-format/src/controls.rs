@@ -176,6 +176,19 @@ pub const PROGRAM_CACHE: Control = Control {
     help: "keep, share and serve what pocl compiles (clshim run's default)",
 };
 
+pub const WARM_SERVICE: Control = Control {
+    var: "CLSHIM_WARM_SERVICE",
+    option: "--warm-service",
+    metavar: "",
+    grammar: Grammar::Switch,
+    reader: Reader::Library,
+    default: "1",
+    values: "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`)",
+    default_doc: "`1`",
+    doc: "Where an application asks for binaries (`substitute` hands out a clshim binary whose driver's binary the store lacks, or loads one): start the node's warm service, which makes them at idle priority while the job runs and ends with the job's last process (each process that asked waits at exit, at most five times its build time, for its own). `0`: leave the requests for `clshim warm`.",
+    help: "start the node's warm service for the binaries an application asks for",
+};
+
 pub const SHARE_BUILDS: Control = Control {
     var: "CLSHIM_SHARE_BUILDS",
     option: "--share-builds",
@@ -216,7 +229,7 @@ pub const LIB: Control = Control {
 };
 
 /// Every control, in README's order.
-pub const ALL: [&Control; 12] = [
+pub const ALL: [&Control; 13] = [
     &BINARIES,
     &DEVICES,
     &TRACE_DIR,
@@ -228,6 +241,7 @@ pub const ALL: [&Control; 12] = [
     &NATIVE_STORE_MAX,
     &PROGRAM_CACHE,
     &SHARE_BUILDS,
+    &WARM_SERVICE,
     &LIB,
 ];
 

@@ -85,6 +85,8 @@ pub struct RunOpts {
     pub program_cache: Option<bool>,
     /// `--share-builds` / `--no-share-builds`.
     pub share_builds: Option<bool>,
+    /// `--warm-service` / `--no-warm-service`.
+    pub warm_service: Option<bool>,
     /// The command and its arguments; never empty.
     pub command: Vec<OsString>,
 }
@@ -348,7 +350,7 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
             }
             "--summary" | "--no-summary" | "--sources" | "--no-sources" | "--layer" | "--warm"
             | "--no-warm" | "--program-cache" | "--no-program-cache" | "--record-only"
-            | "--share-builds" | "--no-share-builds"
+            | "--share-builds" | "--no-share-builds" | "--warm-service" | "--no-warm-service"
                 if inline.is_some() =>
             {
                 return usage(format!("option {name} takes no value"));
@@ -363,6 +365,8 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
             "--no-program-cache" | "--record-only" => o.program_cache = Some(false),
             "--share-builds" => o.share_builds = Some(true),
             "--no-share-builds" => o.share_builds = Some(false),
+            "--warm-service" => o.warm_service = Some(true),
+            "--no-warm-service" => o.warm_service = Some(false),
             "-h" | "--help" => return Ok(Command::Help(Some("run"))),
             _ => return unknown_option("run", &s),
         }

@@ -23,8 +23,16 @@ pub struct Opt {
     pub values: &'static str,
 }
 
-/// `clshim run`'s options that set no `CLSHIM_*` variable.
-pub const RUN_ONLY: [Opt; 3] = [
+/// `clshim run`'s options that set no `CLSHIM_*` variable of their own.
+pub const RUN_ONLY: [Opt; 4] = [
+    Opt {
+        name: "--record-only",
+        metavar: "",
+        help: "only record: no program cache (the same as --no-program-cache;
+without it, clshim run keeps, shares and serves what pocl compiles)",
+        sets: "`CLSHIM_PROGRAM_CACHE=0`",
+        values: "without it, `clshim run` sets `CLSHIM_PROGRAM_CACHE=1` unless you set the variable",
+    },
     Opt {
         name: "--lib",
         metavar: "PATH",
@@ -185,14 +193,14 @@ const COMMANDS: [Command; 5] = [
     Command {
         name: "warm",
         synopsis: "clshim warm [--store DIR] [--jobs N] [--timeout SECONDS] [--lib PATH]",
-        summary: "after a job that left requests (clshim run --warm): make the driver's own\nbinaries of its builds, so that the next loads and builds take them",
-        about: "Make the driver's own binaries the native store was asked for (requests left\nby runs with CLSHIM_WARM=1: under --binaries substitute when the application\nasks for binaries, and with --program-cache for source builds), at idle\npriority, on every CPU this process may use (workers of each working\ndirectory and environment of the requests reuse their ranks' pocl kernel\ncache); then keep the store under $CLSHIM_NATIVE_STORE_MAX, least recently\nused out, removing nothing but its own entries. One step at a time per host\nand store (others wait for it); hosts sharing a store split the requests by\nclaims, each a lease renewed while it is made. clshim run --warm runs it in\nthe foreground when its command ends, inside the job's time.",
+        summary: "make the driver's own binaries of the compiles jobs kept, for loads in a\nmillisecond instead of pocl's kernel cache's twenty",
+        about: "Make the driver's own binaries (pocl's generic compile, under a tracer that\nrecords what each compile read) of every compile the store keeps without\none, and of the requests waiting, at idle priority, on every CPU this\nprocess may use; then keep the store under $CLSHIM_NATIVE_STORE_MAX, least\nrecently used out, removing nothing but its own files. Optional: jobs keep\ntheir compiles as they make them, and the node's warm service, which the\nlibrary starts while a job runs, makes the binaries an application asks\nfor (--binaries substitute). One step at a time per host and store; hosts\nsharing a store split the requests by claims, each a lease renewed while\nit is made.",
         options: &WARM,
     },
     Command {
         name: "store",
         synopsis: "clshim store [--store DIR] [--json] [--clear]",
-        summary: "what the native store holds (entries by device, requests waiting, the\ncap, the last warm step), or with --clear, empty it",
+        summary: "what the store holds (kept compiles, the driver's binaries by device,\nrequests waiting, the cap, the last warm step), or with --clear, empty it",
         about: "Show the native store clshim warm would warm: where it is and whether it is\nyours alone, its entries and their bytes by device and driver build, the\nbuilds it found cannot be kept (and why), the requests waiting (the oldest's\nage), those set aside, its size against $CLSHIM_NATIVE_STORE_MAX, and the\nlast warm step's line in warm.log. --clear removes every file of clshim's in\nit (entries, requests, marks, labels, warm.log), never a file that is not\nclshim's. Exit status 0, 1 when the store is not yours alone or cannot be\nread (or a file could not be removed), 2 on usage errors.",
         options: &STORE,
     },
@@ -440,7 +448,8 @@ mod tests {
             }
         }
         let run = page("run").unwrap();
-        assert!(run.contains("--native-store DIR") && run.contains("--warm"));
+        assert!(run.contains("--native-store DIR") && run.contains("--record-only"));
+        assert!(!run.contains("--warm"));
         assert!(!run.contains("--chrome") && !run.contains("--cross-filesystems"));
         assert!(page("frob").is_none());
         assert!(overview().lines().count() < 30);

@@ -215,6 +215,9 @@ pub fn environment(
     if let Some(v) = o.share_builds {
         env.push((controls::SHARE_BUILDS.var, if v { "1" } else { "0" }.into()));
     }
+    if let Some(v) = o.warm_service {
+        env.push((controls::WARM_SERVICE.var, if v { "1" } else { "0" }.into()));
+    }
     // One store for every process of the job, whatever ranks do to HOME: the one resolved
     // here, absolute, which the warm step reads too.
     let lookup = |name: &str| {

@@ -1,18 +1,19 @@
-//! `clshim warm` and `clshim run --warm`: the step that makes the driver's own binaries the
-//! native store was asked for (the library's `store::warm` does the making, in worker
-//! processes; see docs/binary-policies.md). This module runs the step: it checks the store
-//! (`trust`), waits for any other step on this host working on the same store (a lock in
-//! the temporary folder: ranks of one job each run `clshim run --warm`, and one step on
-//! every CPU is enough), lists the requests by group (`groups`), starts workers on every
-//! CPU this process may use (`settings`), several for a large group, and watches them
-//! (`workers`: events, leases, time limits, crashes), lists again for requests that
-//! appeared meanwhile, keeps the store under its cap (`cap`), and prints one summary line
-//! (also appended to `STORE/warm.log`). `after_run` is `clshim run --warm`. The command
-//! links neither the library nor OpenCL: a worker opens the library it finds as `clshim
-//! run` does.
+//! `clshim warm`: the step that makes the driver's own binaries of builds (the library's
+//! `store::warm` does the making, in worker processes; see docs/binary-policies.md), run
+//! by hand for the compiles jobs kept (`promote`: what only it does) and, as `--service`,
+//! by the library on each node while a job runs, for the binaries an application asks for
+//! (`service`). This module runs the step: it checks the store (`trust`), waits for any
+//! other step on this host working on the same store (a lock in the temporary folder), lists
+//! the requests by group (`groups`), starts workers on every CPU this process may use
+//! (`settings`), several for a large group, and watches them (`workers`: events, leases,
+//! time limits, crashes), lists again for requests that appeared meanwhile, keeps the
+//! store under its cap (`cap`), and prints one summary line (also appended to
+//! `STORE/warm.log`). The command links neither the library nor OpenCL: a worker opens the
+//! library it finds as `clshim run` does.
 
 mod cap;
 mod groups;
+mod promote;
 mod service;
 mod settings;
 mod trust;
@@ -45,11 +46,10 @@ fn nothing_to_make(store: &Path) -> String {
         })
         .unwrap_or(0);
     format!(
-        "clshim warm: {}: no requests, nothing to make ({entries} entries held). Runs leave \
-         requests only with CLSHIM_WARM=1 (clshim run --warm), for builds the store lacks: \
-         source builds with --program-cache (applications that keep no binaries, such as \
-         pyopencl 2024.2.3 and later on pocl), loads of clshim binaries with --binaries \
-         substitute (applications that ask for binaries).",
+        "clshim warm: {}: nothing to make: every kept compile has the driver's binary \
+         ({entries} entries held). Jobs keep their compiles as they make them (the program \
+         cache, clshim run's default), and the node's warm service makes the driver's \
+         binaries an application asks for while its job runs.",
         store.display()
     )
 }
@@ -267,6 +267,13 @@ pub fn warm_main(o: crate::cli::WarmOpts) -> i32 {
         }
     };
     let _lock = host_lock(store, true);
+    let promoted = promote::kept_builds(store);
+    if promoted > 0 {
+        eprintln!(
+            "clshim warm: {}: {promoted} kept compiles without the driver's binary: making them",
+            store.display()
+        );
+    }
     let started = std::time::Instant::now();
     let jobs = o.jobs.unwrap_or_else(settings::default_jobs);
     let timeout = Duration::from_secs(o.timeout.unwrap_or(settings::DEFAULT_TIMEOUT));
