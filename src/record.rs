@@ -635,7 +635,7 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str, program_cache: bool)
     let n: u64 = unused.values().sum();
     if n > 0 {
         s.push_str(&format!(
-            "; {n} of {} builds not served the store's driver binary{}",
+            "; {n} of {} builds could not use the driver's binary in the store{}",
             t.served + t.not_served.values().sum::<u64>(),
             reasons(&unused)
         ));
@@ -788,9 +788,9 @@ mod tests {
         let s = summary_line(&id, &missed, "pass", true);
         assert!(
             s.ends_with(
-                "; program cache on; 3 of 4 builds not served the store's driver binary: 2 \
-                 whose entries' compiles read other files (another folder's headers?), 1 not \
-                 kept: they hold the time of the compile"
+                "; program cache on; 3 of 4 builds could not use the driver's binary in the \
+                 store: 2 whose entries' compiles read other files (another folder's \
+                 headers?), 1 not kept: they hold the time of the compile"
             ),
             "{s}"
         );

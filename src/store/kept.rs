@@ -22,6 +22,22 @@ use clshim_format::kept::{self as format, Kept, KeptFile, KeptKind};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+/// The store kept compiles go to, and the size it is kept under.
+#[derive(Clone, Debug)]
+pub struct KeptStore {
+    pub dir: PathBuf,
+    pub max: u64,
+}
+
+impl KeptStore {
+    pub fn from_config(c: &crate::config::Config) -> Option<KeptStore> {
+        c.native_store.clone().map(|dir| KeptStore {
+            dir,
+            max: c.native_store_max,
+        })
+    }
+}
+
 /// What taking a kept build put in pocl's cache, relative to it.
 #[derive(Debug, Default)]
 pub struct Taken {
@@ -53,6 +69,11 @@ fn key_dir(store: &Path, key: u64, create: bool) -> std::io::Result<Fd> {
     files::open_sub(&c, &format::key_folder(key), create)
 }
 
+/// Whether the store keeps a build of `key` (one look, nothing read).
+pub fn has_build(store: &KeptStore, key: u64) -> bool {
+    key_dir(&store.dir, key, false).is_ok_and(|d| files::exists(&d, format::BUILD_FILE))
+}
+
 /// Reads and checks the kept compile `name` in `dir` for `key`.
 fn read_kept(dir: &Fd, name: &str, key: &BuildKey, touch: bool) -> Result<Option<Kept>, String> {
     let Some(bytes) = files::read_file(dir, name, format::MAX_KEPT, touch)? else {
@@ -72,7 +93,8 @@ fn read_kept(dir: &Fd, name: &str, key: &BuildKey, touch: bool) -> Result<Option
 /// folder `pocl_cache`: each program or specialisation folder that pocl's cache lacks is
 /// written whole and renamed into place. A first launch's file that does not hold is left
 /// out (its kernel compiles at its launch, as without clshim); the build's must hold.
-pub fn take(store: &Path, key: &BuildKey, pocl_cache: &Path) -> Take {
+pub fn take(store: &KeptStore, key: &BuildKey, pocl_cache: &Path) -> Take {
+    let store = store.dir.as_path();
     let dir = match key_dir(store, key.key, false) {
         Ok(d) => d,
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Take::Absent,
@@ -258,7 +280,7 @@ fn read_tree(base: &Path, rel: &Path, out: &mut Vec<KeptFile>) -> Result<(), Str
 /// only when `replace` (this process compiled anew where the kept one was not what pocl
 /// looked for: the files it reads changed). Err: why nothing was kept.
 fn keep(
-    store: &Path,
+    store: &KeptStore,
     mut kept: Kept,
     name: &str,
     pocl_cache: &Path,
@@ -277,9 +299,38 @@ fn keep(
         }
         read_tree(pocl_cache, f, &mut kept.files)?;
     }
-    let dir = key_dir(store, kept.key, true).map_err(|e| format!("{}: {e}", store.display()))?;
+    let dir =
+        key_dir(&store.dir, kept.key, true).map_err(|e| format!("{}: {e}", store.dir.display()))?;
     files::write_atomic(&dir, name, &kept.encode(), replace, false)
-        .map_err(|e| format!("{}: {e}", store.display()))
+        .map_err(|e| format!("{}: {e}", store.dir.display()))?;
+    cap_hourly(store);
+    Ok(())
+}
+
+/// Keeps the store under its cap (`clshim_format::cap`), at most once an hour across every
+/// process that keeps compiles in it (the time of `compiles/.capped` says when it last was).
+fn cap_hourly(store: &KeptStore) {
+    let Ok(dir) = compiles_dir(&store.dir, false) else {
+        return;
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let last = files::modified(&dir, clshim_format::cap::CAPPED);
+    if last.is_some_and(|t| now - t < 3600) {
+        return;
+    }
+    if last.is_none() {
+        let _ = files::write_atomic(&dir, clshim_format::cap::CAPPED, b"", false, false);
+    }
+    files::touch(&dir, clshim_format::cap::CAPPED);
+    let evicted = clshim_format::cap::enforce_cap(&store.dir, store.max);
+    if evicted > 0 {
+        log::debug!(
+            "store {}: {evicted} least recently used out, under its cap",
+            store.dir.display()
+        );
+    }
 }
 
 fn kept_of(key: &BuildKey, kind: KeptKind, request: Vec<u8>) -> Kept {
@@ -297,7 +348,7 @@ fn kept_of(key: &BuildKey, kind: KeptKind, request: Vec<u8>) -> Kept {
 /// Keeps a build: the program folders `programs` of pocl's cache, with `request` (what a
 /// warm step needs to make the driver's binary of it).
 pub fn keep_build(
-    store: &Path,
+    store: &KeptStore,
     key: &BuildKey,
     request: Vec<u8>,
     pocl_cache: &Path,
@@ -317,7 +368,7 @@ pub fn keep_build(
 
 /// Keeps a first launch (the launch key `launch`): the specialisation folders `specs`.
 pub fn keep_launch(
-    store: &Path,
+    store: &KeptStore,
     key: &BuildKey,
     launch: u64,
     pocl_cache: &Path,

@@ -14,6 +14,7 @@ use clshim_format::labels::{self as format, DeviceLabel, DriverLabel};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The labels of one device and driver build.
+#[derive(Debug)]
 pub struct Labels {
     fingerprint: u64,
     driver: u64,

@@ -594,6 +594,20 @@ fn warm(
             Outcome::Postponed(_) => true,
             _ => false,
         };
+        // A kept compile that cannot be made here (its folder gone, its environment not the
+        // worker's) would become a request again at every `clshim warm`: set aside, with
+        // why, for as long as a crash's (its builds are still served from the kept compile).
+        if let Outcome::Failed(why) | Outcome::Stale(why) = &outcome {
+            let kept = store_path
+                .join(clshim_format::kept::COMPILES)
+                .join(clshim_format::kept::key_folder(request.key))
+                .join(clshim_format::kept::BUILD_FILE);
+            if kept.exists() {
+                let mark = format::set_aside_name(request.key);
+                let _ =
+                    files::write_atomic(&req, &mark, format!("{why}\n").as_bytes(), true, false);
+            }
+        }
         let event = match outcome {
             Outcome::Made => WarmEvent::Made,
             Outcome::Present => WarmEvent::Present,

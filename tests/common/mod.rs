@@ -97,6 +97,30 @@ pub fn clear_shim_env(cmd: &mut Command, keep: &[&str]) {
             cmd.env_remove(&k);
         }
     }
+    // A temporary folder of this test run's own, unless the test names one: ranks publish
+    // their compiles in the node's folder there, and what an earlier run left in /tmp
+    // would be taken as a peer's.
+    if !cmd.get_envs().any(|(k, _)| k == "TMPDIR") {
+        cmd.env("TMPDIR", run_tmp());
+    }
+}
+
+/// This test process's temporary folder (made once, the user's alone).
+pub fn run_tmp() -> &'static std::path::Path {
+    static TMP: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    TMP.get_or_init(|| {
+        use std::os::unix::fs::DirBuilderExt;
+        let d = target_dir()
+            .join("test-scratch")
+            .join(format!("tmp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&d)
+            .unwrap();
+        d
+    })
 }
 
 /// Runs `cmd` with the test process's clshim variables removed (`clear_shim_env`).

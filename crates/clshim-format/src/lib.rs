@@ -7,13 +7,15 @@
 //! with `kept` (a kept compile: what pocl's kernel cache gained
 //! when a rank compiled), `manifest` (the names an entry's compile looked up, and what it found there) and
 //! `labels` (what the store says of its devices and driver builds, in words),
-//! and `wall_union` (how overlapping first launches are counted). The library parses the
+//! `cap` (the store kept under its size), and `wall_union` (how overlapping first launches
+//! are counted). The library parses the
 //! controls and writes the
 //! records; the command sets the controls and reads the records back. A crate of its own,
 //! with serde as its only dependency, so the command links it without linking the
 //! interposer.
 
 pub mod binary;
+pub mod cap;
 pub mod controls;
 pub mod hash;
 pub mod kept;

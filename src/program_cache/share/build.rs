@@ -19,7 +19,8 @@ use crate::query;
 use crate::recipe::{Recipe, Text};
 use crate::runtime::Runtime;
 use crate::store::build_key::{BuildKey, CompileEnv};
-use crate::store::{files, kept};
+use crate::store::files;
+use crate::store::kept::{self, KeptStore};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -36,9 +37,12 @@ pub struct Turn {
     folder: Option<PathBuf>,
     key: BuildKey,
     /// The store the build's compile is kept in (None: none).
-    store: Option<PathBuf>,
+    store: Option<KeptStore>,
     /// What a warm step needs to make the driver's binary of the build (a request).
     request: Vec<u8>,
+    /// The device's and driver build's labels, left with the kept build (None: this
+    /// process left them already).
+    labels: Option<crate::store::labels::Labels>,
     pocl_cache: PathBuf,
     started: SystemTime,
     clock: Instant,
@@ -133,8 +137,9 @@ pub unsafe fn before(
     let recipe = Recipe::built(Text::Source(source), options.to_vec());
     let encoded = recipe.encode();
     // SAFETY: a live device, whose facts these are.
-    let key = unsafe { crate::store::key_for(&facts, device, &recipe, &encoded) }.ok()?;
-    let store = crate::store::Store::from_config(&rt.config).map(|s| s.dir);
+    let crate::store::Wanted { key, labels } =
+        unsafe { crate::store::wanted(&facts, device, &recipe, &encoded) }.ok()?;
+    let store = KeptStore::from_config(&rt.config);
     let folder = node_folder()
         .filter(|_| rt.config.share_builds)
         // Made again if a cleaner took it; its owner and mode checked again.
@@ -164,6 +169,7 @@ pub unsafe fn before(
         key,
         store,
         request,
+        labels,
         pocl_cache: crate::store::pocl_cache(),
         started: SystemTime::now(),
         clock: Instant::now(),
@@ -219,8 +225,9 @@ struct Settle {
     taken: Vec<PathBuf>,
     copied: usize,
     key: BuildKey,
-    store: Option<PathBuf>,
+    store: Option<KeptStore>,
     request: Vec<u8>,
+    labels: Option<crate::store::labels::Labels>,
     outcome: OnceLock<Outcome>,
 }
 
@@ -260,16 +267,29 @@ impl Settle {
             shared,
             Shared::Compiled | Shared::CompiledAfterWaiting { .. }
         );
-        if !compiled || ret != CL_SUCCESS {
-            let programs = if ret == CL_SUCCESS {
-                self.taken.clone()
-            } else {
-                Vec::new()
-            };
+        if ret != CL_SUCCESS {
             return Outcome {
                 shared,
                 compiled,
-                programs,
+                programs: Vec::new(),
+                kept: None,
+            };
+        }
+        if !compiled {
+            // A peer's compile the store lacks (published by a job before this store was
+            // there, or one whose keeping failed) is kept from this rank's copy of it.
+            let lacks = |store: &&KeptStore| {
+                matches!(shared, Shared::FromPeer { .. }) && !kept::has_build(store, self.key.key)
+            };
+            if let Some(store) = self.store.as_ref().filter(lacks) {
+                let request = self.request.clone();
+                let pocl = &self.pocl_cache;
+                let _ = kept::keep_build(store, &self.key, request, pocl, &self.taken, false);
+            }
+            return Outcome {
+                shared,
+                compiled,
+                programs: self.taken.clone(),
                 kept: None,
             };
         }
@@ -281,14 +301,20 @@ impl Settle {
         let kept = self.store.as_ref().map(|store| {
             let replace = self.shared == Shared::FromStore;
             let request = self.request.clone();
-            kept::keep_build(
+            let kept = kept::keep_build(
                 store,
                 &self.key,
                 request,
                 &self.pocl_cache,
                 &programs,
                 replace,
-            )
+            );
+            if let (Ok(()), Some(l)) = (&kept, &self.labels) {
+                if let Ok(d) = crate::store::files::open_store(&store.dir, false) {
+                    crate::store::labels::leave(&d, l);
+                }
+            }
+            kept
         });
         Outcome {
             shared,
@@ -346,6 +372,7 @@ impl Turn {
                     key: self.key.clone(),
                     store: self.store.clone(),
                     request: std::mem::take(&mut self.request),
+                    labels: self.labels.take(),
                     outcome: OnceLock::new(),
                 }))
             })

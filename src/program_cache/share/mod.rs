@@ -30,6 +30,7 @@ pub use launch::{before_launch, LaunchTurn};
 use crate::lock::{ForkOrder, Lock};
 use crate::store::build_key::BuildKey;
 use crate::store::files;
+use crate::store::kept::KeptStore;
 use std::collections::{HashMap, HashSet};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -462,7 +463,7 @@ struct SharedProgram {
     /// The node's folder, where peers publish (None: this rank shares with no peer).
     folder: Option<PathBuf>,
     /// The store its first launches are kept in (None: none).
-    store: Option<PathBuf>,
+    store: Option<KeptStore>,
     pocl_cache: PathBuf,
     /// Its folders in pocl's cache, relative to it (`XY/<hash>`).
     programs: Vec<PathBuf>,

@@ -201,6 +201,10 @@ pub fn watch_this_process(scratch: &std::path::Path) -> Recorder {
         };
     }
     if child == 0 {
+        // The worker dies with its tracer, whenever that dies: also before the tracer has
+        // set its options (PTRACE_O_EXITKILL), when a stopped worker would be left behind.
+        // SAFETY: a plain request about this process.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
         // SAFETY: closing this process's copy of the pipe's read end.
         unsafe { libc::close(sync[0]) };
         // SAFETY: a plain request about this process.

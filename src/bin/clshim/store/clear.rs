@@ -1,8 +1,8 @@
 //! `clshim store --clear`: removes what of a store is clshim's, by the survey's rule
 //! (`survey`: a name clshim gives, in the folder of its kind, with clshim's header for it),
 //! and nothing else: a store pointed at a folder of the user's keeps every file of theirs.
-//! Then the store's own folders (`requests`, `sources`, `drivers`, `devices`) it emptied
-//! go too; the store's folder itself stays, as it may be the user's. Files are unlinked by
+//! Then the store's own folders (`compiles` and its keys' folders, `requests`, `sources`,
+//! `drivers`, `devices`) it emptied go too; the store's folder itself stays, as it may be the user's. Files are unlinked by
 //! name, which never follows a link; a file a running warm step is writing meanwhile (its
 //! temporary file) only costs that step its write.
 
@@ -26,7 +26,9 @@ pub struct Cleared {
     pub left: (u64, u64),
 }
 
-const KINDS: [&str; 10] = [
+const KINDS: [&str; 12] = [
+    "kept builds",
+    "kept first launches",
     "entries",
     "requests",
     "claims",
@@ -41,16 +43,18 @@ const KINDS: [&str; 10] = [
 
 fn kind_name(k: &Kind) -> &'static str {
     match k {
-        Kind::Entry { .. } => KINDS[0],
-        Kind::Request { .. } => KINDS[1],
-        Kind::Claim => KINDS[2],
-        Kind::SetAside(_) => KINDS[3],
-        Kind::SourceMark => KINDS[4],
-        Kind::DriverFiles => KINDS[5],
-        Kind::DeviceLabel(_) | Kind::DriverLabel(_) => KINDS[6],
-        Kind::Temporary => KINDS[7],
-        Kind::WarmLog(_) => KINDS[8],
-        Kind::DamagedRequest(_) => KINDS[9],
+        Kind::Kept { build: true, .. } => KINDS[0],
+        Kind::Kept { build: false, .. } => KINDS[1],
+        Kind::Entry { .. } => KINDS[2],
+        Kind::Request { .. } => KINDS[3],
+        Kind::Claim => KINDS[4],
+        Kind::SetAside(_) => KINDS[5],
+        Kind::SourceMark => KINDS[6],
+        Kind::DriverFiles => KINDS[7],
+        Kind::DeviceLabel(_) | Kind::DriverLabel(_) => KINDS[8],
+        Kind::Temporary => KINDS[9],
+        Kind::WarmLog(_) => KINDS[10],
+        Kind::DamagedRequest(_) => KINDS[11],
         Kind::Foreign => "",
     }
 }
@@ -63,6 +67,7 @@ pub fn clear(store: &Path, survey: &Survey) -> Cleared {
         ..Cleared::default()
     };
     let mut emptied = Vec::new();
+    let mut emptied_keys: Vec<&str> = Vec::new();
     for f in &survey.files {
         if !f.kind.clshims() {
             c.left.0 += 1;
@@ -79,14 +84,26 @@ pub fn clear(store: &Path, survey: &Survey) -> Cleared {
                 if !f.folder.is_empty() && !emptied.contains(&f.folder) {
                     emptied.push(f.folder);
                 }
+                if let Some(sub) = f.sub.as_deref().filter(|s| !emptied_keys.contains(s)) {
+                    emptied_keys.push(sub);
+                }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => c.failed.push((rel(f), e.to_string())),
         }
     }
     // Only folders this clear emptied: an empty folder of the same name that it found
-    // empty may be the user's own.
-    for folder in FOLDERS.iter().filter(|f| emptied.contains(f)) {
+    // empty may be the user's own. A kept compile's key folder first, then `compiles`.
+    let compiles = store.join(clshim_format::kept::COMPILES);
+    for sub in emptied_keys {
+        let _ = std::fs::remove_dir(compiles.join(sub));
+    }
+    let kept_folder = [clshim_format::kept::COMPILES];
+    for folder in FOLDERS
+        .iter()
+        .chain(&kept_folder)
+        .filter(|f| emptied.contains(f))
+    {
         if std::fs::remove_dir(store.join(folder)).is_ok() {
             c.folders.push(folder);
         }

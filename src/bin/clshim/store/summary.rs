@@ -16,6 +16,9 @@ use std::path::Path;
 /// One device and driver build's share of the store.
 #[derive(Default)]
 struct Group {
+    /// Kept builds, and the bytes of its kept compiles (their first launches with them).
+    compiles: u64,
+    compile_bytes: u64,
     entries: u64,
     bytes: u64,
     not_kept: u64,
@@ -45,6 +48,8 @@ pub struct Summary<'a> {
     cap: u64,
     now: i64,
     survey: &'a Survey,
+    kept_builds: Count,
+    kept_launches: Count,
     kept: Count,
     not_kept: Count,
     requests: Count,
@@ -76,6 +81,8 @@ impl<'a> Summary<'a> {
             cap,
             now: now(),
             survey,
+            kept_builds: Count::default(),
+            kept_launches: Count::default(),
             kept: Count::default(),
             not_kept: Count::default(),
             requests: Count::default(),
@@ -101,6 +108,20 @@ impl<'a> Summary<'a> {
                 continue;
             }
             match &f.kind {
+                Kind::Kept {
+                    build,
+                    fingerprint,
+                    driver,
+                } => {
+                    let g = s.groups.entry((*fingerprint, *driver)).or_default();
+                    g.compile_bytes += f.len;
+                    if *build {
+                        g.compiles += 1;
+                        s.kept_builds.add(f);
+                    } else {
+                        s.kept_launches.add(f);
+                    }
+                }
                 Kind::Entry { header, not_kept } => {
                     let g = s
                         .groups
@@ -149,6 +170,13 @@ impl<'a> Summary<'a> {
         t
     }
 
+    fn compiles(&self) -> Count {
+        Count {
+            files: self.kept_builds.files + self.kept_launches.files,
+            bytes: self.kept_builds.bytes + self.kept_launches.bytes,
+        }
+    }
+
     fn entries(&self) -> Count {
         Count {
             files: self.kept.files + self.not_kept.files,
@@ -173,7 +201,7 @@ impl<'a> Summary<'a> {
     /// Rows by device and driver build: most entries first.
     fn rows(&self) -> Vec<(&(u64, u64), &Group)> {
         let mut rows: Vec<_> = self.groups.iter().collect();
-        rows.sort_by_key(|(id, g)| (std::cmp::Reverse((g.entries, g.requests)), **id));
+        rows.sort_by_key(|(id, g)| (std::cmp::Reverse((g.compiles, g.entries, g.requests)), **id));
         rows
     }
 
@@ -244,11 +272,25 @@ impl<'a> Summary<'a> {
             );
         };
         let _ = writeln!(o, "{:>17}  {:>10}", "files", "bytes");
+        let k = self.compiles();
+        row(
+            &mut o,
+            "compiles",
+            k,
+            format!(
+                "kept by jobs: {}, {} (pocl's kernel cache speed)",
+                plural(self.kept_builds.files, "build", "builds"),
+                plural(self.kept_launches.files, "first launch", "first launches")
+            ),
+        );
         row(
             &mut o,
             "entries",
             e,
-            format!("{} kept, {} not kept", self.kept.files, self.not_kept.files),
+            format!(
+                "the driver's binaries: {} kept, {} not kept",
+                self.kept.files, self.not_kept.files
+            ),
         );
         let oldest = match self.oldest_request {
             Some(m) => format!("waiting, the oldest {} old", age(self.now - m)),
@@ -301,23 +343,25 @@ impl<'a> Summary<'a> {
         );
         let _ = writeln!(
             o,
-            "  {:<8} {:>6}  {:>10}  CLSHIM_NATIVE_STORE_MAX: the entries fill {}",
+            "  {:<8} {:>6}  {:>10}  CLSHIM_NATIVE_STORE_MAX: compiles and entries fill {}",
             "cap",
             "",
             size(self.cap),
-            percent(e.bytes, self.cap)
+            percent(e.bytes + k.bytes, self.cap)
         );
         if !self.groups.is_empty() {
             let _ = writeln!(o, "\nby device and driver build:");
             let _ = writeln!(
                 o,
-                "  entries       bytes  not kept  requests  oldest  device / driver build"
+                "  compiles       bytes  entries       bytes  not kept  requests  oldest  device / driver build"
             );
             for ((fp, driver), g) in self.rows() {
                 let oldest = g.oldest.map_or("-".to_string(), |m| age(self.now - m));
                 let _ = writeln!(
                     o,
-                    "  {:>7}  {:>10}  {:>8}  {:>8}  {:>6}  {}",
+                    "  {:>8}  {:>10}  {:>7}  {:>10}  {:>8}  {:>8}  {:>6}  {}",
+                    g.compiles,
+                    size(g.compile_bytes),
                     g.entries,
                     size(g.bytes),
                     g.not_kept,
@@ -325,7 +369,7 @@ impl<'a> Summary<'a> {
                     oldest,
                     t(&self.device(*fp))
                 );
-                let _ = writeln!(o, "  {:>47}  {}", "", t(&self.driver(*driver)));
+                let _ = writeln!(o, "  {:>69}  {}", "", t(&self.driver(*driver)));
             }
         }
         let mut section = |title: &str, lines: Vec<String>| {
@@ -404,6 +448,8 @@ impl<'a> Summary<'a> {
                     "driver_label": self.survey.drivers.get(driver).map(driver_json),
                     "device": self.device(*fp),
                     "driver_build": self.driver(*driver),
+                    "compiles": g.compiles,
+                    "compile_bytes": g.compile_bytes,
                     "entries": g.entries,
                     "bytes": g.bytes,
                     "not_kept": g.not_kept,
@@ -424,6 +470,12 @@ impl<'a> Summary<'a> {
             "owner_uid": self.owner.0,
             "mode": format!("{:04o}", self.owner.1 & 0o7777),
             "cap": self.cap,
+            "compiles": {
+                "files": self.compiles().files,
+                "bytes": self.compiles().bytes,
+                "builds": count(self.kept_builds),
+                "first_launches": count(self.kept_launches),
+            },
             "entries": {
                 "files": e.files,
                 "bytes": e.bytes,

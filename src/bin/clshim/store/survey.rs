@@ -11,6 +11,7 @@
 //! further than its header (to know it is clshim's) and is set apart, as the library and
 //! the warm step never take it.
 
+use clshim_format::kept;
 use clshim_format::labels::{self, DeviceLabel, DriverLabel};
 use clshim_format::store::{self as format, EntryHeader, Request};
 use std::collections::BTreeMap;
@@ -63,7 +64,14 @@ pub enum Kind {
     DriverFiles,
     DeviceLabel(DeviceLabel),
     DriverLabel(DriverLabel),
-    /// A store writer's temporary file, by its name.
+    /// A kept compile (`clshim_format::kept`): a build (`build`) or a first launch, for this
+    /// device and driver build, by its header.
+    Kept {
+        build: bool,
+        fingerprint: u64,
+        driver: u64,
+    },
+    /// A store writer's temporary file, by its name (the cap's stamp among them).
     Temporary,
     /// `warm.log`, with its last summary line.
     WarmLog(Option<String>),
@@ -81,8 +89,10 @@ impl Kind {
 /// One file of the store.
 #[derive(Debug)]
 pub struct File {
-    /// The folder ([`FOLDERS`]) and name.
+    /// The folder ([`FOLDERS`], or `compiles`) and name; `sub`: the key's folder below
+    /// `compiles` of a kept compile's file.
     pub folder: &'static str,
+    pub sub: Option<String>,
     pub name: String,
     pub len: u64,
     /// Modification time, in seconds since the epoch.
@@ -95,7 +105,11 @@ pub struct File {
 impl File {
     /// The file's path relative to the store.
     pub fn relative(&self) -> PathBuf {
-        Path::new(self.folder).join(&self.name)
+        let mut p = Path::new(self.folder).to_path_buf();
+        if let Some(sub) = &self.sub {
+            p.push(sub);
+        }
+        p.join(&self.name)
     }
 
     /// The key its name holds, for the kinds named by one.
@@ -296,7 +310,11 @@ pub fn survey(store: &Path) -> Survey {
                 continue;
             };
             // The store's own folders are listed in their turn.
-            if folder.is_empty() && m.is_dir() && FOLDERS.iter().any(|f| *f == os_name) {
+            let listed_apart = FOLDERS
+                .iter()
+                .chain(&[kept::COMPILES])
+                .any(|f| *f == os_name);
+            if folder.is_empty() && m.is_dir() && listed_apart {
                 continue;
             }
             let name = os_name.to_string_lossy().into_owned();
@@ -320,6 +338,7 @@ pub fn survey(store: &Path) -> Survey {
             }
             s.files.push(File {
                 folder,
+                sub: None,
                 name,
                 // A folder's or a link's own size is not what the store holds.
                 len: if m.is_file() { m.len() } else { 0 },
@@ -329,7 +348,116 @@ pub fn survey(store: &Path) -> Survey {
             });
         }
     }
+    survey_kept(store, &mut s);
     s
+}
+
+/// What the file `name` of a key's folder below `compiles` is: a kept compile by its header
+/// (the kind its name says), or a temporary file.
+fn classify_kept(name: &str, path: &Path) -> Kind {
+    if format::is_temporary_name(name) {
+        return Kind::Temporary;
+    }
+    if !name.ends_with(kept::SUFFIX) {
+        return Kind::Foreign;
+    }
+    let Some(h) = head(path, 40).filter(|h| h.len() == 40 && h[..8] == kept::KEPT_MAGIC[..]) else {
+        return Kind::Foreign;
+    };
+    let word = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().unwrap_or_default());
+    let kind = u32::from_le_bytes(h[12..16].try_into().unwrap_or_default());
+    let build = name == kept::BUILD_FILE;
+    if kind != if build { 1 } else { 2 } {
+        return Kind::Foreign;
+    }
+    Kind::Kept {
+        build,
+        fingerprint: word(24),
+        driver: word(32),
+    }
+}
+
+/// The kept compiles of the store: each key's folder below `compiles`, file by file (the
+/// cap's stamp in `compiles` itself among them).
+fn survey_kept(store: &Path, s: &mut Survey) {
+    let dir = store.join(kept::COMPILES);
+    if !dir.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+        return;
+    }
+    let rd = match std::fs::read_dir(&dir) {
+        Ok(rd) => rd,
+        Err(e) => {
+            s.unreadable
+                .push((kept::COMPILES.to_string(), e.to_string()));
+            return;
+        }
+    };
+    let mut subs: Vec<_> = rd.flatten().map(|e| e.file_name()).collect();
+    subs.sort();
+    for sub in subs {
+        let path = dir.join(&sub);
+        let Ok(m) = path.symlink_metadata() else {
+            continue;
+        };
+        let sub_name = sub.to_string_lossy().into_owned();
+        let is_key = sub_name.len() == 16 && u64::from_str_radix(&sub_name, 16).is_ok();
+        if m.is_file() && sub_name == clshim_format::cap::CAPPED && m.len() == 0 {
+            s.files.push(File {
+                folder: kept::COMPILES,
+                sub: None,
+                name: sub_name,
+                len: 0,
+                mtime: m.mtime(),
+                kind: Kind::Temporary,
+                not_yours: not_alone(&m),
+            });
+            continue;
+        }
+        if !m.is_dir() || !is_key {
+            s.files.push(File {
+                folder: kept::COMPILES,
+                sub: None,
+                name: sub_name,
+                len: if m.is_file() { m.len() } else { 0 },
+                mtime: m.mtime(),
+                kind: Kind::Foreign,
+                not_yours: None,
+            });
+            continue;
+        }
+        if let Some(why) = not_alone(&m) {
+            s.unreadable
+                .push((format!("{}/{sub_name}", kept::COMPILES), why));
+            continue;
+        }
+        let mut names: Vec<_> = std::fs::read_dir(&path)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        names.sort();
+        for os_name in names {
+            let file = path.join(&os_name);
+            let Ok(fm) = file.symlink_metadata() else {
+                continue;
+            };
+            let not_yours = if fm.is_file() { not_alone(&fm) } else { None };
+            let kind = match os_name.to_str() {
+                Some(n) if fm.is_file() => classify_kept(n, &file),
+                _ => Kind::Foreign,
+            };
+            s.files.push(File {
+                folder: kept::COMPILES,
+                sub: Some(sub_name.clone()),
+                name: os_name.to_string_lossy().into_owned(),
+                len: if fm.is_file() { fm.len() } else { 0 },
+                mtime: fm.mtime(),
+                kind,
+                not_yours,
+            });
+        }
+    }
 }
 
 /// Why the store at `store` may not be read: each of its folders that exists must be a

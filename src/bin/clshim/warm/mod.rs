@@ -11,7 +11,6 @@
 //! `STORE/warm.log`). The command links neither the library nor OpenCL: a worker opens the
 //! library it finds as `clshim run` does.
 
-mod cap;
 mod groups;
 mod promote;
 mod service;
@@ -19,7 +18,7 @@ mod settings;
 mod trust;
 mod workers;
 
-pub use cap::enforce_cap;
+pub use clshim_format::cap::enforce_cap;
 pub use settings::Settings;
 pub use trust::check_store;
 

@@ -11,8 +11,9 @@ use clshim_format::kept::{self, Kept, KeptKind};
 use clshim_format::store as format;
 use std::path::Path;
 
-/// Leaves a request for each kept build of `store` that has neither an entry nor a request
-/// (nor a mark that making it crashed a driver). Returns how many.
+/// Leaves a request for each kept build of `store` that has no entry (or one older than the
+/// kept build) and no request (nor a mark that making it failed or crashed a driver).
+/// Returns how many.
 pub fn kept_builds(store: &Path) -> usize {
     let compiles = store.join(kept::COMPILES);
     let requests = store.join(format::REQUESTS);
@@ -28,7 +29,12 @@ pub fn kept_builds(store: &Path) -> usize {
         else {
             continue;
         };
-        let wanted = !store.join(format::entry_name(key)).exists()
+        // An entry older than its kept build was made before a job compiled the build anew
+        // (the files it reads changed: pocl did not find the kept compile its own).
+        let modified = |p: &Path| p.symlink_metadata().and_then(|m| m.modified()).ok();
+        let entry = modified(&store.join(format::entry_name(key)));
+        let build = modified(&e.path().join(kept::BUILD_FILE));
+        let wanted = entry.map_or(true, |t| build.is_some_and(|b| b > t))
             && !requests.join(format::request_name(key)).exists()
             && !requests.join(format::set_aside_name(key)).exists();
         if !wanted {

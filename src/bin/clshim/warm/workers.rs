@@ -86,6 +86,10 @@ unsafe extern "C" fn report_event(event: u32, key: u64) {
 /// A worker: the library's step for one group, in this process (whose directory and
 /// environment the command set). Prints each request's events on standard output.
 pub fn worker(lib: &Path, store: &Path, group: u64) -> i32 {
+    // A worker ends with the step or service that started it (a service ends its workers
+    // when its job's last process has gone; one killed outright takes them with it).
+    // SAFETY: a plain request about this process.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
     idle_priority();
     // A driver that crashes on a request kills the worker: no core file in the
     // application's directory for it (the command says which request did it).
