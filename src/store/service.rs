@@ -36,11 +36,19 @@ static CLIENT_OF: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 /// The requests this process left: their store and key.
 static LEFT: Mutex<Vec<(PathBuf, u64)>> = Mutex::new(Vec::new());
 
+/// When this process last started a service: one that has not taken its lock yet is
+/// starting, not absent.
+static STARTED_AT: Mutex<Option<std::time::Instant>> = Mutex::new(None);
+
+/// How long a service just started may take to take its lock.
+const STARTING: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Notes a request this process left.
 pub fn left(store: &Path, key: u64) {
-    LEFT.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push((store.to_path_buf(), key));
+    let mut left = LEFT.lock().unwrap_or_else(|e| e.into_inner());
+    if !left.iter().any(|(s, k)| s == store && *k == key) {
+        left.push((store.to_path_buf(), key));
+    }
 }
 
 /// What became of the requests this process left, at its exit.
@@ -68,14 +76,21 @@ pub fn wait_at_exit(bound: std::time::Duration) -> Option<AtExit> {
             .exists()
     };
     let clock = std::time::Instant::now();
+    let starting = || {
+        STARTED_AT
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|t| t.elapsed() < STARTING)
+    };
     let serving = |store: &Path| {
         // SAFETY: no arguments.
         let uid = unsafe { libc::geteuid() };
         let (service, _) = clshim_format::store::warm_lock_names(uid, store);
-        open_lock(&service).is_some_and(|f| {
-            // SAFETY: an open descriptor; a lock got here is let go when `f` closes.
-            unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) != 0 }
-        })
+        starting()
+            || open_lock(&service).is_some_and(|f| {
+                // SAFETY: an open descriptor; a lock got here is let go when `f` closes.
+                unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) != 0 }
+            })
     };
     while clock.elapsed() < bound && left.iter().any(|r| pending(r) && serving(&r.0)) {
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -266,6 +281,7 @@ fn start(store: &Path) -> Result<(), String> {
     if ret != 0 {
         return Err(std::io::Error::from_raw_os_error(ret).to_string());
     }
+    *STARTED_AT.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
     // Reaped here if it ends first (a service that found another running leaves at once).
     let _ = std::thread::Builder::new()
         .name("clshim-service-reaper".into())

@@ -1,6 +1,6 @@
 //! The native store as its user sees it (issue 31), on stores real runs made
 //! (tests/c/native_client.c and tests/c/header_client.c under `substitute` with
-//! `CLSHIM_WARM=1`, then the warm step): `clshim store` lists what the files hold (entries
+//! `CLSHIM_WARM_SERVICE=0`, then the warm step): `clshim store` lists what the files hold (entries
 //! and their bytes by device and driver build, the builds not kept and why, the requests
 //! waiting, set aside and not the user's alone, the cap, the last warm step's line), in
 //! text and JSON, naming devices and driver builds in words from before any warm step ran;
@@ -30,7 +30,7 @@ fn leave_request(bin: &Path, args: &[&str], cwd: &Path, store: &Path, kc: &Path)
         .current_dir(cwd)
         .env("CLSHIM_BINARIES", "substitute")
         .env("CLSHIM_NATIVE_STORE", store)
-        .env("CLSHIM_WARM", "1")
+        .env("CLSHIM_WARM_SERVICE", "0")
         .env("POCL_CACHE_DIR", kc);
     let out = run(c, true);
     assert!(out.status.success(), "{args:?}: {}", stderr(&out));
@@ -140,7 +140,7 @@ fn every_folder_made_for_the_store_is_0700_whatever_the_umask() {
     let bin = native_client();
     let store = d.path("lib/new/store");
     let out = sh(&format!(
-        "umask 0277; CLSHIM_BINARIES=substitute CLSHIM_WARM=1 CLSHIM_NATIVE_STORE={} \
+        "umask 0277; CLSHIM_BINARIES=substitute CLSHIM_WARM_SERVICE=0 CLSHIM_NATIVE_STORE={} \
          POCL_CACHE_DIR={} LD_PRELOAD={} exec {} --save={}",
         s(&store),
         s(&d.path("kc")),
@@ -569,7 +569,7 @@ fn no_store_and_usage_errors() {
     assert_eq!(
         stdout(&out),
         format!(
-            "clshim store: {}: no store yet (runs with CLSHIM_WARM=1 make it): nothing held\n",
+            "clshim store: {}: no store yet (runs with CLSHIM_WARM_SERVICE=0 make it): nothing held\n",
             s(&absent)
         )
     );

@@ -90,7 +90,7 @@ fn pyopencls_own_tests_pass_alike_under_the_program_cache() {
         &home,
         &kc,
         Some("both"),
-        &[("CLSHIM_WARM", "1")],
+        &[("CLSHIM_WARM_SERVICE", "0")],
         &d.path("t-cold"),
     );
     assert_eq!(cold, plain, "cold");

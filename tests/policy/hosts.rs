@@ -163,7 +163,7 @@ fn a_store_filled_on_one_host_serves_another() {
         let mut c = program_cache_command(&client, Some("both"), traces);
         c.arg("--options=-I hdr")
             .current_dir(&app)
-            .env("CLSHIM_WARM", "1")
+            .env("CLSHIM_WARM_SERVICE", "0")
             .env("POCL_CACHE_DIR", &pocl_cache);
         let out = host.run(&c);
         assert_eq!(ok(&out, host.name()), "VAL=5\n");
@@ -265,7 +265,7 @@ fn a_claim_is_a_lease_that_outlives_no_killed_job() {
         let mut c = program_cache_command(&client, Some("both"), &traces);
         c.arg("--options=-I hdr")
             .current_dir(&app)
-            .env("CLSHIM_WARM", "1")
+            .env("CLSHIM_WARM_SERVICE", "0")
             .env("POCL_CACHE_DIR", &pocl_cache);
         assert_eq!(ok(&host.run(&c), tag), "VAL=3\n");
         let records = checked_traces(&cluster.outside(&traces));

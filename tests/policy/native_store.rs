@@ -20,7 +20,7 @@ fn env<'a>(store: &'a str, kcache: &'a str) -> Vec<(&'a str, &'a str)> {
     vec![
         ("CLSHIM_BINARIES", "substitute"),
         ("CLSHIM_NATIVE_STORE", store),
-        ("CLSHIM_WARM", "1"),
+        ("CLSHIM_WARM_SERVICE", "0"),
         ("POCL_CACHE_DIR", kcache),
     ]
 }
@@ -423,14 +423,16 @@ fn a_full_or_unwritable_store_costs_the_application_nothing() {
     }
 }
 
-/// `clshim run --warm`: the command runs as a child, then the warm step in the foreground,
-/// inside the job's time (a batch scheduler ends a job's every process when its script
-/// ends): when `clshim run` returns, the request is an entry; the command's exit status
-/// comes back; the step's summary is in a private log.
+/// Under `substitute`, the node's warm service, which the library starts when it hands out
+/// a clshim binary whose driver's binary the store lacks, makes it while the command runs:
+/// when `clshim run` returns (with the command's status), the entry is there, no request
+/// waits, and no process of clshim's is left (the service ends with the job's last
+/// process, which waited at its exit for its own requests). `--warm`, no longer needed, is
+/// said to be ignored.
 #[test]
-fn run_warm_passes_the_status_through_and_warms() {
+fn the_warm_service_makes_what_a_job_hands_out_and_leaves_nothing_behind() {
     let bin = client();
-    let d = scratch("native-run-warm");
+    let d = scratch("native-service");
     let store = d.path("store");
     let kc = d.path("kc");
     let lib = shim_path();
@@ -440,7 +442,6 @@ fn run_warm_passes_the_status_through_and_warms() {
             "run",
             "--lib",
             s(&lib),
-            "--warm",
             "--binaries",
             "substitute",
             "--native-store",
@@ -453,9 +454,30 @@ fn run_warm_passes_the_status_through_and_warms() {
     );
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("saved"));
-    assert!(stderr(&out).contains(": 1 made,"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the node's warm service made the driver's binaries of 1 of the 1"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(entries(&store).len(), 1, "made before clshim run returned");
     assert!(requests(&store).is_empty());
+    // Nothing of clshim's outlives the job (the service notices within a tick).
+    let left = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .filter(|c| {
+                let c = String::from_utf8_lossy(c);
+                c.contains("warm") && c.contains(s(&store))
+            })
+            .count()
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while left() > 0 && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(left(), 0, "a warm service or worker left behind");
     use std::os::unix::fs::PermissionsExt;
     let log = std::fs::metadata(store.join("warm.log")).unwrap();
     assert_eq!(log.permissions().mode() & 0o777, 0o600);
@@ -475,6 +497,7 @@ fn run_warm_passes_the_status_through_and_warms() {
         &[],
     );
     assert_eq!(out.status.code(), Some(7));
+    assert!(stderr(&out).contains("--warm is no longer needed"), "{}", stderr(&out));
 }
 
 /// A request for a device this host does not have (another fingerprint, its checksum
@@ -548,9 +571,8 @@ fn a_native_load_answers_its_binary_query_with_the_same_clshim_binary() {
     );
 }
 
-/// A warm step that finds no request says why there was nothing to make: no run left
-/// requests (only runs with `CLSHIM_WARM=1`, i.e. `clshim run --warm`, do), and current
-/// pyopencl asks pocl for no binaries, so its builds need `--program-cache`.
+/// A warm step that finds nothing to make says so, and where the driver's binaries come
+/// from without it.
 #[test]
 fn a_warm_step_with_nothing_to_make_says_why() {
     let d = scratch("native-nothing");
@@ -558,9 +580,8 @@ fn a_warm_step_with_nothing_to_make_says_why() {
     let out = warm(&store);
     let err = stderr(&out);
     assert!(
-        err.contains("no requests, nothing to make (0 entries held)")
-            && err.contains("CLSHIM_WARM=1")
-            && err.contains("--program-cache"),
+        err.contains("nothing to make: every kept compile has the driver's binary (0 entries held)")
+            && err.contains("warm service"),
         "{err}"
     );
 }

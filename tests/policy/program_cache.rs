@@ -88,7 +88,7 @@ impl Setup {
 
     /// A cold run that leaves requests, then the warm step.
     fn fill(&self, args: &[&str]) {
-        self.run(Some("both"), args, &[("CLSHIM_WARM", "1")]);
+        self.run(Some("both"), args, &[("CLSHIM_WARM_SERVICE", "0")]);
         let out = clshim_out(
             &["warm", "--lib", s(&shim_path())],
             &[("HOME", s(&self.home))],

@@ -72,7 +72,7 @@ impl Case {
             .env_remove("POCL_EXTRA_BUILD_FLAGS");
         if cached {
             cmd.env("CLSHIM_NATIVE_STORE", self.store())
-                .env("CLSHIM_WARM", "1");
+                .env("CLSHIM_WARM_SERVICE", "0");
         }
         for (k, v) in env {
             cmd.env(k, v);

@@ -73,7 +73,7 @@ impl Case {
                 .env("CLSHIM_TRACE_DIR", &traces);
             if under == Under::Store {
                 cmd.env("CLSHIM_NATIVE_STORE", &self.store)
-                    .env("CLSHIM_WARM", "1");
+                    .env("CLSHIM_WARM_SERVICE", "0");
             } else {
                 cmd.env("CLSHIM_NATIVE_STORE", "off");
             }

@@ -45,7 +45,7 @@ fn save(bin: &Path, d: &Scratch, store: &Path, file: &Path, extra: &[(&str, &str
     r
 }
 
-const WARM: (&str, &str) = ("CLSHIM_WARM", "1");
+const WARM: (&str, &str) = ("CLSHIM_WARM_SERVICE", "0");
 
 /// A store pointed at a folder of the user's: the cap (here 1 byte: every entry must go)
 /// removes the store's whole entries and its own old temporary files, and nothing else:
@@ -148,19 +148,15 @@ fn claims_are_read_bounded_without_following_links() {
     assert!(requests(&store).is_empty());
 }
 
-/// Requests are left only with `CLSHIM_WARM=1`, and are private (the file 0600, its
-/// folder 0700) even when trace files are made readable to others.
+/// Requests (left when `substitute` hands out a clshim binary whose driver's binary the
+/// store lacks; here kept waiting, the service off) are private (the file 0600, its folder
+/// 0700) even when trace files are made readable to others.
 #[test]
-fn requests_are_left_only_when_asked_and_are_private() {
+fn requests_are_private() {
     let bin = client();
     let d = scratch("store-private");
     let store = d.path("store");
     let mode = ("CLSHIM_TRACE_MODE", "0644");
-    save(&bin, &d, &store, &d.path("a.bin"), &[mode]);
-    assert!(
-        requests(&store).is_empty(),
-        "no request without CLSHIM_WARM"
-    );
     save(&bin, &d, &store, &d.path("b.bin"), &[mode, WARM]);
     let reqs = requests(&store);
     assert_eq!(reqs.len(), 1);
@@ -205,7 +201,7 @@ fn a_binary_query_costs_the_same_file_operations_however_many_requests_wait() {
         .arg(format!("--save={}", s(&d.path(&format!("c{waiting}.bin")))));
         cmd.env("CLSHIM_BINARIES", "substitute")
             .env("CLSHIM_NATIVE_STORE", &store)
-            .env("CLSHIM_WARM", "1")
+            .env("CLSHIM_WARM_SERVICE", "0")
             .env("POCL_CACHE_DIR", d.path("kc"));
         let out = run(cmd, true);
         assert!(out.status.success(), "{}", stderr(&out));
@@ -269,12 +265,12 @@ fn a_native_load_answers_options_and_argument_names_as_pocls_own_load() {
     assert_eq!(got.stdout(), want.stdout());
 }
 
-/// `clshim run --warm` over `mpiexec -n 2`, each rank setting its own `XDG_CACHE_HOME`
-/// (as mirgecom's documentation advises): both ranks' requests go to the one store under
-/// `$HOME`, and the background warm step makes both entries. A rank that names another
-/// store is warned that no warm step will see its requests.
+/// `clshim run` over `mpiexec -n 2`, each rank setting its own `XDG_CACHE_HOME` (as
+/// mirgecom's documentation advises): both ranks' requests go to the one store under
+/// `$HOME`, and the node's warm service makes both entries before the job ends. A rank that
+/// names another store gets a service of that store.
 #[test]
-fn one_store_serves_every_rank_and_requests_no_warm_step_sees_are_named() {
+fn one_store_serves_every_rank() {
     if !needs(&[MPIEXEC]) {
         return;
     }
@@ -296,7 +292,6 @@ fn one_store_serves_every_rank_and_requests_no_warm_step_sees_are_named() {
             "run",
             "--lib",
             s(&lib),
-            "--warm",
             "--binaries",
             "substitute",
             "--",
@@ -310,8 +305,9 @@ fn one_store_serves_every_rank_and_requests_no_warm_step_sees_are_named() {
         &[("HOME", s(&home))],
     );
     assert!(out.status.success(), "{}", stderr(&out));
-    wait_for_entries(&home.join(".cache/clshim/native"), 2);
-    // A rank that sends its requests elsewhere is told so.
+    let store = home.join(".cache/clshim/native");
+    assert_eq!(entries(&store).len(), 2, "{}", stderr(&out));
+    assert!(requests(&store).is_empty());
     let elsewhere = d.path("elsewhere");
     let script = format!(
         "CLSHIM_NATIVE_STORE={} exec {} --save={}",
@@ -324,7 +320,6 @@ fn one_store_serves_every_rank_and_requests_no_warm_step_sees_are_named() {
             "run",
             "--lib",
             s(&lib),
-            "--warm",
             "--binaries",
             "substitute",
             "--",
@@ -335,21 +330,14 @@ fn one_store_serves_every_rank_and_requests_no_warm_step_sees_are_named() {
         &[("HOME", s(&home)), ("POCL_CACHE_DIR", s(&d.path("kcx")))],
     );
     assert!(out.status.success(), "{}", stderr(&out));
-    let err = stderr(&out);
-    assert!(
-        err.contains(&format!(
-            "requests go to the native store {}",
-            s(&elsewhere)
-        )) && err.contains("no warm step will make them"),
-        "{err}"
-    );
+    assert_eq!(entries(&elsewhere).len(), 1, "{}", stderr(&out));
 }
 
-/// SIGTERM, SIGHUP and SIGINT sent to `clshim run --warm` alone (a job script's `kill
+/// SIGTERM, SIGHUP and SIGINT sent to `clshim run` alone (a job script's `kill
 /// $pid`) reach the command, which ends as it handles them; clshim then exits with the
 /// command's status and leaves no orphan behind.
 #[test]
-fn run_warm_passes_on_signals_sent_to_it() {
+fn run_passes_on_signals_sent_to_it() {
     let d = scratch("store-signals");
     let lib = shim_path();
     for (sig, name) in [
@@ -368,7 +356,6 @@ fn run_warm_passes_on_signals_sent_to_it() {
             "run",
             "--lib",
             s(&lib),
-            "--warm",
             "--native-store",
             s(&d.path("store")),
             "--",
@@ -761,39 +748,40 @@ fn a_worker_starts_only_in_the_folder_the_run_used() {
     }
 }
 
-/// A store the command makes (`clshim run --warm` of a command that leaves no request,
-/// here under `umask 002`, as many sites set) is the user's alone (0700), as the
-/// library's are; before, it was made group-writable.
+/// A store a run makes (here under `umask 002`, as many sites set) is the user's alone
+/// (0700), and so is every folder made for it; and a store that exists already with a mode
+/// others may read (0755: made by hand, or by an older clshim) is made the user's alone,
+/// with one warning, since it holds program sources. Before, it stayed 0755.
 #[test]
-fn a_store_the_command_makes_is_the_users_alone() {
+fn a_store_a_run_makes_or_meets_is_the_users_alone() {
+    let bin = client();
     let d = scratch("store-umask");
     let store = d.path("new/store");
-    let lib = shim_path();
-    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_clshim"));
     let script = format!(
-        "umask 002; exec {} run --lib {} --warm --native-store {} -- true",
-        s(&exe),
-        s(&lib),
-        s(&store)
+        "umask 002; exec {} --save={}",
+        s(&bin),
+        s(&d.path("c.bin"))
     );
     let mut c = std::process::Command::new("sh");
-    c.args(["-c", &script]);
-    let out = run(c, false);
+    c.args(["-c", &script])
+        .env("CLSHIM_BINARIES", "substitute")
+        .env("CLSHIM_NATIVE_STORE", &store)
+        .env("CLSHIM_WARM_SERVICE", "0")
+        .env("POCL_CACHE_DIR", d.path("kc"));
+    let out = run(c, true);
     assert!(out.status.success(), "{}", stderr(&out));
     let m = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(m(&store), 0o700, "the store");
     assert_eq!(m(&d.path("new")), 0o700, "the folder made for it");
-    // The step in the background found the store its own.
-    let until = Instant::now() + Duration::from_secs(60);
-    let log = store.join("warm.log");
-    while !std::fs::read_to_string(&log).is_ok_and(|l| l.contains(" evicted")) {
-        assert!(
-            Instant::now() < until,
-            "no warm step: {:?}",
-            std::fs::read_to_string(&log)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let log = std::fs::read_to_string(&log).unwrap();
-    assert!(!log.contains("writable"), "{log}");
+    assert_eq!(m(&store.join("requests")), 0o700, "its requests");
+    let open = d.path("open-store");
+    std::fs::create_dir_all(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let r = save(&bin, &d, &open, &d.path("o.bin"), &[WARM]);
+    assert_eq!(m(&open), 0o700, "an existing store others could read");
+    assert!(
+        stderr(&r.out).contains("others could read it (mode 0755): made yours alone (0700)"),
+        "{}",
+        stderr(&r.out)
+    );
 }
