@@ -738,6 +738,7 @@ impl AwaitingBuildEnd {
             served: None,
             shared: shared.map(|s| s.name()),
             peer_wait_seconds: shared.and_then(|s| s.waited()),
+            from_host: outcome.and_then(|o| o.from_host.clone()),
             kept_in_store: kept_in_store.map(Result::is_ok),
             not_kept: kept_in_store.and_then(|k| k.clone().err()),
             not_served: not_served

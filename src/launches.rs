@@ -505,7 +505,9 @@ impl AwaitingCompletion {
         record.result = result;
         record.result_name = status_name(result);
         if let Some(t) = self.turn {
+            let from_host = t.from_host.clone();
             let (shared, kept) = t.completed(result == CL_SUCCESS);
+            record.from_host = from_host.filter(|_| shared.name() == "from_store");
             record.shared = Some(shared.name());
             record.peer_wait_seconds = shared.waited();
             record.kept_in_store = kept.as_ref().map(Result::is_ok);
@@ -564,6 +566,7 @@ unsafe fn after(
         result_name: status_name(ret),
         shared: turn.as_ref().map(|t| t.shared.name()),
         peer_wait_seconds: turn.as_ref().and_then(|t| t.shared.waited()),
+        from_host: None,
         kept_in_store: None,
         not_kept: None,
     };

@@ -451,6 +451,7 @@ fn record(
         served: ok.then_some("store"),
         shared: None,
         peer_wait_seconds: None,
+        from_host: None,
         kept_in_store: None,
         not_kept: None,
         not_served: None,

@@ -20,6 +20,7 @@ use super::build_key::BuildKey;
 use super::files::{self, Fd};
 use clshim_format::kept::{self as format, Kept, KeptFile, KeptKind};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// The store kept compiles go to, and the size it is kept under.
@@ -38,6 +39,15 @@ impl KeptStore {
     }
 }
 
+/// This node's name, as records name it.
+fn hostname() -> Vec<u8> {
+    let mut h = std::fs::read("/proc/sys/kernel/hostname").unwrap_or_default();
+    while h.last().is_some_and(u8::is_ascii_whitespace) {
+        h.pop();
+    }
+    h
+}
+
 /// What taking a kept build put in pocl's cache, relative to it.
 #[derive(Debug, Default)]
 pub struct Taken {
@@ -47,6 +57,8 @@ pub struct Taken {
     pub specs: Vec<PathBuf>,
     /// How many folders were copied (the others pocl's cache had).
     pub copied: usize,
+    /// The node whose rank kept the build.
+    pub host: String,
 }
 
 /// What the store holds of a build.
@@ -106,6 +118,7 @@ pub fn take(store: &KeptStore, key: &BuildKey, pocl_cache: &Path) -> Take {
         Ok(None) => return Take::Absent,
         Err(why) => return Take::Refused(why),
     };
+    let host = String::from_utf8_lossy(&build.host).into_owned();
     let mut all: Vec<KeptFile> = build.files;
     let here = store
         .join(format::COMPILES)
@@ -120,12 +133,124 @@ pub fn take(store: &KeptStore, key: &BuildKey, pocl_cache: &Path) -> Take {
             Err(why) => log::debug!("kept compile {}: {why}", here.join(&name).display()),
         }
     }
-    let mut taken = Taken::default();
+    let mut taken = Taken {
+        host,
+        ..Taken::default()
+    };
     unpack(pocl_cache, &all, &mut taken);
     if taken.programs.is_empty() {
         return Take::Refused("a kept build without a program folder".into());
     }
     Take::Taken(taken)
+}
+
+/// Takes the kept first launch `launch` of `key` (another node's, kept since this rank took
+/// the build) into pocl's cache: the specialisation folders it lacks. Some: taken (with the
+/// keeper's host), None: not kept (or not whole).
+pub fn take_launch(
+    store: &KeptStore,
+    key: &BuildKey,
+    launch: u64,
+    pocl_cache: &Path,
+) -> Option<String> {
+    let dir = key_dir(&store.dir, key.key, false).ok()?;
+    let k = read_kept(&dir, &format::launch_file(launch), key, false).ok()??;
+    if k.kind != KeptKind::Launch {
+        return None;
+    }
+    let mut taken = Taken::default();
+    unpack(pocl_cache, &k.files, &mut taken);
+    (!taken.specs.is_empty()).then(|| String::from_utf8_lossy(&k.host).into_owned())
+}
+
+/// A lease on compiling one thing of a key (its build, or a first launch), held in the
+/// store while a rank of some node compiles it, so that ranks of other nodes sharing the
+/// store wait for the compile under way instead of making it again. Created exclusively
+/// (`O_EXCL`, which NFS v3 and later, Lustre, GPFS and sftp give atomically); removed by
+/// its holder once what it compiled is kept (or it failed), and when dropped. A lease whose
+/// holder is gone from this very host, or older than `LEASE_STALE_SECONDS` on any host, is
+/// taken over; a rank never waits on another node's lease longer than it expects its own
+/// compile to take.
+pub struct Lease {
+    dir: PathBuf,
+    name: String,
+    text: String,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        // Only while it is still this holder's (a lease taken over is the new holder's).
+        let path = self.dir.join(&self.name);
+        if std::fs::read(&path).is_ok_and(|t| t == self.text.as_bytes()) {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// What [`lease`] found.
+pub enum Leased {
+    /// This process holds it: it compiles.
+    Mine(Lease),
+    /// A rank of `host` (as `store::host_id` names it) compiles it.
+    Theirs(String),
+}
+
+/// Takes the lease on `what` (`build`, or a launch key as 16 hex digits) of `key`. None when
+/// no lease can be had (a store that cannot be written): the rank compiles.
+pub fn lease(store: &KeptStore, key: u64, what: &str) -> Option<Leased> {
+    use std::io::Write;
+    key_dir(&store.dir, key, true).ok()?;
+    let dir = store
+        .dir
+        .join(format::COMPILES)
+        .join(format::key_folder(key));
+    let name = format::lease_file(what);
+    let me = clshim_format::store::host_id();
+    let text = format::lease_text(&me, std::process::id());
+    for _ in 0..2 {
+        let made = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .mode(files::FILE_MODE)
+            .open(dir.join(&name));
+        match made {
+            Ok(mut f) => {
+                if f.write_all(text.as_bytes()).is_err() {
+                    let _ = std::fs::remove_file(dir.join(&name));
+                    return None;
+                }
+                return Some(Leased::Mine(Lease { dir, name, text }));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(_) => return None,
+        }
+        let path = dir.join(&name);
+        let holder = std::fs::read(&path)
+            .ok()
+            .and_then(|t| format::parse_lease(&t));
+        let age = path
+            .symlink_metadata()
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.elapsed().ok())
+            .map_or(0, |a| a.as_secs() as i64);
+        let stale = match &holder {
+            Some((host, pid)) if *host == me => {
+                // SAFETY: signal 0 only asks whether the process exists.
+                let alive = unsafe { libc::kill(*pid as i32, 0) } == 0;
+                !alive
+            }
+            Some(_) => age > format::LEASE_STALE_SECONDS,
+            // Being written (a holder between its create and its write), or not a lease.
+            None => age > 10,
+        };
+        if !stale {
+            return Some(Leased::Theirs(holder.map_or_else(String::new, |h| h.0)));
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+    None
 }
 
 /// The first `n` components of a kept path, if it has more than `n`.
@@ -340,6 +465,7 @@ fn kept_of(key: &BuildKey, kind: KeptKind, request: Vec<u8>) -> Kept {
         fingerprint: key.fingerprint,
         driver: key.driver,
         key_text: key.text.clone(),
+        host: hostname(),
         request,
         files: Vec::new(),
     }

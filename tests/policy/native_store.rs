@@ -497,7 +497,11 @@ fn the_warm_service_makes_what_a_job_hands_out_and_leaves_nothing_behind() {
         &[],
     );
     assert_eq!(out.status.code(), Some(7));
-    assert!(stderr(&out).contains("--warm is no longer needed"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--warm is no longer needed"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// A request for a device this host does not have (another fingerprint, its checksum
@@ -580,8 +584,9 @@ fn a_warm_step_with_nothing_to_make_says_why() {
     let out = warm(&store);
     let err = stderr(&out);
     assert!(
-        err.contains("nothing to make: every kept compile has the driver's binary (0 entries held)")
-            && err.contains("warm service"),
+        err.contains(
+            "nothing to make: every kept compile has the driver's binary (0 entries held)"
+        ) && err.contains("warm service"),
         "{err}"
     );
 }

@@ -951,11 +951,16 @@ fn a_build_not_served_says_why() {
     let cold = c.run(true, &args, &[]);
     assert_eq!(cold.not_served, ["no_entry"], "{}", cold.stderr);
     assert!(
-        cold.stderr.contains("1 build ") && cold.stderr.contains("(1 compiled and kept in the store)"),
+        cold.stderr.contains("1 build ")
+            && cold.stderr.contains("(1 compiled and kept in the store)"),
         "{}",
         cold.stderr
     );
-    assert!(!cold.stderr.contains("driver's binary in the store"), "{}", cold.stderr);
+    assert!(
+        !cold.stderr.contains("driver's binary in the store"),
+        "{}",
+        cold.stderr
+    );
     c.warm();
     write_at(&hdr, b"#define VAL 2\n");
     let edited = c.as_plain_now(&args, &[]);

@@ -757,11 +757,7 @@ fn a_store_a_run_makes_or_meets_is_the_users_alone() {
     let bin = client();
     let d = scratch("store-umask");
     let store = d.path("new/store");
-    let script = format!(
-        "umask 002; exec {} --save={}",
-        s(&bin),
-        s(&d.path("c.bin"))
-    );
+    let script = format!("umask 002; exec {} --save={}", s(&bin), s(&d.path("c.bin")));
     let mut c = std::process::Command::new("sh");
     c.args(["-c", &script])
         .env("CLSHIM_BINARIES", "substitute")

@@ -11,8 +11,8 @@
 //! A kept compile lives in the store's `compiles/<key as 16 hex digits>/` folder: the
 //! build as `build.kc`, each first launch as `<launch key>.kc`. A file is `magic
 //! "CLSHIMKC"` · `version u32` (1) · `kind u32` (1 build, 2 launch) · `key u64` ·
-//! `fingerprint u64` · `driver u64` · `key text length u64` · key text · `request length
-//! u64` · request (a build's: `store::Request`, what a warm step needs to make the driver's
+//! `fingerprint u64` · `driver u64` · `key text length u64` · key text · `host length
+//! u64` · host (the name of the node that kept it) · `request length u64` · request (a build's: `store::Request`, what a warm step needs to make the driver's
 //! binary of it; empty for a launch) · `file count u32` · per file (`path length u32` ·
 //! path, relative to pocl's cache folder, `/` between plain names · `executable u32`, 0
 //! or 1 · `data length u64` · data) · `checksum u64` of everything before it. All integers
@@ -59,6 +59,8 @@ pub struct Kept {
     pub fingerprint: u64,
     pub driver: u64,
     pub key_text: Vec<u8>,
+    /// The name of the node whose rank kept it.
+    pub host: Vec<u8>,
     pub request: Vec<u8>,
     pub files: Vec<KeptFile>,
 }
@@ -67,6 +69,32 @@ pub struct Kept {
 pub fn key_folder(key: u64) -> String {
     format!("{key:016x}")
 }
+
+/// The lease on compiling a key's build (`build`) or one of its first launches (the launch
+/// key as 16 hex digits), in the key's folder: `<what>.lease`, holding [`lease_text`].
+pub fn lease_file(what: &str) -> String {
+    format!("{what}.lease")
+}
+
+/// What a lease holds: who compiles (the host as `store::host_id` names it, and its pid).
+pub fn lease_text(host: &str, pid: u32) -> String {
+    format!("clshim-lease 1 {host} {pid}\n")
+}
+
+/// A lease's holder, or None when the text is no lease.
+pub fn parse_lease(text: &[u8]) -> Option<(String, u32)> {
+    let text = std::str::from_utf8(text).ok()?;
+    let mut w = text.trim_end_matches('\n').split(' ');
+    let (Some("clshim-lease"), Some("1"), Some(host), Some(pid), None) =
+        (w.next(), w.next(), w.next(), w.next(), w.next())
+    else {
+        return None;
+    };
+    Some((host.to_string(), pid.parse().ok()?))
+}
+
+/// A lease this old is its holder's no more, whoever holds it (a node gone with its job).
+pub const LEASE_STALE_SECONDS: i64 = 3600;
 
 /// A first launch's file name, for the launch key `launch`.
 pub fn launch_file(launch: u64) -> String {
@@ -99,7 +127,7 @@ impl Kept {
         for v in [self.key, self.fingerprint, self.driver] {
             out.extend_from_slice(&v.to_le_bytes());
         }
-        for part in [&self.key_text, &self.request] {
+        for part in [&self.key_text, &self.host, &self.request] {
             out.extend_from_slice(&(part.len() as u64).to_le_bytes());
             out.extend_from_slice(part);
         }
@@ -139,6 +167,8 @@ impl Kept {
         let (key, fingerprint, driver) = (r.u64()?, r.u64()?, r.u64()?);
         let n = r.u64()?;
         let key_text = r.bytes(n)?.to_vec();
+        let n = r.u64()?;
+        let host = r.bytes(n)?.to_vec();
         let n = r.u64()?;
         let request = r.bytes(n)?.to_vec();
         let count = r.u32()?;
@@ -180,6 +210,7 @@ impl Kept {
             fingerprint,
             driver,
             key_text,
+            host,
             request,
             files,
         })
@@ -222,6 +253,7 @@ mod tests {
             fingerprint: 2,
             driver: 3,
             key_text: b"key text".to_vec(),
+            host: b"node-a".to_vec(),
             request: b"request".to_vec(),
             files: vec![
                 KeptFile {

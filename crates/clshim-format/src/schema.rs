@@ -302,6 +302,10 @@ pub struct Build {
     /// How long the build waited for a peer's compile, in seconds (with `shared`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peer_wait_seconds: Option<f64>,
+    /// A build that took a compile from the store (`from_store`): the node whose rank kept
+    /// it (another node's, in the same job, where nodes share a store).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_host: Option<String>,
     /// A build (or first launch) this rank compiled under the program cache: whether what
     /// pocl made entered the store for later jobs (`true`), or why not.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -495,6 +499,9 @@ pub struct FirstLaunch {
     /// included in `seconds`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peer_wait_seconds: Option<f64>,
+    /// As a build's: the node whose rank kept the kernel this launch took from the store.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_host: Option<String>,
     /// As a build's: whether the kernel this launch compiled entered the store, or why not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kept_in_store: Option<bool>,

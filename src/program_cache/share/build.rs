@@ -55,6 +55,10 @@ pub struct Turn {
     kept_specs: Vec<PathBuf>,
     /// Made once the turn is settled on, for the record and for `after`.
     note: Option<BuildNote>,
+    /// Held while this rank compiles for every node sharing the store.
+    lease: Option<kept::Lease>,
+    /// The node whose rank kept the compile this build took from the store.
+    from_host: Option<String>,
 }
 
 /// [`before`] for the application's arguments of `clBuildProgram`: a device list of the
@@ -178,33 +182,72 @@ pub unsafe fn before(
         copied: 0,
         kept_specs: Vec::new(),
         note: None,
+        lease: None,
+        from_host: None,
     };
-    if turn.take_kept() {
+    if let Some(t) = turn.kept() {
+        turn.from_kept(t, 0.0);
         return Some(turn);
     }
-    let Some(folder) = &turn.folder else {
-        return Some(turn);
-    };
-    let lock = folder.join(format!("{:016x}.lock", turn.key.key));
-    let taken = std::cell::RefCell::new((Vec::new(), 0));
-    let Some((waited, seconds)) = wait_for(&lock, build_patience(bytes), || {
-        let mut t = taken.borrow_mut();
-        let (folders, copied) = &mut *t;
-        turn.take_published(folders, copied)
-    }) else {
-        // This process holds that lock itself (another thread, another program of the
-        // same build): no peer to wait for; what it compiles is kept all the same.
-        turn.folder = None;
-        return Some(turn);
-    };
-    turn.shared = shared_of(&waited, seconds);
-    (turn.taken, turn.copied) = taken.into_inner();
-    if let Waited::Holds(lock) = waited {
-        turn.lock = Some(lock);
+    let patience = build_patience(bytes);
+    let clock = Instant::now();
+    if let Some(folder) = turn.folder.clone() {
+        let lock = folder.join(format!("{:016x}.lock", turn.key.key));
+        let taken = std::cell::RefCell::new((Vec::new(), 0));
+        let kept = std::cell::RefCell::new(None);
+        // A peer of this node publishes, or a rank of another node keeps it first.
+        let waited = wait_for(&lock, patience, || {
+            let mut t = taken.borrow_mut();
+            let (folders, copied) = &mut *t;
+            turn.take_published(folders, copied) || {
+                *kept.borrow_mut() = turn.kept();
+                kept.borrow().is_some()
+            }
+        });
+        let Some((waited, seconds)) = waited else {
+            // This process holds that lock itself (another thread, another program of the
+            // same build): no peer to wait for; what it compiles is kept all the same.
+            turn.folder = None;
+            return Some(turn.begun());
+        };
+        if let Some(t) = kept.into_inner() {
+            turn.from_kept(t, seconds);
+            return Some(turn);
+        }
+        turn.shared = shared_of(&waited, seconds);
+        (turn.taken, turn.copied) = taken.into_inner();
+        match waited {
+            Waited::Holds(lock) => turn.lock = Some(lock),
+            // Taken from a peer, or compiling after waiting: no other node is waited for.
+            _ => return Some(turn.begun()),
+        }
     }
-    turn.started = SystemTime::now();
-    turn.clock = Instant::now();
-    Some(turn)
+    // This rank compiles for its node: unless a rank of another node sharing the store
+    // compiles it now, whose kept compile it waits for (within the same patience).
+    let Some(store) = turn.store.clone() else {
+        return Some(turn.begun());
+    };
+    match kept::lease(&store, turn.key.key, "build") {
+        Some(kept::Leased::Mine(l)) => turn.lease = Some(l),
+        Some(kept::Leased::Theirs(host)) => {
+            while clock.elapsed() < patience {
+                if let Some(t) = turn.kept() {
+                    turn.from_kept(t, clock.elapsed().as_secs_f64());
+                    return Some(turn);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            log::debug!(
+                "build {:016x}: {host} compiles it, not in time",
+                turn.key.key
+            );
+            turn.shared = Shared::CompiledAfterWaiting {
+                waited: clock.elapsed().as_secs_f64(),
+            };
+        }
+        None => {}
+    }
+    Some(turn.begun())
 }
 
 /// What a build did with compiles, settled once, when the driver's build has returned
@@ -228,6 +271,7 @@ struct Settle {
     store: Option<KeptStore>,
     request: Vec<u8>,
     labels: Option<crate::store::labels::Labels>,
+    from_host: Option<String>,
     outcome: OnceLock<Outcome>,
 }
 
@@ -242,6 +286,8 @@ pub struct Outcome {
     programs: Vec<PathBuf>,
     /// For a build that compiled, with a store: whether its compile was kept, or why not.
     pub kept: Option<Result<(), String>>,
+    /// For one taken from the store: the node whose rank kept it.
+    pub from_host: Option<String>,
 }
 
 impl BuildNote {
@@ -259,8 +305,11 @@ impl Settle {
             Shared::FromPeer { waited } if self.copied == 0 => Shared::OwnCache { waited },
             // The kept compile was not what pocl looked for (a header it reads changed):
             // this build compiled its own.
-            Shared::FromStore if made_own() => Shared::Compiled,
-            Shared::FromStore if self.copied == 0 => Shared::OwnCache { waited: 0.0 },
+            Shared::FromStore { waited } if made_own() && waited > 0.0 => {
+                Shared::CompiledAfterWaiting { waited }
+            }
+            Shared::FromStore { .. } if made_own() => Shared::Compiled,
+            Shared::FromStore { waited } if self.copied == 0 => Shared::OwnCache { waited },
             s => s,
         };
         let compiled = matches!(
@@ -273,6 +322,7 @@ impl Settle {
                 compiled,
                 programs: Vec::new(),
                 kept: None,
+                from_host: None,
             };
         }
         if !compiled {
@@ -286,11 +336,15 @@ impl Settle {
                 let pocl = &self.pocl_cache;
                 let _ = kept::keep_build(store, &self.key, request, pocl, &self.taken, false);
             }
+            let from_host = matches!(shared, Shared::FromStore { .. })
+                .then(|| self.from_host.clone())
+                .flatten();
             return Outcome {
                 shared,
                 compiled,
                 programs: self.taken.clone(),
                 kept: None,
+                from_host,
             };
         }
         // Its own, not what it copied and pocl did not use.
@@ -299,7 +353,7 @@ impl Settle {
             .filter(|p| !self.taken.contains(p))
             .collect();
         let kept = self.store.as_ref().map(|store| {
-            let replace = self.shared == Shared::FromStore;
+            let replace = matches!(self.shared, Shared::FromStore { .. });
             let request = self.request.clone();
             let kept = kept::keep_build(
                 store,
@@ -321,6 +375,7 @@ impl Settle {
             compiled,
             programs,
             kept,
+            from_host: None,
         }
     }
 }
@@ -373,6 +428,7 @@ impl Turn {
                     store: self.store.clone(),
                     request: std::mem::take(&mut self.request),
                     labels: self.labels.take(),
+                    from_host: self.from_host.clone(),
                     outcome: OnceLock::new(),
                 }))
             })
@@ -385,25 +441,36 @@ impl Turn {
     }
 
     /// Takes the store's kept compile of this build, if there is one, into this rank's
-    /// pocl kernel cache. True when it was taken (the build goes on as a cache hit).
-    fn take_kept(&mut self) -> bool {
-        let Some(store) = &self.store else {
-            return false;
-        };
+    /// pocl kernel cache (the build goes on as a cache hit).
+    fn kept(&self) -> Option<kept::Taken> {
+        let store = self.store.as_ref()?;
         match kept::take(store, &self.key, &self.pocl_cache) {
-            kept::Take::Taken(t) => {
-                self.shared = Shared::FromStore;
-                self.taken = t.programs;
-                self.copied = t.copied;
-                self.kept_specs = t.specs;
-                true
-            }
-            kept::Take::Absent => false,
+            kept::Take::Taken(t) => Some(t),
+            kept::Take::Absent => None,
             kept::Take::Refused(why) => {
                 log::debug!("kept compile {:016x} not taken: {why}", self.key.key);
-                false
+                None
             }
         }
+    }
+
+    /// This build uses the kept compile `t`, taken after waiting `waited` seconds.
+    fn from_kept(&mut self, t: kept::Taken, waited: f64) {
+        self.shared = Shared::FromStore { waited };
+        self.taken = t.programs;
+        self.copied = t.copied;
+        self.kept_specs = t.specs;
+        self.from_host = Some(t.host);
+        drop(self.lock.take());
+        self.started = SystemTime::now();
+        self.clock = Instant::now();
+    }
+
+    /// The turn, with when the build itself begins (after any wait).
+    fn begun(mut self) -> Turn {
+        self.started = SystemTime::now();
+        self.clock = Instant::now();
+        self
     }
 
     /// Copies a peer's published compile into this rank's pocl kernel cache: each program

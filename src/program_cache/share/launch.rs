@@ -40,6 +40,10 @@ pub struct LaunchTurn {
     since: SystemTime,
     taken: Vec<PathBuf>,
     copied: usize,
+    /// Held while this rank's launch compiles for every node sharing the store.
+    lease: Option<kept::Lease>,
+    /// The node whose rank kept the kernel this launch took from the store.
+    pub from_host: Option<String>,
 }
 
 /// Whether `name` can stand as a folder's name as it is (pocl names a kernel's folder
@@ -86,7 +90,17 @@ pub fn before_launch(
         since: SystemTime::now(),
         taken: Vec::new(),
         copied: 0,
+        lease: None,
+        from_host: None,
     };
+    // Kept by a rank of another node since this rank took the build: taken now.
+    if let Some(host) = turn.kept_launch() {
+        turn.shared = Shared::FromStore { waited: 0.0 };
+        turn.from_host = Some(host);
+        return Some(turn.begun());
+    }
+    let patience = launch_patience(turn.program.bytes);
+    let clock = Instant::now();
     // A kernel the store kept with its program's build is in this rank's pocl cache
     // already: no peer to wait for. Otherwise the node's folder, made again if a cleaner
     // took it, its owner and mode checked again.
@@ -95,31 +109,81 @@ pub fn before_launch(
         .folder
         .as_ref()
         .filter(|_| !turn.kept_here())
-        .filter(|_| node_folder().is_some_and(|f| files::open_dir(f, true).is_ok()));
-    let Some(folder) = node else {
-        return Some(turn);
-    };
-    let lock = folder.join(format!("{:016x}.{key:016x}.lock", turn.program.key.key));
-    let taken = std::cell::RefCell::new((Vec::new(), 0));
-    let Some((waited, seconds)) = wait_for(&lock, launch_patience(turn.program.bytes), || {
-        let mut t = taken.borrow_mut();
-        let (names, copied) = &mut *t;
-        turn.take_published(names, copied)
-    }) else {
-        // This process launches it already (another thread): no peer to wait for.
-        return Some(turn);
-    };
-    turn.shared = shared_of(&waited, seconds);
-    (turn.taken, turn.copied) = taken.into_inner();
-    if let Waited::Holds(lock) = waited {
-        turn.lock = Some(lock);
+        .filter(|_| node_folder().is_some_and(|f| files::open_dir(f, true).is_ok()))
+        .cloned();
+    if let Some(folder) = node {
+        let lock = folder.join(format!("{:016x}.{key:016x}.lock", turn.program.key.key));
+        let taken = std::cell::RefCell::new((Vec::new(), 0));
+        let kept = std::cell::RefCell::new(None);
+        let waited = wait_for(&lock, patience, || {
+            let mut t = taken.borrow_mut();
+            let (names, copied) = &mut *t;
+            turn.take_published(names, copied) || {
+                *kept.borrow_mut() = turn.kept_launch();
+                kept.borrow().is_some()
+            }
+        });
+        let Some((waited, seconds)) = waited else {
+            // This process launches it already (another thread): no peer to wait for.
+            return Some(turn.begun());
+        };
+        if let Some(host) = kept.into_inner() {
+            turn.shared = Shared::FromStore { waited: seconds };
+            turn.from_host = Some(host);
+            return Some(turn.begun());
+        }
+        turn.shared = shared_of(&waited, seconds);
+        (turn.taken, turn.copied) = taken.into_inner();
+        match waited {
+            Waited::Holds(lock) => turn.lock = Some(lock),
+            _ => return Some(turn.begun()),
+        }
+    } else if turn.kept_here() {
+        return Some(turn.begun());
     }
-    turn.clock = Instant::now();
-    turn.since = SystemTime::now();
-    Some(turn)
+    // This rank launches first on its node: unless a rank of another node sharing the
+    // store compiles this kernel now, whose kept kernel it waits for.
+    let Some(store) = turn.program.store.clone() else {
+        return Some(turn.begun());
+    };
+    match kept::lease(&store, turn.program.key.key, &format!("{key:016x}")) {
+        Some(kept::Leased::Mine(l)) => turn.lease = Some(l),
+        Some(kept::Leased::Theirs(_)) => {
+            while clock.elapsed() < patience {
+                if let Some(host) = turn.kept_launch() {
+                    turn.shared = Shared::FromStore {
+                        waited: clock.elapsed().as_secs_f64(),
+                    };
+                    turn.from_host = Some(host);
+                    drop(turn.lock.take());
+                    return Some(turn.begun());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            turn.shared = Shared::CompiledAfterWaiting {
+                waited: clock.elapsed().as_secs_f64(),
+            };
+        }
+        None => {}
+    }
+    Some(turn.begun())
 }
 
 impl LaunchTurn {
+    /// The turn, with when the launch itself is forwarded (after any wait).
+    fn begun(mut self) -> LaunchTurn {
+        self.clock = Instant::now();
+        self.since = SystemTime::now();
+        self
+    }
+
+    /// Takes this launch's kept kernel from the store, if a rank kept it (with the host
+    /// that did).
+    fn kept_launch(&self) -> Option<String> {
+        let p = &self.program;
+        kept::take_launch(p.store.as_ref()?, &p.key, self.key, &p.pocl_cache)
+    }
+
     /// The node's folder, where this launch meets its peers' (None: it has none).
     fn node(&self) -> Option<&PathBuf> {
         self.program.folder.as_ref()
@@ -236,8 +300,12 @@ impl LaunchTurn {
             Shared::FromPeer { waited } if self.copied == 0 => {
                 self.shared = Shared::OwnCache { waited };
             }
+            Shared::FromStore { waited } if !made.is_empty() => {
+                self.shared = Shared::CompiledAfterWaiting { waited };
+                self.from_host = None;
+            }
             Shared::Compiled if made.is_empty() && self.kept_here() => {
-                self.shared = Shared::FromStore;
+                self.shared = Shared::FromStore { waited: 0.0 };
             }
             _ => {}
         }

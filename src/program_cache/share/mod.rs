@@ -50,8 +50,9 @@ pub enum Shared {
     /// It waited this long for a peer, whose compile it already had: pocl found the
     /// program (or kernel) in this rank's own cache.
     OwnCache { waited: f64 },
-    /// It took the compile an earlier job (or another node) kept in the store.
-    FromStore,
+    /// It took the compile an earlier job, or another node, kept in the store, after
+    /// waiting this long for a compile under way on another node (0: it was there).
+    FromStore { waited: f64 },
 }
 
 impl Shared {
@@ -61,13 +62,14 @@ impl Shared {
             Shared::FromPeer { .. } => "from_peer",
             Shared::CompiledAfterWaiting { .. } => "compiled_after_waiting",
             Shared::OwnCache { .. } => "own_cache",
-            Shared::FromStore => "from_store",
+            Shared::FromStore { .. } => "from_store",
         }
     }
 
     pub fn waited(self) -> Option<f64> {
         match self {
-            Shared::Compiled | Shared::FromStore => None,
+            Shared::Compiled => None,
+            Shared::FromStore { waited } => (waited > 0.0).then_some(waited),
             Shared::FromPeer { waited }
             | Shared::CompiledAfterWaiting { waited }
             | Shared::OwnCache { waited } => Some(waited),

@@ -954,6 +954,7 @@ mod tests {
                 served: Some("store"),
                 shared: None,
                 peer_wait_seconds: None,
+                from_host: None,
                 kept_in_store: None,
                 not_kept: None,
                 not_served: Some(schema::NotServed {
@@ -1007,6 +1008,7 @@ mod tests {
                 result_name: "CL_SUCCESS",
                 shared: Some("from_peer"),
                 peer_wait_seconds: Some(0.25),
+                from_host: None,
                 kept_in_store: None,
                 not_kept: None,
             }),
