@@ -138,11 +138,22 @@ fn hosts_share_the_home_and_nothing_else() {
     );
 }
 
-/// The native store in the shared home: node-a runs tests/c/key_client.c under `clshim
-/// run --program-cache` with requests on (its header on the home, pocl's cache on a's
-/// scratch), then `clshim warm` there; the job ends and a's scratch goes with it. node-b,
-/// fresh scratch, same home, runs the client and its build is served from the store, with
-/// the same output.
+/// The kept builds of a store, as the test sees it.
+fn kept_builds(store: &Path) -> usize {
+    std::fs::read_dir(store.join("compiles"))
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.path().join("build.kc").is_file())
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// The store in the shared home: node-a runs tests/c/key_client.c (its header on the home,
+/// pocl's cache on a's scratch), which keeps its compile and its first launch's kernel as
+/// it makes them; the job ends and a's scratch goes with it. node-b, fresh scratch, same
+/// home, takes both from the store (its record says which node kept them), with the same
+/// output; `clshim warm` there makes the driver's binary, and node-c is served it.
 #[test]
 fn a_store_filled_on_one_host_serves_another() {
     if !needs(&HOSTS) {
@@ -163,50 +174,34 @@ fn a_store_filled_on_one_host_serves_another() {
         let mut c = program_cache_command(&client, Some("both"), traces);
         c.arg("--options=-I hdr")
             .current_dir(&app)
-            .env("CLSHIM_WARM_SERVICE", "0")
             .env("POCL_CACHE_DIR", &pocl_cache);
         let out = host.run(&c);
         assert_eq!(ok(&out, host.name()), "VAL=5\n");
         let records = checked_traces(&cluster.outside(traces));
-        let builds: Vec<_> = events(&records, "build").into_iter().cloned().collect();
-        assert_eq!(builds.len(), 1, "{records:?}");
+        let build = one_event(&records, "build").clone();
+        let launch = one_event(&records, "first_launch").clone();
         let process = one_event(&records, "process").clone();
-        (builds[0].clone(), process)
+        (build, launch, process)
     };
 
     let a = Host::new(&cluster, "node-a");
     let t_a = Instant::now();
-    let (build, process) = run_client(&a, &home.join("traces/a"));
+    let (build, launch, process) = run_client(&a, &home.join("traces/a"));
     let cold = t_a.elapsed();
-    assert!(build["served"].is_null(), "{build}");
+    assert_eq!(build["shared"], "compiled", "{build}");
+    assert_eq!(build["kept_in_store"], true, "{build}");
+    assert_eq!(launch["kept_in_store"], true, "{launch}");
     assert_eq!(process["host"], "node-a", "{process}");
-    assert!(
-        !requests(&store).is_empty(),
-        "a request in the shared store"
-    );
-
-    let t_w = Instant::now();
-    let pocl = s(&pocl_cache);
-    let out = a.clshim(
-        &["warm", "--lib", s(&shim_path())],
-        &[("POCL_CACHE_DIR", pocl)],
-    );
-    let log = stderr(&out);
-    ok(&out, "clshim warm on node-a");
-    let warm = t_w.elapsed();
-    assert_eq!(entries(&store).len(), 1, "{log}");
-    assert!(requests(&store).is_empty(), "{log}");
-    assert!(
-        a.outside(&pocl_cache).is_dir(),
-        "pocl's cache on a's scratch"
-    );
+    assert_eq!(kept_builds(&store), 1);
     drop(a);
 
     let b = Host::new(&cluster, "node-b");
     let t_b = Instant::now();
-    let (build, process) = run_client(&b, &home.join("traces/b"));
-    let served = t_b.elapsed();
-    assert_eq!(build["served"], "store", "{build}\nwarm: {log}");
+    let (build, launch, process) = run_client(&b, &home.join("traces/b"));
+    let taken = t_b.elapsed();
+    assert_eq!(build["shared"], "from_store", "{build}");
+    assert_eq!(build["from_host"], "node-a", "{build}");
+    assert_eq!(launch["shared"], "from_store", "{launch}");
     assert_eq!(process["host"], "node-b", "{process}");
     // pocl's cache, as node-b's process saw it, was on node-b's own tmpfs.
     let pocl_fs = process["caches"].as_array().unwrap().iter();
@@ -215,9 +210,21 @@ fn a_store_filled_on_one_host_serves_another() {
         .map(|c| &c["fs"])
         .collect();
     assert_eq!(pocl_fs, ["tmpfs"], "{process}");
+    let out = b.clshim(
+        &["warm", "--lib", s(&shim_path())],
+        &[("POCL_CACHE_DIR", s(&pocl_cache))],
+    );
+    let log = stderr(&out);
+    ok(&out, "clshim warm on node-b");
+    assert_eq!(entries(&store).len(), 1, "{log}");
     drop(b);
+
+    let c = Host::new(&cluster, "node-c");
+    let (build, _, _) = run_client(&c, &home.join("traces/c"));
+    assert_eq!(build["served"], "store", "{build}\nwarm: {log}");
+    drop(c);
     eprintln!(
-        "timing: node-a cold {cold:?}, warm {warm:?}, node-b served {served:?}, total {:?}",
+        "timing: node-a cold {cold:?}, node-b from the store {taken:?}, total {:?}",
         t0.elapsed()
     );
 }
@@ -239,7 +246,7 @@ fn processes_with(job: &Job, word: &str) -> Vec<u32> {
 }
 
 /// A claim is a lease held by its step, named by host, boot and PID namespace. node-a's
-/// warm step holds one (its worker frozen mid-build, its command renewing the claim): a
+/// warm step (making the driver's binary of the compile node-a's run kept) holds one (its worker frozen mid-build, its command renewing the claim): a
 /// second step on node-a in another PID namespace and temporary folder (a second container
 /// of one host name: before, it judged the claim by a pid it could not see, and took it
 /// over) and a step on node-b both leave it. node-a's job is then killed whole, as a scheduler ends a job; once
@@ -275,7 +282,7 @@ fn a_claim_is_a_lease_that_outlives_no_killed_job() {
     let warm_args = ["warm", "--lib", s(&lib), "--timeout", "3000"];
     let a = Host::new(&cluster, "node-a");
     run_client(&a, "cold");
-    assert_eq!(requests(&store).len(), 1);
+    assert_eq!(kept_builds(&store), 1, "the cold run kept its compile");
 
     let mut cmd = clshim();
     cmd.args(warm_args).env("POCL_CACHE_DIR", &pocl);
@@ -327,33 +334,41 @@ fn a_claim_is_a_lease_that_outlives_no_killed_job() {
     assert_eq!(run_client(&b, "served"), "store");
 }
 
-/// A job script on the shared home: `n` runs of tests/c/key_client.c, each building its
-/// own kernel (`k<i>.cl`, VAL = `first` + i), under `clshim run --program-cache --warm`
-/// into the default store on the home, pocl's cache on the host's scratch.
+/// A job script on the shared home: `n` programs (`k<i>.cl`, VAL = `first` + i), each
+/// built and launched by `ranks` runs of tests/c/key_client.c at once (as the ranks of an
+/// MPI job each build every program), under `clshim run` (the program cache on, by
+/// default) into the default store on the home, pocl's cache on the host's scratch, one
+/// per rank.
 struct BatchJob<'c> {
     cluster: &'c Cluster,
     script: String,
 }
 
 impl<'c> BatchJob<'c> {
-    fn new(cluster: &'c Cluster, n: usize, first: usize) -> BatchJob<'c> {
+    fn new(cluster: &'c Cluster, n: usize, ranks: usize, first: usize) -> BatchJob<'c> {
         let app = cluster.home().join("app");
         std::fs::create_dir_all(cluster.outside(&app)).unwrap();
         let mut script = String::new();
         for i in 0..n {
+            let k = app.join(format!("k{i}.cl"));
             std::fs::write(
-                cluster.outside(&app.join(format!("k{i}.cl"))),
+                cluster.outside(&k),
                 format!(
-                    "__kernel void val(__global int *out) {{ out[0] = {}; }}\n",
-                    first + i
+                    "__kernel void val(__global int *out) {{\n  int x = {};\n{}  out[0] = x;\n}}\n",
+                    first + i,
+                    "  x = (x * 7 + 3) % 8191 - (x * 7 + 3) % 8191 + x;\n".repeat(150)
                 ),
             )
             .unwrap();
-            script.push_str(&format!(
-                "{} --source={}; ",
-                s(&build_c("key_client", &[])),
-                s(&app.join(format!("k{i}.cl")))
-            ));
+            for r in 0..ranks {
+                script.push_str(&format!(
+                    "POCL_CACHE_DIR={}/pocl{r} {} --source={} & ",
+                    s(&cluster.scratch()),
+                    s(&build_c("key_client", &[])),
+                    s(&k)
+                ));
+            }
+            script.push_str("wait; ");
         }
         BatchJob { cluster, script }
     }
@@ -368,149 +383,171 @@ impl<'c> BatchJob<'c> {
     fn command(&self, tag: &str) -> Command {
         let home = self.cluster.home();
         let mut c = clshim();
-        c.args(["run", "--lib", s(&shim_path()), "--program-cache", "--warm"])
+        c.args(["run", "--lib", s(&shim_path())])
             .args(["--trace-dir", s(&home.join(format!("traces/{tag}")))])
             .args(["--", "sh", "-c", &self.script])
-            .current_dir(home.join("app"))
-            .env("POCL_CACHE_DIR", self.cluster.scratch().join("pocl"));
+            .current_dir(home.join("app"));
         c
     }
 
-    /// The builds the job `tag` recorded, and those served from the store.
-    fn builds(&self, tag: &str) -> (usize, usize) {
+    /// Of the job `tag`'s records of `event` (`build` or `first_launch`): how many, how
+    /// many compiled, how many taken from the store, and of those how many another node's
+    /// rank kept in it.
+    fn counts(&self, tag: &str, event: &str) -> (usize, usize, usize, usize) {
         let home = self.cluster.home();
         let records = checked_traces(&self.cluster.outside(&home.join(format!("traces/{tag}"))));
-        let all = events(&records, "build");
-        let served = all.iter().filter(|r| r["served"] == "store").count();
-        (all.len(), served)
+        let all = events(&records, event);
+        let compiled = all
+            .iter()
+            .filter(|r| r["shared"] == "compiled" || r["shared"] == "compiled_after_waiting")
+            .count();
+        let from_store: Vec<_> = all.iter().filter(|r| r["shared"] == "from_store").collect();
+        let other_node = from_store
+            .iter()
+            .filter(|r| r["from_host"].as_str().is_some_and(|h| h != tag))
+            .count();
+        (all.len(), compiled, from_store.len(), other_node)
     }
 }
 
-/// A batch job that ends while its warm step runs (`clshim run --program-cache --warm`,
-/// killed whole, as a scheduler ends a job when its script ends) loses nothing: each entry
-/// it made is whole and serves, what it did not make is still asked for, and the next
-/// job completes the work (its step takes over the claim the killed one held, once
-/// lapsed); the job after that is served every build.
+/// A batch job killed mid-way, as a scheduler ends a job at its time limit, keeps every
+/// compile it finished, its first launches with them: each kept build that the killed job
+/// launched holds its kernel too, so no later job is served a build whose first launch
+/// compiles again. The next job, on another node, takes what was kept and compiles (and
+/// keeps) the rest; the job after that compiles nothing, every build and first launch
+/// taken from the store. Nothing runs after the job to make any of it.
 #[test]
-fn a_job_killed_at_its_end_loses_nothing() {
+fn a_job_killed_mid_way_keeps_what_it_finished() {
     if !needs(&HOSTS) {
         return;
     }
-    let cluster = Cluster::start("hosts-batch");
+    let cluster = Cluster::start("hosts-killed");
     let n = 4;
-    let job = BatchJob::new(&cluster, n, 1);
+    let job = BatchJob::new(&cluster, n, 1, 1);
     let store = job.store();
-    let job_command = |tag: &str| job.command(tag);
-    let served = |tag: &str| job.builds(tag).1;
-
     let a = Host::new(&cluster, "node-a");
-    let mut first = a.spawn(&job_command("first"));
-    // The job's end comes while its warm step works: as soon as it made one entry.
-    wait_until("the first entry", Duration::from_secs(120), || {
-        !entries(&store).is_empty()
+    let mut first = a.spawn(&job.command("node-a"));
+    // The job's end comes once it kept two programs.
+    wait_until("two kept builds", Duration::from_secs(120), || {
+        kept_builds(&store) >= 2
     });
     first.kill();
     drop(first);
     drop(a);
-    let made = entries(&store).len();
+    let kept = kept_builds(&store);
     assert!(
-        made < n,
-        "the step was ended before it finished ({made} made)"
+        kept < n,
+        "the job was ended before it finished ({kept} kept)"
     );
-    // Each build is made or still asked for (a request whose entry the step had just
-    // written when it was killed is both: the next step finds its entry present).
-    let stem = |p: &std::path::PathBuf| p.file_stem().unwrap().to_os_string();
-    let known: std::collections::BTreeSet<_> = entries(&store)
-        .iter()
-        .chain(&requests(&store))
-        .map(stem)
-        .collect();
-    assert_eq!(known.len(), n, "each build is made or still asked for");
-    for c in claims(&store) {
-        set_times_back(&c, 61);
-    }
+    // Each kept build whose process lived to see its launch complete has its kernel kept.
+    let launches = |key: &std::path::Path| {
+        std::fs::read_dir(key)
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name() != "build.kc" && e.path().extension().is_some_and(|x| x == "kc")
+            })
+            .count()
+    };
+    let with_kernel = std::fs::read_dir(store.join("compiles"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().join("build.kc").is_file() && launches(&e.path()) > 0)
+        .count();
+    assert!(
+        with_kernel + 1 >= kept,
+        "{with_kernel} of {kept} kept builds have their kernel"
+    );
 
     let b = Host::new(&cluster, "node-b");
-    let second = b.spawn(&job_command("second")).wait();
+    let second = b.spawn(&job.command("node-b")).wait();
     assert!(second.status.success(), "{}", stderr(&second));
-    assert_eq!(served("second"), made, "what the killed job made serves");
-    assert_eq!(entries(&store).len(), n, "the next job completed the work");
-    assert!(
-        requests(&store).is_empty() && claims(&store).is_empty(),
-        "left: {:?} {:?}; the second job's stderr: {}",
-        requests(&store),
-        claims(&store),
-        stderr(&second)
+    let expected: String = (0..n).map(|i| format!("VAL={}\n", i + 1)).collect();
+    assert_eq!(stdout(&second), expected);
+    let (builds, compiled, taken, _) = job.counts("node-b", "build");
+    assert_eq!(
+        (builds, taken),
+        (n, kept),
+        "what the killed job kept serves"
     );
-    let third = b.spawn(&job_command("third")).wait();
+    assert_eq!(compiled, n - kept);
+    assert_eq!(kept_builds(&store), n, "the next job kept the rest");
+    drop(b);
+    let c = Host::new(&cluster, "node-c");
+    let third = c.spawn(&job.command("node-c")).wait();
     assert!(third.status.success(), "{}", stderr(&third));
-    assert_eq!(served("third"), n, "every build served");
+    assert_eq!(stdout(&third), expected);
+    assert_eq!(
+        job.counts("node-c", "build").2,
+        n,
+        "every build from the store"
+    );
+    assert_eq!(
+        job.counts("node-c", "first_launch").2,
+        n,
+        "every first launch from the store"
+    );
 }
 
-/// Two nodes run the same job at the same time, each with its warm step at its end
-/// (`clshim run --program-cache --warm`), into the one store on the shared home: each
-/// program is made once in the cluster (the steps split the requests by their claims,
-/// and neither makes what the other made), and a third node, fresh scratch, is served
-/// every build. (Issue 31 found, with steps in the background killed with their jobs,
-/// claims that held a third host's builds for an hour: it was served 6 of 8.)
+/// Nodes that share a store and run the same 2-rank job at the same moment compile each
+/// program once between them (issue 38): the first rank to reach a program leases it in
+/// the store, the other nodes' ranks wait for its kept compile and take it, and the ranks
+/// of one node share as before. Every node prints what a job without clshim prints. Two
+/// and four nodes; a fifth, later, compiles nothing.
 #[test]
-fn two_nodes_warming_at_once_make_each_program_once() {
+fn nodes_running_one_job_at_once_compile_each_program_once() {
     if !needs(&HOSTS) {
         return;
     }
-    let cluster = Cluster::start("hosts-together");
-    let n = 4;
-    let job = BatchJob::new(&cluster, n, 10);
-    let store = job.store();
-    let job_command = |tag: &str| job.command(tag);
-    let made = |err: &str| -> usize {
-        let Some(line) = err.lines().find(|l| l.starts_with("clshim warm: ")) else {
-            return 0;
-        };
-        let before = line.split(" made,").next().unwrap_or("");
-        before.rsplit(' ').next().unwrap().parse().unwrap_or(0)
-    };
-    let builds = |tag: &str| job.builds(tag);
-
-    let a = Host::new(&cluster, "node-a");
-    let b = Host::new(&cluster, "node-b");
-    let job_a = a.spawn(&job_command("a"));
-    let job_b = b.spawn(&job_command("b"));
-    let (out_a, out_b) = (job_a.wait(), job_b.wait());
-    let (err_a, err_b) = (stderr(&out_a), stderr(&out_b));
-    assert!(
-        out_a.status.success() && out_b.status.success(),
-        "{err_a}\n{err_b}"
-    );
-    let expected: String = (0..n).map(|i| format!("VAL={}\n", i + 10)).collect();
-    assert_eq!(stdout(&out_a), expected);
-    assert_eq!(stdout(&out_b), expected);
-    let (made_a, made_b) = (made(&err_a), made(&err_b));
-    assert_eq!(
-        made_a + made_b,
-        n,
-        "each program made once in the cluster\nnode-a: {err_a}\nnode-b: {err_b}"
-    );
-    assert_eq!(entries(&store).len(), n);
-    assert!(
-        requests(&store).is_empty() && claims(&store).is_empty(),
-        "left: {:?} {:?}",
-        requests(&store),
-        claims(&store)
-    );
-    drop(a);
-    drop(b);
-
-    let c = Host::new(&cluster, "node-c");
-    let out_c = c.run(&job_command("c"));
-    assert!(out_c.status.success(), "{}", stderr(&out_c));
-    assert_eq!(stdout(&out_c), expected);
-    let (total, served) = builds("c");
-    assert_eq!((total, served), (n, n), "node-c served every build");
-    eprintln!(
-        "two nodes at once: node-a made {made_a}, node-b {made_b}; node-a's builds served \
-         {:?}, node-b's {:?}; node-c served {served} of {total}",
-        builds("a"),
-        builds("b")
-    );
+    for nodes in [2usize, 4] {
+        let cluster = Cluster::start(&format!("hosts-once-{nodes}"));
+        let n = 3;
+        let job = BatchJob::new(&cluster, n, 2, 10);
+        let hosts: Vec<Host> = (0..nodes)
+            .map(|i| Host::new(&cluster, &format!("node-{i}")))
+            .collect();
+        let jobs: Vec<Job> = hosts
+            .iter()
+            .map(|h| h.spawn(&job.command(h.name())))
+            .collect();
+        let expected: String = (0..n)
+            .map(|i| format!("VAL={}\n", i + 10).repeat(2))
+            .collect();
+        let mut compiled = (0, 0);
+        let mut report = String::new();
+        for (h, j) in hosts.iter().zip(jobs) {
+            let out = j.wait();
+            assert!(out.status.success(), "{}: {}", h.name(), stderr(&out));
+            assert_eq!(stdout(&out), expected, "{}", h.name());
+            let b = job.counts(h.name(), "build");
+            let l = job.counts(h.name(), "first_launch");
+            compiled.0 += b.1;
+            compiled.1 += l.1;
+            report.push_str(&format!(
+                "{}: builds {} compiled {} from the store {} (another node's {}); launches \
+                 {} compiled {} from the store {} (another node's {})\n",
+                h.name(),
+                b.0,
+                b.1,
+                b.2,
+                b.3,
+                l.0,
+                l.1,
+                l.2,
+                l.3
+            ));
+        }
+        // At most 1.1 times the distinct programs: once each.
+        assert_eq!(compiled.0, n, "builds compiled in the cluster\n{report}");
+        assert_eq!(
+            compiled.1, n,
+            "first launches compiled in the cluster\n{report}"
+        );
+        drop(hosts);
+        let late = Host::new(&cluster, "node-late");
+        let out = late.run(&job.command("node-late"));
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(job.counts("node-late", "build").1, 0);
+        eprintln!("{nodes} nodes at once:\n{report}");
+    }
 }

@@ -228,7 +228,11 @@ pub unsafe fn before(
         return Some(turn.begun());
     };
     match kept::lease(&store, turn.key.key, "build") {
-        Some(kept::Leased::Mine(l)) => turn.lease = Some(l),
+        Some(kept::Leased::Mine(l)) => match turn.kept() {
+            // Kept by another node between this rank's first look and its lease.
+            Some(t) => turn.from_kept(t, clock.elapsed().as_secs_f64()),
+            None => turn.lease = Some(l),
+        },
         Some(kept::Leased::Theirs(host)) => {
             while clock.elapsed() < patience {
                 if let Some(t) = turn.kept() {

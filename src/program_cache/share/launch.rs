@@ -108,23 +108,25 @@ pub fn before_launch(
         .program
         .folder
         .as_ref()
-        .filter(|_| !turn.kept_here())
         .filter(|_| node_folder().is_some_and(|f| files::open_dir(f, true).is_ok()))
         .cloned();
     if let Some(folder) = node {
         let lock = folder.join(format!("{:016x}.{key:016x}.lock", turn.program.key.key));
         let taken = std::cell::RefCell::new((Vec::new(), 0));
         let kept = std::cell::RefCell::new(None);
+        // Kept in the store (by another node, or taken from it by the peer this rank
+        // waits for, which then publishes nothing), or published by a peer.
         let waited = wait_for(&lock, patience, || {
-            let mut t = taken.borrow_mut();
-            let (names, copied) = &mut *t;
-            turn.take_published(names, copied) || {
-                *kept.borrow_mut() = turn.kept_launch();
-                kept.borrow().is_some()
+            *kept.borrow_mut() = turn.kept_launch();
+            kept.borrow().is_some() || {
+                let mut t = taken.borrow_mut();
+                let (names, copied) = &mut *t;
+                turn.take_published(names, copied)
             }
         });
         let Some((waited, seconds)) = waited else {
             // This process launches it already (another thread): no peer to wait for.
+            log::debug!("launch {key:016x}: launched by this process already");
             return Some(turn.begun());
         };
         if let Some(host) = kept.into_inner() {
@@ -136,10 +138,14 @@ pub fn before_launch(
         (turn.taken, turn.copied) = taken.into_inner();
         match waited {
             Waited::Holds(lock) => turn.lock = Some(lock),
-            _ => return Some(turn.begun()),
+            _ => {
+                log::debug!(
+                    "launch {key:016x}: {} after {seconds:.3} s",
+                    turn.shared.name()
+                );
+                return Some(turn.begun());
+            }
         }
-    } else if turn.kept_here() {
-        return Some(turn.begun());
     }
     // This rank launches first on its node: unless a rank of another node sharing the
     // store compiles this kernel now, whose kept kernel it waits for.
@@ -147,8 +153,24 @@ pub fn before_launch(
         return Some(turn.begun());
     };
     match kept::lease(&store, turn.program.key.key, &format!("{key:016x}")) {
-        Some(kept::Leased::Mine(l)) => turn.lease = Some(l),
-        Some(kept::Leased::Theirs(_)) => {
+        // Kept by another node between this rank's first look and its lease.
+        Some(kept::Leased::Mine(_))
+            if turn.kept_launch().is_some_and(|h| {
+                turn.from_host = Some(h);
+                true
+            }) =>
+        {
+            turn.shared = Shared::FromStore {
+                waited: clock.elapsed().as_secs_f64(),
+            };
+            drop(turn.lock.take());
+        }
+        Some(kept::Leased::Mine(l)) => {
+            log::debug!("launch {key:016x}: leased, compiles for every node");
+            turn.lease = Some(l)
+        }
+        Some(kept::Leased::Theirs(host)) => {
+            log::debug!("launch {key:016x}: {host} compiles it: waiting");
             while clock.elapsed() < patience {
                 if let Some(host) = turn.kept_launch() {
                     turn.shared = Shared::FromStore {
@@ -160,11 +182,12 @@ pub fn before_launch(
                 }
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
+            log::debug!("launch {key:016x}: not kept in time: compiles");
             turn.shared = Shared::CompiledAfterWaiting {
                 waited: clock.elapsed().as_secs_f64(),
             };
         }
-        None => {}
+        None => log::debug!("launch {key:016x}: no lease can be had: compiles"),
     }
     Some(turn.begun())
 }
