@@ -186,7 +186,7 @@ pub unsafe fn before(
         from_host: None,
     };
     if let Some(t) = turn.kept() {
-        turn.from_kept(t, 0.0);
+        turn.use_kept(t, 0.0);
         return Some(turn);
     }
     let patience = build_patience(bytes);
@@ -211,7 +211,7 @@ pub unsafe fn before(
             return Some(turn.begun());
         };
         if let Some(t) = kept.into_inner() {
-            turn.from_kept(t, seconds);
+            turn.use_kept(t, seconds);
             return Some(turn);
         }
         turn.shared = shared_of(&waited, seconds);
@@ -230,13 +230,13 @@ pub unsafe fn before(
     match kept::lease(&store, turn.key.key, "build") {
         Some(kept::Leased::Mine(l)) => match turn.kept() {
             // Kept by another node between this rank's first look and its lease.
-            Some(t) => turn.from_kept(t, clock.elapsed().as_secs_f64()),
+            Some(t) => turn.use_kept(t, clock.elapsed().as_secs_f64()),
             None => turn.lease = Some(l),
         },
         Some(kept::Leased::Theirs(host)) => {
             while clock.elapsed() < patience {
                 if let Some(t) = turn.kept() {
-                    turn.from_kept(t, clock.elapsed().as_secs_f64());
+                    turn.use_kept(t, clock.elapsed().as_secs_f64());
                     return Some(turn);
                 }
                 std::thread::sleep(Duration::from_millis(20));
@@ -459,7 +459,7 @@ impl Turn {
     }
 
     /// This build uses the kept compile `t`, taken after waiting `waited` seconds.
-    fn from_kept(&mut self, t: kept::Taken, waited: f64) {
+    fn use_kept(&mut self, t: kept::Taken, waited: f64) {
         self.shared = Shared::FromStore { waited };
         self.taken = t.programs;
         self.copied = t.copied;
