@@ -165,13 +165,25 @@ const MAX_COPY_DEPTH: usize = 6;
 
 /// Copies the regular files and folders below `from` into the existing folder `to`,
 /// never following or copying a link; each file whole, as it is when read (pocl writes its
-/// kernel cache's files under a temporary name and renames them into place). Returns
-/// whether everything was copied: false after any error (a full disk, a file gone
-/// meanwhile) or anything not copied (a link, a folder too deep), and then `to` holds
-/// part of it, which a caller must not put where pocl reads (a truncated `program.bc`
-/// fails a build that would succeed without clshim).
+/// kernel cache's files under a temporary name and renames them into place), and only the
+/// user's alone (a compile another user could have written is theirs, not pocl's).
+/// Returns whether everything was copied: false after any error (a full disk, a file gone
+/// meanwhile) or anything not copied (a link, a folder too deep, a file or folder others
+/// may write), and then `to` holds part of it, which a caller must not put where pocl
+/// reads (a truncated `program.bc` fails a build that would succeed without clshim).
 pub fn copy_tree(from: &Path, to: &Path) -> bool {
+    fn alone(p: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: no arguments.
+        let me = unsafe { libc::geteuid() };
+        p.symlink_metadata().is_ok_and(|m| {
+            clshim_format::store::not_users_alone(m.is_dir(), m.uid(), m.mode(), me).is_none()
+        })
+    }
     fn walk(from: &Path, to: &Path, depth: usize) -> bool {
+        if !alone(from) {
+            return false;
+        }
         let Ok(entries) = std::fs::read_dir(from) else {
             return false;
         };
@@ -179,6 +191,9 @@ pub fn copy_tree(from: &Path, to: &Path) -> bool {
         for e in entries {
             let Ok(e) = e else { return false };
             let Ok(t) = e.file_type() else { return false };
+            if !alone(&e.path()) {
+                return false;
+            }
             let dest = to.join(e.file_name());
             whole &= if t.is_dir() && depth < MAX_COPY_DEPTH {
                 make_dir(&dest).is_ok() && walk(&e.path(), &dest, depth + 1)

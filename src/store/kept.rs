@@ -183,6 +183,8 @@ impl Drop for Lease {
         let path = self.dir.join(&self.name);
         if std::fs::read(&path).is_ok_and(|t| t == self.text.as_bytes()) {
             let _ = std::fs::remove_file(path);
+            // The key's folder, if the lease was all it held (a compile that was not kept).
+            let _ = std::fs::remove_dir(&self.dir);
         }
     }
 }

@@ -336,6 +336,17 @@ pub fn from_record(
                 String::from_utf8_lossy(&path)
             ))
         })?;
+        // A FIFO, a socket or a device it opened delivers what it delivers at each read:
+        // its status says nothing of what the next compile would read there.
+        if let (Op::Open { .. }, Seen::Exists(kind, _)) = (&a.op, &s) {
+            if *kind != super::record::FOLDER {
+                return Err(uncacheable(format!(
+                    "the compile read {}, which is not a regular file (a FIFO or a device): \
+                     what it delivers can differ at every read",
+                    String::from_utf8_lossy(&path)
+                )));
+            }
+        }
         match looks.entry((base, follow, path)) {
             std::collections::btree_map::Entry::Vacant(v) => {
                 v.insert(s);

@@ -463,8 +463,17 @@ impl Workspace {
                     Text::Source(b"kernel void clshim_driver_files(void) {}\n".to_vec()),
                     Vec::new(),
                 );
+                // In an environment that adds nothing of the user's: pocl reads its extra
+                // build flags at every build, and a header they force-include (`-include
+                // cfg.h`) would otherwise become a driver's file, checked by its status only
+                // in every later entry (a same-length edit with its time kept was served).
+                let extra = std::env::var_os("POCL_EXTRA_BUILD_FLAGS");
+                std::env::remove_var("POCL_EXTRA_BUILD_FLAGS");
                 // SAFETY: this function's contract.
                 let (program, rec) = unsafe { self.watched(ctx, device, &empty) };
+                if let Some(v) = extra {
+                    std::env::set_var("POCL_EXTRA_BUILD_FLAGS", v);
+                }
                 match (program, rec) {
                     (Ok(_), Ok(r)) if r.problems.is_empty() => {
                         let d = DriverFiles::from_record(&r, self.own.as_os_str().as_bytes());

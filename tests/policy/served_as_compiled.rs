@@ -1039,3 +1039,159 @@ fn quoted_options_are_kept_as_pocl_reads_them() {
     assert_eq!((now.out.as_str(), now.served), ("VAL=4\n", 0));
     assert_eq!(now.not_served, ["files_differ"]);
 }
+
+// What an adversarial review of keeping found (issue 36).
+
+/// An application's pocl kernel cache that others may write (here its folder 0777, not
+/// sticky) is no source of what enters the store: a group member's bitcode planted in the
+/// program's folder there (a kernel writing 666) must never be copied into an entry. The
+/// warm step, making the driver's binary of a compile the application kept from that
+/// cache, compiles the build itself instead of taking the planted folder, and a run on a
+/// fresh cache is served what pocl alone gives; a run on that cache keeps nothing from it.
+/// Before, the warm worker copied the folder without an owner or mode check, and 666 was
+/// served.
+#[test]
+fn a_kernel_cache_others_may_write_is_never_kept_or_copied() {
+    let c = Case::new("planted-bitcode");
+    let src = c.write("src.cl", &source(b"#define VAL 1\n"));
+    let args = [path_arg("source", &src)];
+    // The cached run keeps its compile (its request names this cache); then the cache is
+    // opened to others and a program of another text (VAL 666) is planted where pocl keeps
+    // this one's.
+    assert_eq!(c.run(true, &args, &[]).out, "VAL=1\n");
+    let kc = c.d.path("kc-cache");
+    let planted_src = c.write("planted.cl", &source(b"#define VAL 666\n"));
+    let other = c.d.path("kc-other");
+    let mut plant = std::process::Command::new(&c.bin);
+    plant
+        .arg(path_arg("source", &planted_src))
+        .env("POCL_CACHE_DIR", &other);
+    clear_shim_env(&mut plant, &[]);
+    assert!(plant.output().unwrap().status.success());
+    // The program's folder in each cache: its bitcode and its first launch's kernel.
+    let program_folder = |root: &Path| -> PathBuf {
+        let level = std::fs::read_dir(root)
+            .unwrap()
+            .flatten()
+            .find(|e| e.path().is_dir())
+            .unwrap()
+            .path();
+        std::fs::read_dir(level)
+            .unwrap()
+            .flatten()
+            .next()
+            .unwrap()
+            .path()
+    };
+    let (from, to) = (program_folder(&other), program_folder(&kc));
+    std::fs::copy(from.join("program.bc"), to.join("program.bc")).unwrap();
+    let spec = |p: &Path| {
+        std::fs::read_dir(p.join("val"))
+            .unwrap()
+            .flatten()
+            .next()
+            .unwrap()
+            .path()
+    };
+    std::fs::copy(spec(&from).join("val.so"), spec(&to).join("val.so")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&kc, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let log = c.warm();
+    assert!(log.contains(" 1 made,"), "{log}");
+    let fresh = [("POCL_CACHE_DIR", s(&c.d.path("kc-fresh")).to_string())];
+    let served = c.run(true, &args, &fresh);
+    assert_eq!(
+        (served.out.as_str(), served.served),
+        ("VAL=1\n", 1),
+        "{log}"
+    );
+    // A compile made in that cache is not kept, and its record says why.
+    let kept = c.store().join("compiles");
+    std::fs::remove_dir_all(&kept).unwrap();
+    std::fs::remove_dir_all(c.d.path("kc-cache")).unwrap();
+    std::fs::create_dir(&kc).unwrap();
+    std::fs::set_permissions(&kc, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let other_src = c.write("other.cl", &source(b"#define VAL 3\n"));
+    let open = c.run(true, &[path_arg("source", &other_src)], &[]);
+    assert_eq!(open.out, "VAL=3\n");
+    assert!(
+        open.stderr
+            .contains("not kept in the store: 1 pocl's cache is not yours alone"),
+        "{}",
+        open.stderr
+    );
+    assert_eq!(std::fs::read_dir(&kept).map_or(0, |d| d.count()), 0);
+}
+
+/// A header that is a FIFO is read by the compile, and what the pipe delivers can change at
+/// every read: such a build is not kept as the driver's binary (the warm step says why),
+/// and a later run prints what the pipe delivers then. Before, the FIFO was recorded as
+/// "exists" and the old build was served.
+#[test]
+fn a_header_that_is_a_fifo_is_never_served() {
+    let c = Case::new("fifo-header");
+    let fifo = c.d.path("app/hdr/val.h");
+    std::fs::create_dir_all(fifo.parent().unwrap()).unwrap();
+    let name = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+    let src = c.write("src.cl", &source(b"#include \"val.h\"\n"));
+    let args = [path_arg("source", &src), arg("options", b"-I hdr")];
+    // A writer that feeds the pipe `n` times (each open of it by a compile reads once).
+    let feed = |value: u32, times: usize| {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            for _ in 0..times {
+                if let Ok(mut f) = std::fs::OpenOptions::new().write(true).open(&fifo) {
+                    use std::io::Write;
+                    let _ = writeln!(f, "#define VAL {value}");
+                }
+            }
+        })
+    };
+    let w = feed(1, 2);
+    assert_eq!(c.run(true, &args, &[]).out, "VAL=1\n");
+    let w2 = feed(1, 8);
+    let log = c.warm();
+    assert!(
+        log.contains("FIFO or a device") || log.contains("not a regular file"),
+        "{log}"
+    );
+    let _ = (w.join(), std::fs::remove_file(&fifo));
+    drop(w2);
+    std::fs::write(&fifo, "#define VAL 2\n").unwrap();
+    let now = c.run(true, &args, &[]);
+    assert_eq!(now.out, "VAL=2\n", "{}", now.stderr);
+    assert_eq!(now.served, 0);
+}
+
+/// "The driver's own files" are learnt in an environment that adds nothing of the user's:
+/// a header force-included through `POCL_EXTRA_BUILD_FLAGS` (`-include` between tabs) is a
+/// file of the build, checked by its content, never a driver's file checked by its length
+/// and time alone. A same-length edit with its time kept (`cp -p`, `rsync -a`) is another
+/// build. Before, it was served the old one.
+#[test]
+fn a_header_forced_in_by_the_drivers_flags_is_no_driver_file() {
+    let c = Case::new("forced-cfg");
+    let cfg = c.write("cfg/cfg.h", b"#define VAL 1\n");
+    let src = c.write("src.cl", KERNEL);
+    let flags = format!("-DX=1\t-include\t{}", s(&cfg));
+    let env = [("POCL_EXTRA_BUILD_FLAGS", flags)];
+    let args = [path_arg("source", &src)];
+    assert_eq!(c.run(true, &args, &env).out, "VAL=1\n");
+    let log = c.warm();
+    assert!(log.contains(" 1 made,"), "{log}");
+    assert_eq!(c.run(true, &args, &env).served, 1);
+    // The same length, the same modification time.
+    let before = std::fs::metadata(&cfg).unwrap().modified().unwrap();
+    std::fs::write(&cfg, b"#define VAL 7\n").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&cfg)
+        .unwrap()
+        .set_modified(before)
+        .unwrap();
+    let edited = c.as_plain_now(&args, &env);
+    assert_eq!(edited.out, "VAL=7\n");
+    assert_eq!(edited.served, 0);
+}

@@ -13,8 +13,12 @@ pub const DEVICES: &str = "devices";
 /// The folder of driver labels, and of what each driver build reads for any program,
 /// inside a store.
 pub const DRIVERS: &str = "drivers";
-/// The first bytes of `drivers/<driver>.files`, as the warm worker writes it.
-pub const DRIVER_FILES_MAGIC: &[u8; 8] = b"CLSHIMDF";
+/// The first bytes of `drivers/<driver>.files`, as the warm worker writes it: version 2,
+/// learned in an environment without the user's extra build flags.
+pub const DRIVER_FILES_MAGIC: &[u8; 8] = b"CLSHIMD2";
+/// Version 1's, which the worker no longer trusts (a header the user's flags force-included
+/// could be among its files) and `clshim store` still knows as clshim's.
+pub const DRIVER_FILES_MAGIC_V1: &[u8; 8] = b"CLSHIMDF";
 /// The longest label a reader takes: far beyond a device's few lines.
 pub const MAX_LABEL: u64 = 64 << 10;
 /// The longest value a label keeps: device names and library paths fit with room to spare.

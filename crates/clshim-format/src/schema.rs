@@ -403,6 +403,8 @@ pub fn not_kept_phrase(why: &str) -> String {
         "they hold the name of pocl's temporary file (__FILE__)".into()
     } else if has("the compile changed") || has("could not change") {
         "their compiles change files".into()
+    } else if has("not a regular file") {
+        "their compiles read a FIFO or a device".into()
     } else if has("the system's state") {
         "their compiles read the system's state (/proc, /sys, a device)".into()
     } else if has("met an error") {

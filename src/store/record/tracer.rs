@@ -828,6 +828,14 @@ impl Tracer {
         else {
             return;
         };
+        // Only from an application's cache that no one else can have written to, or
+        // replaced on the way from `/` (its files are checked as they are copied).
+        let theirs_path = std::path::Path::new(std::ffi::OsStr::from_bytes(&theirs));
+        let trusted = std::fs::canonicalize(theirs_path)
+            .is_ok_and(|c| crate::store::files::ancestors_not_others(&c).is_none());
+        if !trusted {
+            return;
+        }
         let from = join(&theirs, rel);
         let has_program =
             stat_of(&join(&from, b"program.bc"), false).is_some_and(|m| m.kind() == REGULAR);

@@ -265,7 +265,9 @@ fn classify(folder: &str, name: &str, path: &Path, len: u64, yours: bool) -> Kin
         },
         "sources" if key("").is_some() && len == 0 => Kind::SourceMark,
         "drivers" if key(".files").is_some() => match head(path, 8) {
-            Some(b) if b == labels::DRIVER_FILES_MAGIC => Kind::DriverFiles,
+            Some(b) if b == labels::DRIVER_FILES_MAGIC || b == labels::DRIVER_FILES_MAGIC_V1 => {
+                Kind::DriverFiles
+            }
             _ => Kind::Foreign,
         },
         "drivers" | "devices" => {
