@@ -340,11 +340,11 @@ impl Recorder {
         self.state.lock().identity.rank
     }
 
-    /// The seconds this process's builds took so far.
-    pub fn build_seconds(&self) -> f64 {
+    /// The wall-clock seconds this process's first launches took so far.
+    pub fn first_launch_seconds(&self) -> f64 {
         self.state
             .try_lock_for(Duration::from_millis(200))
-            .map_or(0.0, |s| s.tally.build_seconds)
+            .map_or(0.0, |s| s.tally.first_launch_wall.total())
     }
 
     /// What the node's warm service made of this process's requests, for its exit line.
@@ -657,7 +657,7 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str, program_cache: bool)
             a.made,
             a.left,
             if a.made < a.left {
-                " (the next job's service makes the rest)"
+                " (the next run that loads them has the rest made)"
             } else {
                 ""
             }

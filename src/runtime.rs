@@ -76,13 +76,10 @@ fn init(route: Route) -> Runtime {
 extern "C" fn at_exit() {
     catch(|| {
         if let Some(rt) = RUNTIME.get() {
-            // Without clshim, each binary query would have waited for pocl's generic
-            // compile: a process that left requests for the driver's binaries waits, at
-            // most that long, for the node's warm service to make them.
-            let bound = std::time::Duration::from_secs_f64(
-                (5.0 * rt.recorder.build_seconds()).clamp(1.0, 600.0),
-            );
-            if let Some(a) = crate::store::service::wait_at_exit(bound) {
+            // A process that left requests for the driver's binaries waits, bounded, for
+            // the node's warm service to make them (`store::service`).
+            let cap = rt.recorder.first_launch_seconds();
+            if let Some(a) = crate::store::service::wait_at_exit(cap) {
                 rt.recorder.note_service(a);
             }
             if rt.config.summary {

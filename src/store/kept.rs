@@ -81,6 +81,15 @@ fn key_dir(store: &Path, key: u64, create: bool) -> std::io::Result<Fd> {
     files::open_sub(&c, &format::key_folder(key), create)
 }
 
+/// How long the kept build of `key` took its keeper to compile, from its header alone.
+pub fn compile_seconds(store: &Path, key: u64) -> Option<f64> {
+    let dir = key_dir(store, key, false).ok()?;
+    let head = files::read_head(&dir, format::BUILD_FILE, format::COMPILE_NS_AT + 8)?;
+    let at = format::COMPILE_NS_AT;
+    let ns = u64::from_le_bytes(head.get(at..at + 8)?.try_into().ok()?);
+    (head.starts_with(format::KEPT_MAGIC) && ns > 0).then(|| ns as f64 / 1e9)
+}
+
 /// Whether the store keeps a build of `key` (one look, nothing read).
 pub fn has_build(store: &KeptStore, key: u64) -> bool {
     key_dir(&store.dir, key, false).is_ok_and(|d| files::exists(&d, format::BUILD_FILE))
@@ -460,12 +469,13 @@ fn cap_hourly(store: &KeptStore) {
     }
 }
 
-fn kept_of(key: &BuildKey, kind: KeptKind, request: Vec<u8>) -> Kept {
+fn kept_of(key: &BuildKey, kind: KeptKind, request: Vec<u8>, compile: std::time::Duration) -> Kept {
     Kept {
         kind,
         key: key.key,
         fingerprint: key.fingerprint,
         driver: key.driver,
+        compile_ns: compile.as_nanos().min(u64::MAX as u128) as u64,
         key_text: key.text.clone(),
         host: hostname(),
         request,
@@ -474,16 +484,16 @@ fn kept_of(key: &BuildKey, kind: KeptKind, request: Vec<u8>) -> Kept {
 }
 
 /// Keeps a build: the program folders `programs` of pocl's cache, with `request` (what a
-/// warm step needs to make the driver's binary of it).
+/// warm step needs to make the driver's binary of it) and how long its compile took.
 pub fn keep_build(
     store: &KeptStore,
     key: &BuildKey,
-    request: Vec<u8>,
+    (request, compile): (Vec<u8>, std::time::Duration),
     pocl_cache: &Path,
     programs: &[PathBuf],
     replace: bool,
 ) -> Result<(), String> {
-    let kept = kept_of(key, KeptKind::Build, request);
+    let kept = kept_of(key, KeptKind::Build, request, compile);
     keep(
         store,
         kept,
@@ -501,8 +511,9 @@ pub fn keep_launch(
     launch: u64,
     pocl_cache: &Path,
     specs: &[PathBuf],
+    compile: std::time::Duration,
 ) -> Result<(), String> {
-    let kept = kept_of(key, KeptKind::Launch, Vec::new());
+    let kept = kept_of(key, KeptKind::Launch, Vec::new(), compile);
     keep(
         store,
         kept,

@@ -33,8 +33,9 @@ use std::sync::Mutex;
 /// The stores this process holds the clients' lock of.
 static CLIENT_OF: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
-/// The requests this process left: their store and key.
-static LEFT: Mutex<Vec<(PathBuf, u64)>> = Mutex::new(Vec::new());
+/// The requests this process left: their store and key, and whether this process handed
+/// out a clshim binary of the build (else it loaded one).
+static LEFT: Mutex<Vec<(PathBuf, u64, bool)>> = Mutex::new(Vec::new());
 
 /// When this process last started a service: one that has not taken its lock yet is
 /// starting, not absent.
@@ -43,11 +44,12 @@ static STARTED_AT: Mutex<Option<std::time::Instant>> = Mutex::new(None);
 /// How long a service just started may take to take its lock.
 const STARTING: std::time::Duration = std::time::Duration::from_secs(3);
 
-/// Notes a request this process left.
-pub fn left(store: &Path, key: u64) {
+/// Notes a request this process left (`handed_out`: for a clshim binary it handed out;
+/// else for one it loaded).
+pub fn left(store: &Path, key: u64, handed_out: bool) {
     let mut left = LEFT.lock().unwrap_or_else(|e| e.into_inner());
-    if !left.iter().any(|(s, k)| s == store && *k == key) {
-        left.push((store.to_path_buf(), key));
+    if !left.iter().any(|(s, k, _)| s == store && *k == key) {
+        left.push((store.to_path_buf(), key, handed_out));
     }
 }
 
@@ -60,16 +62,35 @@ pub struct AtExit {
     pub waited: f64,
 }
 
-/// Waits, at most `bound`, while a service runs, for the service to make the requests this
-/// process left (polling every 50 ms: each is gone from the store once made, failed or set
-/// aside). None when this process left none.
-pub fn wait_at_exit(bound: std::time::Duration) -> Option<AtExit> {
+/// Waits, while a service runs, for it to make the requests this process left (polling
+/// every 50 ms: each is gone from the store once made, failed or set aside), at most as long
+/// as pocl's generic compile of each would take (four times its kept compile's, as pocl's
+/// second compile costs four to five times its first; a second where that is unknown), and
+/// the service's start.
+/// A process that handed out clshim binaries waits no longer than `handed_out_cap`: what its
+/// binary queries would have cost it without clshim (its first launches' time, pocl
+/// compiling the same functions). None when this process left none.
+pub fn wait_at_exit(handed_out_cap: f64) -> Option<AtExit> {
     let left = LEFT.lock().unwrap_or_else(|e| e.into_inner()).clone();
     if left.is_empty() {
         return None;
     }
+    let expected: f64 = left
+        .iter()
+        .map(|(store, key, _)| {
+            crate::store::kept::compile_seconds(store, *key).map_or(1.0, |s| 4.0 * s)
+        })
+        .sum();
+    // And the service's own start: pocl's and its kernel library's, once per worker.
+    let expected = expected + STARTING.as_secs_f64();
+    let bound = if left.iter().any(|r| r.2) {
+        expected.min(handed_out_cap)
+    } else {
+        expected
+    };
+    let bound = std::time::Duration::from_secs_f64(bound.clamp(0.0, 600.0));
     let fmt = clshim_format::store::request_name;
-    let pending = |(store, key): &(PathBuf, u64)| {
+    let pending = |(store, key, _): &(PathBuf, u64, bool)| {
         store
             .join(clshim_format::store::REQUESTS)
             .join(fmt(*key))
@@ -97,7 +118,7 @@ pub fn wait_at_exit(bound: std::time::Duration) -> Option<AtExit> {
     }
     let made = left
         .iter()
-        .filter(|(store, key)| store.join(clshim_format::store::entry_name(*key)).exists())
+        .filter(|(store, key, _)| store.join(clshim_format::store::entry_name(*key)).exists())
         .count() as u64;
     Some(AtExit {
         left: left.len() as u64,

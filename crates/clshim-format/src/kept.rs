@@ -11,7 +11,8 @@
 //! A kept compile lives in the store's `compiles/<key as 16 hex digits>/` folder: the
 //! build as `build.kc`, each first launch as `<launch key>.kc`. A file is `magic
 //! "CLSHIMKC"` · `version u32` (1) · `kind u32` (1 build, 2 launch) · `key u64` ·
-//! `fingerprint u64` · `driver u64` · `key text length u64` · key text · `host length
+//! `fingerprint u64` · `driver u64` · `compile ns u64` (how long the keeper's compile took)
+//! · `key text length u64` · key text · `host length
 //! u64` · host (the name of the node that kept it) · `request length u64` · request (a build's: `store::Request`, what a warm step needs to make the driver's
 //! binary of it; empty for a launch) · `file count u32` · per file (`path length u32` ·
 //! path, relative to pocl's cache folder, `/` between plain names · `executable u32`, 0
@@ -29,6 +30,9 @@ pub const COMPILES: &str = "compiles";
 pub const BUILD_FILE: &str = "build.kc";
 /// The ending of every kept compile's file name.
 pub const SUFFIX: &str = ".kc";
+/// Where a kept compile's `compile ns` is, from its start: what a reader of its header alone
+/// (the warm service's wait) needs.
+pub const COMPILE_NS_AT: usize = 8 + 4 + 4 + 3 * 8;
 /// The largest kept compile a reader accepts.
 pub const MAX_KEPT: u64 = 1 << 30;
 /// The most files one holds (pocl writes a handful per program and per specialisation).
@@ -58,6 +62,8 @@ pub struct Kept {
     pub key: u64,
     pub fingerprint: u64,
     pub driver: u64,
+    /// How long the keeper's compile took, in nanoseconds (0: not measured).
+    pub compile_ns: u64,
     pub key_text: Vec<u8>,
     /// The name of the node whose rank kept it.
     pub host: Vec<u8>,
@@ -124,7 +130,7 @@ impl Kept {
         out.extend_from_slice(KEPT_MAGIC);
         out.extend_from_slice(&KEPT_VERSION.to_le_bytes());
         out.extend_from_slice(&(self.kind as u32).to_le_bytes());
-        for v in [self.key, self.fingerprint, self.driver] {
+        for v in [self.key, self.fingerprint, self.driver, self.compile_ns] {
             out.extend_from_slice(&v.to_le_bytes());
         }
         for part in [&self.key_text, &self.host, &self.request] {
@@ -165,6 +171,7 @@ impl Kept {
             k => return Err(format!("of an unknown kind ({k})")),
         };
         let (key, fingerprint, driver) = (r.u64()?, r.u64()?, r.u64()?);
+        let compile_ns = r.u64()?;
         let n = r.u64()?;
         let key_text = r.bytes(n)?.to_vec();
         let n = r.u64()?;
@@ -209,6 +216,7 @@ impl Kept {
             key,
             fingerprint,
             driver,
+            compile_ns,
             key_text,
             host,
             request,
@@ -252,6 +260,7 @@ mod tests {
             key: 1,
             fingerprint: 2,
             driver: 3,
+            compile_ns: 4,
             key_text: b"key text".to_vec(),
             host: b"node-a".to_vec(),
             request: b"request".to_vec(),

@@ -338,6 +338,7 @@ impl Settle {
             if let Some(store) = self.store.as_ref().filter(lacks) {
                 let request = self.request.clone();
                 let pocl = &self.pocl_cache;
+                let request = (request, Duration::ZERO);
                 let _ = kept::keep_build(store, &self.key, request, pocl, &self.taken, false);
             }
             let from_host = matches!(shared, Shared::FromStore { .. })
@@ -359,10 +360,12 @@ impl Settle {
         let kept = self.store.as_ref().map(|store| {
             let replace = matches!(self.shared, Shared::FromStore { .. });
             let request = self.request.clone();
+            // The build's own time (it began at `since`, after any wait).
+            let took = self.since.elapsed().unwrap_or_default();
             let kept = kept::keep_build(
                 store,
                 &self.key,
-                request,
+                (request, took),
                 &self.pocl_cache,
                 &programs,
                 replace,

@@ -337,7 +337,10 @@ impl LaunchTurn {
             .store
             .as_ref()
             .filter(|_| ok && !made.is_empty())
-            .map(|store| kept::keep_launch(store, &p.key, self.key, &p.pocl_cache, &made));
+            .map(|store| {
+                let took = self.clock.elapsed();
+                kept::keep_launch(store, &p.key, self.key, &p.pocl_cache, &made, took)
+            });
         if self.lock.is_some() && ok {
             self.publish(&made);
         }

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""What a job keeps as it runs, and what that costs and pays, side by side in one run
+(issue 36). Every configuration runs on its own fresh temporary folder, pocl caches (one
+per rank, as MPI sites advise) and store, unless it says it reuses one; the configurations
+take turns at going first. CPU is the whole process tree's, clshim's warm service and
+workers included (a cgroup-v1 cpuacct group per run, read once its last process has
+gone, which also times how long anything of clshim's outlived the command).
+
+  program cache      bench/workload.py (current pyopencl: no binary cache) under mpiexec
+                     -n RANKS: no clshim, against `clshim run` (its defaults: keep, share,
+                     serve) on a fresh store (the first job), and against the next job on a
+                     fresh node (new temporary folder and caches, the same store)
+  4 ranks            the same first job at 4 ranks
+  substitute         pyopencl 2023.1 (which asks for binaries) on 2 ranks: its cold run and
+                     two warm reruns (the same caches), without clshim and under
+                     `clshim run --binaries substitute`
+  nothing repeated   one rank, every kernel distinct and new: `clshim run` against none
+
+    bench/keep.sh                    # 3 interleaved repeats
+    bench/keep.sh --repeat 5
+"""
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLSHIM = os.path.join(ROOT, "target", "release", "clshim")
+LIB = os.path.join(ROOT, "target", "release", "libclshim.so")
+NEW = os.path.join(ROOT, ".venv", "current", "bin", "python")
+OLD = os.path.join(ROOT, ".venv", "old", "bin", "python")
+WORKLOAD = os.path.join(ROOT, "bench", "workload.py")
+CGROUP = "/sys/fs/cgroup/cpuacct"
+
+
+def measured(cmd, env, tag):
+    """(CPU seconds of the whole tree, wall seconds until the command returned, seconds
+    until its last process had gone, stdout, stderr) of `cmd`, run in a cgroup of its own."""
+    group = os.path.join(CGROUP, f"clshim-bench-{os.getpid()}-{tag}")
+    os.makedirs(group, exist_ok=True)
+    with open(os.path.join(group, "cpuacct.usage"), "w") as f:
+        f.write("0")
+    shell = "echo $$ > {}/tasks && exec \"$@\"".format(group)
+    t0 = time.perf_counter()
+    p = subprocess.run(["sh", "-c", shell, "sh"] + cmd, env=env, text=True,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wall = time.perf_counter() - t0
+    while open(os.path.join(group, "tasks")).read().strip():
+        time.sleep(0.01)
+    gone = time.perf_counter() - t0
+    cpu = int(open(os.path.join(group, "cpuacct.usage")).read()) / 1e9
+    os.rmdir(group)
+    ok = [l for l in p.stdout.splitlines() if l.startswith("workload ")]
+    if p.returncode != 0 or not ok or not all("result=ok" in l for l in ok):
+        sys.exit(f"keep: {' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return cpu, wall, gone, p.stdout, p.stderr
+
+
+def fresh(d):
+    """A fresh home and temporary folder below `d`, and the environment for them."""
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(os.path.join(d, "home"))
+    os.makedirs(os.path.join(d, "tmp"))
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("CLSHIM_") and k not in ("LD_PRELOAD", "OPENCL_LAYERS")}
+    env["HOME"] = os.path.join(d, "home")
+    env["TMPDIR"] = os.path.join(d, "tmp")
+    return env
+
+
+def workload(py, ranks, n, s, caches):
+    return ["mpiexec", "-n", str(ranks), py, WORKLOAD, "-n", str(n), "-s", str(s),
+            "--cache-root", caches]
+
+
+def under(extra, cmd):
+    return [CLSHIM, "run", "--lib", LIB] + extra + ["--"] + cmd
+
+
+def counts(stderr, word):
+    """How many builds, first launches or loads the exit lines say came from `word`."""
+    return sum(int(m) for line in stderr.splitlines() if line.startswith("clshim: ")
+               for m in re.findall(r"(\d+) " + re.escape(word), line))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out", "keep"))
+    a = ap.parse_args()
+    rows = {}
+
+    def add(name, value):
+        rows.setdefault(name, []).append(value)
+
+    for rep in range(a.repeat):
+        base = os.path.join(a.out, str(rep))
+
+        def program_cache(ranks, tag):
+            env = fresh(os.path.join(base, f"plain{ranks}"))
+            plain = measured(workload(NEW, ranks, 4, 300, os.path.join(base, f"plain{ranks}", "c")),
+                             env, f"plain{ranks}")
+            env = fresh(os.path.join(base, f"first{ranks}"))
+            first = measured(under([], workload(NEW, ranks, 4, 300,
+                                                os.path.join(base, f"first{ranks}", "c"))),
+                             env, f"first{ranks}")
+            add(f"{tag} no clshim", plain)
+            add(f"{tag} first job", first)
+            if ranks == 2:
+                # The next job: the first job's store, a fresh node (temporary folder, caches).
+                env = dict(env, TMPDIR=os.path.join(base, "next-tmp"))
+                os.makedirs(env["TMPDIR"])
+                nxt = measured(under([], workload(NEW, ranks, 4, 300,
+                                                  os.path.join(base, "next-c"))), env, "next")
+                add(f"{tag} next job", nxt)
+                served = counts(nxt[4], "from the store")
+                add("next job taken from the store", (served, 0, 0, "", ""))
+
+        def substitute():
+            for who in ("plain", "clshim"):
+                env = fresh(os.path.join(base, f"sub-{who}"))
+                caches = os.path.join(base, f"sub-{who}", "c")
+                cmd = workload(OLD, 2, 4, 300, caches)
+                if who == "clshim":
+                    cmd = under(["--binaries", "substitute"], cmd)
+                for run in ("cold", "warm 1", "warm 2"):
+                    r = measured(cmd, env, f"sub-{who}-{run.replace(' ', '')}")
+                    add(f"substitute {who} {run}", r)
+                    if who == "clshim" and run == "warm 2":
+                        native = counts(r[4], "from the driver's binaries in the native store")
+                        add("substitute warm 2 loads native", (native, 0, 0, "", ""))
+
+        def nothing_repeated():
+            for who in ("plain", "clshim"):
+                env = fresh(os.path.join(base, f"once-{who}"))
+                cmd = workload(NEW, 1, 4, 300, os.path.join(base, f"once-{who}", "c"))
+                if who == "clshim":
+                    cmd = under([], cmd)
+                add(f"nothing repeated {who}", measured(cmd, env, f"once-{who}"))
+
+        turns = [lambda: program_cache(2, "2 ranks"), lambda: program_cache(4, "4 ranks"),
+                 substitute, nothing_repeated]
+        k = rep % len(turns)
+        for f in turns[k:] + turns[:k]:
+            f()
+
+    med = lambda name, i: statistics.median(r[i] for r in rows[name])
+    ratio = lambda num, den, i: statistics.median(
+        x[i] / y[i] for x, y in zip(rows[num], rows[den]))
+    print(f"keep: median of {a.repeat} interleaved repeats; CPU of the whole process tree")
+    print(f"{'configuration':34} {'CPU s':>7} {'wall s':>7} {'gone s':>7}")
+    for name, vals in rows.items():
+        if isinstance(vals[0][1], (int, float)) and vals[0][3] != "":
+            print(f"{name:34} {med(name, 0):7.2f} {med(name, 1):7.2f} {med(name, 2):7.2f}")
+    print()
+    print(f"first job, 2 ranks: CPU {ratio('2 ranks first job', '2 ranks no clshim', 0):.2f}x, "
+          f"wall {ratio('2 ranks first job', '2 ranks no clshim', 1):.2f}x of no clshim "
+          "(goal: at most 0.9x and 1.0x)")
+    print(f"next job on a fresh node: CPU {ratio('2 ranks next job', '2 ranks no clshim', 0):.2f}x "
+          f"(goal: at most 0.1x); builds and first launches taken from the store: "
+          f"{med('next job taken from the store', 0):.0f} of 16")
+    print(f"first job, 4 ranks: CPU {ratio('4 ranks first job', '4 ranks no clshim', 0):.2f}x "
+          f"(goal: at most 0.45x), wall {ratio('4 ranks first job', '4 ranks no clshim', 1):.2f}x")
+    pair = [statistics.median(
+        (c[0] + w[0]) / (pc[0] + pw[0]) for c, w, pc, pw in zip(
+            rows["substitute clshim cold"], rows["substitute clshim warm 1"],
+            rows["substitute plain cold"], rows["substitute plain warm 1"]))]
+    print(f"substitute: cold + first warm rerun CPU {pair[0]:.2f}x (goal: at most 1.05x); "
+          f"cold wall {ratio('substitute clshim cold', 'substitute plain cold', 1):.2f}x "
+          f"(goal: at most 1.05x); second warm rerun CPU "
+          f"{ratio('substitute clshim warm 2', 'substitute plain warm 2', 0):.2f}x, wall "
+          f"{ratio('substitute clshim warm 2', 'substitute plain warm 2', 1):.2f}x (goal: at "
+          f"most 1.05x), loads native: {med('substitute warm 2 loads native', 0):.0f} of 8")
+    print(f"nothing repeated: CPU {ratio('nothing repeated clshim', 'nothing repeated plain', 0):.2f}x, "
+          f"wall {ratio('nothing repeated clshim', 'nothing repeated plain', 1):.2f}x "
+          "(goal: at most 1.02x)")
+    gone = max(r[2] - r[1] for n, v in rows.items() for r in v if isinstance(r[1], float))
+    print(f"the longest anything of clshim's outlived its command: {gone:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
