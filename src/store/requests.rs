@@ -31,6 +31,7 @@ pub const MAX_BYTES_PER_PROCESS: u64 = 256 << 20;
 static LEFT: AtomicU64 = AtomicU64::new(0);
 static LEFT_BYTES: AtomicU64 = AtomicU64::new(0);
 static WARNED_REFUSED: AtomicBool = AtomicBool::new(false);
+static WARNED_FULL: AtomicBool = AtomicBool::new(false);
 
 /// Leaves a request to make the build `key` of `encoded` (a recipe's encoding), with the
 /// `labels` of its device and driver build, unless its entry or a request for it exists,
@@ -94,6 +95,19 @@ pub fn leave(
             what == "requested" || what == "already requested"
         }
         Err(e) => {
+            // A full store is said once: a request that cannot be written is a driver's
+            // binary no warm step will make.
+            if e.raw_os_error() == Some(libc::ENOSPC) || e.raw_os_error() == Some(libc::EDQUOT) {
+                if !WARNED_FULL.swap(true, Ordering::Relaxed) {
+                    log::warn!(
+                        "native store {}: its filesystem is full ({e}): no request left, so the \
+                         driver's binaries it lacks are not made; free room there, or name \
+                         another store (CLSHIM_NATIVE_STORE), or a smaller cap \
+                         (CLSHIM_NATIVE_STORE_MAX)",
+                        store.dir.display()
+                    );
+                }
+            }
             log::debug!("native store: no request for {:016x}: {e}", key.key);
             false
         }

@@ -77,14 +77,20 @@ impl Shared {
     }
 }
 
-/// What this process's own builds took, per byte of code ([`code_bytes`]): how long it
-/// expects the next compile to take, and so how long it waits for a peer's.
+/// What compiles took, per byte of code ([`code_bytes`]): how long a rank expects the next
+/// compile to take, and so how long it waits for a peer's. Its own compiles first; before it
+/// has made one, its node's (each rank that compiles leaves its measure in the node's
+/// folder); before any rank of the node has, a rate measured here for pocl, which only
+/// bounds a first wait.
 struct Rate {
     nanos: AtomicU64,
     bytes: AtomicU64,
-    /// Seconds per byte before this process has compiled anything of the kind.
+    /// Seconds per byte before anything of the kind was measured.
     guess: f64,
 }
+
+/// The file of the node's folder where ranks leave what their compiles took: `nanos bytes`.
+const NODE_RATE: &str = "rate";
 
 impl Rate {
     const fn new(guess: f64) -> Rate {
@@ -95,30 +101,55 @@ impl Rate {
         }
     }
 
+    /// Counts a compile this process made, and leaves its measure for its node's ranks.
     fn add(&self, took: Duration, bytes: usize) {
-        self.nanos
-            .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
-        self.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        let nanos = self
+            .nanos
+            .fetch_add(took.as_nanos() as u64, Ordering::Relaxed)
+            + took.as_nanos() as u64;
+        let total = self.bytes.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
+        if let Some(folder) = node_folder() {
+            if let Ok(d) = files::open_dir(folder, false) {
+                let text = format!("{nanos} {total}\n");
+                let _ = files::write_atomic(&d, NODE_RATE, text.as_bytes(), true, false);
+            }
+        }
     }
 
-    /// The seconds this process expects a build of `bytes` of code to take.
-    fn expected(&self, bytes: usize) -> f64 {
-        let nanos = self.nanos.load(Ordering::Relaxed);
-        let own = self.bytes.load(Ordering::Relaxed);
-        let per_byte = if own > 0 && nanos > 0 {
-            nanos as f64 / 1e9 / own as f64
-        } else {
-            self.guess
+    /// The seconds per byte measured, this process's own or its node's.
+    fn measured(&self) -> Option<f64> {
+        let per = |nanos: u64, bytes: u64| {
+            (nanos > 0 && bytes > 0).then(|| nanos as f64 / 1e9 / bytes as f64)
         };
-        per_byte * bytes as f64
+        per(
+            self.nanos.load(Ordering::Relaxed),
+            self.bytes.load(Ordering::Relaxed),
+        )
+        .or_else(|| {
+            let d = files::open_dir(node_folder()?, false).ok()?;
+            let text = files::read_file(&d, NODE_RATE, 64, false).ok()??;
+            let text = String::from_utf8(text).ok()?;
+            let mut w = text.split_whitespace().map(|v| v.parse::<u64>().ok());
+            per(w.next()??, w.next()??)
+        })
+    }
+
+    /// The seconds a compile of `bytes` of code is expected to take, and whether that was
+    /// measured (else guessed).
+    fn expected(&self, bytes: usize) -> (f64, bool) {
+        match self.measured() {
+            Some(per_byte) => (per_byte * bytes as f64, true),
+            None => (self.guess * bytes as f64, false),
+        }
     }
 }
 
 /// How long a rank may wait for a peer's compile that it expects to take `seconds` itself:
-/// that long, and at least half a second (a peer's compile also pays its process's first
-/// use of the compiler, which this rank's estimate may not know).
-fn patience(seconds: f64) -> Duration {
-    Duration::from_secs_f64(seconds.max(0.5))
+/// within 1.5 times that (a peer on a busy node compiles a little slower), and, while
+/// nothing was measured, at least half a second (the guess does not know this machine).
+fn patience((seconds, measured): (f64, bool)) -> Duration {
+    let bound = 1.5 * seconds;
+    Duration::from_secs_f64(if measured { bound } else { bound.max(0.5) })
 }
 
 /// pocl 3.1 on one core of this project's machine builds a program of 100 statements
@@ -134,7 +165,8 @@ static BUILDS: Rate = Rate::new(1.0 / 4096.0);
 const LAUNCH_FACTOR: f64 = 6.0;
 
 fn launch_patience(bytes: usize) -> Duration {
-    patience(LAUNCH_FACTOR * BUILDS.expected(bytes))
+    let (seconds, measured) = BUILDS.expected(bytes);
+    patience((LAUNCH_FACTOR * seconds, measured))
 }
 
 fn build_patience(bytes: usize) -> Duration {
@@ -272,7 +304,18 @@ fn node_folder() -> Option<&'static Path> {
                             remove_stale_temporaries(&folder);
                             folder.clone()
                         })
-                        .map_err(|e| format!("{}: {e}", folder.display()))
+                        .map_err(|e| {
+                            // The node's folder is named by the user's id, which others can
+                            // see: another user may have made it first. What acts on it is
+                            // the temporary folder, not the store.
+                            let why = e.to_string();
+                            let why = why.split(": a native store").next().unwrap_or(&why);
+                            format!(
+                                "{}: {why}: give the job's ranks a temporary folder of your own \
+                                 (TMPDIR, the same for every rank of the node)",
+                                folder.display()
+                            )
+                        })
                 });
             match found {
                 Ok(f) => Some(f),

@@ -249,7 +249,7 @@ fn classify(folder: &str, name: &str, path: &Path, len: u64, yours: bool) -> Kin
             }
         }
         "requests" if key(".claim").is_some() => match whole(path, MAX_CLAIM) {
-            Some(b) if String::from_utf8_lossy(&b).split_whitespace().count() == 3 => Kind::Claim,
+            Some(b) if format::Claim::parse(&b).is_some() => Kind::Claim,
             _ => Kind::Foreign,
         },
         "requests" if key(".set-aside").is_some() => match whole(path, MAX_MARK) {
