@@ -97,16 +97,16 @@ pub fn leave(
         Err(e) => {
             // A full store is said once: a request that cannot be written is a driver's
             // binary no warm step will make.
-            if e.raw_os_error() == Some(libc::ENOSPC) || e.raw_os_error() == Some(libc::EDQUOT) {
-                if !WARNED_FULL.swap(true, Ordering::Relaxed) {
-                    log::warn!(
-                        "native store {}: its filesystem is full ({e}): no request left, so the \
-                         driver's binaries it lacks are not made; free room there, or name \
-                         another store (CLSHIM_NATIVE_STORE), or a smaller cap \
-                         (CLSHIM_NATIVE_STORE_MAX)",
-                        store.dir.display()
-                    );
-                }
+            let full =
+                e.raw_os_error() == Some(libc::ENOSPC) || e.raw_os_error() == Some(libc::EDQUOT);
+            if full && !WARNED_FULL.swap(true, Ordering::Relaxed) {
+                log::warn!(
+                    "native store {}: its filesystem is full ({e}): no request left, so the \
+                     driver's binaries it lacks are not made; free room there, or name \
+                     another store (CLSHIM_NATIVE_STORE), or a smaller cap \
+                     (CLSHIM_NATIVE_STORE_MAX)",
+                    store.dir.display()
+                );
             }
             log::debug!("native store: no request for {:016x}: {e}", key.key);
             false
