@@ -95,6 +95,32 @@ fn derive(get: impl Fn(&str) -> Option<OsString>) -> Vec<CacheDir> {
     out
 }
 
+/// The binary cache of the application this process is, where clshim can tell which
+/// application it is: pyopencl's (its extension module is mapped), hashcat's (the program's
+/// name), clFFT's (`CLFFT_CACHE_PATH` set), for the exit line's way back from
+/// `substitute`. None for any other application.
+pub fn application_cache() -> Option<PathBuf> {
+    let get = |n: &str| std::env::var_os(n);
+    let maps = std::fs::read("/proc/self/maps").unwrap_or_default();
+    let mapped = |name: &[u8]| maps.windows(name.len()).any(|w| w == name);
+    if mapped(b"/pyopencl/_cl") {
+        return derive(get)
+            .into_iter()
+            .find(|d| d.cache == "pyopencl")
+            .map(|d| PathBuf::from(d.path));
+    }
+    let exe = std::fs::read_link("/proc/self/exe").ok()?;
+    if exe
+        .file_name()
+        .is_some_and(|n| n.as_bytes().starts_with(b"hashcat"))
+    {
+        let base = value(&get, "XDG_CACHE_HOME")
+            .or_else(|| value(&get, "HOME").map(|h| h.join(".cache")))?;
+        return Some(base.join("hashcat/kernels"));
+    }
+    value(&get, "CLFFT_CACHE_PATH")
+}
+
 /// The filesystem `path` is on, or its nearest existing parent (a cache directory is
 /// made at its first use).
 fn fs_type(path: &Path) -> Option<String> {

@@ -99,6 +99,8 @@ pub struct Tally {
     /// The requests for the driver's binaries this process left, and what the node's warm
     /// service made of them by its exit.
     pub service: Option<crate::store::service::AtExit>,
+    /// The application's binary cache folder, where clshim knows it (noted at exit).
+    pub application_cache: Option<std::path::PathBuf>,
 }
 
 /// Whose compile the builds (or first launches) of a process used, under the program cache,
@@ -461,9 +463,13 @@ impl Recorder {
         if state.identity.pid != std::process::id() || !state.tally.recorded_anything() {
             return None;
         }
+        let mut tally = state.tally.clone();
+        if tally.substituted > 0 {
+            tally.application_cache = crate::cache_dirs::application_cache();
+        }
         Some(summary_line(
             &state.identity,
-            &state.tally,
+            &tally,
             self.policy,
             self.program_cache,
         ))
@@ -669,7 +675,7 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str, program_cache: bool)
     if t.substituted > 0 {
         // An application that keeps what it was handed fails without clshim, some with no
         // fallback (hashcat; tests/c/strict_cache.c).
-        s.push_str(GOING_BACK);
+        s.push_str(&going_back(t.application_cache.as_deref()));
     }
     s
 }
@@ -700,10 +706,30 @@ pub fn asks_for_binaries(queries: u64) -> String {
     )
 }
 
-/// The way back from `substitute`, said by every process that handed out clshim binaries.
-pub const GOING_BACK: &str = "; the application's binary cache now holds clshim binaries, \
-     which fail without clshim (CL_INVALID_BINARY): before running without clshim, clshim \
-     unsubstitute --remove DIR (its cache folder)";
+/// `s` as one word of a shell command line: single-quoted where it holds anything else than
+/// what a path usually does.
+fn shell_word(s: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+,:@%".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// The way back from `substitute`, said by every process that handed out clshim binaries,
+/// naming the application's cache folder where clshim knows it (`cache_dirs`).
+pub fn going_back(cache: Option<&std::path::Path>) -> String {
+    let folder = match cache {
+        Some(c) => shell_word(&c.display().to_string()),
+        None => "DIR (the application's binary cache folder: README, Stop using clshim)".into(),
+    };
+    format!(
+        "; the application's binary cache now holds clshim binaries, which fail without \
+         clshim (CL_INVALID_BINARY): before running without clshim, clshim unsubstitute \
+         --remove {folder}"
+    )
+}
 
 /// The summary's words for a process that asked for no binary (pyopencl 2024.2.3 and newer
 /// on pocl keep no binary cache): the policies, `clshim warm` and `clshim unsubstitute`
@@ -842,7 +868,13 @@ mod tests {
             substituted: 2,
             ..t.clone()
         };
-        assert!(summary_line(&id, &handed, "substitute", false).ends_with(GOING_BACK));
+        assert!(summary_line(&id, &handed, "substitute", false).ends_with(&going_back(None)));
+        let known = Tally {
+            application_cache: Some("/h/.cache/pyopencl".into()),
+            ..handed.clone()
+        };
+        assert!(summary_line(&id, &known, "substitute", false)
+            .ends_with("clshim unsubstitute --remove /h/.cache/pyopencl"));
         assert!(!summary_line(&id, &t, "pass", false).contains("unsubstitute"));
         let s = summary_line(&id, &launched, "pass", false);
         assert!(
