@@ -26,7 +26,7 @@ pub struct Cleared {
     pub left: (u64, u64),
 }
 
-const KINDS: [&str; 12] = [
+const KINDS: [&str; 13] = [
     "kept builds",
     "kept first launches",
     "entries",
@@ -39,6 +39,7 @@ const KINDS: [&str; 12] = [
     "temporary files",
     "warm.log",
     "damaged requests",
+    "leases",
 ];
 
 fn kind_name(k: &Kind) -> &'static str {
@@ -55,6 +56,7 @@ fn kind_name(k: &Kind) -> &'static str {
         Kind::Temporary => KINDS[9],
         Kind::WarmLog(_) => KINDS[10],
         Kind::DamagedRequest(_) => KINDS[11],
+        Kind::Lease { .. } => KINDS[12],
         Kind::Foreign => "",
     }
 }

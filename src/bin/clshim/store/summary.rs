@@ -60,6 +60,7 @@ pub struct Summary<'a> {
     driver_files: Count,
     labels: Count,
     temporary: Count,
+    leases: Count,
     warm_log: Option<&'a File>,
     not_yours: Count,
     foreign: Count,
@@ -93,6 +94,7 @@ impl<'a> Summary<'a> {
             driver_files: Count::default(),
             labels: Count::default(),
             temporary: Count::default(),
+            leases: Count::default(),
             warm_log: None,
             not_yours: Count::default(),
             foreign: Count::default(),
@@ -154,6 +156,7 @@ impl<'a> Summary<'a> {
                 Kind::DriverFiles => s.driver_files.add(f),
                 Kind::DeviceLabel(_) | Kind::DriverLabel(_) => s.labels.add(f),
                 Kind::Temporary => s.temporary.add(f),
+                Kind::Lease { .. } => s.leases.add(f),
                 Kind::WarmLog(_) => s.warm_log = Some(f),
                 Kind::Foreign => {}
             }
@@ -308,6 +311,7 @@ impl<'a> Summary<'a> {
             (self.driver_files, "driver file list", "driver file lists"),
             (self.labels, "label", "labels"),
             (self.temporary, "temporary file", "temporary files"),
+            (self.leases, "lease", "leases"),
         ];
         let other = parts
             .iter()
@@ -398,6 +402,22 @@ impl<'a> Summary<'a> {
                         why
                     };
                     format!("{}  {} ago: {}", key_of(f), age(self.now - f.mtime), t(why))
+                })
+                .collect(),
+        );
+        section(
+            "compiles under way (leases: a rank of the host named compiles it for every node \
+             sharing the store; a lease an hour old, or whose holder is gone from its host, is \
+             taken over)",
+            self.files(|f| f.not_yours.is_none())
+                .filter_map(|f| match &f.kind {
+                    Kind::Lease { host, pid } => Some(format!(
+                        "{}  {}, pid {pid}, {} ago",
+                        t(&rel(f)),
+                        t(host),
+                        age(self.now - f.mtime)
+                    )),
+                    _ => None,
                 })
                 .collect(),
         );
@@ -510,6 +530,12 @@ impl<'a> Summary<'a> {
                 "seconds_ago": self.now - f.mtime,
                 "why": if why.is_empty() { "the driver crashed making it" } else { why },
             })).collect::<Vec<_>>(),
+            "leases": self.files(|f| f.not_yours.is_none()).filter_map(|f| match &f.kind {
+                Kind::Lease { host, pid } => Some(json!({
+                    "file": rel(f), "host": host, "pid": pid, "seconds_ago": self.now - f.mtime,
+                })),
+                _ => None,
+            }).collect::<Vec<_>>(),
             "damaged_requests": self.damaged_requests()
                 .map(|(f, why)| json!({"file": rel(f), "why": why}))
                 .collect::<Vec<_>>(),

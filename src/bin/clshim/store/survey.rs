@@ -71,6 +71,12 @@ pub enum Kind {
         fingerprint: u64,
         driver: u64,
     },
+    /// A lease on a compile under way (a rank of `host` compiles it for every node sharing
+    /// the store), with its holder's pid.
+    Lease {
+        host: String,
+        pid: u32,
+    },
     /// A store writer's temporary file, by its name (the cap's stamp among them).
     Temporary,
     /// `warm.log`, with its last summary line.
@@ -359,6 +365,15 @@ pub fn survey(store: &Path) -> Survey {
 fn classify_kept(name: &str, path: &Path) -> Kind {
     if format::is_temporary_name(name) {
         return Kind::Temporary;
+    }
+    if name.ends_with(".lease") {
+        return match whole(path, MAX_CLAIM)
+            .as_deref()
+            .and_then(kept::parse_lease)
+        {
+            Some((host, pid)) => Kind::Lease { host, pid },
+            None => Kind::Foreign,
+        };
     }
     if !name.ends_with(kept::SUFFIX) {
         return Kind::Foreign;
