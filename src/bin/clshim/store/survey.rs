@@ -174,13 +174,22 @@ fn tail(path: &Path) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
+/// How the lines a warm step writes in its log begin: `clshim warm` run by hand, and the
+/// node's warm service, which is the only step many stores ever see.
+const STEP: &str = "clshim warm: ";
+const SERVICE: &str = "clshim warm --service: ";
+
 /// The last summary line a warm step wrote in its log (`clshim warm: STORE: N made, ...
-/// N evicted`), from the log's end.
+/// N evicted`, or the service's `clshim warm --service: STORE: N made, ...`), from the
+/// log's end.
 fn last_summary(path: &Path) -> Option<String> {
     String::from_utf8_lossy(&tail(path)?)
         .lines()
         .rev()
-        .find(|l| l.starts_with("clshim warm: ") && l.contains(" made, ") && l.contains(" evicted"))
+        .find(|l| {
+            l.contains(" made, ")
+                && ((l.starts_with(STEP) && l.contains(" evicted")) || l.starts_with(SERVICE))
+        })
         .map(str::to_string)
 }
 
@@ -225,7 +234,7 @@ fn classify(folder: &str, name: &str, path: &Path, len: u64, yours: bool) -> Kin
             let clshims = ends.iter().flatten().any(|b| {
                 String::from_utf8_lossy(b)
                     .lines()
-                    .any(|l| l.starts_with("clshim warm: ") || l.starts_with("clshim: "))
+                    .any(|l| [STEP, SERVICE, "clshim: "].iter().any(|p| l.starts_with(p)))
             });
             match clshims {
                 true => Kind::WarmLog(last_summary(path)),
