@@ -1,15 +1,15 @@
-//! What a native store holds, file by file, as `clshim store` lists it and `--clear` removes
-//! it. This module owns the rule that says of a file whether it is clshim's: its name must
-//! be one clshim gives (a key and a suffix, in the folder of its kind) and its first bytes
-//! must be clshim's header for that kind (an entry's whole header declaring exactly the
-//! file's length, as the warm step's cap decides what an entry is; a request's magic; a
-//! label's first line; an empty source mark), and it must be a regular file, looked at
-//! without following a link. Anything else (a user's own file in a store pointed at a
-//! folder of theirs, a link, a FIFO, a file of a name clshim never gives) is "not
-//! clshim's": counted, never read beyond its first bytes, never removed. Files are read
-//! bounded and without blocking on a FIFO; a file that is not the user's alone is read no
-//! further than its header (to know it is clshim's) and is set apart, as the library and
-//! the warm step never take it.
+//! What a native store holds, file by file, as `clshim store` lists it and `--clear`
+//! removes it. This module owns the rule that says of a file whether it is clshim's: its
+//! name must be one clshim gives (a key and a suffix, in the folder of its kind) and its
+//! first bytes must be clshim's header for that kind (an entry's whole header declaring
+//! exactly the file's length, as the warm step's cap decides what an entry is; a request's
+//! magic; a label's first line; an empty source mark; a kept compile's header; a lease's
+//! text), and it must be a regular file, looked at without following a link. Anything else
+//! (a user's own file in a store pointed at a folder of theirs, a link, a FIFO, a file of a
+//! name clshim never gives) is "not clshim's": counted, never read beyond its first bytes,
+//! never removed. Files are read bounded and without blocking on a FIFO; a file that is not
+//! the user's alone is read no further than its header (to know it is clshim's) and is set
+//! apart, as the library and the warm step never take it.
 
 use clshim_format::kept;
 use clshim_format::labels::{self, DeviceLabel, DriverLabel};
@@ -57,6 +57,9 @@ pub enum Kind {
     DamagedRequest(String),
     /// A warm step's claim on a request.
     Claim,
+    /// A rank's lease on compiling a kept build or first launch (`clshim_format::kept`),
+    /// left where the job ended before it could remove it.
+    Lease,
     /// A mark left where a request crashed a warm step's driver: what it says.
     SetAside(String),
     SourceMark,
@@ -362,10 +365,17 @@ pub fn survey(store: &Path) -> Survey {
 }
 
 /// What the file `name` of a key's folder below `compiles` is: a kept compile by its header
-/// (the kind its name says), or a temporary file.
+/// (the kind its name says), a lease by its text, or a temporary file.
 fn classify_kept(name: &str, path: &Path) -> Kind {
     if format::is_temporary_name(name) {
         return Kind::Temporary;
+    }
+    if let Some(what) = name.strip_suffix(".lease") {
+        let named = what == "build" || format::key_of_name(what, "").is_some();
+        return match whole(path, MAX_CLAIM) {
+            Some(b) if named && kept::parse_lease(&b).is_some() => Kind::Lease,
+            _ => Kind::Foreign,
+        };
     }
     if !name.ends_with(kept::SUFFIX) {
         return Kind::Foreign;
@@ -493,4 +503,50 @@ pub fn check(store: &Path) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `classify` says of a `warm.log` holding `text`, written to a file of this test's
+    /// own (the classification reads the file by its path).
+    fn warm_log(text: &str) -> Kind {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let p = std::env::temp_dir().join(format!("clshim-warm-log-{}-{n}", std::process::id()));
+        std::fs::write(&p, text).unwrap();
+        let kind = classify("", "warm.log", &p, text.len() as u64, true);
+        std::fs::remove_file(&p).unwrap();
+        kind
+    }
+
+    fn summary(k: Kind) -> Option<String> {
+        match k {
+            Kind::WarmLog(line) => line,
+            other => panic!("not a warm.log: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_log_only_the_service_wrote_is_clshims_and_its_line_the_last() {
+        let service = "clshim warm --service: /s: 1 made, 0 not kept, 0 failed while the job \
+                       ran; 0.8 s on up to 2 workers at idle priority";
+        assert_eq!(
+            summary(warm_log(&format!("{service}\n"))).as_deref(),
+            Some(service)
+        );
+        let step = "clshim warm: /s: 2 made, 0 present, 0 not kept (the reasons above), 0 \
+                    left for a later step, 0 claimed by another process, 0 for devices or \
+                    driver builds this host does not have, 0 stale, 0 failed, 0 evicted; 1.0 s \
+                    on up to 2 workers";
+        let both = format!("{step}\n{service}\nthe driver's own output\n");
+        assert_eq!(summary(warm_log(&both)).as_deref(), Some(service));
+        let both = format!("{service}\n{step}\n");
+        assert_eq!(summary(warm_log(&both)).as_deref(), Some(step));
+        // A step's note is no summary; a file without a line of clshim's is the user's.
+        let note = "clshim warm: /s: nothing to make: every kept compile has the driver's binary";
+        assert_eq!(summary(warm_log(&format!("{note}\n"))), None);
+        assert!(matches!(warm_log("my own notes\n"), Kind::Foreign));
+    }
 }
