@@ -287,7 +287,8 @@ fn a_reused_trace_directory_is_reported_as_two_runs() {
 }
 
 /// Builds and no binary query (pyopencl 2024.2.3 and newer on pocl keep no binaries):
-/// the report says no policy has anything to act on, and what it still measures.
+/// the report says no policy has anything to act on, that the program cache (which these
+/// processes ran without) would serve their builds, and what it still measures.
 #[test]
 fn builds_without_binary_queries_are_said_to_leave_the_policies_nothing() {
     let d = common::scratch("no-queries");
@@ -308,8 +309,9 @@ fn builds_without_binary_queries_are_said_to_leave_the_policies_nothing() {
         words.contains(
             "note: no binary queries: the applications asked for no program binaries \
              (pyopencl 2024.2.3 and newer keep none on pocl), so --binaries substitute and \
-             clshim unsubstitute have nothing to act on here; clshim run --program-cache \
-             --warm, then clshim warm, serves their source builds from the native store."
+             clshim unsubstitute have nothing to act on here; the program cache (clshim run's \
+             default, CLSHIM_PROGRAM_CACHE=1) keeps their compiles in the native store and \
+             serves them to later runs' source builds."
         ),
         "{out}"
     );
@@ -331,7 +333,7 @@ fn builds_without_binary_queries_are_said_to_leave_the_policies_nothing() {
         words.contains(
             "note: no binary queries, and the program cache served none of these builds; these \
              traces do not say why"
-        ) && !words.contains("serves their source builds")
+        ) && !words.contains("keeps their compiles")
             && !words.contains("clshim warm makes"),
         "{out}"
     );
@@ -450,7 +452,7 @@ fn an_application_with_its_own_binary_cache_is_sent_to_substitute() {
         out.contains(
             "note: the program cache serves these applications nothing: they asked for program \
              binaries (2 binary queries). They keep a binary cache of their own"
-        ) && out.contains("Run them with --binaries substitute --warm instead."),
+        ) && out.contains("Run them with --binaries substitute instead."),
         "{out}"
     );
     // Two ranks whose kept sources differ only by pyopencl's run-unique constant, and no
