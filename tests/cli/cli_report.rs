@@ -794,6 +794,9 @@ fn real_mpi_four_ranks_under_clshim_run() {
         "--trace-dir",
     ])
     .arg(&traces)
+    // What the ranks keep stays with the job's traces, not in the store of $HOME.
+    .arg("--native-store")
+    .arg(d.join("store"))
     .args(["--no-summary", "--"])
     .arg(&prog)
     .env("POCL_KERNEL_CACHE", "0");
