@@ -25,8 +25,11 @@ fn job(dir: &Path, ranks: usize, cpus: Option<&str>) -> PathBuf {
         }
         None => Command::new(env!("CARGO_BIN_EXE_clshim")),
     };
+    // What the ranks keep stays with the job's traces, not in the store of $HOME.
     c.args(["run", "--no-summary", "--trace-dir"])
         .arg(&traces)
+        .arg("--native-store")
+        .arg(dir.join("store"))
         .args(["--", "mpiexec", "-n", &ranks.to_string()])
         .arg(&prog)
         .env("POCL_KERNEL_CACHE", "0");

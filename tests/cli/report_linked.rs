@@ -18,8 +18,12 @@ fn real_compile_link_client_is_reported_under_its_kernel_name() {
     let traces = d.join("traces");
     common::shim_path(); // a fresh target/<profile>/libclshim.so beside the clshim executable
     let mut c = Command::new(env!("CARGO_BIN_EXE_clshim"));
+    // What the run keeps stays with its traces, not in the store of $HOME, where a compile
+    // an earlier run kept would be taken instead of compiled.
     c.args(["run", "--trace-dir"])
         .arg(&traces)
+        .arg("--native-store")
+        .arg(d.join("store"))
         .arg("--")
         .arg(&prog);
     let o = common::run(c, false);

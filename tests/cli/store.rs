@@ -1,19 +1,20 @@
 //! The native store as its user sees it (issue 31), on stores real runs made
 //! (tests/c/native_client.c and tests/c/header_client.c under `substitute` with
-//! `CLSHIM_WARM_SERVICE=0`, then the warm step): `clshim store` lists what the files hold (entries
-//! and their bytes by device and driver build, the builds not kept and why, the requests
-//! waiting, set aside and not the user's alone, the cap, the last warm step's line), in
-//! text and JSON, naming devices and driver builds in words from before any warm step ran;
-//! `clshim store --clear` removes clshim's files and keeps the user's in a store pointed at
-//! a folder of theirs; a store that is not the user's alone is neither read nor cleared;
-//! and every folder clshim makes for the store is the user's alone (0700) whatever the
-//! umask, the store `clshim run --warm` makes only to hold warm.log included.
+//! `CLSHIM_WARM_SERVICE=0`, then `clshim warm`; jobs under `clshim run`, whose program
+//! cache keeps their compiles): `clshim store` lists what the files hold (the compiles jobs
+//! kept, entries and their bytes by device and driver build, the builds not kept and why,
+//! the requests waiting, set aside and not the user's alone, the cap, the last warm step's
+//! line), in text and JSON, naming devices and driver builds in words from before any warm
+//! step ran; `clshim store --clear` removes clshim's files, kept compiles and their folders
+//! among them, and keeps the user's in a store pointed at a folder of theirs; a store that
+//! is not the user's alone is neither read nor cleared; and every folder clshim makes for
+//! the store is the user's alone (0700) whatever the umask, those a run makes to keep its
+//! compiles included.
 
 use crate::common::*;
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 fn native_client() -> PathBuf {
     build_c("native_client", &[])
@@ -89,43 +90,69 @@ fn sh(script: &str) -> std::process::Output {
     run(c, false)
 }
 
-/// Waits (a minute at most) for the warm step `clshim run --warm` started in the
-/// background to write its summary line in `store/warm.log`.
-fn wait_for_warm_log(store: &Path) -> String {
-    let until = Instant::now() + Duration::from_secs(60);
-    let log = store.join("warm.log");
-    loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if text.contains(" evicted") {
-            return text;
-        }
-        assert!(Instant::now() < until, "no warm step: {text:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// The key folders below `store/compiles`, each a kept compile's.
+fn kept_folders(store: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(store.join("compiles"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    v.sort();
+    v
 }
 
-/// A store made only to hold warm.log (`clshim run --warm` of a command that leaves no
-/// request) is 0700 with each folder made for it, and so is a store the library makes
-/// for a request with its folders, whatever the umask: a umask can take the owner's bits
-/// from the mode a folder is made with, and under `umask 0277` both were made 0500 (a
-/// store its owner cannot write) before they were set to 0700 after being made.
+/// A folder for a run's `TMPDIR`, the user's alone: the node's folder of published
+/// compiles is there, and a peer's compile another test left would be taken, not
+/// compiled.
+fn own_tmp(d: &Scratch, name: &str) -> PathBuf {
+    let tmp = d.path(name);
+    std::fs::create_dir_all(&tmp).unwrap();
+    chmod(&tmp, 0o700);
+    tmp
+}
+
+/// A store a run makes to keep its compiles (`clshim run`, whose program cache is on) is
+/// 0700 with each folder made for it (its parents, `compiles/` and a kept compile's
+/// folder), and so is a store the library makes for a request with its folders, whatever
+/// the umask: a umask can take the owner's bits from the mode a folder is made with, and
+/// under `umask 0277` such folders were made 0500 (a store its owner cannot write) before
+/// they were set to 0700 after being made.
 #[test]
 fn every_folder_made_for_the_store_is_0700_whatever_the_umask() {
     let d = scratch("store-umask");
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_clshim"));
     let lib = shim_path();
+    let bin = native_client();
     for umask in ["022", "002", "0277"] {
         let store = d.path(&format!("u{umask}/new/store"));
         let out = sh(&format!(
-            "umask {umask}; exec {} run --lib {} --warm --native-store {} -- true",
+            "umask {umask}; TMPDIR={} POCL_CACHE_DIR={} exec {} run --lib {} --native-store {} \
+             -- {} --save={}",
+            s(&own_tmp(&d, &format!("tmp{umask}"))),
+            s(&d.path(&format!("kc{umask}"))),
             s(&exe),
             s(&lib),
-            s(&store)
+            s(&store),
+            s(&bin),
+            s(&d.path(&format!("u{umask}.bin")))
         ));
         assert!(out.status.success(), "{umask}: {}", stderr(&out));
-        let log = wait_for_warm_log(&store);
-        assert!(!log.contains("writable"), "{umask}: {log}");
-        for dir in [&store, &d.path(&format!("u{umask}/new"))] {
+        assert!(
+            !stderr(&out).contains("writable"),
+            "{umask}: {}",
+            stderr(&out)
+        );
+        let kept = kept_folders(&store);
+        assert_eq!(kept.len(), 1, "umask {umask}: {}", stderr(&out));
+        let made = [
+            store.clone(),
+            d.path(&format!("u{umask}/new")),
+            store.join("compiles"),
+            kept[0].clone(),
+        ];
+        for dir in &made {
             assert_eq!(
                 format!("{:04o}", mode(dir)),
                 "0700",
@@ -137,7 +164,6 @@ fn every_folder_made_for_the_store_is_0700_whatever_the_umask() {
     }
     // The library's: a `substitute` run that leaves a request makes the store, its
     // parents and `requests/`.
-    let bin = native_client();
     let store = d.path("lib/new/store");
     let out = sh(&format!(
         "umask 0277; CLSHIM_BINARIES=substitute CLSHIM_WARM_SERVICE=0 CLSHIM_NATIVE_STORE={} \
@@ -155,13 +181,14 @@ fn every_folder_made_for_the_store_is_0700_whatever_the_umask() {
     }
 }
 
-/// A store real runs filled: two builds kept, one that reads `__TIME__` (not kept), one
-/// whose kernel name crashes pocl 3.1's binary query (set aside), made by the warm step
-/// `clshim run --warm` starts (so warm.log holds its line), and then one request waiting.
-/// The listing's numbers are the files': entries and their bytes, the kept and not kept
-/// (with the reason), requests, the set-aside mark, the total of every file, the cap; the
-/// device and the driver build are named in words, already while the requests wait for
-/// the first warm step, and by their ids once their labels are gone.
+/// A store real runs filled (under `LD_PRELOAD` alone: no program cache, so no compile
+/// kept): two builds kept, one that reads `__TIME__` (not kept), one whose kernel name
+/// crashes pocl 3.1's binary query (set aside), made by `clshim warm` (so warm.log holds
+/// its line), and then one request waiting. The listing's numbers are the files': no
+/// compiles, entries and their bytes, the kept and not kept (with the reason), requests,
+/// the set-aside mark, the total of every file, the cap; the device and the driver build
+/// are named in words, already while the requests wait for the first warm step, and by
+/// their ids once their labels are gone.
 #[test]
 fn the_listing_says_what_the_files_hold() {
     let d = scratch("store-list");
@@ -212,23 +239,11 @@ fn the_listing_says_what_the_files_hold() {
     let device = group["device"].as_str().unwrap().to_string();
     assert!(!device.starts_with("device "), "{device}");
 
-    // The warm step clshim run --warm runs when its command ends, as after a job.
+    // The warm step, as after a job whose requests were kept waiting.
     let lib = shim_path();
-    let out = clshim_out(
-        &[
-            "run",
-            "--lib",
-            s(&lib),
-            "--warm",
-            "--native-store",
-            s(&store),
-            "--",
-            "true",
-        ],
-        &[],
-    );
+    let out = clshim_out(&["warm", "--lib", s(&lib), "--store", s(&store)], &[]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let log = wait_for_warm_log(&store);
+    let log = std::fs::read_to_string(store.join("warm.log")).unwrap();
     assert!(
         stderr(&out).contains("the driver crashed"),
         "{}",
@@ -256,6 +271,7 @@ fn the_listing_says_what_the_files_hold() {
     assert_eq!(j["alone"], true);
     assert_eq!(j["mode"], "0700");
     assert_eq!(j["cap"], 1u64 << 30);
+    assert_eq!(j["compiles"]["files"], 0, "{j:#}");
     assert_eq!(j["entries"]["files"], 3, "{j:#}");
     assert_eq!(j["entries"]["bytes"], sizes(&entries));
     assert_eq!(j["entries"]["not_kept"]["files"], 1);
@@ -305,8 +321,9 @@ fn the_listing_says_what_the_files_hold() {
     for line in [
         format!("clshim store: {}\n", s(&store)),
         "  yours alone (owner uid ".to_string(),
+        "  compiles      0         0 B  kept by jobs: 0 builds".to_string(),
         format!(
-            "  entries       3  {:>10}  2 kept, 1 not kept\n",
+            "  entries       3  {:>10}  the driver's binaries: 2 kept, 1 not kept\n",
             size_text(sizes(&entries))
         ),
         "  requests      1 ".to_string(),
@@ -347,13 +364,13 @@ fn size_text(bytes: u64) -> String {
     format!("{v:.1} {}", ["KiB", "MiB", "GiB"][unit])
 }
 
-/// A store pointed at a folder of the user's: `--clear` removes the store's entries,
-/// requests, marks, labels, lists of driver files and warm.log, and the folders of
-/// clshim's it emptied, and keeps every file of the user's (one named like an entry, one
-/// named like a source mark in `sources/`, a link and what it leads to, a folder), the
-/// folder itself, and says what it removed. (The user's file in `sources/` is written
-/// after the warm step: the step's cap removes files of such names that are older than
-/// every entry, as its own marks of sources whose builds are gone.)
+/// A store pointed at a folder of the user's: `--clear` removes the store's kept
+/// compiles, entries, requests, marks, labels, lists of driver files and warm.log, and the
+/// folders of clshim's it emptied, and keeps every file of the user's (one named like an
+/// entry, one named like a source mark in `sources/`, a link and what it leads to, a
+/// folder), the folder itself, and says what it removed. (The user's file in `sources/` is
+/// written after the warm step: the step's cap removes files of such names that are older
+/// than every entry, as its own marks of sources whose builds are gone.)
 #[test]
 fn clear_removes_clshims_files_and_keeps_the_users() {
     let d = scratch("store-clear");
@@ -379,14 +396,16 @@ fn clear_removes_clshims_files_and_keeps_the_users() {
     users[..3].iter().for_each(|u| write(*u));
     std::os::unix::fs::symlink(&outside, store.join("link.bin")).unwrap();
 
-    // A run under `run --warm` (an entry, its source's mark, labels, warm.log), then one
-    // request waiting.
+    // A job under `clshim run` (its kept compile, its request), then the warm step (the
+    // entry, its source's mark, labels, warm.log), then one request waiting. The node's
+    // warm service would make the entry while the job runs, at idle priority: on a busy
+    // machine, not before the job ends, and then the next job's service does.
     let out = clshim_out(
         &[
             "run",
             "--lib",
             s(&lib),
-            "--warm",
+            "--no-warm-service",
             "--binaries",
             "substitute",
             "--native-store",
@@ -395,12 +414,18 @@ fn clear_removes_clshims_files_and_keeps_the_users() {
             s(&native),
             &format!("--save={}", s(&d.path("a.bin"))),
         ],
-        &[("POCL_CACHE_DIR", s(&kc))],
+        &[
+            ("POCL_CACHE_DIR", s(&kc)),
+            ("TMPDIR", s(&own_tmp(&d, "tmp"))),
+        ],
     );
     assert!(out.status.success(), "{}", stderr(&out));
+    let kept = kept_folders(&store);
+    assert_eq!(kept.len(), 1, "{}", stderr(&out));
+    let out = clshim_out(&["warm", "--lib", s(&lib), "--store", s(&store)], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
     // The user's `*.bin` and the link among the names of entries.
-    wait_for_entries(&store, 3);
-    wait_for_warm_log(&store);
+    assert_eq!(entries(&store).len(), 3, "{}", stderr(&out));
     write(users[3]);
     leave_request(
         &native,
@@ -418,6 +443,7 @@ fn clear_removes_clshims_files_and_keeps_the_users() {
     let clshims = bytes(&files_below(&store)) - users.iter().map(|u| u.1.len() as u64).sum::<u64>();
 
     let c = store_json(&store, &["--clear"]);
+    assert_eq!(c["removed"]["kept builds"]["files"], 1, "{c:#}");
     assert_eq!(c["removed"]["entries"]["files"], 1, "{c:#}");
     assert_eq!(c["removed"]["requests"]["files"], 1, "{c:#}");
     assert_eq!(c["removed"]["labels"]["files"], 2, "{c:#}");
@@ -433,7 +459,12 @@ fn clear_removes_clshims_files_and_keeps_the_users() {
         .iter()
         .map(|f| f.as_str().unwrap())
         .collect();
-    assert_eq!(gone, ["requests", "drivers", "devices"], "{c:#}");
+    assert_eq!(
+        gone,
+        ["requests", "drivers", "devices", "compiles"],
+        "{c:#}"
+    );
+    assert!(!kept[0].exists());
     for (name, text) in users {
         assert_eq!(
             std::fs::read_to_string(store.join(name)).unwrap(),
@@ -477,6 +508,138 @@ fn clear_removes_clshims_files_and_keeps_the_users() {
         "{text}"
     );
     assert!(requests(&store).is_empty());
+}
+
+/// What a job under `clshim run` keeps as it compiles (its program cache on, as by
+/// default; no binary asked for, so no request and no entry): `clshim store` lists the kept
+/// builds and first launches, their files and bytes, in the totals and by device and
+/// driver build, named in words from the labels left with them, and a lease a job ended
+/// too soon to remove among clshim's other files; `--clear` removes them and the folders
+/// they were in, and keeps the user's files, in the store's folder and in `compiles/`,
+/// which then stays.
+#[test]
+fn kept_compiles_are_listed_and_cleared_with_their_folders() {
+    let d = scratch("store-kept");
+    let store = d.path("mine");
+    let native = native_client();
+    let lib = shim_path();
+    std::fs::create_dir_all(&store).unwrap();
+    chmod(&store, 0o700);
+    std::fs::write(store.join("notes.txt"), "the user's notes").unwrap();
+    let job = |n: &str| {
+        let out = clshim_out(
+            &[
+                "run",
+                "--lib",
+                s(&lib),
+                "--native-store",
+                s(&store),
+                "--",
+                s(&native),
+                &format!("--save={}", s(&d.path(&format!("{n}.bin")))),
+                &format!("--seed={}", n.len()),
+            ],
+            &[
+                ("POCL_CACHE_DIR", s(&d.path(&format!("kc-{n}")))),
+                ("TMPDIR", s(&own_tmp(&d, &format!("tmp-{n}")))),
+            ],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        out
+    };
+    let out = job("a");
+
+    let kept = kept_folders(&store);
+    assert_eq!(kept.len(), 1, "{}", stderr(&out));
+    let files: Vec<(PathBuf, u64)> = files_below(&kept[0])
+        .into_iter()
+        .filter(|f| f.0.extension().is_some_and(|e| e == "kc"))
+        .collect();
+    let (builds, launches): (Vec<_>, Vec<_>) = files
+        .iter()
+        .cloned()
+        .partition(|f| f.0.ends_with("build.kc"));
+    assert_eq!(builds.len(), 1, "{files:?}");
+    assert_eq!(launches.len(), 1, "its kernel's first launch: {files:?}");
+    // A rank ended while it compiled a first launch leaves its lease behind.
+    let lease = kept[0].join("00000000000000ab.lease");
+    std::fs::write(
+        &lease,
+        clshim_format::kept::lease_text("gone-node", 4_000_000),
+    )
+    .unwrap();
+    let j = store_json(&store, &[]);
+    assert_eq!(j["other"]["leases"]["files"], 1, "{j:#}");
+    let count = |f: &[(PathBuf, u64)]| serde_json::json!({"files": f.len(), "bytes": bytes(f)});
+    assert_eq!(j["compiles"]["files"], files.len(), "{j:#}");
+    assert_eq!(j["compiles"]["bytes"], bytes(&files), "{j:#}");
+    assert_eq!(j["compiles"]["builds"], count(&builds), "{j:#}");
+    assert_eq!(j["compiles"]["first_launches"], count(&launches), "{j:#}");
+    assert_eq!(j["entries"]["files"], 0, "{j:#}");
+    assert_eq!(j["requests"]["files"], 0, "{j:#}");
+    let group = &j["by_device"][0];
+    assert_eq!(j["by_device"].as_array().unwrap().len(), 1, "{j:#}");
+    assert_eq!(
+        (
+            &group["compiles"],
+            &group["compile_bytes"],
+            &group["entries"]
+        ),
+        (&1.into(), &bytes(&files).into(), &0.into()),
+        "{group:#}"
+    );
+    assert_eq!(group["device_label"]["platform"], POCL, "{group:#}");
+    let all = files_below(&store);
+    assert_eq!(j["total"]["files"], all.len() - 1, "{all:?}");
+    assert_eq!(j["not_clshims"]["files"], 1, "{j:#}");
+    let text = stdout(&store_cmd(&store, &[]));
+    assert!(
+        text.contains(&format!(
+            "  compiles      2  {:>10}  kept by jobs: 1 build, 1 first launch",
+            size_text(bytes(&files))
+        )),
+        "{text}"
+    );
+
+    let c = store_json(&store, &["--clear"]);
+    assert_eq!(c["removed"]["kept builds"], count(&builds), "{c:#}");
+    assert_eq!(
+        c["removed"]["kept first launches"],
+        count(&launches),
+        "{c:#}"
+    );
+    assert_eq!(c["removed"]["leases"]["files"], 1, "{c:#}");
+    assert_eq!(c["failed"], serde_json::json!([]));
+    let gone = c["folders_removed"].as_array().unwrap();
+    assert!(gone.contains(&"compiles".into()), "{c:#}");
+    assert!(!store.join("compiles").exists());
+    assert_eq!(
+        std::fs::read_to_string(store.join("notes.txt")).unwrap(),
+        "the user's notes"
+    );
+    assert_eq!(store_json(&store, &[])["total"]["files"], 0);
+
+    // A file of the user's in `compiles/`: the kept compile's folder goes, `compiles/`
+    // stays, as only folders the clear emptied are removed.
+    job("bb");
+    let kept = kept_folders(&store);
+    assert_eq!(kept.len(), 1);
+    std::fs::write(store.join("compiles/mine.txt"), "kept").unwrap();
+    let c = store_json(&store, &["--clear"]);
+    assert_eq!(c["removed"]["kept builds"]["files"], 1, "{c:#}");
+    assert_eq!(c["not_clshims"]["files"], 2, "{c:#}");
+    assert!(!kept[0].exists(), "{c:#}");
+    assert!(
+        !c["folders_removed"]
+            .as_array()
+            .unwrap()
+            .contains(&"compiles".into()),
+        "{c:#}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(store.join("compiles/mine.txt")).unwrap(),
+        "kept"
+    );
 }
 
 /// A store (or a folder of it) that its group may write is not the user's alone: `clshim
@@ -569,7 +732,8 @@ fn no_store_and_usage_errors() {
     assert_eq!(
         stdout(&out),
         format!(
-            "clshim store: {}: no store yet (runs with CLSHIM_WARM_SERVICE=0 make it): nothing held\n",
+            "clshim store: {}: no store yet (jobs under clshim run make it as they keep their \
+             compiles): nothing held\n",
             s(&absent)
         )
     );

@@ -11,14 +11,14 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// Runs `program args` under `clshim run --binaries substitute` when `shim`, else bare;
-/// never with the test process's clshim variables.
-fn run_app(cmd: Command, shim: bool) -> Output {
-    run_app_said(cmd, shim, false)
+/// Runs `program args` under `clshim run --binaries substitute` when `shim`, with the
+/// native store `dir/store`, else bare; never with the test process's clshim variables.
+fn run_app(cmd: Command, shim: bool, dir: &Path) -> Output {
+    run_app_said(cmd, shim, false, dir)
 }
 
 /// As [`run_app`], with clshim's exit line when `summary`.
-fn run_app_said(mut cmd: Command, shim: bool, summary: bool) -> Output {
+fn run_app_said(mut cmd: Command, shim: bool, summary: bool, dir: &Path) -> Output {
     if std::env::var_os("OCL_ICD_VENDORS").is_none() && Path::new("/etc/OpenCL/vendors").is_dir() {
         cmd.env("OCL_ICD_VENDORS", "/etc/OpenCL/vendors");
     }
@@ -28,7 +28,11 @@ fn run_app_said(mut cmd: Command, shim: bool, summary: bool) -> Output {
     shim_path(); // a fresh libclshim.so beside the clshim executable
     let mut c = clshim();
     let said = if summary { "--summary" } else { "--no-summary" };
-    c.args(["run", "--binaries", "substitute", said, "--"])
+    // What clshim run keeps, and the driver's binaries its warm service makes, stay with
+    // the test's other caches, not in the store of $HOME.
+    c.args(["run", "--binaries", "substitute", said, "--native-store"])
+        .arg(dir.join("store"))
+        .arg("--")
         .arg(cmd.get_program())
         .args(cmd.get_args());
     for (k, v) in cmd.get_envs() {
@@ -116,7 +120,7 @@ fn pyopencl_cache_filled_under_substitute() {
             .env_remove("PYOPENCL_CTX")
             .env_remove("PYOPENCL_COMPILER_OUTPUT")
             .env_remove("PYTHONWARNINGS");
-        let out = run_app(c, shim);
+        let out = run_app(c, shim, &dir);
         assert!(
             out.status.success() && stdout(&out).contains("\"ok\": true"),
             "small_kernel.py (shim {shim}): {:?}\n{}\n{}",
@@ -211,7 +215,7 @@ fn client_without_fallback_recovers() {
         let mut c = Command::new(&prog);
         c.arg(format!("--cache={}", s(&cache)))
             .env("POCL_CACHE_DIR", dir.join("pocl"));
-        run_app_said(c, shim, summary)
+        run_app_said(c, shim, summary, &dir)
     };
     let app = |shim: bool| app_said(shim, false);
     let filled = app_said(true, true);
@@ -220,7 +224,7 @@ fn client_without_fallback_recovers() {
         stderr(&filled).contains(
             "; the application's binary cache now holds clshim binaries, which fail without \
              clshim (CL_INVALID_BINARY): before running without clshim, clshim unsubstitute \
-             --remove DIR (its cache folder)"
+             --remove DIR (the application's binary cache folder: README, Stop using clshim)"
         ),
         "{}",
         stderr(&filled)
@@ -516,7 +520,7 @@ fn hashcat_stops_until_its_cache_is_cleared() {
         let mut c = Command::new(hashcat);
         c.args(HASHCAT_ARGS)
             .envs(hashcat_env(&home, &dir.join("pocl")));
-        run_app(c, shim)
+        run_app(c, shim, &dir)
     };
     let cracked = HASHCAT_CRACKED;
     let filled = run_hashcat(true);

@@ -18,6 +18,9 @@ fn mpi_run(trace: &Path, caches: &Path, args: &[&str], env: &[(&str, &str)]) {
         .arg(trace)
         .args(["--no-summary", "--lib"])
         .arg(common::shim_path())
+        // What the ranks keep stays with the other caches, not in the store of $HOME.
+        .arg("--native-store")
+        .arg(caches.join("store"))
         .arg("--")
         .arg(common::venv_python("old"))
         .arg(common::repo_root().join("tests/python/why_kernels.py"))

@@ -40,7 +40,8 @@ enum Mode {
 }
 
 /// Runs `program` under the Khronos loader (or the system's loader when `lib` is None)
-/// with the shim in `mode`, tracing into dir/trace-<tag>; a private pocl kernel cache.
+/// with the shim in `mode`, tracing into dir/trace-<tag>; a private pocl kernel cache and
+/// native store.
 fn launch(
     program: &Path,
     args: &[&str],
@@ -72,7 +73,10 @@ fn launch(
                 .env("OCL_ICD_VENDORS", "/etc/OpenCL/vendors");
         }
     }
-    cmd.env("POCL_CACHE_DIR", dir.join("kcache"));
+    // `substitute` leaves its requests in the native store, and the warm service it starts
+    // makes them there: not in the store of $HOME, where later runs would find them.
+    cmd.env("POCL_CACHE_DIR", dir.join("kcache"))
+        .env("CLSHIM_NATIVE_STORE", dir.join("store"));
     match mode {
         Mode::Plain => {}
         Mode::Preload => {

@@ -3,8 +3,8 @@
 //!
 //! Needs the Python environments that `scripts/test` creates: `.venv/current` (newest
 //! pyopencl, which no longer caches binaries on pocl) and `.venv/old` (pyopencl 2023.1,
-//! which does). Every run gets its own cold `POCL_CACHE_DIR` and `XDG_CACHE_HOME`
-//! (pyopencl's binary cache lives under the latter) inside a scratch folder.
+//! which does). Every run gets its own cold `POCL_CACHE_DIR`, `XDG_CACHE_HOME` (pyopencl's
+//! binary cache lives under the latter) and native store inside a scratch folder.
 use crate::common;
 
 use common::*;
@@ -47,7 +47,15 @@ fn run_small_kernel(
     if std::env::var_os("OCL_ICD_VENDORS").is_none() && Path::new("/etc/OpenCL/vendors").is_dir() {
         cmd.env("OCL_ICD_VENDORS", "/etc/OpenCL/vendors");
     }
-    let mut envs: Vec<(&str, String)> = vec![("CLSHIM_TRACE_DIR", trace_dir.display().to_string())];
+    // `substitute` leaves its requests in the native store, and the warm service it starts
+    // makes them there: not in the store of $HOME, where later runs would load them.
+    let mut envs: Vec<(&str, String)> = vec![
+        ("CLSHIM_TRACE_DIR", trace_dir.display().to_string()),
+        (
+            "CLSHIM_NATIVE_STORE",
+            caches.join("store").display().to_string(),
+        ),
+    ];
     if let Some(p) = policy {
         envs.push(("CLSHIM_BINARIES", p.to_string()));
     }

@@ -14,7 +14,8 @@
 //!   with `BOOST_COMPUTE_USE_OFFLINE_CACHE` keeps the binary in `$HOME/.boost_compute`.
 //!
 //! Each runs twice under clshim, on cold caches then on the same (now warm) caches, with
-//! every cache (the client's and pocl's `POCL_CACHE_DIR`) in a scratch folder. Each run's
+//! every cache (the client's, pocl's `POCL_CACHE_DIR` and clshim's native store) in a
+//! scratch folder. Each run's
 //! output and standard error must equal those of a run without clshim, and the records must
 //! show exactly what the client did and what clshim did about it. The benchmark of the same
 //! clients is bench/real_clients.sh.
@@ -26,8 +27,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Runs `program args` with `env`, under `clshim run --binaries substitute --no-summary`
-/// tracing into `trace` when given, else without clshim. The test's own CLSHIM_*,
-/// LD_PRELOAD and OPENCL_LAYERS never reach the program. Fails the test if it fails.
+/// tracing into `trace` when given, with the native store in `trace`'s folder, else
+/// without clshim. The test's own CLSHIM_*, LD_PRELOAD and OPENCL_LAYERS never reach the
+/// program. Fails the test if it fails.
 fn run_client(
     program: &Path,
     args: &[&str],
@@ -59,8 +61,13 @@ fn run_policy(
         Some(t) => {
             shim_path(); // a fresh target/<profile>/libclshim.so beside the clshim executable
             let mut c = Command::new(env!("CARGO_BIN_EXE_clshim"));
+            // The store of $HOME would hold what earlier runs kept, which the cold run would
+            // take instead of compiling (and so without the compiler's warnings).
+            let store = t.parent().unwrap().join("store");
             c.args(["run", "--binaries", policy, "--no-summary", "--trace-dir"])
                 .arg(t)
+                .arg("--native-store")
+                .arg(store)
                 .arg("--")
                 .arg(program);
             c

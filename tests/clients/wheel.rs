@@ -283,6 +283,8 @@ fn installed_run_records_the_pyopencl_workload() {
         .args(["--name", "clshim_wheel"])
         .env("POCL_CACHE_DIR", dir.join("pocl"))
         .env("XDG_CACHE_HOME", dir.join("xdg"))
+        // clshim run's program cache keeps each compile there: not in the store of $HOME.
+        .env("CLSHIM_NATIVE_STORE", dir.join("store"))
         .output()
         .unwrap();
     ok(&out, "clshim run (pyopencl workload)");

@@ -1,5 +1,5 @@
 //! What the native store tests look at: a store's entries and requests, and waiting for a
-//! warm step that runs in the background (`clshim run --warm`) to finish; and how the
+//! warm step that runs in the background (the node's warm service) to finish; and how the
 //! program cache's tests start a program, with it or without clshim.
 
 use std::path::{Path, PathBuf};
@@ -40,8 +40,6 @@ pub fn requests(store: &Path) -> Vec<PathBuf> {
     store_files(&store.join("requests"), ".req")
 }
 
-/// Waits (at most two minutes) until `store` holds `n` entries and no request: a warm
-/// step started in the background has done its work.
 /// A claim of a warm step of this host (as `clshim_format::store::Claim` writes it) held by
 /// the process `pid`.
 pub fn claim_text(pid: i32) -> String {
@@ -60,6 +58,8 @@ pub fn claim_text(pid: i32) -> String {
     )
 }
 
+/// Waits (at most two minutes) until `store` holds `n` entries and no request: a warm
+/// step started in the background has done its work.
 pub fn wait_for_entries(store: &Path, n: usize) {
     let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
     while (entries(store).len() < n || !requests(store).is_empty())

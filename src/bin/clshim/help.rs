@@ -105,7 +105,7 @@ pub const STORE: [Opt; 3] = [
     Opt {
         name: "--clear",
         metavar: "",
-        help: "remove the store's entries, requests and its other files of\nclshim's (never a file that is not clshim's), and say what went",
+        help: "remove the store's kept compiles, entries, requests and its other\nfiles of clshim's (never a file that is not clshim's), and say what went",
         sets: "",
         values: "",
     },
@@ -201,7 +201,7 @@ const COMMANDS: [Command; 5] = [
         name: "store",
         synopsis: "clshim store [--store DIR] [--json] [--clear]",
         summary: "what the store holds (kept compiles, the driver's binaries by device,\nrequests waiting, the cap, the last warm step), or with --clear, empty it",
-        about: "Show the native store clshim warm would warm: where it is and whether it is\nyours alone, its entries and their bytes by device and driver build, the\nbuilds it found cannot be kept (and why), the requests waiting (the oldest's\nage), those set aside, its size against $CLSHIM_NATIVE_STORE_MAX, and the\nlast warm step's line in warm.log. --clear removes every file of clshim's in\nit (entries, requests, marks, labels, warm.log), never a file that is not\nclshim's. Exit status 0, 1 when the store is not yours alone or cannot be\nread (or a file could not be removed), 2 on usage errors.",
+        about: "Show the native store clshim warm would warm: where it is and whether it is\nyours alone, the compiles jobs kept and its entries (the driver's binaries),\nwith their bytes, by device and driver build, the builds it found cannot be\nkept (and why), the requests waiting (the oldest's age), those set aside,\nits size against $CLSHIM_NATIVE_STORE_MAX, and the last warm step's line in\nwarm.log. --clear removes every file of clshim's in it (kept compiles,\nentries, requests, marks, labels, warm.log), never a file that is not\nclshim's. Exit status 0, 1 when the store is not yours alone or cannot be\nread (or a file could not be removed), 2 on usage errors.",
         options: &STORE,
     },
     Command {
@@ -449,7 +449,8 @@ mod tests {
         }
         let run = page("run").unwrap();
         assert!(run.contains("--native-store DIR") && run.contains("--record-only"));
-        assert!(!run.contains("--warm"));
+        // `--warm` is accepted and ignored: not offered (`--warm-service` is another option).
+        assert!(run.contains("--no-warm-service") && !run.contains("--warm "));
         assert!(!run.contains("--chrome") && !run.contains("--cross-filesystems"));
         assert!(page("frob").is_none());
         assert!(overview().lines().count() < 30);

@@ -22,10 +22,10 @@ pub const WIDTH: usize = 120;
 /// keep no binary cache on pocl, so the binary policies have nothing to act on.
 pub const NO_BINARY_QUERY: &str = "note: no binary queries: the applications asked for no \
      program binaries (pyopencl 2024.2.3 and newer keep none on pocl), so --binaries \
-     substitute and clshim unsubstitute have nothing to act on here; clshim run \
-     --program-cache --warm, then clshim warm, serves their source builds from the native \
-     store. This report measures builds and first launches (where pocl compiles the \
-     kernels that run).";
+     substitute and clshim unsubstitute have nothing to act on here; the program cache \
+     (clshim run's default, CLSHIM_PROGRAM_CACHE=1) keeps their compiles in the native store \
+     and serves them to later runs' source builds. This report measures builds and first \
+     launches (where pocl compiles the kernels that run).";
 
 /// Said instead when those processes ran with the program cache on, it served none of
 /// their builds, and their records say no why (a clshim that did not record it): nothing
@@ -53,10 +53,10 @@ pub fn own_binary_cache(queries: usize, run_unique: bool) -> String {
     }
     format!(
         "note: the program cache serves these applications nothing: {}. They keep a binary \
-         cache of their own, which --program-cache does not serve, and pyopencl before \
+         cache of their own, which the program cache does not serve, and pyopencl before \
          2024.2.3 makes every cold build's source unique (pyopencl_defeat_cache_<uuid>), so \
-         --warm only fills the store with entries no run uses. Run them with --binaries \
-         substitute --warm instead.",
+         their compiles are kept for no later run. Run them with --binaries substitute \
+         instead.",
         why.join(", and ")
     )
 }
@@ -83,13 +83,14 @@ pub const LAUNCH_INTERVAL: &str =
 impl QueryHint {
     /// Said under `pass`, where it was measured: pyopencl 2023.1 (docs/performance.md, "The
     /// binary policies"), whose builds took 3.6-4x as long as with its cache off, and 0.95-1.19x
-    /// under `substitute`; warm starts at native speed after the warm step (`--warm`).
+    /// under `substitute`; warm starts at native speed once the driver's binaries are made.
     pub fn text(&self) -> String {
         format!(
             "hint: binary queries on pocl CPU devices took {:.0}% of build time ({:.3} s of {:.3} s): \
              pocl compiles every kernel a second time to answer them.\n      \
-             This run lacked CLSHIM_BINARIES=substitute: clshim run --binaries substitute --warm \
-             removes that compile, and its warm step makes the next runs' loads native.",
+             This run lacked CLSHIM_BINARIES=substitute: clshim run --binaries substitute \
+             removes that compile, and the node's warm service makes the next runs' loads \
+             native.",
             100.0 * self.share(),
             self.pocl_cpu_query_seconds,
             self.total_seconds

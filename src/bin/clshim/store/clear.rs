@@ -2,9 +2,9 @@
 //! (`survey`: a name clshim gives, in the folder of its kind, with clshim's header for it),
 //! and nothing else: a store pointed at a folder of the user's keeps every file of theirs.
 //! Then the store's own folders (`compiles` and its keys' folders, `requests`, `sources`,
-//! `drivers`, `devices`) it emptied go too; the store's folder itself stays, as it may be the user's. Files are unlinked by
-//! name, which never follows a link; a file a running warm step is writing meanwhile (its
-//! temporary file) only costs that step its write.
+//! `drivers`, `devices`) it emptied go too; the store's folder itself stays, as it may be
+//! the user's. Files are unlinked by name, which never follows a link; a file a running
+//! warm step is writing meanwhile (its temporary file) only costs that step its write.
 
 use super::summary::size;
 use super::survey::{File, Kind, Survey, FOLDERS};
@@ -32,6 +32,7 @@ const KINDS: [&str; 13] = [
     "entries",
     "requests",
     "claims",
+    "leases",
     "set-aside marks",
     "source marks",
     "driver file lists",
@@ -39,7 +40,6 @@ const KINDS: [&str; 13] = [
     "temporary files",
     "warm.log",
     "damaged requests",
-    "leases",
 ];
 
 fn kind_name(k: &Kind) -> &'static str {
@@ -49,14 +49,14 @@ fn kind_name(k: &Kind) -> &'static str {
         Kind::Entry { .. } => KINDS[2],
         Kind::Request { .. } => KINDS[3],
         Kind::Claim => KINDS[4],
-        Kind::SetAside(_) => KINDS[5],
-        Kind::SourceMark => KINDS[6],
-        Kind::DriverFiles => KINDS[7],
-        Kind::DeviceLabel(_) | Kind::DriverLabel(_) => KINDS[8],
-        Kind::Temporary => KINDS[9],
-        Kind::WarmLog(_) => KINDS[10],
-        Kind::DamagedRequest(_) => KINDS[11],
-        Kind::Lease { .. } => KINDS[12],
+        Kind::Lease { .. } => KINDS[5],
+        Kind::SetAside(_) => KINDS[6],
+        Kind::SourceMark => KINDS[7],
+        Kind::DriverFiles => KINDS[8],
+        Kind::DeviceLabel(_) | Kind::DriverLabel(_) => KINDS[9],
+        Kind::Temporary => KINDS[10],
+        Kind::WarmLog(_) => KINDS[11],
+        Kind::DamagedRequest(_) => KINDS[12],
         Kind::Foreign => "",
     }
 }

@@ -59,8 +59,8 @@ pub fn main(o: StoreOpts) -> ExitCode {
                 Some(store),
                 serde_json::json!({"exists": false}),
                 format!(
-                    "clshim store: {shown}: no store yet (runs with CLSHIM_WARM=1 make it): \
-                     nothing held"
+                    "clshim store: {shown}: no store yet (jobs under clshim run make it as they \
+                     keep their compiles): nothing held"
                 ),
             );
             return ExitCode::SUCCESS;

@@ -1,10 +1,11 @@
-//! What `clshim store` prints of a surveyed store: the totals (entries and the cap,
-//! requests, the other files of clshim's, what is not clshim's), one row per device and
-//! driver build (entries, bytes, builds not kept, requests waiting and the oldest's age),
-//! the builds not kept with their reasons, the requests set aside, the files that are not
-//! the user's alone, damaged requests, and the last warm step's summary line; as text for a
-//! person and as one JSON document. Every string that came from a file (a reason, a label,
-//! a name) goes out through `terminal`, which escapes what a terminal would obey.
+//! What `clshim store` prints of a surveyed store: the totals (kept compiles, entries and
+//! the cap, requests, the other files of clshim's, what is not clshim's), one row per
+//! device and driver build (kept compiles, entries, bytes, builds not kept, requests
+//! waiting and the oldest's age), the builds not kept with their reasons, the requests set
+//! aside, the files that are not the user's alone, damaged requests, and the last warm
+//! step's summary line; as text for a person and as one JSON document. Every string that
+//! came from a file (a reason, a label, a name) goes out through `terminal`, which escapes
+//! what a terminal would obey.
 
 use super::survey::{File, Kind, Survey};
 use crate::terminal;
@@ -55,12 +56,12 @@ pub struct Summary<'a> {
     requests: Count,
     oldest_request: Option<i64>,
     claims: Count,
+    leases: Count,
     set_aside: Count,
     marks: Count,
     driver_files: Count,
     labels: Count,
     temporary: Count,
-    leases: Count,
     warm_log: Option<&'a File>,
     not_yours: Count,
     foreign: Count,
@@ -89,12 +90,12 @@ impl<'a> Summary<'a> {
             requests: Count::default(),
             oldest_request: None,
             claims: Count::default(),
+            leases: Count::default(),
             set_aside: Count::default(),
             marks: Count::default(),
             driver_files: Count::default(),
             labels: Count::default(),
             temporary: Count::default(),
-            leases: Count::default(),
             warm_log: None,
             not_yours: Count::default(),
             foreign: Count::default(),
@@ -306,12 +307,12 @@ impl<'a> Summary<'a> {
         };
         let parts = [
             (self.claims, "claim", "claims"),
+            (self.leases, "lease", "leases"),
             (self.set_aside, "set-aside mark", "set-aside marks"),
             (self.marks, "source mark", "source marks"),
             (self.driver_files, "driver file list", "driver file lists"),
             (self.labels, "label", "labels"),
             (self.temporary, "temporary file", "temporary files"),
-            (self.leases, "lease", "leases"),
         ];
         let other = parts
             .iter()
@@ -515,6 +516,7 @@ impl<'a> Summary<'a> {
                 "labels": count(self.labels),
                 "temporary": count(self.temporary),
                 "claims": count(self.claims),
+                "leases": count(self.leases),
                 "set_aside_marks": count(self.set_aside),
             },
             "total": count(self.total()),

@@ -1,15 +1,15 @@
-//! What a native store holds, file by file, as `clshim store` lists it and `--clear` removes
-//! it. This module owns the rule that says of a file whether it is clshim's: its name must
-//! be one clshim gives (a key and a suffix, in the folder of its kind) and its first bytes
-//! must be clshim's header for that kind (an entry's whole header declaring exactly the
-//! file's length, as the warm step's cap decides what an entry is; a request's magic; a
-//! label's first line; an empty source mark), and it must be a regular file, looked at
-//! without following a link. Anything else (a user's own file in a store pointed at a
-//! folder of theirs, a link, a FIFO, a file of a name clshim never gives) is "not
-//! clshim's": counted, never read beyond its first bytes, never removed. Files are read
-//! bounded and without blocking on a FIFO; a file that is not the user's alone is read no
-//! further than its header (to know it is clshim's) and is set apart, as the library and
-//! the warm step never take it.
+//! What a native store holds, file by file, as `clshim store` lists it and `--clear`
+//! removes it. This module owns the rule that says of a file whether it is clshim's: its
+//! name must be one clshim gives (a key and a suffix, in the folder of its kind) and its
+//! first bytes must be clshim's header for that kind (an entry's whole header declaring
+//! exactly the file's length, as the warm step's cap decides what an entry is; a request's
+//! magic; a label's first line; an empty source mark; a kept compile's header; a lease's
+//! text), and it must be a regular file, looked at without following a link. Anything else
+//! (a user's own file in a store pointed at a folder of theirs, a link, a FIFO, a file of a
+//! name clshim never gives) is "not clshim's": counted, never read beyond its first bytes,
+//! never removed. Files are read bounded and without blocking on a FIFO; a file that is not
+//! the user's alone is read no further than its header (to know it is clshim's) and is set
+//! apart, as the library and the warm step never take it.
 
 use clshim_format::kept;
 use clshim_format::labels::{self, DeviceLabel, DriverLabel};
@@ -71,8 +71,9 @@ pub enum Kind {
         fingerprint: u64,
         driver: u64,
     },
-    /// A lease on a compile under way (a rank of `host` compiles it for every node sharing
-    /// the store), with its holder's pid.
+    /// A rank's lease on compiling a kept build or first launch (`clshim_format::kept`): a
+    /// rank of `host` compiles it for every node sharing the store (or the job ended before
+    /// it could remove it), with its holder's pid.
     Lease {
         host: String,
         pid: u32,
@@ -180,13 +181,22 @@ fn tail(path: &Path) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
+/// How the lines a warm step writes in its log begin: `clshim warm` run by hand, and the
+/// node's warm service, which is the only step many stores ever see.
+const STEP: &str = "clshim warm: ";
+const SERVICE: &str = "clshim warm --service: ";
+
 /// The last summary line a warm step wrote in its log (`clshim warm: STORE: N made, ...
-/// N evicted`), from the log's end.
+/// N evicted`, or the service's `clshim warm --service: STORE: N made, ...`), from the
+/// log's end.
 fn last_summary(path: &Path) -> Option<String> {
     String::from_utf8_lossy(&tail(path)?)
         .lines()
         .rev()
-        .find(|l| l.starts_with("clshim warm: ") && l.contains(" made, ") && l.contains(" evicted"))
+        .find(|l| {
+            l.contains(" made, ")
+                && ((l.starts_with(STEP) && l.contains(" evicted")) || l.starts_with(SERVICE))
+        })
         .map(str::to_string)
 }
 
@@ -231,7 +241,7 @@ fn classify(folder: &str, name: &str, path: &Path, len: u64, yours: bool) -> Kin
             let clshims = ends.iter().flatten().any(|b| {
                 String::from_utf8_lossy(b)
                     .lines()
-                    .any(|l| l.starts_with("clshim warm: ") || l.starts_with("clshim: "))
+                    .any(|l| [STEP, SERVICE, "clshim: "].iter().any(|p| l.starts_with(p)))
             });
             match clshims {
                 true => Kind::WarmLog(last_summary(path)),
@@ -361,18 +371,19 @@ pub fn survey(store: &Path) -> Survey {
 }
 
 /// What the file `name` of a key's folder below `compiles` is: a kept compile by its header
-/// (the kind its name says), or a temporary file.
+/// (the kind its name says), a lease by its text, or a temporary file.
 fn classify_kept(name: &str, path: &Path) -> Kind {
     if format::is_temporary_name(name) {
         return Kind::Temporary;
     }
-    if name.ends_with(".lease") {
+    if let Some(what) = name.strip_suffix(".lease") {
+        let named = what == "build" || format::key_of_name(what, "").is_some();
         return match whole(path, MAX_CLAIM)
             .as_deref()
             .and_then(kept::parse_lease)
         {
-            Some((host, pid)) => Kind::Lease { host, pid },
-            None => Kind::Foreign,
+            Some((host, pid)) if named => Kind::Lease { host, pid },
+            _ => Kind::Foreign,
         };
     }
     if !name.ends_with(kept::SUFFIX) {
@@ -501,4 +512,50 @@ pub fn check(store: &Path) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `classify` says of a `warm.log` holding `text`, written to a file of this test's
+    /// own (the classification reads the file by its path).
+    fn warm_log(text: &str) -> Kind {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let p = std::env::temp_dir().join(format!("clshim-warm-log-{}-{n}", std::process::id()));
+        std::fs::write(&p, text).unwrap();
+        let kind = classify("", "warm.log", &p, text.len() as u64, true);
+        std::fs::remove_file(&p).unwrap();
+        kind
+    }
+
+    fn summary(k: Kind) -> Option<String> {
+        match k {
+            Kind::WarmLog(line) => line,
+            other => panic!("not a warm.log: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_log_only_the_service_wrote_is_clshims_and_its_line_the_last() {
+        let service = "clshim warm --service: /s: 1 made, 0 not kept, 0 failed while the job \
+                       ran; 0.8 s on up to 2 workers at idle priority";
+        assert_eq!(
+            summary(warm_log(&format!("{service}\n"))).as_deref(),
+            Some(service)
+        );
+        let step = "clshim warm: /s: 2 made, 0 present, 0 not kept (the reasons above), 0 \
+                    left for a later step, 0 claimed by another process, 0 for devices or \
+                    driver builds this host does not have, 0 stale, 0 failed, 0 evicted; 1.0 s \
+                    on up to 2 workers";
+        let both = format!("{step}\n{service}\nthe driver's own output\n");
+        assert_eq!(summary(warm_log(&both)).as_deref(), Some(service));
+        let both = format!("{service}\n{step}\n");
+        assert_eq!(summary(warm_log(&both)).as_deref(), Some(step));
+        // A step's note is no summary; a file without a line of clshim's is the user's.
+        let note = "clshim warm: /s: nothing to make: every kept compile has the driver's binary";
+        assert_eq!(summary(warm_log(&format!("{note}\n"))), None);
+        assert!(matches!(warm_log("my own notes\n"), Kind::Foreign));
+    }
 }
