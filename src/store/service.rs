@@ -1,8 +1,8 @@
 //! The node's warm service, started on demand: a process that leaves a request for the
 //! driver's binary of a build (`requests`) makes sure one `clshim warm --service` runs for
 //! its store on this node, as sccache's client starts its local server. The service makes
-//! the requests at idle priority (SCHED_IDLE: only CPU nothing else of the node wants),
-//! each in a worker of its own, never in the application: pocl's generic compile holds its
+//! the requests at the lowest priority of the job (nice 19: next to nothing while its ranks
+//! compute, their cores while they wait), each in a worker of its own, never in the application: pocl's generic compile holds its
 //! process-wide locks for the whole compile. It ends as soon as no process that left a
 //! request is alive, so nothing of clshim's outlives the job; what it did not make waits
 //! for the next job's service, and a request being made when it ended is taken over (its

@@ -45,7 +45,8 @@ fn save(bin: &Path, d: &Scratch, store: &Path, file: &Path, extra: &[(&str, &str
     r
 }
 
-const WARM: (&str, &str) = ("CLSHIM_WARM_SERVICE", "0");
+/// Requests left waiting for `clshim warm`: the node's warm service off.
+const SERVICE_OFF: (&str, &str) = ("CLSHIM_WARM_SERVICE", "0");
 
 /// A store pointed at a folder of the user's: the cap (here 1 byte: every entry must go)
 /// removes the store's whole entries and its own old temporary files, and nothing else:
@@ -56,7 +57,7 @@ fn the_cap_removes_only_whole_store_entries() {
     let bin = client();
     let d = scratch("store-cap");
     let store = d.path("folder");
-    save(&bin, &d, &store, &d.path("c.bin"), &[WARM]);
+    save(&bin, &d, &store, &d.path("c.bin"), &[SERVICE_OFF]);
     let out = warm_out(&store, &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(entries(&store).len(), 1);
@@ -113,7 +114,7 @@ fn claims_are_read_bounded_without_following_links() {
                 ("CLSHIM_BINARIES", "substitute"),
                 ("CLSHIM_NATIVE_STORE", s(&store)),
                 ("POCL_CACHE_DIR", s(&kc)),
-                WARM,
+                SERVICE_OFF,
             ],
         )
         .ok();
@@ -157,7 +158,7 @@ fn requests_are_private() {
     let d = scratch("store-private");
     let store = d.path("store");
     let mode = ("CLSHIM_TRACE_MODE", "0644");
-    save(&bin, &d, &store, &d.path("b.bin"), &[mode, WARM]);
+    save(&bin, &d, &store, &d.path("b.bin"), &[mode, SERVICE_OFF]);
     let reqs = requests(&store);
     assert_eq!(reqs.len(), 1);
     let m = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
@@ -230,7 +231,7 @@ fn a_native_load_answers_options_and_argument_names_as_pocls_own_load() {
     let d = scratch("store-options");
     let store = d.path("store");
     let file = d.path("c.bin");
-    save(&bin, &d, &store, &file, &[WARM]);
+    save(&bin, &d, &store, &file, &[SERVICE_OFF]);
     let out = warm_out(&store, &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     let load_opts = "--load-options=-DSCALE=3 -cl-kernel-arg-info";
@@ -486,7 +487,7 @@ fn a_request_with_a_variable_no_warm_step_sets_runs_nothing() {
     let bin = client();
     let d = scratch("store-planted");
     let store = d.path("store");
-    save(&bin, &d, &store, &d.path("c.bin"), &[WARM]);
+    save(&bin, &d, &store, &d.path("c.bin"), &[SERVICE_OFF]);
     let req = requests(&store).pop().expect("a request");
     let planted = build_so("planted_marker", PLANTED);
     let marker = d.path("marker");
@@ -532,7 +533,7 @@ fn entries_and_folders_not_the_users_alone_are_never_loaded() {
     let d = scratch("store-owner-entries");
     let store = d.path("store");
     let file = d.path("c.bin");
-    save(&bin, &d, &store, &file, &[WARM]);
+    save(&bin, &d, &store, &file, &[SERVICE_OFF]);
     let out = warm_out(&store, &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     let entry = entries(&store).pop().expect("an entry");
@@ -619,7 +620,11 @@ fn entries_and_folders_not_the_users_alone_are_never_loaded() {
     // A requests folder its group may write gets no request; put back, it gets one.
     let requested = |seed: &str| {
         let save = format!("--save={}", s(&d.path(&format!("s{seed}.bin"))));
-        let env = [&shim_env[..], &[("CLSHIM_BINARIES", "substitute"), WARM]].concat();
+        let env = [
+            &shim_env[..],
+            &[("CLSHIM_BINARIES", "substitute"), SERVICE_OFF],
+        ]
+        .concat();
         shimmed(
             Driver::Pocl,
             &bin,
@@ -681,7 +686,13 @@ fn the_warm_step_refuses_what_is_not_the_users_alone() {
     ];
     for (i, (what, mode, why, todo)) in cases.into_iter().enumerate() {
         let store = d.path(&format!("store{i}"));
-        save(&bin, &d, &store, &d.path(&format!("c{i}.bin")), &[WARM]);
+        save(
+            &bin,
+            &d,
+            &store,
+            &d.path(&format!("c{i}.bin")),
+            &[SERVICE_OFF],
+        );
         let req = requests(&store).pop().expect("a request");
         let spoiled = match what {
             "request" => req.clone(),
@@ -735,7 +746,13 @@ fn a_worker_starts_only_in_the_folder_the_run_used() {
             continue;
         }
         let store = d.path(&format!("store{i}"));
-        save(&bin, &d, &store, &d.path(&format!("c{i}.bin")), &[WARM]);
+        save(
+            &bin,
+            &d,
+            &store,
+            &d.path(&format!("c{i}.bin")),
+            &[SERVICE_OFF],
+        );
         let req = requests(&store).pop().expect("a request");
         let mut r = RequestFile::read(&req);
         r.cwd = s(folder).as_bytes().to_vec();
@@ -781,7 +798,7 @@ fn a_store_a_run_makes_or_meets_is_the_users_alone() {
     let open = d.path("open-store");
     std::fs::create_dir_all(&open).unwrap();
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let r = save(&bin, &d, &open, &d.path("o.bin"), &[WARM]);
+    let r = save(&bin, &d, &open, &d.path("o.bin"), &[SERVICE_OFF]);
     assert_eq!(m(&open), 0o700, "an existing store others could read");
     assert!(
         stderr(&r.out).contains("others could read it (mode 0755): made yours alone (0700)"),

@@ -357,6 +357,30 @@ impl Settle {
             .into_iter()
             .filter(|p| !self.taken.contains(p))
             .collect();
+        if programs.is_empty() {
+            // pocl's own cache answered (a cache kept from an earlier job): nothing was
+            // compiled. What it answered from (the folder whose `last_accessed` pocl touched
+            // at the hit) is kept if the store lacks it.
+            let hit = touched_programs(&self.pocl_cache, self.since);
+            if let Some(store) = self
+                .store
+                .as_ref()
+                .filter(|s| !hit.is_empty() && !kept::has_build(s, self.key.key))
+            {
+                let request = (self.request.clone(), Duration::ZERO);
+                let pocl = &self.pocl_cache;
+                let _ = kept::keep_build(store, &self.key, request, pocl, &hit, false);
+            }
+            return Outcome {
+                shared: Shared::OwnCache {
+                    waited: shared.waited().unwrap_or(0.0),
+                },
+                compiled: false,
+                programs: hit,
+                kept: None,
+                from_host: None,
+            };
+        }
         let kept = self.store.as_ref().map(|store| {
             let replace = matches!(self.shared, Shared::FromStore { .. });
             let request = self.request.clone();
@@ -385,6 +409,35 @@ impl Settle {
             from_host: None,
         }
     }
+}
+
+/// The program folders of pocl's cache `pocl_cache` (relative to it) whose `last_accessed`
+/// pocl touched since `started`: those a build answered from pocl's own cache used.
+fn touched_programs(pocl_cache: &Path, started: SystemTime) -> Vec<PathBuf> {
+    let since = started - Duration::from_secs(1);
+    let mut found = Vec::new();
+    let Ok(levels) = std::fs::read_dir(pocl_cache) else {
+        return found;
+    };
+    for level in levels.flatten() {
+        let name = level.file_name();
+        if name.as_bytes().starts_with(b".") || !level.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        for p in std::fs::read_dir(level.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let touched = std::fs::symlink_metadata(p.path().join("last_accessed"))
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t >= since);
+            if touched && p.path().join("program.bc").is_file() {
+                found.push(Path::new(&name).join(p.file_name()));
+            }
+        }
+    }
+    found
 }
 
 /// The program folders of pocl's cache `pocl_cache` (relative to it) that a build which

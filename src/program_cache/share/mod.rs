@@ -89,6 +89,10 @@ struct Rate {
     guess: f64,
 }
 
+fn per_byte(nanos: u64, bytes: u64) -> Option<f64> {
+    (nanos > 0 && bytes > 0).then(|| nanos as f64 / 1e9 / bytes as f64)
+}
+
 /// The file of the node's folder where ranks leave what their compiles took: `nanos bytes`.
 const NODE_RATE: &str = "rate";
 
@@ -116,21 +120,22 @@ impl Rate {
         }
     }
 
-    /// The seconds per byte measured, this process's own or its node's.
-    fn measured(&self) -> Option<f64> {
-        let per = |nanos: u64, bytes: u64| {
-            (nanos > 0 && bytes > 0).then(|| nanos as f64 / 1e9 / bytes as f64)
-        };
-        per(
+    /// The seconds per byte this process's own compiles took.
+    fn own(&self) -> Option<f64> {
+        per_byte(
             self.nanos.load(Ordering::Relaxed),
             self.bytes.load(Ordering::Relaxed),
         )
-        .or_else(|| {
+    }
+
+    /// The seconds per byte measured, this process's own or its node's.
+    fn measured(&self) -> Option<f64> {
+        self.own().or_else(|| {
             let d = files::open_dir(node_folder()?, false).ok()?;
             let text = files::read_file(&d, NODE_RATE, 64, false).ok()??;
             let text = String::from_utf8(text).ok()?;
             let mut w = text.split_whitespace().map(|v| v.parse::<u64>().ok());
-            per(w.next()??, w.next()??)
+            per_byte(w.next()??, w.next()??)
         })
     }
 
@@ -164,9 +169,12 @@ static BUILDS: Rate = Rate::new(1.0 / 4096.0);
 /// end a launch also waits for the queue and runs the kernel, which no compile bounds.
 const LAUNCH_FACTOR: f64 = 6.0;
 
+/// A launch's wait is sized from this process's own builds only: a peer's build of the same
+/// program may have spent its time on what a launch never reads again (200 KB of comments
+/// parsed once), which its node's measure per byte of code would count six times over.
 fn launch_patience(bytes: usize) -> Duration {
-    let (seconds, measured) = BUILDS.expected(bytes);
-    patience((LAUNCH_FACTOR * seconds, measured))
+    let per = BUILDS.own().unwrap_or(BUILDS.guess);
+    Duration::from_secs_f64((LAUNCH_FACTOR * per * bytes as f64).max(0.5))
 }
 
 fn build_patience(bytes: usize) -> Duration {

@@ -18,7 +18,6 @@
 //! Several workers may serve one group (one per CPU of the step, as the group's requests
 //! allow): they split its requests by their claims.
 
-use super::settings::idle_priority;
 use clshim_format::store::{self as format, WarmEvent};
 use std::collections::HashMap;
 use std::ffi::{c_char, CString, OsStr};
@@ -90,7 +89,8 @@ pub fn worker(lib: &Path, store: &Path, group: u64) -> i32 {
     // when its job's last process has gone; one killed outright takes them with it).
     // SAFETY: a plain request about this process.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-    idle_priority();
+    // Its priority is its step's, inherited: idle for `clshim warm`, the lowest of its
+    // job's for the service.
     // A driver that crashes on a request kills the worker: no core file in the
     // application's directory for it (the command says which request did it).
     let none = libc::rlimit {
