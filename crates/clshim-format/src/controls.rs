@@ -360,8 +360,8 @@ fn valid_log_filter(s: &str) -> bool {
         })
 }
 
-/// README's control table, rendered from [`ALL`].
-pub fn readme_table() -> String {
+/// docs/controls.md's table of every control, rendered from [`ALL`].
+pub fn docs_table() -> String {
     let mut out =
         String::from("| variable | values | default | what it does |\n|---|---|---|---|\n");
     for c in ALL {
@@ -427,21 +427,26 @@ mod tests {
 
     /// README's table is the one rendered here, between its markers.
     #[test]
-    fn readme_table_is_rendered_from_the_definition() {
-        let readme =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
-                .unwrap();
+    fn docs_table_is_rendered_from_the_definition() {
+        let readme = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/controls.md"
+        ))
+        .unwrap();
         let begin = "<!-- controls table: rendered from crates/clshim-format/src/controls.rs -->\n";
         let end = "<!-- end of controls table -->";
-        let start = readme.find(begin).expect("README has the begin marker") + begin.len();
+        let start = readme
+            .find(begin)
+            .expect("docs/controls.md has the begin marker")
+            + begin.len();
         let stop = start
             + readme[start..]
                 .find(end)
-                .expect("README has the end marker");
+                .expect("docs/controls.md has the end marker");
         assert_eq!(
             readme[start..stop],
-            readme_table(),
-            "README's control table differs from crates/clshim-format/src/controls.rs: paste `clshim --controls-table`"
+            docs_table(),
+            "docs/controls.md's table differs from crates/clshim-format/src/controls.rs: paste `clshim --controls-table`"
         );
     }
 }

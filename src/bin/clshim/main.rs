@@ -50,7 +50,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Ok(cli::Command::ControlsTable) => {
-            print!("{}", controls::readme_table());
+            print!("{}", controls::docs_table());
             ExitCode::SUCCESS
         }
         Ok(cli::Command::Version) => {
