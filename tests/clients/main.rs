@@ -10,5 +10,6 @@ mod install;
 mod khronos;
 mod pyopencl;
 mod pyopencl_suite;
+mod readme;
 mod real_clients;
 mod wheel;
