@@ -460,24 +460,7 @@ pub fn write_atomic(
     let cname = cstr(name.as_bytes())?;
     let fd = create_new(dir, &ctmp)?;
     let result = (|| {
-        let mut done = 0;
-        while done < bytes.len() {
-            // SAFETY: `bytes[done..]` is readable for its length.
-            let n = unsafe {
-                libc::write(
-                    fd.0,
-                    bytes[done..].as_ptr() as *const c_void,
-                    bytes.len() - done,
-                )
-            };
-            if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            if n <= 0 {
-                return last_error();
-            }
-            done += n as usize;
-        }
+        write_all(&fd, bytes)?;
         // SAFETY: an open descriptor.
         if sync && unsafe { libc::fsync(fd.0) } != 0 {
             return last_error();
@@ -503,6 +486,16 @@ pub fn write_new(dir: &Fd, name: &std::ffi::OsStr, bytes: &[u8], mode: u32) -> s
         return Err(std::io::Error::from_raw_os_error(libc::EFBIG));
     }
     let fd = create_new(dir, &cstr(name.as_bytes())?)?;
+    write_all(&fd, bytes)?;
+    // SAFETY: an open descriptor.
+    if unsafe { libc::fchmod(fd.0, mode as libc::mode_t) } != 0 {
+        return last_error();
+    }
+    Ok(())
+}
+
+/// Writes all of `bytes` to `fd`, going on after a signal interrupts a write.
+fn write_all(fd: &Fd, bytes: &[u8]) -> std::io::Result<()> {
     let mut done = 0;
     while done < bytes.len() {
         // SAFETY: `bytes[done..]` is readable for its length.
@@ -520,10 +513,6 @@ pub fn write_new(dir: &Fd, name: &std::ffi::OsStr, bytes: &[u8], mode: u32) -> s
             return last_error();
         }
         done += n as usize;
-    }
-    // SAFETY: an open descriptor.
-    if unsafe { libc::fchmod(fd.0, mode as libc::mode_t) } != 0 {
-        return last_error();
     }
     Ok(())
 }
