@@ -191,6 +191,8 @@ pub fn watch_this_process(scratch: &std::path::Path) -> Recorder {
             unavailable: Some(format!("no pipe: {}", std::io::Error::last_os_error())),
         };
     }
+    // SAFETY: a plain request about this process.
+    let tracer = unsafe { libc::getpid() };
     // SAFETY: this process has one thread (this function's contract); the child only runs
     // on, the parent traces it.
     let child = unsafe { libc::fork() };
@@ -205,6 +207,14 @@ pub fn watch_this_process(scratch: &std::path::Path) -> Recorder {
         // set its options (PTRACE_O_EXITKILL), when a stopped worker would be left behind.
         // SAFETY: a plain request about this process.
         unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+        // A tracer that died before the request above sends no signal, and the worker,
+        // adopted, would ask its new parent (init, which never answers) to trace it and
+        // stop for good: it ends instead.
+        // SAFETY: plain requests about this process.
+        if unsafe { libc::getppid() } != tracer {
+            // SAFETY: ending this process, as its tracer's death would have.
+            unsafe { libc::_exit(1) };
+        }
         // SAFETY: closing this process's copy of the pipe's read end.
         unsafe { libc::close(sync[0]) };
         // SAFETY: a plain request about this process.

@@ -85,10 +85,7 @@ unsafe extern "C" fn report_event(event: u32, key: u64) {
 /// A worker: the library's step for one group, in this process (whose directory and
 /// environment the command set). Prints each request's events on standard output.
 pub fn worker(lib: &Path, store: &Path, group: u64) -> i32 {
-    // A worker ends with the step or service that started it (a service ends its workers
-    // when its job's last process has gone; one killed outright takes them with it).
-    // SAFETY: a plain request about this process.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    // It ends with the step or service that started it: see `worker_command`.
     // Its priority is its step's, inherited: idle for `clshim warm`, the lowest of its
     // job's for the service.
     // A driver that crashes on a request kills the worker: no core file in the
@@ -176,12 +173,25 @@ pub fn worker_command(
     use std::os::unix::io::AsRawFd;
     use std::os::unix::process::CommandExt;
     let fd = folder.as_raw_fd();
-    // SAFETY: fchdir is async-signal-safe, the only call made between fork and exec; the
-    // descriptor is open in the child until its exec (the caller holds it past spawn).
+    // SAFETY: a plain request about this process.
+    let starter = unsafe { libc::getpid() };
+    // A worker ends with the step or service that started it (a service ends its workers
+    // when its job's last process has gone; one killed outright takes them with it). The
+    // request is made before the exec, and a starter already gone fails the start: asked
+    // later, a worker whose starter died first would run on, adopted, holding its lock.
+    // SAFETY: prctl, getppid and fchdir are async-signal-safe, the only calls made between
+    // fork and exec; the descriptor is open in the child until its exec (the caller holds
+    // it past spawn).
     unsafe {
-        cmd.pre_exec(move || match libc::fchdir(fd) {
-            0 => Ok(()),
-            _ => Err(std::io::Error::last_os_error()),
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 || libc::getppid() != starter
+            {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            match libc::fchdir(fd) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
         })
     };
     cmd.stdout(std::process::Stdio::piped());
