@@ -339,13 +339,24 @@ fn a_claim_is_a_lease_that_outlives_no_killed_job() {
 /// MPI job each build every program), under `clshim run` (the program cache on, by
 /// default) into the default store on the home, pocl's cache on the host's scratch, one
 /// per rank.
-struct BatchJob<'c> {
+pub(crate) struct BatchJob<'c> {
     cluster: &'c Cluster,
     script: String,
 }
 
 impl<'c> BatchJob<'c> {
-    fn new(cluster: &'c Cluster, n: usize, ranks: usize, first: usize) -> BatchJob<'c> {
+    pub(crate) fn new(cluster: &'c Cluster, n: usize, ranks: usize, first: usize) -> BatchJob<'c> {
+        BatchJob::of_size(cluster, n, ranks, first, 150)
+    }
+
+    /// As `new`, each kernel `lines` statements long (its compile's length).
+    pub(crate) fn of_size(
+        cluster: &'c Cluster,
+        n: usize,
+        ranks: usize,
+        first: usize,
+        lines: usize,
+    ) -> BatchJob<'c> {
         let app = cluster.home().join("app");
         std::fs::create_dir_all(cluster.outside(&app)).unwrap();
         let mut script = String::new();
@@ -356,7 +367,7 @@ impl<'c> BatchJob<'c> {
                 format!(
                     "__kernel void val(__global int *out) {{\n  int x = {};\n{}  out[0] = x;\n}}\n",
                     first + i,
-                    "  x = (x * 7 + 3) % 8191 - (x * 7 + 3) % 8191 + x;\n".repeat(150)
+                    "  x = (x * 7 + 3) % 8191 - (x * 7 + 3) % 8191 + x;\n".repeat(lines)
                 ),
             )
             .unwrap();
@@ -380,7 +391,7 @@ impl<'c> BatchJob<'c> {
     }
 
     /// The job, its traces under the home's `traces/<tag>`.
-    fn command(&self, tag: &str) -> Command {
+    pub(crate) fn command(&self, tag: &str) -> Command {
         let home = self.cluster.home();
         let mut c = clshim();
         c.args(["run", "--lib", s(&shim_path())])
@@ -390,12 +401,17 @@ impl<'c> BatchJob<'c> {
         c
     }
 
+    /// The job `tag`'s records, checked.
+    pub(crate) fn records(&self, tag: &str) -> Vec<serde_json::Value> {
+        let home = self.cluster.home();
+        checked_traces(&self.cluster.outside(&home.join(format!("traces/{tag}"))))
+    }
+
     /// Of the job `tag`'s records of `event` (`build` or `first_launch`): how many, how
     /// many compiled, how many taken from the store, and of those how many another node's
     /// rank kept in it.
     fn counts(&self, tag: &str, event: &str) -> (usize, usize, usize, usize) {
-        let home = self.cluster.home();
-        let records = checked_traces(&self.cluster.outside(&home.join(format!("traces/{tag}"))));
+        let records = self.records(tag);
         let all = events(&records, event);
         let compiled = all
             .iter()

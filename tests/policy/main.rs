@@ -8,6 +8,7 @@ mod common;
 
 mod hosts;
 mod native_store;
+mod nodes_bench;
 mod policy_devices;
 mod policy_load;
 mod policy_pocl;
