@@ -234,7 +234,10 @@ pub fn lease(store: &KeptStore, key: u64, what: &str) -> Option<Leased> {
                 return Some(Leased::Mine(Lease { dir, name, text }));
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(_) => return None,
+            Err(e) => {
+                no_leases(store, &e);
+                return None;
+            }
         }
         let path = dir.join(&name);
         let holder = std::fs::read(&path)
@@ -262,6 +265,20 @@ pub fn lease(store: &KeptStore, key: u64, what: &str) -> Option<Leased> {
         let _ = std::fs::remove_file(&path);
     }
     None
+}
+
+/// Says once a process that the store holds no lease (a filesystem without exclusive
+/// creation, a store that cannot be written): its ranks then compile what another node may
+/// be compiling, as without sharing, never waiting on a lease they could not see.
+fn no_leases(store: &KeptStore, e: &std::io::Error) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        log::warn!(
+            "store {}: no lease can be made there ({e}): this node's ranks compile without \
+             waiting for other nodes' compiles",
+            store.dir.display()
+        );
+    }
 }
 
 /// The first `n` components of a kept path, if it has more than `n`.
