@@ -363,16 +363,6 @@ fn write_folder(to: &Path, depth: usize, files: &[&KeptFile]) -> bool {
     false
 }
 
-/// Why pocl's cache folder `pocl_cache` cannot be a source of what enters the store, or
-/// None: it and every folder above it are the user's or root's, and one that others may
-/// write is sticky, so no one else can have replaced what pocl wrote there.
-fn cache_not_users(pocl_cache: &Path) -> Option<String> {
-    match std::fs::canonicalize(pocl_cache) {
-        Ok(c) => files::ancestors_not_others(&c),
-        Err(e) => Some(format!("{}: {e}", pocl_cache.display())),
-    }
-}
-
 /// Reads the folder `rel` of pocl's cache `base` as kept files (paths relative to
 /// `base`): regular files and folders only, each the user's alone.
 fn read_tree(base: &Path, rel: &Path, out: &mut Vec<KeptFile>) -> Result<(), String> {
@@ -426,12 +416,12 @@ fn keep(
     if folders.is_empty() {
         return Err("nothing to keep".into());
     }
-    if let Some(why) = cache_not_users(pocl_cache) {
-        return Err(format!("pocl's cache is not yours alone: {why}"));
-    }
     for f in folders {
         if !format::plain_path(f.as_os_str().as_bytes()) {
             return Err(format!("{}: not a folder of pocl's cache", f.display()));
+        }
+        if let Some(why) = files::below_not_others(pocl_cache, f) {
+            return Err(format!("pocl's cache is not yours alone: {why}"));
         }
         read_tree(pocl_cache, f, &mut kept.files)?;
     }

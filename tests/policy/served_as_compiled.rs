@@ -1195,3 +1195,134 @@ fn a_header_forced_in_by_the_drivers_flags_is_no_driver_file() {
     assert_eq!(edited.out, "VAL=7\n");
     assert_eq!(edited.served, 0);
 }
+
+// What the adversarial review of kept compiles found (pocl's cache folders between the
+// cache and what is kept).
+
+/// The program folder, relative to pocl's cache `root`, of the one program built there.
+fn program_folder_in(root: &Path) -> PathBuf {
+    let level = std::fs::read_dir(root)
+        .unwrap()
+        .flatten()
+        .find(|e| e.path().is_dir())
+        .unwrap();
+    let program = std::fs::read_dir(level.path())
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap();
+    Path::new(&level.file_name()).join(program.file_name())
+}
+
+/// Plants, in the pocl kernel cache `kc` (made here with `mode`), another user's folders of
+/// the program `src` would build (its level folder and program folder, uid 65534, 0777),
+/// holding the bitcode of `planted` (VAL 666), without a kernel for its launch: the
+/// application's own pocl then serves that bitcode, and compiles its kernel at the first
+/// launch into folders of the application's user. False where the test cannot give files to
+/// another user (not root).
+fn plant_other_users_program(c: &Case, kc: &Path, mode: u32, src: &Path, planted: &Path) -> bool {
+    let learn = |s: &Path, kc: &Path| -> PathBuf {
+        let mut run = std::process::Command::new(&c.bin);
+        run.arg(path_arg("source", s)).env("POCL_CACHE_DIR", kc);
+        clear_shim_env(&mut run, &[]);
+        assert!(run.output().unwrap().status.success());
+        program_folder_in(kc)
+    };
+    let (ours, theirs) = (c.d.path("kc-learn-ours"), c.d.path("kc-learn-theirs"));
+    let rel = learn(src, &ours);
+    let planted_rel = learn(planted, &theirs);
+    std::fs::create_dir_all(kc).unwrap();
+    chmod(kc, mode);
+    let level = kc.join(rel.parent().unwrap());
+    let program = kc.join(&rel);
+    std::fs::create_dir_all(&program).unwrap();
+    let bc = program.join("program.bc");
+    std::fs::copy(theirs.join(&planted_rel).join("program.bc"), &bc).unwrap();
+    for (p, m) in [(&level, 0o777), (&program, 0o777), (&bc, 0o666)] {
+        if !give_to_nobody(p) {
+            return false;
+        }
+        chmod(p, m);
+    }
+    true
+}
+
+/// A pocl kernel cache that others may add to but not rename in (sticky and writable by
+/// all, as `/tmp` is, or a group's sticky project folder) passed as one no one else can
+/// write: another user's level folder and program folder there, holding their bitcode for
+/// this program, made the application's pocl compile their kernel at the first launch
+/// (pocl's own doing, with clshim or without), into folders of the user's own below theirs,
+/// and clshim kept that kernel in the store. A later job on a fresh, private cache, which
+/// compiles the right program, then took the planted kernel with its first launch and
+/// printed 666 where pocl alone prints 1. Every folder from pocl's cache down to what is
+/// kept must be the user's alone: nothing from there enters the store now.
+#[test]
+fn a_kernel_made_below_another_users_folder_of_a_sticky_cache_is_never_kept() {
+    let c = Case::new("sticky-cache");
+    let src = c.write("src.cl", &source(b"#define VAL 1\n"));
+    let planted = c.write("planted.cl", &source(b"#define VAL 666\n"));
+    let args = [path_arg("source", &src)];
+    let sticky = c.d.path("kc-sticky");
+    if !plant_other_users_program(&c, &sticky, 0o1777, &src, &planted) {
+        return;
+    }
+    let (tmp_a, tmp_b) = (c.d.path("tmp-a"), c.d.path("tmp-b"));
+    std::fs::create_dir_all(&tmp_a).unwrap();
+    std::fs::create_dir_all(&tmp_b).unwrap();
+    let on_sticky = [
+        ("POCL_CACHE_DIR", s(&sticky).to_string()),
+        ("TMPDIR", s(&tmp_a).to_string()),
+    ];
+    // pocl serves what is in its cache, as it does without clshim.
+    assert_eq!(c.run(true, &args, &on_sticky).out, "VAL=666\n");
+    let kept: Vec<PathBuf> = std::fs::read_dir(c.store().join("compiles"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .flat_map(|e| store_files(&e.path(), ".kc"))
+        .collect();
+    assert!(kept.is_empty(), "kept from that cache: {kept:?}");
+    // A later job on another node (a fresh cache and temporary folder of its own).
+    assert_eq!(c.run(false, &args, &[]).out, "VAL=1\n");
+    let later = c.run(
+        true,
+        &args,
+        &[
+            ("POCL_CACHE_DIR", s(&c.d.path("kc-fresh")).to_string()),
+            ("TMPDIR", s(&tmp_b).to_string()),
+        ],
+    );
+    assert_eq!(later.out, "VAL=1\n", "{}", later.stderr);
+}
+
+/// A rank whose pocl kernel cache others may write (0777) keeps nothing in the store, but
+/// published to its node's peers what it made there all the same: the kernel its pocl
+/// compiled from another user's bitcode planted in the cache reached a peer with a
+/// private cache of its own, which printed 666 where pocl alone prints 1. A rank publishes
+/// only from a cache whose folders, from `/` down to what it publishes, no one else can
+/// have written.
+#[test]
+fn a_rank_publishes_nothing_from_a_kernel_cache_others_may_write() {
+    let c = Case::new("open-cache-peers");
+    let src = c.write("src.cl", &source(b"#define VAL 1\n"));
+    let planted = c.write("planted.cl", &source(b"#define VAL 666\n"));
+    let args = [path_arg("source", &src)];
+    let open = c.d.path("kc-open");
+    if !plant_other_users_program(&c, &open, 0o777, &src, &planted) {
+        return;
+    }
+    // Both ranks on one node: the same temporary folder.
+    let tmp = c.d.path("tmp-node");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let rank = |kc: &Path| {
+        [
+            ("POCL_CACHE_DIR", s(kc).to_string()),
+            ("TMPDIR", s(&tmp).to_string()),
+        ]
+    };
+    assert_eq!(c.run(true, &args, &rank(&open)).out, "VAL=666\n");
+    assert_eq!(c.run(false, &args, &[]).out, "VAL=1\n");
+    let peer = c.run(true, &args, &rank(&c.d.path("kc-peer")));
+    assert_eq!(peer.out, "VAL=1\n", "{}", peer.stderr);
+}

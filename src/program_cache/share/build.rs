@@ -608,8 +608,10 @@ impl Turn {
         if files::make_dir(&tmp).is_err() {
             return;
         }
+        // Only what no one else can have made or moved in this rank's pocl cache.
         let whole = programs.iter().all(|rel| {
-            make_dirs_below(&tmp, rel)
+            files::below_not_others(&self.pocl_cache, rel).is_none()
+                && make_dirs_below(&tmp, rel)
                 && files::copy_tree(&self.pocl_cache.join(rel), &tmp.join(rel))
         });
         if whole {
