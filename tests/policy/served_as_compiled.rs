@@ -32,6 +32,8 @@ struct Ran {
     served: usize,
     not_served: Vec<String>,
     stderr: String,
+    /// Each build record's `shared` (what it did with kept and shared compiles).
+    shared: Vec<String>,
 }
 
 impl Case {
@@ -98,11 +100,17 @@ impl Case {
             .filter(|r| r["event"] == "build")
             .filter_map(|r| r["not_served"]["kind"].as_str().map(str::to_string))
             .collect();
+        let shared = records
+            .iter()
+            .filter(|r| r["event"] == "build")
+            .filter_map(|r| r["shared"].as_str().map(str::to_string))
+            .collect();
         Ran {
             out: stdout(&out),
             served,
             not_served,
             stderr: stderr(&out),
+            shared,
         }
     }
 
@@ -1325,4 +1333,63 @@ fn a_rank_publishes_nothing_from_a_kernel_cache_others_may_write() {
     assert_eq!(c.run(false, &args, &[]).out, "VAL=1\n");
     let peer = c.run(true, &args, &rank(&c.d.path("kc-peer")));
     assert_eq!(peer.out, "VAL=1\n", "{}", peer.stderr);
+}
+
+/// A pocl kernel cache that ranks share (pocl's default, `~/.cache/pocl/kcache`, when a job
+/// gives its ranks none of their own), in which another rank compiles other programs while
+/// this one builds: a build that took the store's kept compile, which pocl found (a cache
+/// hit), was taken for a compile of its own because folders were made in the cache
+/// meanwhile. Its record said `compiled`, and it replaced the kept build with the other
+/// rank's programs, so a later job on a fresh node compiled it again. Whether pocl used
+/// what was taken is now told by pocl's own mark of a hit on it (the time of its
+/// `last_accessed`), not by whatever else appeared in the cache.
+#[test]
+fn a_build_taken_from_the_store_in_a_cache_others_compile_in_is_no_compile() {
+    let c = Case::new("busy-shared-cache");
+    let src = c.write("src.cl", &source(b"#define VAL 1\n"));
+    let args = [path_arg("source", &src)];
+    assert_eq!(c.run(true, &args, &[]).shared, ["compiled"]);
+    let shared_cache = c.d.path("kc-shared");
+    std::fs::create_dir_all(&shared_cache).unwrap();
+    // Another rank, compiling one program after another into the shared cache.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let other = {
+        let (stop, root) = (stop.clone(), shared_cache.clone());
+        std::thread::spawn(move || {
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let p = root.join("ZZ").join(format!("OTHERPROGRAM{i}"));
+                std::fs::create_dir_all(&p).unwrap();
+                std::fs::write(p.join("program.bc"), b"another rank's").unwrap();
+                i += 1;
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        })
+    };
+    let tmp = |n: &str| {
+        let t = c.d.path(n);
+        std::fs::create_dir_all(&t).unwrap();
+        ("TMPDIR", s(&t).to_string())
+    };
+    let busy = c.run(
+        true,
+        &args,
+        &[
+            ("POCL_CACHE_DIR", s(&shared_cache).to_string()),
+            tmp("tmp-busy"),
+        ],
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    other.join().unwrap();
+    assert_eq!(busy.out, "VAL=1\n");
+    assert_eq!(busy.shared, ["from_store"], "{}", busy.stderr);
+    let later = c.run(
+        true,
+        &args,
+        &[
+            ("POCL_CACHE_DIR", s(&c.d.path("kc-later")).to_string()),
+            tmp("tmp-later"),
+        ],
+    );
+    assert_eq!(later.shared, ["from_store"], "{}", later.stderr);
 }

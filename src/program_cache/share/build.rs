@@ -303,7 +303,17 @@ impl BuildNote {
 
 impl Settle {
     fn settle(&self, ret: cl_int) -> Outcome {
-        let made_own = || made_since(&self.pocl_cache, self.since, 2, &self.taken);
+        // pocl marks a hit on a program folder by the time of its `last_accessed`: a build
+        // that used what it took compiled nothing, whatever other folders appeared in the
+        // cache meanwhile (another rank compiling other programs in a cache they share).
+        let used_taken = || {
+            self.taken.iter().any(|t| {
+                std::fs::symlink_metadata(self.pocl_cache.join(t).join("last_accessed"))
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|m| m >= self.since)
+            })
+        };
+        let made_own = || !used_taken() && made_since(&self.pocl_cache, self.since, 2, &self.taken);
         let shared = match self.shared {
             Shared::FromPeer { waited } if made_own() => Shared::CompiledAfterWaiting { waited },
             Shared::FromPeer { waited } if self.copied == 0 => Shared::OwnCache { waited },
