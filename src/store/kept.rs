@@ -96,8 +96,10 @@ pub fn has_build(store: &KeptStore, key: u64) -> bool {
 }
 
 /// Reads and checks the kept compile `name` in `dir` for `key`.
+/// When `touch`, a kept compile that holds has its time set to now (least recently used
+/// goes first): one that does not hold is never made young by being read.
 fn read_kept(dir: &Fd, name: &str, key: &BuildKey, touch: bool) -> Result<Option<Kept>, String> {
-    let Some(bytes) = files::read_file(dir, name, format::MAX_KEPT, touch)? else {
+    let Some(bytes) = files::read_file(dir, name, format::MAX_KEPT, false)? else {
         return Ok(None);
     };
     let kept = Kept::decode(&bytes)?;
@@ -106,6 +108,9 @@ fn read_kept(dir: &Fd, name: &str, key: &BuildKey, touch: bool) -> Result<Option
     }
     if kept.key_text != key.text {
         return Err("kept for another build (its key text differs)".into());
+    }
+    if touch {
+        files::touch(dir, name);
     }
     Ok(Some(kept))
 }

@@ -1393,3 +1393,50 @@ fn a_build_taken_from_the_store_in_a_cache_others_compile_in_is_no_compile() {
     );
     assert_eq!(later.shared, ["from_store"], "{}", later.stderr);
 }
+
+/// A kept build whose file does not hold (here cut to nothing, as a node that crashed after
+/// the rename but before its data reached the disk leaves it; the store's writes are not
+/// synced) is never taken, rightly; but the build that compiled instead kept nothing (a
+/// file by that name was there), and every read of the damaged file set its time to now,
+/// so the cap, least recently used first, never took it either: the build compiled in every
+/// later job. A build that found its kept compile refused now replaces it, and only a kept
+/// compile that holds counts as used.
+#[test]
+fn a_damaged_kept_build_is_replaced_by_the_next_compile() {
+    let c = Case::new("damaged-kept");
+    let src = c.write("src.cl", &source(b"#define VAL 1\n"));
+    let args = [path_arg("source", &src)];
+    assert_eq!(c.run(true, &args, &[]).shared, ["compiled"]);
+    let build = std::fs::read_dir(c.store().join("compiles"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("build.kc"))
+        .find(|p| p.exists())
+        .expect("a kept build");
+    std::fs::write(&build, b"").unwrap();
+    let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+    std::fs::File::options()
+        .write(true)
+        .open(&build)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let fresh = |n: &str| {
+        let t = c.d.path(&format!("tmp-{n}"));
+        std::fs::create_dir_all(&t).unwrap();
+        [
+            (
+                "POCL_CACHE_DIR",
+                s(&c.d.path(&format!("kc-{n}"))).to_string(),
+            ),
+            ("TMPDIR", s(&t).to_string()),
+        ]
+    };
+    let next = c.run(true, &args, &fresh("next"));
+    assert_eq!(
+        (next.out.as_str(), &next.shared[..]),
+        ("VAL=1\n", &["compiled".to_string()][..])
+    );
+    let later = c.run(true, &args, &fresh("later"));
+    assert_eq!(later.shared, ["from_store"], "{}", later.stderr);
+}
