@@ -122,6 +122,51 @@ pub fn ancestors_not_others(dir: &Path) -> Option<String> {
     None
 }
 
+/// Why what the folder `rel` (relative, plain names) of pocl's kernel cache `cache` holds
+/// could be another user's doing, or None: the cache and every folder above it pass
+/// [`ancestors_not_others`], and every folder from the cache down to `rel`, `rel` included,
+/// is a folder (not a link) of the user's alone. A cache that others may add to (sticky
+/// and writable by all, as `/tmp` is) holds their folders beside the user's: a level
+/// folder of theirs lets them rename what the user's pocl made below it, and a program
+/// folder of theirs makes the user's pocl compile their bitcode into kernels of the
+/// user's. What is then read below `rel` by name is what the user's processes wrote.
+pub fn below_not_others(cache: &Path, rel: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut at = match std::fs::canonicalize(cache) {
+        Ok(c) => c,
+        Err(e) => return Some(format!("{}: {e}", cache.display())),
+    };
+    if let Some(why) = ancestors_not_others(&at) {
+        return Some(why);
+    }
+    // SAFETY: no arguments.
+    let me = unsafe { libc::geteuid() };
+    for part in rel.components() {
+        let std::path::Component::Normal(name) = part else {
+            return Some(format!("{}: not a folder of pocl's cache", rel.display()));
+        };
+        at.push(name);
+        let m = match std::fs::symlink_metadata(&at) {
+            Ok(m) => m,
+            Err(e) => return Some(format!("{}: {e}", at.display())),
+        };
+        if !m.is_dir() {
+            return Some(format!("{}: not a folder", at.display()));
+        }
+        if m.uid() != me {
+            return Some(format!("{} is owned by uid {}", at.display(), m.uid()));
+        }
+        if m.mode() & 0o022 != 0 {
+            return Some(format!(
+                "{} may be written by others (mode {:04o})",
+                at.display(),
+                m.mode() & 0o7777
+            ));
+        }
+    }
+    None
+}
+
 /// A temporary name for `name` in a store folder, unique to this process and call
 /// (`.tmp-<name>-<pid>-<nanos>-<n>`): what a writer killed before its rename leaves, which
 /// the cap removes an hour on.

@@ -96,8 +96,10 @@ pub fn has_build(store: &KeptStore, key: u64) -> bool {
 }
 
 /// Reads and checks the kept compile `name` in `dir` for `key`.
+/// When `touch`, a kept compile that holds has its time set to now (least recently used
+/// goes first): one that does not hold is never made young by being read.
 fn read_kept(dir: &Fd, name: &str, key: &BuildKey, touch: bool) -> Result<Option<Kept>, String> {
-    let Some(bytes) = files::read_file(dir, name, format::MAX_KEPT, touch)? else {
+    let Some(bytes) = files::read_file(dir, name, format::MAX_KEPT, false)? else {
         return Ok(None);
     };
     let kept = Kept::decode(&bytes)?;
@@ -106,6 +108,9 @@ fn read_kept(dir: &Fd, name: &str, key: &BuildKey, touch: bool) -> Result<Option
     }
     if kept.key_text != key.text {
         return Err("kept for another build (its key text differs)".into());
+    }
+    if touch {
+        files::touch(dir, name);
     }
     Ok(Some(kept))
 }
@@ -380,16 +385,6 @@ fn write_folder(to: &Path, depth: usize, files: &[&KeptFile]) -> bool {
     false
 }
 
-/// Why pocl's cache folder `pocl_cache` cannot be a source of what enters the store, or
-/// None: it and every folder above it are the user's or root's, and one that others may
-/// write is sticky, so no one else can have replaced what pocl wrote there.
-fn cache_not_users(pocl_cache: &Path) -> Option<String> {
-    match std::fs::canonicalize(pocl_cache) {
-        Ok(c) => files::ancestors_not_others(&c),
-        Err(e) => Some(format!("{}: {e}", pocl_cache.display())),
-    }
-}
-
 /// Reads the folder `rel` of pocl's cache `base` as kept files (paths relative to
 /// `base`): regular files and folders only, each the user's alone.
 fn read_tree(base: &Path, rel: &Path, out: &mut Vec<KeptFile>) -> Result<(), String> {
@@ -443,12 +438,12 @@ fn keep(
     if folders.is_empty() {
         return Err("nothing to keep".into());
     }
-    if let Some(why) = cache_not_users(pocl_cache) {
-        return Err(format!("pocl's cache is not yours alone: {why}"));
-    }
     for f in folders {
         if !format::plain_path(f.as_os_str().as_bytes()) {
             return Err(format!("{}: not a folder of pocl's cache", f.display()));
+        }
+        if let Some(why) = files::below_not_others(pocl_cache, f) {
+            return Err(format!("pocl's cache is not yours alone: {why}"));
         }
         read_tree(pocl_cache, f, &mut kept.files)?;
     }

@@ -32,6 +32,8 @@ struct Ran {
     served: usize,
     not_served: Vec<String>,
     stderr: String,
+    /// Each build record's `shared` (what it did with kept and shared compiles).
+    shared: Vec<String>,
 }
 
 impl Case {
@@ -98,11 +100,17 @@ impl Case {
             .filter(|r| r["event"] == "build")
             .filter_map(|r| r["not_served"]["kind"].as_str().map(str::to_string))
             .collect();
+        let shared = records
+            .iter()
+            .filter(|r| r["event"] == "build")
+            .filter_map(|r| r["shared"].as_str().map(str::to_string))
+            .collect();
         Ran {
             out: stdout(&out),
             served,
             not_served,
             stderr: stderr(&out),
+            shared,
         }
     }
 
@@ -1194,4 +1202,241 @@ fn a_header_forced_in_by_the_drivers_flags_is_no_driver_file() {
     let edited = c.as_plain_now(&args, &env);
     assert_eq!(edited.out, "VAL=7\n");
     assert_eq!(edited.served, 0);
+}
+
+// What the adversarial review of kept compiles found (pocl's cache folders between the
+// cache and what is kept).
+
+/// The program folder, relative to pocl's cache `root`, of the one program built there.
+fn program_folder_in(root: &Path) -> PathBuf {
+    let level = std::fs::read_dir(root)
+        .unwrap()
+        .flatten()
+        .find(|e| e.path().is_dir())
+        .unwrap();
+    let program = std::fs::read_dir(level.path())
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap();
+    Path::new(&level.file_name()).join(program.file_name())
+}
+
+/// Plants, in the pocl kernel cache `kc` (made here with `mode`), another user's folders of
+/// the program `src` would build (its level folder and program folder, uid 65534, 0777),
+/// holding the bitcode of `planted` (VAL 666), without a kernel for its launch: the
+/// application's own pocl then serves that bitcode, and compiles its kernel at the first
+/// launch into folders of the application's user. False where the test cannot give files to
+/// another user (not root).
+fn plant_other_users_program(c: &Case, kc: &Path, mode: u32, src: &Path, planted: &Path) -> bool {
+    let learn = |s: &Path, kc: &Path| -> PathBuf {
+        let mut run = std::process::Command::new(&c.bin);
+        run.arg(path_arg("source", s)).env("POCL_CACHE_DIR", kc);
+        clear_shim_env(&mut run, &[]);
+        assert!(run.output().unwrap().status.success());
+        program_folder_in(kc)
+    };
+    let (ours, theirs) = (c.d.path("kc-learn-ours"), c.d.path("kc-learn-theirs"));
+    let rel = learn(src, &ours);
+    let planted_rel = learn(planted, &theirs);
+    std::fs::create_dir_all(kc).unwrap();
+    chmod(kc, mode);
+    let level = kc.join(rel.parent().unwrap());
+    let program = kc.join(&rel);
+    std::fs::create_dir_all(&program).unwrap();
+    let bc = program.join("program.bc");
+    std::fs::copy(theirs.join(&planted_rel).join("program.bc"), &bc).unwrap();
+    for (p, m) in [(&level, 0o777), (&program, 0o777), (&bc, 0o666)] {
+        if !give_to_nobody(p) {
+            return false;
+        }
+        chmod(p, m);
+    }
+    true
+}
+
+/// A pocl kernel cache that others may add to but not rename in (sticky and writable by
+/// all, as `/tmp` is, or a group's sticky project folder) passed as one no one else can
+/// write: another user's level folder and program folder there, holding their bitcode for
+/// this program, made the application's pocl compile their kernel at the first launch
+/// (pocl's own doing, with clshim or without), into folders of the user's own below theirs,
+/// and clshim kept that kernel in the store. A later job on a fresh, private cache, which
+/// compiles the right program, then took the planted kernel with its first launch and
+/// printed 666 where pocl alone prints 1. Every folder from pocl's cache down to what is
+/// kept must be the user's alone: nothing from there enters the store now.
+#[test]
+fn a_kernel_made_below_another_users_folder_of_a_sticky_cache_is_never_kept() {
+    let c = Case::new("sticky-cache");
+    let src = c.write("src.cl", &source(b"#define VAL 1\n"));
+    let planted = c.write("planted.cl", &source(b"#define VAL 666\n"));
+    let args = [path_arg("source", &src)];
+    let sticky = c.d.path("kc-sticky");
+    if !plant_other_users_program(&c, &sticky, 0o1777, &src, &planted) {
+        return;
+    }
+    let (tmp_a, tmp_b) = (c.d.path("tmp-a"), c.d.path("tmp-b"));
+    std::fs::create_dir_all(&tmp_a).unwrap();
+    std::fs::create_dir_all(&tmp_b).unwrap();
+    let on_sticky = [
+        ("POCL_CACHE_DIR", s(&sticky).to_string()),
+        ("TMPDIR", s(&tmp_a).to_string()),
+    ];
+    // pocl serves what is in its cache, as it does without clshim.
+    assert_eq!(c.run(true, &args, &on_sticky).out, "VAL=666\n");
+    let kept: Vec<PathBuf> = std::fs::read_dir(c.store().join("compiles"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .flat_map(|e| store_files(&e.path(), ".kc"))
+        .collect();
+    assert!(kept.is_empty(), "kept from that cache: {kept:?}");
+    // A later job on another node (a fresh cache and temporary folder of its own).
+    assert_eq!(c.run(false, &args, &[]).out, "VAL=1\n");
+    let later = c.run(
+        true,
+        &args,
+        &[
+            ("POCL_CACHE_DIR", s(&c.d.path("kc-fresh")).to_string()),
+            ("TMPDIR", s(&tmp_b).to_string()),
+        ],
+    );
+    assert_eq!(later.out, "VAL=1\n", "{}", later.stderr);
+}
+
+/// A rank whose pocl kernel cache others may write (0777) keeps nothing in the store, but
+/// published to its node's peers what it made there all the same: the kernel its pocl
+/// compiled from another user's bitcode planted in the cache reached a peer with a
+/// private cache of its own, which printed 666 where pocl alone prints 1. A rank publishes
+/// only from a cache whose folders, from `/` down to what it publishes, no one else can
+/// have written.
+#[test]
+fn a_rank_publishes_nothing_from_a_kernel_cache_others_may_write() {
+    let c = Case::new("open-cache-peers");
+    let src = c.write("src.cl", &source(b"#define VAL 1\n"));
+    let planted = c.write("planted.cl", &source(b"#define VAL 666\n"));
+    let args = [path_arg("source", &src)];
+    let open = c.d.path("kc-open");
+    if !plant_other_users_program(&c, &open, 0o777, &src, &planted) {
+        return;
+    }
+    // Both ranks on one node: the same temporary folder.
+    let tmp = c.d.path("tmp-node");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let rank = |kc: &Path| {
+        [
+            ("POCL_CACHE_DIR", s(kc).to_string()),
+            ("TMPDIR", s(&tmp).to_string()),
+        ]
+    };
+    assert_eq!(c.run(true, &args, &rank(&open)).out, "VAL=666\n");
+    assert_eq!(c.run(false, &args, &[]).out, "VAL=1\n");
+    let peer = c.run(true, &args, &rank(&c.d.path("kc-peer")));
+    assert_eq!(peer.out, "VAL=1\n", "{}", peer.stderr);
+}
+
+/// A pocl kernel cache that ranks share (pocl's default, `~/.cache/pocl/kcache`, when a job
+/// gives its ranks none of their own), in which another rank compiles other programs while
+/// this one builds: a build that took the store's kept compile, which pocl found (a cache
+/// hit), was taken for a compile of its own because folders were made in the cache
+/// meanwhile. Its record said `compiled`, and it replaced the kept build with the other
+/// rank's programs, so a later job on a fresh node compiled it again. Whether pocl used
+/// what was taken is now told by pocl's own mark of a hit on it (the time of its
+/// `last_accessed`), not by whatever else appeared in the cache.
+#[test]
+fn a_build_taken_from_the_store_in_a_cache_others_compile_in_is_no_compile() {
+    let c = Case::new("busy-shared-cache");
+    let src = c.write("src.cl", &source(b"#define VAL 1\n"));
+    let args = [path_arg("source", &src)];
+    assert_eq!(c.run(true, &args, &[]).shared, ["compiled"]);
+    let shared_cache = c.d.path("kc-shared");
+    std::fs::create_dir_all(&shared_cache).unwrap();
+    // Another rank, compiling one program after another into the shared cache.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let other = {
+        let (stop, root) = (stop.clone(), shared_cache.clone());
+        std::thread::spawn(move || {
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let p = root.join("ZZ").join(format!("OTHERPROGRAM{i}"));
+                std::fs::create_dir_all(&p).unwrap();
+                std::fs::write(p.join("program.bc"), b"another rank's").unwrap();
+                i += 1;
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        })
+    };
+    let tmp = |n: &str| {
+        let t = c.d.path(n);
+        std::fs::create_dir_all(&t).unwrap();
+        ("TMPDIR", s(&t).to_string())
+    };
+    let busy = c.run(
+        true,
+        &args,
+        &[
+            ("POCL_CACHE_DIR", s(&shared_cache).to_string()),
+            tmp("tmp-busy"),
+        ],
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    other.join().unwrap();
+    assert_eq!(busy.out, "VAL=1\n");
+    assert_eq!(busy.shared, ["from_store"], "{}", busy.stderr);
+    let later = c.run(
+        true,
+        &args,
+        &[
+            ("POCL_CACHE_DIR", s(&c.d.path("kc-later")).to_string()),
+            tmp("tmp-later"),
+        ],
+    );
+    assert_eq!(later.shared, ["from_store"], "{}", later.stderr);
+}
+
+/// A kept build whose file does not hold (here cut to nothing, as a node that crashed after
+/// the rename but before its data reached the disk leaves it; the store's writes are not
+/// synced) is never taken, rightly; but the build that compiled instead kept nothing (a
+/// file by that name was there), and every read of the damaged file set its time to now,
+/// so the cap, least recently used first, never took it either: the build compiled in every
+/// later job. A build that found its kept compile refused now replaces it, and only a kept
+/// compile that holds counts as used.
+#[test]
+fn a_damaged_kept_build_is_replaced_by_the_next_compile() {
+    let c = Case::new("damaged-kept");
+    let src = c.write("src.cl", &source(b"#define VAL 1\n"));
+    let args = [path_arg("source", &src)];
+    assert_eq!(c.run(true, &args, &[]).shared, ["compiled"]);
+    let build = std::fs::read_dir(c.store().join("compiles"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("build.kc"))
+        .find(|p| p.exists())
+        .expect("a kept build");
+    std::fs::write(&build, b"").unwrap();
+    let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+    std::fs::File::options()
+        .write(true)
+        .open(&build)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let fresh = |n: &str| {
+        let t = c.d.path(&format!("tmp-{n}"));
+        std::fs::create_dir_all(&t).unwrap();
+        [
+            (
+                "POCL_CACHE_DIR",
+                s(&c.d.path(&format!("kc-{n}"))).to_string(),
+            ),
+            ("TMPDIR", s(&t).to_string()),
+        ]
+    };
+    let next = c.run(true, &args, &fresh("next"));
+    assert_eq!(
+        (next.out.as_str(), &next.shared[..]),
+        ("VAL=1\n", &["compiled".to_string()][..])
+    );
+    let later = c.run(true, &args, &fresh("later"));
+    assert_eq!(later.shared, ["from_store"], "{}", later.stderr);
 }

@@ -59,6 +59,9 @@ pub struct Turn {
     lease: Option<kept::Lease>,
     /// The node whose rank kept the compile this build took from the store.
     from_host: Option<String>,
+    /// Whether the store's kept build of this key was refused (damaged, say): a compile
+    /// this build makes replaces it.
+    refused: std::cell::Cell<bool>,
 }
 
 /// [`before`] for the application's arguments of `clBuildProgram`: a device list of the
@@ -184,6 +187,7 @@ pub unsafe fn before(
         note: None,
         lease: None,
         from_host: None,
+        refused: std::cell::Cell::new(false),
     };
     if let Some(t) = turn.kept() {
         turn.use_kept(t, 0.0);
@@ -276,6 +280,8 @@ struct Settle {
     request: Vec<u8>,
     labels: Option<crate::store::labels::Labels>,
     from_host: Option<String>,
+    /// The store's kept build was refused: a compile replaces it.
+    refused: bool,
     outcome: OnceLock<Outcome>,
 }
 
@@ -303,7 +309,17 @@ impl BuildNote {
 
 impl Settle {
     fn settle(&self, ret: cl_int) -> Outcome {
-        let made_own = || made_since(&self.pocl_cache, self.since, 2, &self.taken);
+        // pocl marks a hit on a program folder by the time of its `last_accessed`: a build
+        // that used what it took compiled nothing, whatever other folders appeared in the
+        // cache meanwhile (another rank compiling other programs in a cache they share).
+        let used_taken = || {
+            self.taken.iter().any(|t| {
+                std::fs::symlink_metadata(self.pocl_cache.join(t).join("last_accessed"))
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|m| m >= self.since)
+            })
+        };
+        let made_own = || !used_taken() && made_since(&self.pocl_cache, self.since, 2, &self.taken);
         let shared = match self.shared {
             Shared::FromPeer { waited } if made_own() => Shared::CompiledAfterWaiting { waited },
             Shared::FromPeer { waited } if self.copied == 0 => Shared::OwnCache { waited },
@@ -382,7 +398,7 @@ impl Settle {
             };
         }
         let kept = self.store.as_ref().map(|store| {
-            let replace = matches!(self.shared, Shared::FromStore { .. });
+            let replace = self.refused || matches!(self.shared, Shared::FromStore { .. });
             let request = self.request.clone();
             // The build's own time (it began at `since`, after any wait).
             let took = self.since.elapsed().unwrap_or_default();
@@ -489,6 +505,7 @@ impl Turn {
                     request: std::mem::take(&mut self.request),
                     labels: self.labels.take(),
                     from_host: self.from_host.clone(),
+                    refused: self.refused.get(),
                     outcome: OnceLock::new(),
                 }))
             })
@@ -508,6 +525,7 @@ impl Turn {
             kept::Take::Taken(t) => Some(t),
             kept::Take::Absent => None,
             kept::Take::Refused(why) => {
+                self.refused.set(true);
                 log::debug!("kept compile {:016x} not taken: {why}", self.key.key);
                 None
             }
@@ -608,8 +626,10 @@ impl Turn {
         if files::make_dir(&tmp).is_err() {
             return;
         }
+        // Only what no one else can have made or moved in this rank's pocl cache.
         let whole = programs.iter().all(|rel| {
-            make_dirs_below(&tmp, rel)
+            files::below_not_others(&self.pocl_cache, rel).is_none()
+                && make_dirs_below(&tmp, rel)
                 && files::copy_tree(&self.pocl_cache.join(rel), &tmp.join(rel))
         });
         if whole {

@@ -358,7 +358,8 @@ impl LaunchTurn {
         };
         for rel in made {
             let to = kernels.join(rel);
-            if to.exists() {
+            // Only what no one else can have made or moved in this rank's pocl cache.
+            if to.exists() || files::below_not_others(&self.program.pocl_cache, rel).is_some() {
                 continue;
             }
             let Some(parent) = rel.parent() else { continue };

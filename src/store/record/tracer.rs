@@ -839,11 +839,11 @@ impl Tracer {
             return;
         };
         // Only from an application's cache that no one else can have written to, or
-        // replaced on the way from `/` (its files are checked as they are copied).
+        // replaced on the way from `/` down to the program's folder (its files are checked
+        // as they are copied).
         let theirs_path = std::path::Path::new(std::ffi::OsStr::from_bytes(&theirs));
-        let trusted = std::fs::canonicalize(theirs_path)
-            .is_ok_and(|c| crate::store::files::ancestors_not_others(&c).is_none());
-        if !trusted {
+        let rel_path = std::path::Path::new(std::ffi::OsStr::from_bytes(rel));
+        if crate::store::files::below_not_others(theirs_path, rel_path).is_some() {
             return;
         }
         let from = join(&theirs, rel);
