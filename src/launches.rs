@@ -424,9 +424,10 @@ unsafe fn first_launch(
         event
     };
     let start = Start::now();
-    // A kernel of a program whose build ranks of the node shared: its first launch waits
-    // for a peer's compile of it, or compiles and publishes its own (program_cache::share).
-    let turn = if rt.config.program_cache && rt.config.share_builds {
+    // A kernel of a program whose build took its turn: its first launch takes the store's
+    // kept kernel, waits for a peer's compile of it, or compiles, keeps and publishes its
+    // own (program_cache::share).
+    let turn = if rt.config.program_cache {
         catch(|| {
             let (global, local) = dims.sizes();
             program_cache::share::before_launch(

@@ -656,7 +656,13 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str, program_cache: bool)
     } else if t.avoidable_query_seconds > 0.2 * total && t.avoidable_query_seconds > 0.05 {
         s.push_str("; CLSHIM_BINARIES=substitute avoids pocl's second compile");
     }
-    if let Some(a) = t.service {
+    if let Some(a) = t.service.filter(|a| !a.service) {
+        s.push_str(&format!(
+            "; {} of its clshim binaries have no driver's binary in the store yet: \
+             `clshim warm` makes them (the warm service is off)",
+            a.left
+        ));
+    } else if let Some(a) = t.service {
         s.push_str(&format!(
             "; the node's warm service made the driver's binaries of {} of the {} clshim \
              binaries it lacked{}",

@@ -79,7 +79,8 @@ extern "C" fn at_exit() {
             // A process that left requests for the driver's binaries waits, bounded, for
             // the node's warm service to make them (`store::service`).
             let cap = rt.recorder.first_launch_seconds();
-            if let Some(a) = crate::store::service::wait_at_exit(cap) {
+            let service = rt.config.warm_service;
+            if let Some(a) = crate::store::service::wait_at_exit(cap, service) {
                 rt.recorder.note_service(a);
             }
             if rt.config.summary {

@@ -1,7 +1,8 @@
 //! The program cache's three moments: at `clCreateProgramWithSource`, whether the program
 //! gets a handle (its source is marked in the store); at `clBuildProgram` on a handle,
-//! whether the store serves the build; after a source build the driver compiled, the
-//! request that lets a warm step make its entry.
+//! whether the store serves the build; after a source build the driver compiled, why the
+//! store did not serve it (its compile is kept by the build's turn, `share`, from which
+//! `clshim warm` makes the entry).
 // On macOS the warm step and the program cache are not built: what only they use is idle.
 #![cfg_attr(target_os = "macos", allow(dead_code, unused_imports))]
 

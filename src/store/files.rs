@@ -593,3 +593,20 @@ pub fn list(path: &Path, suffix: &str) -> Vec<(String, u64, i64)> {
         })
         .collect()
 }
+
+/// Now, on the clock of the filesystem of `dir` (the server's, on NFS): the modification
+/// time of a file made there (and removed at once). Claims' and leases' times are that
+/// clock's, so hosts whose own clocks drift still agree on their age.
+pub fn store_now(dir: &Fd) -> Option<i64> {
+    let name = std::ffi::CString::new(temporary_name("clock")).ok()?;
+    let fd = create_new(dir, &name).ok()?;
+    // SAFETY: plain data filled by fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: an open descriptor; the directory and the name made above.
+    let ok = unsafe {
+        let ok = libc::fstat(fd.0, &mut st) == 0;
+        libc::unlinkat(dir.0, name.as_ptr(), 0);
+        ok
+    };
+    ok.then_some(st.st_mtime)
+}

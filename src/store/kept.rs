@@ -53,7 +53,8 @@ fn hostname() -> Vec<u8> {
 pub struct Taken {
     /// The program folders (`XY/<hash>`) the kept build holds, copied or already there.
     pub programs: Vec<PathBuf>,
-    /// The kernels' specialisation folders (`XY/<hash>/<kernel>/<spec>`) kept for them.
+    /// The kernels' specialisation folders (`XY/<hash>/<kernel>/<spec>`) written from the
+    /// store (not those pocl's cache had).
     pub specs: Vec<PathBuf>,
     /// How many folders were copied (the others pocl's cache had).
     pub copied: usize,
@@ -248,21 +249,30 @@ pub fn lease(store: &KeptStore, key: u64, what: &str) -> Option<Leased> {
         let holder = std::fs::read(&path)
             .ok()
             .and_then(|t| format::parse_lease(&t));
-        let age = path
-            .symlink_metadata()
-            .ok()
-            .and_then(|m| m.modified().ok())
-            .and_then(|t| t.elapsed().ok())
-            .map_or(0, |a| a.as_secs() as i64);
+        // On the store's clock (the file server's), as every host sharing it sees it.
+        let age = || {
+            path.symlink_metadata().map_or(0, |m| {
+                use std::os::unix::fs::MetadataExt;
+                let now = files::open_dir(&dir, false)
+                    .ok()
+                    .and_then(|d| files::store_now(&d))
+                    .unwrap_or_else(|| {
+                        std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |d| d.as_secs() as i64)
+                    });
+                now - m.mtime()
+            })
+        };
         let stale = match &holder {
             Some((host, pid)) if *host == me => {
                 // SAFETY: signal 0 only asks whether the process exists.
                 let alive = unsafe { libc::kill(*pid as i32, 0) } == 0;
                 !alive
             }
-            Some(_) => age > format::LEASE_STALE_SECONDS,
+            Some(_) => age() > format::LEASE_STALE_SECONDS,
             // Being written (a holder between its create and its write), or not a lease.
-            None => age > 10,
+            None => age() > 10,
         };
         if !stale {
             return Some(Leased::Theirs(holder.map_or_else(String::new, |h| h.0)));
@@ -309,31 +319,26 @@ fn unpack(pocl_cache: &Path, kept: &[KeptFile], taken: &mut Taken) {
         }
     }
     for (program, files) in programs {
+        let mut specs: BTreeMap<PathBuf, Vec<&KeptFile>> = BTreeMap::new();
+        for f in &files {
+            if let Some(s) = prefix(&f.path, 4) {
+                specs.entry(s).or_default().push(f);
+            }
+        }
         let at = pocl_cache.join(&program);
         if !at.join("program.bc").exists() {
-            if write_folder(&at, 2, &files) {
-                taken.copied += 1;
-            } else {
+            if !write_folder(&at, 2, &files) {
                 continue;
             }
+            taken.copied += 1;
+            taken.specs.extend(specs.into_keys());
         } else {
-            let mut specs: BTreeMap<PathBuf, Vec<&KeptFile>> = BTreeMap::new();
-            for f in files {
-                if let Some(s) = prefix(&f.path, 4) {
-                    specs.entry(s).or_default().push(f);
-                }
-            }
+            // Only the specialisations written now are the store's: pocl made the others.
             for (spec, files) in specs {
                 let to = pocl_cache.join(&spec);
                 if !to.exists() && write_folder(&to, 4, &files) {
                     taken.copied += 1;
-                }
-            }
-        }
-        for f in kept {
-            if let Some(s) = prefix(&f.path, 4).filter(|s| s.starts_with(&program)) {
-                if !taken.specs.contains(&s) && pocl_cache.join(&s).exists() {
-                    taken.specs.push(s);
+                    taken.specs.push(spec);
                 }
             }
         }

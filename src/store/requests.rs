@@ -1,7 +1,7 @@
 //! Requests: what the library leaves in the store for a clshim binary it hands out
 //! (`substitute`) whose driver's binary the store lacks, so that the node's warm service
 //! (`clshim warm --service`, started on demand, `store::service`) makes its entry in a
-//! process of its own, at idle priority, while the job runs. A request holds what that process needs to make the same build again: the
+//! process of its own, at the job's lowest priority (nice 19), while the job runs. A request holds what that process needs to make the same build again: the
 //! recipe, the device and driver, the working directory and the environment (with the
 //! application's pocl kernel cache, so the warm step reuses the compiles it holds). It
 //! holds program sources, so it is private (0600) whatever `CLSHIM_TRACE_MODE` says.
@@ -72,7 +72,7 @@ pub fn leave(
             return Ok("already requested");
         }
         if files::exists(&req, &set_aside_name(key.key)) {
-            return Ok("set aside: making it crashed a warm step's driver");
+            return Ok("set aside: a warm step could not make it (see `clshim store`)");
         }
         let bytes = request.encode();
         let n = bytes.len() as u64;

@@ -1,19 +1,21 @@
 //! The node's warm service, started on demand: a process that leaves a request for the
 //! driver's binary of a build (`requests`) makes sure one `clshim warm --service` runs for
 //! its store on this node, as sccache's client starts its local server. The service makes
-//! the requests at the lowest priority of the job (nice 19: next to nothing while its ranks
-//! compute, their cores while they wait), each in a worker of its own, never in the application: pocl's generic compile holds its
-//! process-wide locks for the whole compile. It ends as soon as no process that left a
-//! request is alive, so nothing of clshim's outlives the job; what it did not make waits
-//! for the next job's service, and a request being made when it ended is taken over (its
-//! claim's holder is gone).
+//! the requests at the lowest priority of the job (nice 19 and idle I/O: next to nothing
+//! while its ranks compute, their cores while they wait), each in a worker of its own,
+//! never in the application: pocl's generic compile holds its process-wide locks for the
+//! whole compile. It ends as soon as no process that left a request is alive, so nothing
+//! of clshim's outlives the job; what it did not make waits for the next job's service,
+//! and a request being made when it ended is taken over (its claim's holder is gone).
 //!
 //! Under `substitute` the application asked for the binaries, and without clshim it would
-//! have waited for pocl's generic compile of each at its query: so a process that left
-//! requests waits at its exit, at most that long (five times its builds' time, as pocl's
-//! second compile costs four to five times its first), for the service to make them, and
-//! the next run loads the driver's binaries. A process that ends without its exit handlers
-//! (killed with its job) leaves them to the next job's service.
+//! have waited for pocl's generic compile of each at its query: so a process that handed
+//! out clshim binaries waits at its exit, at most that long (four times each build's kept
+//! compile, as pocl's second compile costs four to five times its first, and never longer
+//! than its first launches took), for the service to make them, and the next run loads
+//! the driver's binaries. A process that only loaded clshim binaries does not wait. A
+//! process that ends without its exit handlers (killed with its job) leaves its requests
+//! to the next job's service.
 //!
 //! This module owns only the client's side: holding the clients' lock (shared) for the
 //! process's life, starting the service when none holds the service lock, and the wait at
@@ -57,36 +59,42 @@ pub fn left(store: &Path, key: u64, handed_out: bool) {
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct AtExit {
     pub left: u64,
+    /// Whether a service was asked for (`CLSHIM_WARM_SERVICE`): else the requests wait for
+    /// `clshim warm`, and this process did not wait.
+    pub service: bool,
     /// Made by the service (an entry exists), and how long this process waited for them.
     pub made: u64,
     pub waited: f64,
 }
 
-/// Waits, while a service runs, for it to make the requests this process left (polling
-/// every 50 ms: each is gone from the store once made, failed or set aside), at most as long
-/// as pocl's generic compile of each would take (four times its kept compile's, as pocl's
-/// second compile costs four to five times its first; a second where that is unknown), and
-/// the service's start.
-/// A process that handed out clshim binaries waits no longer than `handed_out_cap`: what its
-/// binary queries would have cost it without clshim (its first launches' time, pocl
-/// compiling the same functions). None when this process left none.
-pub fn wait_at_exit(handed_out_cap: f64) -> Option<AtExit> {
+/// Waits, while a service runs, for it to make the requests this process left for the
+/// clshim binaries it handed out (polling every 50 ms: each is gone from the store once
+/// made, failed or set aside), at most as long as pocl's generic compile of each would take
+/// (four times its kept compile's, as pocl's second compile costs four to five times its
+/// first; a second where that is unknown) and the service's start, and never longer than
+/// `handed_out_cap`: what its binary queries would have cost it without clshim (its first
+/// launches' time, pocl compiling the same functions). A process that only loaded clshim
+/// binaries never waits: without clshim it would have loaded the driver's binaries at once,
+/// and its kept compiles make its builds pocl's cache hits meanwhile; the service makes its
+/// binaries while the job runs. Nor does one whose service is off (`service` false). None
+/// when this process left no request.
+pub fn wait_at_exit(handed_out_cap: f64, service: bool) -> Option<AtExit> {
     let left = LEFT.lock().unwrap_or_else(|e| e.into_inner()).clone();
     if left.is_empty() {
         return None;
     }
     let expected: f64 = left
         .iter()
+        .filter(|r| r.2)
         .map(|(store, key, _)| {
             crate::store::kept::compile_seconds(store, *key).map_or(1.0, |s| 4.0 * s)
         })
         .sum();
-    // And the service's own start: pocl's and its kernel library's, once per worker.
-    let expected = expected + STARTING.as_secs_f64();
-    let bound = if left.iter().any(|r| r.2) {
-        expected.min(handed_out_cap)
+    let bound = if expected > 0.0 && service {
+        // And the service's own start: pocl's and its kernel library's, once per worker.
+        (expected + STARTING.as_secs_f64()).min(handed_out_cap)
     } else {
-        expected
+        0.0
     };
     let bound = std::time::Duration::from_secs_f64(bound.clamp(0.0, 600.0));
     let fmt = clshim_format::store::request_name;
@@ -113,7 +121,7 @@ pub fn wait_at_exit(handed_out_cap: f64) -> Option<AtExit> {
                 unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) != 0 }
             })
     };
-    while clock.elapsed() < bound && left.iter().any(|r| pending(r) && serving(&r.0)) {
+    while clock.elapsed() < bound && left.iter().any(|r| r.2 && pending(r) && serving(&r.0)) {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let made = left
@@ -122,6 +130,7 @@ pub fn wait_at_exit(handed_out_cap: f64) -> Option<AtExit> {
         .count() as u64;
     Some(AtExit {
         left: left.len() as u64,
+        service,
         made,
         waited: clock.elapsed().as_secs_f64(),
     })

@@ -199,23 +199,6 @@ fn now() -> i64 {
 /// The longest claim read back: a host id and a pid fit with room to spare.
 const MAX_CLAIM: u64 = 512;
 
-/// Now, on the clock of the store's filesystem (the server's, on NFS): the modification
-/// time of a file made in the requests folder (and removed at once). Claims' times are that clock's, so
-/// hosts whose own clocks drift still agree on a lease's age.
-fn store_now(dir: &Fd) -> Option<i64> {
-    let name = std::ffi::CString::new(files::temporary_name("clock")).ok()?;
-    let fd = files::create_new(dir, &name).ok()?;
-    // SAFETY: plain data filled by fstat.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: an open descriptor; the directory and the name made above.
-    let ok = unsafe {
-        let ok = libc::fstat(fd.0, &mut st) == 0;
-        libc::unlinkat(dir.0, name.as_ptr(), 0);
-        ok
-    };
-    ok.then_some(st.st_mtime)
-}
-
 /// Takes the claim on the request `key` in `dir` (the requests folder): true when this
 /// process holds it now. A claim another holds is taken over once its lease ran out (not
 /// renewed for `format::LEASE_SECONDS` on the store's clock: its holder was killed with its
@@ -274,7 +257,7 @@ fn lapsed(dir: &Fd, name: &str, me: &Claim) -> bool {
     let Some(renewed) = files::modified(dir, name) else {
         return true;
     };
-    let now = store_now(dir).unwrap_or_else(now);
+    let now = files::store_now(dir).unwrap_or_else(now);
     if now - renewed > format::LEASE_SECONDS {
         return true;
     }

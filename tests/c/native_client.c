@@ -8,9 +8,11 @@
  * (as the driver answers them: pocl gives argument names only to a program built with
  * -cl-kernel-arg-info). --seed=N changes the source; the build options are "-DSCALE=3",
  * --load-options=OPTS gives the load's build other ones, --name-length=N pads the
- * kernel's name ("cube") with underscores to N characters, and --no-run saves without
- * running the kernel (pocl cannot launch kernels with very long names). */
+ * kernel's name ("cube") with underscores to N characters, --no-run saves without
+ * running the kernel (pocl cannot launch kernels with very long names), and --linger=S
+ * stays S seconds before its exit (a job that computes on after its builds). */
 #include "cltest.h"
+#include <unistd.h>
 
 static void print_type(cl_program p, cl_device_id d, const char *when) {
     cl_program_binary_type t = 99;
@@ -102,5 +104,8 @@ int main(int argc, char **argv) {
     }
     CHECK(clReleaseContext(ctx));
     printf("ok\n");
+    fflush(stdout);
+    const char *linger = arg_value(argc, argv, "--linger");
+    if (linger) sleep((unsigned)atoi(linger));
     return 0;
 }

@@ -425,10 +425,12 @@ fn a_full_or_unwritable_store_costs_the_application_nothing() {
 
 /// Under `substitute`, the node's warm service, which the library starts when it hands out
 /// a clshim binary whose driver's binary the store lacks (or loads one), makes it while the
-/// command runs: when the run that loads it returns (with the command's status), the entry
-/// is there, no request waits, and no process of clshim's is left (the service ends with
-/// the job's last process, which waited at its exit for its own requests). `--warm`, no
-/// longer needed, is said to be ignored.
+/// command runs. The process that handed it out waits at its exit no longer than its first
+/// launches took; one that loads it does not wait at all (it returns at once, the request
+/// left), and the service makes it while a job that runs on lives: when that run returns
+/// (with the command's status), the entry is there, no request waits, and no process of
+/// clshim's is left (the service ends with the job's last process). `--warm`, no longer
+/// needed, is said to be ignored.
 #[test]
 fn the_warm_service_makes_what_a_job_hands_out_and_leaves_nothing_behind() {
     let bin = client();
@@ -436,9 +438,8 @@ fn the_warm_service_makes_what_a_job_hands_out_and_leaves_nothing_behind() {
     let store = d.path("store");
     let kc = d.path("kc");
     let lib = shim_path();
-    let save = format!("--save={}", s(&d.path("c.bin")));
-    let out = clshim_out(
-        &[
+    let run = |args: &[&str]| {
+        let mut all = vec![
             "run",
             "--lib",
             s(&lib),
@@ -448,37 +449,40 @@ fn the_warm_service_makes_what_a_job_hands_out_and_leaves_nothing_behind() {
             s(&store),
             "--",
             s(&bin),
-            &save,
-        ],
-        &[("POCL_CACHE_DIR", s(&kc))],
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
+        ];
+        all.extend_from_slice(args);
+        let out = clshim_out(&all, &[("POCL_CACHE_DIR", s(&kc))]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        out
+    };
+    let save = format!("--save={}", s(&d.path("c.bin")));
+    let out = run(&[&save]);
     assert!(stdout(&out).contains("saved"));
     assert!(
         stderr(&out).contains("the node's warm service made the driver's binaries of"),
         "{}",
         stderr(&out)
     );
-    // A process that handed it out waits no longer than its binary queries would have
-    // cost it (its first launches'); one that loads it waits for it to be made.
+    // Whatever the service made in the handing out's wait: a load that finds no entry.
+    for e in entries(&store) {
+        std::fs::remove_file(e).unwrap();
+    }
     let load = format!("--load={}", s(&d.path("c.bin")));
-    let out = clshim_out(
-        &[
-            "run",
-            "--lib",
-            s(&lib),
-            "--binaries",
-            "substitute",
-            "--native-store",
-            s(&store),
-            "--",
-            s(&bin),
-            &load,
-        ],
-        &[("POCL_CACHE_DIR", s(&kc))],
+    let out = run(&[&load]);
+    assert!(
+        !stderr(&out).contains("at exit"),
+        "a loading process waited at its exit: {}",
+        stderr(&out)
     );
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(entries(&store).len(), 1, "made before clshim run returned");
+    assert_eq!(requests(&store).len(), 1, "{}", stderr(&out));
+    // A job that runs on after its load: the service makes the binary meanwhile.
+    let out = run(&[&load, "--linger=4"]);
+    assert_eq!(
+        entries(&store).len(),
+        1,
+        "made before clshim run returned: {}",
+        stderr(&out)
+    );
     assert!(requests(&store).is_empty());
     // Nothing of clshim's outlives the job (the service notices within a tick).
     let left = || {
@@ -500,6 +504,33 @@ fn the_warm_service_makes_what_a_job_hands_out_and_leaves_nothing_behind() {
     use std::os::unix::fs::PermissionsExt;
     let log = std::fs::metadata(store.join("warm.log")).unwrap();
     assert_eq!(log.permissions().mode() & 0o777, 0o600);
+    // With the service off, the exit line says what makes the binaries instead.
+    for e in entries(&store) {
+        std::fs::remove_file(e).unwrap();
+    }
+    let out = clshim_out(
+        &[
+            "run",
+            "--lib",
+            s(&lib),
+            "--binaries",
+            "substitute",
+            "--no-warm-service",
+            "--native-store",
+            s(&store),
+            "--",
+            s(&bin),
+            &load,
+        ],
+        &[("POCL_CACHE_DIR", s(&kc))],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("`clshim warm` makes them (the warm service is off)")
+            && !stderr(&out).contains("warm service made"),
+        "{}",
+        stderr(&out)
+    );
     let out = clshim_out(
         &[
             "run",
@@ -603,9 +634,8 @@ fn a_warm_step_with_nothing_to_make_says_why() {
     let out = warm(&store);
     let err = stderr(&out);
     assert!(
-        err.contains(
-            "nothing to make: every kept compile has the driver's binary (0 entries held)"
-        ) && err.contains("warm service"),
+        err.contains("nothing to make: no kept compile and no request.")
+            && err.contains("warm service"),
         "{err}"
     );
 }

@@ -54,8 +54,8 @@ impl Node {
     }
 
     /// The client as rank `rank`, under the program cache (sharing as `share` says), with
-    /// no store: what these tests show is between peers alone (tests/policy/kept.rs shows
-    /// what the store keeps).
+    /// no store: what these tests show is between peers alone (tests/policy/hosts.rs and
+    /// store_safety.rs show what the store keeps).
     fn rank(&self, rank: usize, share: bool) -> Command {
         let traces = self.d.path(&format!("traces-{rank}"));
         let mut cmd = program_cache_command(&self.bin, Some("both"), &traces);

@@ -185,7 +185,7 @@ pub const WARM_SERVICE: Control = Control {
     default: "1",
     values: "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`)",
     default_doc: "`1`",
-    doc: "Where an application asks for binaries (`substitute` hands out a clshim binary whose driver's binary the store lacks, or loads one): start the node's warm service, which makes them at idle priority while the job runs and ends with the job's last process (each process that asked waits at exit, at most five times its build time, for its own). `0`: leave the requests for `clshim warm`.",
+    doc: "Where an application asks for binaries (`substitute` hands out a clshim binary whose driver's binary the store lacks, or loads one): start the node's warm service, which makes them at the job's lowest priority (nice 19, idle I/O) while the job runs and ends with the job's last process (a process that handed out clshim binaries waits at exit for its own, at most four times their kept compiles' time and never longer than its first launches took; one that only loaded them does not wait). `0`: leave the requests for `clshim warm`.",
     help: "start the node's warm service for the binaries an application asks for",
 };
 
@@ -198,7 +198,7 @@ pub const SHARE_BUILDS: Control = Control {
     default: "1",
     values: "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`)",
     default_doc: "`1`",
-    doc: "With `CLSHIM_PROGRAM_CACHE`: ranks of a node that build the same program share one compile of it, and of its kernels at their first launch. The first rank compiles while the others wait (at most as long as their own compile would take), then they take its compile into their own pocl kernel cache (pocl checks it is theirs, by the hash of their preprocessed source) and build or launch as a cache hit. `0`: each rank compiles its own.",
+    doc: "With `CLSHIM_PROGRAM_CACHE`: ranks of a node that build the same program share one compile of it, and of its kernels at their first launch. The first rank compiles while the others wait (at most 1.5 times as long as they expect their own compile to take, six times for a first launch), then they take its compile into their own pocl kernel cache (pocl checks it is theirs, by the hash of their preprocessed source) and build or launch as a cache hit; ranks of other nodes sharing the store wait the same way on its lease. `0`: no rank waits for another's compile, on its node or another: each compiles what the store does not hold yet (and keeps it there).",
     help: "with --program-cache, ranks of a node share one compile of a program",
 };
 

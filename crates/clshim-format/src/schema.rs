@@ -332,7 +332,7 @@ pub struct NotServed {
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
 pub enum Miss {
-    /// No entry yet: a warm step after a run with `--warm` makes it.
+    /// No entry yet: the build's compile is kept, and `clshim warm` makes the entry from it.
     NoEntry,
     /// An entry whose compile read other files than this build would (a header edited,
     /// another folder's headers): a warm step makes it again for these files.

@@ -57,6 +57,10 @@ pub struct Turn {
     note: Option<BuildNote>,
     /// Held while this rank compiles for every node sharing the store.
     lease: Option<kept::Lease>,
+    /// Whether this rank waits for other ranks' compiles (`CLSHIM_SHARE_BUILDS`): on its
+    /// node's folder and on the store's leases. Without, the store still serves what it
+    /// kept and keeps what this rank compiles.
+    waits: bool,
     /// The node whose rank kept the compile this build took from the store.
     from_host: Option<String>,
     /// Whether the store's kept build of this key was refused (damaged, say): a compile
@@ -186,6 +190,7 @@ pub unsafe fn before(
         kept_specs: Vec::new(),
         note: None,
         lease: None,
+        waits: rt.config.share_builds,
         from_host: None,
         refused: std::cell::Cell::new(false),
     };
@@ -228,7 +233,7 @@ pub unsafe fn before(
     }
     // This rank compiles for its node: unless a rank of another node sharing the store
     // compiles it now, whose kept compile it waits for (within the same patience).
-    let Some(store) = turn.store.clone() else {
+    let Some(store) = turn.store.clone().filter(|_| turn.waits) else {
         return Some(turn.begun());
     };
     match kept::lease(&store, turn.key.key, "build") {
@@ -606,6 +611,7 @@ impl Turn {
                     bytes: self.bytes,
                     folder: self.folder.clone(),
                     store: self.store.clone(),
+                    waits: self.waits,
                     pocl_cache: self.pocl_cache.clone(),
                     programs: outcome.programs.clone(),
                     kept_specs: std::mem::take(&mut self.kept_specs),

@@ -101,9 +101,9 @@ pub fn before_launch(
     }
     let patience = launch_patience(turn.program.bytes);
     let clock = Instant::now();
-    // A kernel the store kept with its program's build is in this rank's pocl cache
-    // already: no peer to wait for. Otherwise the node's folder, made again if a cleaner
-    // took it, its owner and mode checked again.
+    // The node's folder, made again if a cleaner took it, its owner and mode checked again.
+    // A kernel the store kept with its program's build meets its peers here too: which
+    // specialisation this launch needs is pocl's to say, and the kept one may not be it.
     let node = turn
         .program
         .folder
@@ -149,7 +149,7 @@ pub fn before_launch(
     }
     // This rank launches first on its node: unless a rank of another node sharing the
     // store compiles this kernel now, whose kept kernel it waits for.
-    let Some(store) = turn.program.store.clone() else {
+    let Some(store) = turn.program.store.clone().filter(|_| turn.program.waits) else {
         return Some(turn.begun());
     };
     match kept::lease(&store, turn.program.key.key, &format!("{key:016x}")) {
@@ -329,6 +329,10 @@ impl LaunchTurn {
             }
             Shared::Compiled if made.is_empty() && self.kept_here() => {
                 self.shared = Shared::FromStore { waited: 0.0 };
+            }
+            // pocl's cache had the kernel before this launch: nothing compiled or taken.
+            Shared::Compiled if made.is_empty() => {
+                self.shared = Shared::OwnCache { waited: 0.0 };
             }
             _ => {}
         }

@@ -517,6 +517,8 @@ struct SharedProgram {
     folder: Option<PathBuf>,
     /// The store its first launches are kept in (None: none).
     store: Option<KeptStore>,
+    /// Whether its launches wait for other nodes' compiles (the store's leases).
+    waits: bool,
     pocl_cache: PathBuf,
     /// Its folders in pocl's cache, relative to it (`XY/<hash>`).
     programs: Vec<PathBuf>,

@@ -393,7 +393,8 @@ impl<'a> Summary<'a> {
                 .collect(),
         );
         section(
-            "set aside (a warm step's driver crashed making them; no run asks for them until \
+            "set aside (a warm step could not make them: its driver crashed, it timed out, or the \
+             kept compile failed or was stale; no run asks for them until \
              the mark is a week old)",
             self.set_aside_files()
                 .map(|(f, why)| {

@@ -44,9 +44,20 @@ fn nothing_to_make(store: &Path) -> String {
                 .count()
         })
         .unwrap_or(0);
+    let kept = std::fs::read_dir(store.join(clshim_format::kept::COMPILES))
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.path().join(clshim_format::kept::BUILD_FILE).exists())
+                .count()
+        })
+        .unwrap_or(0);
+    let held = if kept == 0 {
+        "no kept compile and no request".to_string()
+    } else {
+        format!("every kept compile has the driver's binary ({kept} kept, {entries} entries)")
+    };
     format!(
-        "clshim warm: {}: nothing to make: every kept compile has the driver's binary \
-         ({entries} entries held). Jobs keep their compiles as they make them (the program \
+        "clshim warm: {}: nothing to make: {held}. Jobs keep their compiles as they make them (the program \
          cache, clshim run's default), and the node's warm service makes the driver's \
          binaries an application asks for while its job runs.",
         store.display()

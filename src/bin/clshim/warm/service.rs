@@ -106,7 +106,7 @@ pub fn serve(store: &Path, lib: &Path) -> i32 {
             store,
             &format!(
                 "clshim warm --service: {}: {} made, {} not kept, {} failed while the job ran; \
-                 {:.1} s on up to {jobs} workers at idle priority",
+                 {:.1} s on up to {jobs} workers at nice 19",
                 store.display(),
                 t.made,
                 t.uncacheable,
