@@ -144,6 +144,8 @@ struct Launch {
     entry: Option<usize>,
     seconds: f64,
     span: Option<Span>,
+    /// Its wait for a peer's or another node's compile (`peer_wait_seconds`).
+    peer_wait: Option<f64>,
 }
 
 fn fnv(h: &mut u64, bytes: &[u8]) {
@@ -224,6 +226,7 @@ impl FileFacts {
                     entry: self.entry_of(w, r),
                     seconds: r.seconds,
                     span,
+                    peer_wait: r.peer_wait_seconds,
                 });
             }
             Event::Build | Event::Compile | Event::Link => self.add_build(r),
@@ -242,7 +245,7 @@ impl FileFacts {
                 self.used.insert("cuda");
             }
         }
-        self.writer_busy[w].record(r.seconds, r.cpu_seconds);
+        self.writer_busy[w].record_waiting(r.seconds, r.cpu_seconds, r.peer_wait_seconds);
         if r.failed() || r.kernels().is_empty() {
             return;
         }
@@ -323,7 +326,7 @@ impl FileFacts {
         if let Some(n) = &r.not_served {
             *store.not_served.entry(n.phrase()).or_default() += 1;
         }
-        self.entry_busy[e].record(r.seconds, r.cpu_seconds);
+        self.entry_busy[e].record_waiting(r.seconds, r.cpu_seconds, r.peer_wait_seconds);
         if let Some(p) = r.program.clone() {
             self.by_id.insert((w, p), e);
         }
@@ -408,7 +411,8 @@ impl Facts {
 
 /// Each first launch's share (writer, entry, wall and CPU): launches of one thread that
 /// carry CPU time are split where they overlap; those without count their wall time as
-/// untimed.
+/// untimed. A launch's wait for a peer goes with its share, in proportion: the split gives
+/// instants to launches, and the record says only how long the wait was, not when.
 fn launch_shares(launches: Vec<Launch>) -> Vec<(usize, Option<usize>, Busy)> {
     let mut by_thread: BTreeMap<(usize, u64), Vec<Launch>> = BTreeMap::new();
     for l in launches {
@@ -424,7 +428,15 @@ fn launch_shares(launches: Vec<Launch>) -> Vec<(usize, Option<usize>, Busy)> {
             out.push((l.writer, l.entry, b));
         }
         let spans: Vec<Span> = timed.iter().filter_map(|l| l.span).collect();
-        for (l, share) in timed.iter().zip(crate::report::busy::exclusive(&spans)) {
+        for (l, mut share) in timed.iter().zip(crate::report::busy::exclusive(&spans)) {
+            if let Some(w) = l.peer_wait.filter(|w| w.is_finite() && *w > 0.0) {
+                let part = if l.seconds > 0.0 {
+                    (share.wall / l.seconds).min(1.0)
+                } else {
+                    0.0
+                };
+                share.peer_wait = w.min(l.seconds) * part;
+            }
             out.push((l.writer, l.entry, share));
         }
     }
