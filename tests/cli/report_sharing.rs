@@ -523,3 +523,62 @@ fn builds_from_the_stores_kept_compiles_are_counted_as_such() {
     assert_eq!(b["from_peer"], 1, "{b:#}");
     assert_eq!(b["own_cache"], 1, "{b:#}");
 }
+
+/// `--against`: NEW took every build of its program from the store's kept compiles (two
+/// ranks, one of them another node's) after OLD compiled it: NEW compiled nothing, and the
+/// comparison says so rather than "built again". The ranks' wait for that compile is no
+/// longer counted as compiles waiting longer.
+#[test]
+fn against_an_earlier_run_builds_taken_from_the_store_are_not_built_again() {
+    let d = common::scratch("sharing-against");
+    let (old, new) = (d.path("old"), d.path("new"));
+    for rank in 0..2 {
+        rank_file(
+            &old,
+            "a",
+            rank,
+            None,
+            &[shared(
+                build(1, T + 1.0, 2.0, Some(2.0)),
+                "compiled",
+                None,
+                None,
+            )],
+        );
+        rank_file(
+            &new,
+            "a",
+            rank,
+            None,
+            &[shared(
+                build(1, T + 1.0, 1.0, Some(0.1)),
+                "from_store",
+                Some(0.9),
+                Some(if rank == 0 { "a" } else { "b" }),
+            )],
+        );
+    }
+    let o = report(&[s(&new), "--against", s(&old)]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let text = common::stdout(&o);
+    println!("{text}");
+    let words = flat(&text);
+    assert!(
+        words.contains("programs: 0 built again")
+            && words.contains("1 taken from kept compiles in NEW"),
+        "{text}"
+    );
+    assert!(words.contains("compiles waited as long"), "{text}");
+    assert!(
+        words.contains("+0.00 s in the 0 programs only NEW compiled")
+            && words.contains("in the 1 program only OLD compiled"),
+        "{text}"
+    );
+    assert!(words.contains("peer wait NEW 0.90 s, OLD 0.00 s"), "{text}");
+    let v = report_json(&[s(&new), "--against", s(&old)]);
+    let p = &v["programs"][0];
+    assert_eq!(p["status"], "taken from kept compiles", "{p:#}");
+    assert_eq!(p["new_taken"]["from_store"], 2, "{p:#}");
+    assert_eq!(p["new_taken"]["from_other_node"], 1, "{p:#}");
+    assert!(close(&v["new_per_rank"]["peer_wait_seconds"], 0.9), "{v:#}");
+}

@@ -7,6 +7,7 @@
 //! launches are kept per file until its end, where overlapping ones are split).
 
 use crate::report::busy::{Busy, RankBusy, Span};
+use crate::report::origin::Taken;
 use crate::report::rank_key::{key, RankKey, Writers};
 use crate::report::traces::{Event, Id, Record};
 use crate::schema::{CacheDir, Cpus};
@@ -50,21 +51,30 @@ pub struct Tally {
     /// not serve by why (`schema::miss_phrase`).
     pub store_served: usize,
     pub not_served: BTreeMap<String, usize>,
+    /// `builds` by where their compile came from (`origin`), and those of them the store
+    /// did not serve (their records say why) by the same.
+    pub taken: Taken,
+    pub missed: Taken,
 }
 
-/// Per entry of a file: its builds the program cache served, and those it did not by why.
+/// Per entry of a file: its builds the program cache served, those it did not by why, and
+/// all of them, and those not served, by where their compile came from.
 #[derive(Default)]
 struct StoreSide {
     served: usize,
     not_served: BTreeMap<String, usize>,
+    taken: Taken,
+    missed: Taken,
 }
 
 impl Tally {
-    fn add_store(&mut self, served: usize, not_served: &BTreeMap<String, usize>) {
-        self.store_served += served;
-        for (w, n) in not_served {
+    fn add_store(&mut self, store: &StoreSide) {
+        self.store_served += store.served;
+        for (w, n) in &store.not_served {
             *self.not_served.entry(w.clone()).or_default() += n;
         }
+        self.taken.add(&store.taken);
+        self.missed.add(&store.missed);
     }
 }
 
@@ -323,8 +333,10 @@ impl FileFacts {
         self.entries[e].3 += r.seconds;
         let store = &mut self.entry_store[e];
         store.served += usize::from(r.served.is_some());
+        store.taken.count(r);
         if let Some(n) = &r.not_served {
             *store.not_served.entry(n.phrase()).or_default() += 1;
+            store.missed.count(r);
         }
         self.entry_busy[e].record_waiting(r.seconds, r.cpu_seconds, r.peer_wait_seconds);
         if let Some(p) = r.program.clone() {
@@ -368,11 +380,16 @@ impl Facts {
         for &e in &f.queried {
             self.queried.insert(f.entries[e].1.kernels.clone());
         }
-        for (((w, v, builds, seconds, query_seconds), b), store) in
-            f.entries.into_iter().zip(&f.entry_busy).zip(&f.entry_store)
+        for (((w, v, builds, seconds, query_seconds), b), mut store) in f
+            .entries
+            .into_iter()
+            .zip(&f.entry_busy)
+            .zip(std::mem::take(&mut f.entry_store))
         {
+            store.taken.resolve(host);
+            store.missed.resolve(host);
             let t = self.variants.entry(v).or_default();
-            t.add_store(store.served, &store.not_served);
+            t.add_store(&store);
             t.builds += builds;
             t.seconds += seconds;
             t.query_seconds += query_seconds;
@@ -385,7 +402,12 @@ impl Facts {
     pub fn merge(&mut self, o: Facts) {
         for (v, t) in o.variants {
             let mine = self.variants.entry(v).or_default();
-            mine.add_store(t.store_served, &t.not_served);
+            mine.store_served += t.store_served;
+            for (w, n) in &t.not_served {
+                *mine.not_served.entry(w.clone()).or_default() += n;
+            }
+            mine.taken.add(&t.taken);
+            mine.missed.add(&t.missed);
             mine.builds += t.builds;
             mine.seconds += t.seconds;
             mine.query_seconds += t.query_seconds;
