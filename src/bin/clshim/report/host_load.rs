@@ -253,14 +253,18 @@ impl HostRow {
             ),
             HostHint::Unexplained => format!(
                 "note: {waited}, although its {} fit its {usable} CPUs: other processes ran \
-                 there (another job, the ranks' own threads:\n      pocl's {} worker threads, MPI \
+                 there (another job, the ranks' own threads:\n      pocl's {}worker threads, MPI \
                  polling), or the compiles waited for the disk or a lock.",
                 if self.ranks == 1 {
                     "rank".to_string()
                 } else {
                     format!("{} ranks", self.ranks)
                 },
-                self.pocl_threads_total
+                // Counted only where the records name pocl's devices' compute units.
+                match self.pocl_threads {
+                    Some(_) => format!("{} ", self.pocl_threads_total),
+                    None => String::new(),
+                }
             ),
         })
     }
@@ -413,6 +417,15 @@ mod tests {
             .hint_text()
             .unwrap()
             .contains("although its 2 ranks fit its 4 CPUs"));
+        assert!(h.hint_text().unwrap().contains("pocl's 8 worker threads"));
+        let mut unnamed = h.clone();
+        unnamed.pocl_threads = None;
+        unnamed.pocl_threads_total = 0;
+        let t = unnamed.hint_text().unwrap();
+        assert!(
+            t.contains("pocl's worker threads") && !t.contains(" 0 worker"),
+            "{t}"
+        );
         // Waiting for a peer's compile is no core, process or lock to blame.
         let mut peer = RankBusy::default();
         peer.build.record_waiting(1.0, Some(0.05), Some(0.85));
