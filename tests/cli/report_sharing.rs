@@ -314,6 +314,24 @@ fn the_first_launch_hint_only_where_launches_compiled() {
         "{words}"
     );
     assert!(!words.contains("POCL_CACHE_DIR"), "{words}");
+    // Records that say nothing of the store promise no later job anything.
+    for f in std::fs::read_dir(&d).unwrap() {
+        let p = f.unwrap().path();
+        let t = std::fs::read_to_string(&p).unwrap();
+        let t = t
+            .replace(r#","kept_in_store":true"#, "")
+            .replace(r#","kept_in_store":false"#, "")
+            .replace(r#","not_kept":"the compile used __TIME__""#, "");
+        std::fs::write(&p, t).unwrap();
+    }
+    let words = flat(&text_of(&d));
+    assert!(
+        words.contains(
+            "No cache of this job held these compiles, and their records do not say the store \
+             kept any"
+        ) && !words.contains("later jobs take them"),
+        "{words}"
+    );
 }
 
 /// Issue 38: a job over two nodes sharing a store. On node a, rank 0 compiles program 1 and

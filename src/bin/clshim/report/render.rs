@@ -211,13 +211,18 @@ impl LaunchHint {
                     same cache (measured on pocl 3.1: 0.17 s instead of 6.85 s)."
                 .into();
         }
+        let missed: usize = self.not_kept.values().sum();
+        if self.kept + missed == 0 {
+            return "No cache of this job held these compiles, and their records do not say \
+                    the store kept any (no store: CLSHIM_NATIVE_STORE=off?)."
+                .into();
+        }
         let mut w = format!(
             "No cache of this job held these compiles: the program cache keeps them in the \
              store, where later jobs take them; {} of the {} launches that compiled under it \
              were kept",
             self.kept, self.cached
         );
-        let missed: usize = self.not_kept.values().sum();
         if missed > 0 {
             let mut v: Vec<(&String, &usize)> = self.not_kept.iter().collect();
             v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
