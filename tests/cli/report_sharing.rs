@@ -282,6 +282,23 @@ fn the_first_launch_hint_only_where_launches_compiled() {
     let h = &report_json(&[s(&d)])["first_launch_hint"];
     assert!(close(&h["compile_seconds"], 7.5), "{h:#}");
 
+    // Two threads of one process launch at once, each reading the CPU of both compiles:
+    // pocl's threads were busy for no longer than the launches took.
+    let d = common::scratch("sharing-two-launchers");
+    let mut records = vec![build(1, T + 1.0, 0.1, Some(0.1))];
+    for (tid, k) in [(1, "a"), (2, "b")] {
+        let mut l = launch(1, T + 2.0, 3.0, 10.0, 6.0);
+        l["kernel"] = json!(k);
+        l["tid"] = json!(tid);
+        records.push(l);
+    }
+    rank_file(&d, "node", 0, None, &records);
+    let words = flat(&text_of(&d));
+    assert!(
+        words.contains("(3.000 s of 3.100 s), and pocl's threads were busy for 3.000 s of them"),
+        "{words}"
+    );
+
     // Under the program cache, what it kept of those compiles for later jobs, as the
     // records say; no advice to set up pocl's cache by hand.
     let d = common::scratch("sharing-compiled-launches-kept");

@@ -150,11 +150,19 @@ pub(super) fn hints(programs: &[ProgramRow], t: &Totals) -> Hints {
         && t.pocl_cpu_forwarded_query_seconds / build_query > FORWARDED_HINT_SHARE)
         .then(|| forwarded_hint(programs, t, build_query));
     let all = build_query + t.launch_seconds;
-    let compiling = t.pocl_cpu_launch_busy_seconds + t.pocl_cpu_launch_untimed_seconds;
+    // Launching threads of one process each read the CPU of all its other threads: where
+    // they launch at once, their shares can add up past the time their launches covered.
+    let busy = t
+        .pocl_cpu_launch_busy_seconds
+        .min(t.pocl_cpu_launch_seconds);
+    let untimed = t
+        .pocl_cpu_launch_untimed_seconds
+        .min(t.pocl_cpu_launch_seconds - busy);
+    let compiling = busy + untimed;
     let launch_hint = (all > 0.0 && compiling / all > LAUNCH_HINT_SHARE).then(|| LaunchHint {
         pocl_cpu_launch_seconds: t.pocl_cpu_launch_seconds,
-        busy_seconds: t.pocl_cpu_launch_busy_seconds,
-        untimed_seconds: t.pocl_cpu_launch_untimed_seconds,
+        busy_seconds: busy,
+        untimed_seconds: untimed,
         cached: t.pocl_cpu_launches_cached,
         kept: t.pocl_cpu_launches_kept,
         not_kept: t.pocl_cpu_launches_not_kept.clone(),
