@@ -615,5 +615,8 @@ fn against_an_earlier_run_builds_taken_from_the_store_are_not_built_again() {
     assert_eq!(p["status"], "taken from kept compiles", "{p:#}");
     assert_eq!(p["new_taken"]["from_store"], 2, "{p:#}");
     assert_eq!(p["new_taken"]["from_other_node"], 1, "{p:#}");
-    assert!(close(&v["new_per_rank"]["peer_wait_seconds"], 0.9), "{v:#}");
+    let n = &v["new_per_rank"];
+    assert!(close(&n["peer_wait_seconds"], 0.9), "{v:#}");
+    assert!(close(&n["other_waiting_seconds"], 0.0), "{v:#}");
+    assert!(close(&n["waiting_seconds"], 0.9), "{v:#}");
 }

@@ -59,6 +59,9 @@ pub struct PerRank {
     pub peer_wait: f64,
     /// For anything but a peer's compile: a core, a lock, the disk.
     pub waiting: f64,
+    /// Wall less CPU, both waits together (the JSON's `waiting_seconds`, as in
+    /// `compiling_and_waiting`).
+    pub wall_less_cpu: f64,
     /// The CPU of all those ranks together.
     pub total_cpu: f64,
 }
@@ -76,6 +79,7 @@ impl PerRank {
             cpu: med(&|b| b.cpu),
             peer_wait: med(&|b| b.peer_waiting()),
             waiting: med(&|b| b.other_waiting()),
+            wall_less_cpu: med(&|b| b.waiting()),
             total_cpu: timed.iter().map(|b| b.cpu).sum(),
         }
     }
@@ -84,8 +88,9 @@ impl PerRank {
         json!({
             "ranks": self.ranks,
             "cpu_seconds": self.cpu,
+            "waiting_seconds": self.wall_less_cpu,
             "peer_wait_seconds": self.peer_wait,
-            "waiting_seconds": self.waiting,
+            "other_waiting_seconds": self.waiting,
             "total_cpu_seconds": self.total_cpu,
         })
     }
