@@ -1,6 +1,7 @@
 //! `clshim report NEW --against OLD`: "why was the second run not faster?" on one screen.
 //! Programs are matched by their kernel names. For each: built in both runs or in one
-//! only; served from a binary in NEW; for one built again, whether its text, options,
+//! only; served from a binary in NEW, or taken from compiles made before (the store's kept
+//! compiles, a peer's, pocl's own cache's: `origin`); for one built again, whether its text, options,
 //! device or driver changed (with the differing lines when both runs kept sources), or
 //! nothing did, and then which cache would have served it; the build time gained or lost
 //! per program, per rank and in all (build time is what the report calls so: builds,
@@ -8,10 +9,12 @@
 //! with the two parts named in the totals); and, where the traces carry CPU time, how much
 //! of each program's compile per rank was CPU and how much waiting in each run (the median
 //! over ranks: sources that differ per rank are matched by kernel names), so growth with
-//! the rank count splits into "each compile got slower" and "compiles waited".
+//! the rank count splits into "each compile got slower" and "compiles waited" (a wait for
+//! a peer's or another node's compile being named apart: no compile waited there).
 
 use crate::report::build_facts::{rank_name, Facts, Variant};
 use crate::report::busy::{Busy, RankBusy};
+use crate::report::origin::Taken;
 use crate::report::rank_key::{median, RankKey};
 use crate::report::variants::{
     changes_text, compare, difference_json, program_name, wrap, Difference,
@@ -20,6 +23,9 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 use std::path::Path;
+
+/// The status of a program whose builds in NEW all took compiles made before.
+pub const TAKEN: &str = "taken from kept compiles";
 
 /// Program rows and rank rows shown in the text (the most time gained or lost first).
 pub const PROGRAMS_SHOWN: usize = 12;
@@ -33,6 +39,9 @@ struct Side {
     /// builds it compiled, by why the store did not serve them.
     store_served: usize,
     not_served: BTreeMap<String, usize>,
+    /// Its builds by where their compile came from, and those the store did not serve.
+    taken: Taken,
+    missed: Taken,
     /// Build time: builds and binary queries.
     seconds: f64,
     /// Variants built from source, with their builds.
@@ -41,12 +50,18 @@ struct Side {
     busy: BTreeMap<RankKey, Busy>,
 }
 
-/// The median over ranks of each rank's CPU and waiting (ranks with CPU time only).
+/// The median over ranks of each rank's CPU and waiting (ranks with CPU time only): its wait
+/// for a peer's or another node's compile, and the rest.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct PerRank {
     pub ranks: usize,
     pub cpu: f64,
+    pub peer_wait: f64,
+    /// For anything but a peer's compile: a core, a lock, the disk.
     pub waiting: f64,
+    /// Wall less CPU, both waits together (the JSON's `waiting_seconds`, as in
+    /// `compiling_and_waiting`).
+    pub wall_less_cpu: f64,
     /// The CPU of all those ranks together.
     pub total_cpu: f64,
 }
@@ -62,7 +77,9 @@ impl PerRank {
         PerRank {
             ranks: timed.len(),
             cpu: med(&|b| b.cpu),
-            waiting: med(&|b| b.waiting()),
+            peer_wait: med(&|b| b.peer_waiting()),
+            waiting: med(&|b| b.other_waiting()),
+            wall_less_cpu: med(&|b| b.waiting()),
             total_cpu: timed.iter().map(|b| b.cpu).sum(),
         }
     }
@@ -71,7 +88,9 @@ impl PerRank {
         json!({
             "ranks": self.ranks,
             "cpu_seconds": self.cpu,
-            "waiting_seconds": self.waiting,
+            "waiting_seconds": self.wall_less_cpu,
+            "peer_wait_seconds": self.peer_wait,
+            "other_waiting_seconds": self.waiting,
             "total_cpu_seconds": self.total_cpu,
         })
     }
@@ -89,6 +108,8 @@ fn sides(f: &Facts) -> BTreeMap<(Vec<String>, usize), Side> {
         for (w, n) in &t.not_served {
             *s.not_served.entry(w.clone()).or_default() += n;
         }
+        s.taken.add(&t.taken);
+        s.missed.add(&t.missed);
         if v.served {
             s.served += t.builds;
         } else {
@@ -109,8 +130,8 @@ pub struct Row {
     pub kernels: Vec<String>,
     /// Which program of these kernel names (see `Variant::nth`).
     pub nth: usize,
-    /// `built again`, `served from the native store`, `served from a binary`, `only in
-    /// NEW`, `only in OLD`.
+    /// `built again`, `served from the native store`, `served from a binary`, `taken from
+    /// kept compiles`, `only in NEW`, `only in OLD`.
     pub status: &'static str,
     pub words: String,
     pub difference: Option<Difference>,
@@ -124,6 +145,9 @@ pub struct Row {
     /// program cache did not serve, by why.
     pub new_store_served: usize,
     pub new_not_served: BTreeMap<String, usize>,
+    /// NEW's builds by where their compile came from, and those the store did not serve.
+    pub new_taken: Taken,
+    pub new_missed: Taken,
     pub old_builds: usize,
     /// Median per-rank CPU and waiting of the program's compiles in each run.
     pub new_split: PerRank,
@@ -247,6 +271,15 @@ pub fn compare_runs(new: &Facts, new_dir: &Path, old: &Facts, old_dir: &Path) ->
                 "served from a binary",
                 "made from a binary in NEW: nothing compiled".to_string(),
             )
+        } else if n.taken.took() == n.built {
+            (
+                TAKEN,
+                format!(
+                    "in NEW its builds took compiles made before, through the program cache: {}; \
+                     nothing compiled",
+                    n.taken.unserved_words()
+                ),
+            )
         } else {
             let changed = n
                 .variants
@@ -267,7 +300,7 @@ pub fn compare_runs(new: &Facts, new_dir: &Path, old: &Facts, old_dir: &Path) ->
                 (None, _) => ("built again", nothing_changed(&k.0, new, old)),
             }
         };
-        if in_new && !n.not_served.is_empty() {
+        if status == "built again" && !n.not_served.is_empty() {
             // Why the program cache compiled it, before what changed since OLD.
             words = format!(
                 "the program cache did not serve it{}; {words}",
@@ -287,6 +320,8 @@ pub fn compare_runs(new: &Facts, new_dir: &Path, old: &Facts, old_dir: &Path) ->
             new_served: n.served,
             new_store_served: n.store_served,
             new_not_served: n.not_served.clone(),
+            new_taken: n.taken.clone(),
+            new_missed: n.missed.clone(),
             old_builds: o.built + o.served,
             new_split: PerRank::of(n.busy.values()),
             old_split: PerRank::of(o.busy.values()),
@@ -348,10 +383,14 @@ impl Comparison {
             gained(self.new_seconds, self.old_seconds)
         );
         let count = |s: &str| self.rows.iter().filter(|r| r.status == s).count();
+        let taken = match count(TAKEN) {
+            0 => String::new(),
+            n => format!(", {n} {TAKEN} in NEW"),
+        };
         let _ = writeln!(
             o,
             "programs: {} built again, {} served from the native store in NEW, {} served from a \
-             binary in NEW, {} only in NEW, {} only in OLD",
+             binary in NEW, {} only in NEW, {} only in OLD{taken}",
             count("built again"),
             count("served from the native store"),
             count("served from a binary"),
@@ -367,11 +406,19 @@ impl Comparison {
         }
         let missed_n: usize = missed.values().sum();
         if served + missed_n > 0 {
-            let line = format!(
+            let mut line = format!(
                 "program cache in NEW: {served} of {} source builds served from the native store{}",
                 served + missed_n,
                 crate::report::loads::reasons(&missed)
             );
+            let mut instead = Taken::default();
+            for r in &self.rows {
+                instead.add(&r.new_missed);
+            }
+            if instead.took() > 0 {
+                line.push_str("; of those, ");
+                line.push_str(&instead.unserved_words());
+            }
             wrap(&mut o, &line, "");
         }
         let timed = self.new_split.ranks + self.old_split.ranks > 0;
@@ -418,7 +465,10 @@ impl Comparison {
                 );
             }
             let _ = writeln!(o, "  {}", r.status);
-            if matches!(r.status, "built again" | "served from the native store") {
+            if matches!(
+                r.status,
+                "built again" | "served from the native store" | TAKEN
+            ) {
                 wrap(&mut o, &r.words, "       ");
                 if let Some(d) = &r.difference {
                     changes_text(&mut o, &d.changes, d.changes_total, "       ");
@@ -450,7 +500,7 @@ impl Comparison {
     fn split_text(&self, o: &mut String) {
         let (n, p) = (&self.new_split, &self.old_split);
         let dw = n.waiting - p.waiting;
-        let _ = writeln!(
+        let _ = write!(
             o,
             "compiles per rank, the median rank (builds, binary queries and first launches):\n  \
              CPU NEW {:.2} s, OLD {:.2} s ({:+.2} s); waiting NEW {:.2} s, OLD {:.2} s ({dw:+.2} s: compiles {})",
@@ -459,12 +509,24 @@ impl Comparison {
             n.cpu - p.cpu,
             n.waiting,
             p.waiting,
-            if dw >= 0.0 {
+            // As shown, to the hundredth.
+            if dw.abs() < 0.005 {
+                "waited as long"
+            } else if dw > 0.0 {
                 "waited longer"
             } else {
                 "waited less"
             }
         );
+        if n.peer_wait + p.peer_wait > 0.0 {
+            let _ = write!(
+                o,
+                "; peer wait NEW {:.2} s, OLD {:.2} s (for a peer's or another node's compile, \
+                 set apart from the waiting)",
+                n.peer_wait, p.peer_wait
+            );
+        }
+        o.push('\n');
         let c = self.cpu_change();
         let line = format!(
             "by program, the mean rank's CPU NEW-OLD {:+.2} s: {:+.2} s in the {} both runs compiled \
@@ -484,8 +546,9 @@ impl Comparison {
 
     /// How the mean rank's CPU changed, by program: (programs, their CPU per rank of the
     /// run in NEW less that in OLD) for those compiled in both runs, and for those compiled
-    /// in one run only. Means over every rank of each run add up, so the three parts make
-    /// the whole change (medians would not).
+    /// in one run only (a program whose builds NEW took from compiles made before counts as
+    /// compiled in OLD only). Means over every rank of each run add up, so the three parts
+    /// make the whole change (medians would not).
     pub fn cpu_change(&self) -> CpuChange {
         let per_rank = |p: &PerRank, run: &PerRank| p.total_cpu / run.ranks.max(1) as f64;
         let mut c = CpuChange::default();
@@ -493,6 +556,8 @@ impl Comparison {
             let (n, o) = (&r.new_split, &r.old_split);
             let (new, old) = (per_rank(n, &self.new_split), per_rank(o, &self.old_split));
             let (part, delta) = match (n.ranks > 0, o.ranks > 0) {
+                // NEW's CPU there took a compile made before: no compile got faster.
+                (true, true) if r.status == TAKEN => (&mut c.only_old, new - old),
                 (true, true) => (&mut c.both, new - old),
                 (true, false) => (&mut c.only_new, new),
                 (false, true) => (&mut c.only_old, -old),
@@ -531,6 +596,7 @@ impl Comparison {
                 "new_served_from_binary": r.new_served,
                 "new_served_from_store": r.new_store_served,
                 "new_not_served": r.new_not_served,
+                "new_taken": r.new_taken.json(),
                 "old_builds": r.old_builds,
                 "new_per_rank": r.new_split.json(),
                 "old_per_rank": r.old_split.json(),

@@ -7,6 +7,7 @@
 //! launches are kept per file until its end, where overlapping ones are split).
 
 use crate::report::busy::{Busy, RankBusy, Span};
+use crate::report::origin::Taken;
 use crate::report::rank_key::{key, RankKey, Writers};
 use crate::report::traces::{Event, Id, Record};
 use crate::schema::{CacheDir, Cpus};
@@ -50,21 +51,30 @@ pub struct Tally {
     /// not serve by why (`schema::miss_phrase`).
     pub store_served: usize,
     pub not_served: BTreeMap<String, usize>,
+    /// `builds` by where their compile came from (`origin`), and those of them the store
+    /// did not serve (their records say why) by the same.
+    pub taken: Taken,
+    pub missed: Taken,
 }
 
-/// Per entry of a file: its builds the program cache served, and those it did not by why.
+/// Per entry of a file: its builds the program cache served, those it did not by why, and
+/// all of them, and those not served, by where their compile came from.
 #[derive(Default)]
 struct StoreSide {
     served: usize,
     not_served: BTreeMap<String, usize>,
+    taken: Taken,
+    missed: Taken,
 }
 
 impl Tally {
-    fn add_store(&mut self, served: usize, not_served: &BTreeMap<String, usize>) {
-        self.store_served += served;
-        for (w, n) in not_served {
+    fn add_store(&mut self, store: &StoreSide) {
+        self.store_served += store.served;
+        for (w, n) in &store.not_served {
             *self.not_served.entry(w.clone()).or_default() += n;
         }
+        self.taken.add(&store.taken);
+        self.missed.add(&store.missed);
     }
 }
 
@@ -144,6 +154,8 @@ struct Launch {
     entry: Option<usize>,
     seconds: f64,
     span: Option<Span>,
+    /// Its wait for a peer's or another node's compile (`peer_wait_seconds`).
+    peer_wait: Option<f64>,
 }
 
 fn fnv(h: &mut u64, bytes: &[u8]) {
@@ -224,6 +236,7 @@ impl FileFacts {
                     entry: self.entry_of(w, r),
                     seconds: r.seconds,
                     span,
+                    peer_wait: r.peer_wait_seconds,
                 });
             }
             Event::Build | Event::Compile | Event::Link => self.add_build(r),
@@ -242,7 +255,7 @@ impl FileFacts {
                 self.used.insert("cuda");
             }
         }
-        self.writer_busy[w].record(r.seconds, r.cpu_seconds);
+        self.writer_busy[w].record_waiting(r.seconds, r.cpu_seconds, r.peer_wait_seconds);
         if r.failed() || r.kernels().is_empty() {
             return;
         }
@@ -320,10 +333,12 @@ impl FileFacts {
         self.entries[e].3 += r.seconds;
         let store = &mut self.entry_store[e];
         store.served += usize::from(r.served.is_some());
+        store.taken.count(r);
         if let Some(n) = &r.not_served {
             *store.not_served.entry(n.phrase()).or_default() += 1;
+            store.missed.count(r);
         }
-        self.entry_busy[e].record(r.seconds, r.cpu_seconds);
+        self.entry_busy[e].record_waiting(r.seconds, r.cpu_seconds, r.peer_wait_seconds);
         if let Some(p) = r.program.clone() {
             self.by_id.insert((w, p), e);
         }
@@ -365,11 +380,16 @@ impl Facts {
         for &e in &f.queried {
             self.queried.insert(f.entries[e].1.kernels.clone());
         }
-        for (((w, v, builds, seconds, query_seconds), b), store) in
-            f.entries.into_iter().zip(&f.entry_busy).zip(&f.entry_store)
+        for (((w, v, builds, seconds, query_seconds), b), mut store) in f
+            .entries
+            .into_iter()
+            .zip(&f.entry_busy)
+            .zip(std::mem::take(&mut f.entry_store))
         {
+            store.taken.resolve(host);
+            store.missed.resolve(host);
             let t = self.variants.entry(v).or_default();
-            t.add_store(store.served, &store.not_served);
+            t.add_store(&store);
             t.builds += builds;
             t.seconds += seconds;
             t.query_seconds += query_seconds;
@@ -382,7 +402,12 @@ impl Facts {
     pub fn merge(&mut self, o: Facts) {
         for (v, t) in o.variants {
             let mine = self.variants.entry(v).or_default();
-            mine.add_store(t.store_served, &t.not_served);
+            mine.store_served += t.store_served;
+            for (w, n) in &t.not_served {
+                *mine.not_served.entry(w.clone()).or_default() += n;
+            }
+            mine.taken.add(&t.taken);
+            mine.missed.add(&t.missed);
             mine.builds += t.builds;
             mine.seconds += t.seconds;
             mine.query_seconds += t.query_seconds;
@@ -408,7 +433,8 @@ impl Facts {
 
 /// Each first launch's share (writer, entry, wall and CPU): launches of one thread that
 /// carry CPU time are split where they overlap; those without count their wall time as
-/// untimed.
+/// untimed. A launch's wait for a peer goes with its share, in proportion: the split gives
+/// instants to launches, and the record says only how long the wait was, not when.
 fn launch_shares(launches: Vec<Launch>) -> Vec<(usize, Option<usize>, Busy)> {
     let mut by_thread: BTreeMap<(usize, u64), Vec<Launch>> = BTreeMap::new();
     for l in launches {
@@ -424,7 +450,15 @@ fn launch_shares(launches: Vec<Launch>) -> Vec<(usize, Option<usize>, Busy)> {
             out.push((l.writer, l.entry, b));
         }
         let spans: Vec<Span> = timed.iter().filter_map(|l| l.span).collect();
-        for (l, share) in timed.iter().zip(crate::report::busy::exclusive(&spans)) {
+        for (l, mut share) in timed.iter().zip(crate::report::busy::exclusive(&spans)) {
+            if let Some(w) = l.peer_wait.filter(|w| w.is_finite() && *w > 0.0) {
+                let part = if l.seconds > 0.0 {
+                    (share.wall / l.seconds).min(1.0)
+                } else {
+                    0.0
+                };
+                share.peer_wait = w.min(l.seconds) * part;
+            }
             out.push((l.writer, l.entry, share));
         }
     }

@@ -1,27 +1,39 @@
 //! Wall and CPU time, summed: what the report's compiling-and-waiting figures are made of
-//! ([`Busy`]: the records that carry CPU time and those that do not; [`RankBusy`]: one
-//! rank's builds and first launches), and how first launches that overlap on one thread
-//! are split so nothing counts twice ([`exclusive`]). A leaf: `build_facts` sums into
-//! these while it reads the traces, `cpu_split` and `host_load` read them back.
+//! ([`Busy`]: the records that carry CPU time and those that do not, and of their wall less
+//! CPU what was a wait for a peer's or another node's compile; [`RankBusy`]: one rank's
+//! builds and first launches), and how first launches that overlap on one thread are split
+//! so nothing counts twice ([`exclusive`]). A leaf: `build_facts` sums into these while it
+//! reads the traces, `cpu_split` and `host_load` read them back.
 
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 
-/// Wall and CPU seconds of the records that carry both, and the wall seconds of those
-/// that do not (traces of an older clshim, a launcher that exited).
+/// Wall and CPU seconds of the records that carry both, the seconds of those records spent
+/// waiting for a peer's or another node's compile (`peer_wait_seconds`), and the wall
+/// seconds of the records without CPU time (traces of an older clshim, a launcher that
+/// exited).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Busy {
     pub wall: f64,
     pub cpu: f64,
+    pub peer_wait: f64,
     pub untimed: f64,
 }
 
 impl Busy {
     pub fn record(&mut self, seconds: f64, cpu: Option<f64>) {
+        self.record_waiting(seconds, cpu, None);
+    }
+
+    /// A record that also says how long it waited for a peer or another node.
+    pub fn record_waiting(&mut self, seconds: f64, cpu: Option<f64>, peer_wait: Option<f64>) {
         match cpu {
             Some(c) => {
                 self.wall += seconds;
                 self.cpu += c;
+                self.peer_wait += peer_wait
+                    .filter(|w| w.is_finite() && *w > 0.0)
+                    .map_or(0.0, |w| w.min(seconds));
             }
             None => self.untimed += seconds,
         }
@@ -30,7 +42,29 @@ impl Busy {
     pub fn add(&mut self, o: &Busy) {
         self.wall += o.wall;
         self.cpu += o.cpu;
+        self.peer_wait += o.peer_wait;
         self.untimed += o.untimed;
+    }
+
+    /// Of the waiting, the wait for a peer's or another node's compile: the program cache's
+    /// sharing at work, which the rank spends instead of compiling.
+    pub fn peer_waiting(&self) -> f64 {
+        self.peer_wait.min(self.waiting())
+    }
+
+    /// Waiting for anything else: a core, a lock, the disk.
+    pub fn other_waiting(&self) -> f64 {
+        self.waiting() - self.peer_waiting()
+    }
+
+    /// The other waiting's share of the wall time. (Of the wall less the peer wait it would
+    /// be large where a rank took its peer's compile in a few milliseconds of its own.)
+    pub fn other_waiting_share(&self) -> f64 {
+        if self.wall > 0.0 {
+            self.other_waiting() / self.wall
+        } else {
+            0.0
+        }
     }
 
     /// Wall less CPU, where positive: first launches can use more CPU than wall time
@@ -52,6 +86,8 @@ impl Busy {
             "wall_seconds": self.wall,
             "cpu_seconds": self.cpu,
             "waiting_seconds": self.waiting(),
+            "peer_wait_seconds": self.peer_waiting(),
+            "other_waiting_seconds": self.other_waiting(),
             "untimed_seconds": self.untimed,
         })
     }
@@ -81,7 +117,7 @@ impl RankBusy {
 }
 
 /// A first launch of one launching thread, on that thread's CPU clock of the others.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Span {
     pub start: f64,
     pub seconds: f64,
@@ -169,8 +205,28 @@ mod tests {
         let parallel = Busy {
             wall: 1.0,
             cpu: 4.0,
-            untimed: 0.0,
+            ..Busy::default()
         };
         assert_eq!(parallel.waiting(), 0.0);
+        assert_eq!(parallel.peer_waiting(), 0.0);
+    }
+
+    /// A rank that took a peer's compile waited for it: that wait is named apart from the
+    /// rest of its waiting.
+    #[test]
+    fn the_wait_for_a_peer_is_apart_from_other_waiting() {
+        let mut b = Busy::default();
+        b.record_waiting(2.0, Some(0.5), Some(1.25));
+        b.record_waiting(1.0, None, Some(0.5));
+        assert_eq!(b.waiting(), 1.5);
+        assert_eq!(b.peer_waiting(), 1.25);
+        assert_eq!(b.other_waiting(), 0.25);
+        assert_eq!(b.other_waiting_share(), 0.25 / 2.0);
+        assert_eq!(b.untimed, 1.0);
+        // A wait longer than the record is not believed past it.
+        let mut odd = Busy::default();
+        odd.record_waiting(1.0, Some(0.0), Some(5.0));
+        assert_eq!(odd.peer_waiting(), 1.0);
+        assert_eq!(odd.other_waiting_share(), 0.0);
     }
 }

@@ -9,7 +9,9 @@
 //! A build, compile, link or binary query records the calling thread's CPU time, where
 //! pocl compiles; a first launch records the CPU of the process's other threads, where
 //! pocl compiles and runs the kernel (docs/trace-schema.md, "CPU time"). Wall time less
-//! CPU time is waiting: for a core, a lock or the disk.
+//! CPU time is waiting: under the program cache, first for a peer's (or another node's)
+//! compile, as the records say (`peer_wait_seconds`), which is named apart; the rest for a
+//! core, a lock or the disk.
 
 use crate::report::build_facts::{rank_name, Facts};
 use crate::report::busy::{Busy, RankBusy};
@@ -48,11 +50,13 @@ fn medians(rows: &[RankRow]) -> Medians {
         build: Busy {
             wall: m(&|r| r.busy.build.wall),
             cpu: m(&|r| r.busy.build.cpu),
+            peer_wait: m(&|r| r.busy.build.peer_waiting()),
             untimed: m(&|r| r.busy.build.untimed),
         },
         launch: Busy {
             wall: m(&|r| r.busy.launch.wall),
             cpu: m(&|r| r.busy.launch.cpu),
+            peer_wait: m(&|r| r.busy.launch.peer_waiting()),
             untimed: m(&|r| r.busy.launch.untimed),
         },
     }
@@ -110,14 +114,25 @@ impl Split {
             .any(|r| r.busy.build.wall + r.busy.launch.wall > 0.0)
     }
 
+    /// Some rank waited for a peer's or another node's compile.
+    fn peers(&self) -> bool {
+        self.ranks.iter().any(|r| r.busy.total().peer_wait > 0.0)
+    }
+
     pub fn text(&self, wide: bool) -> String {
         let mut o = String::new();
         if self.ranks.is_empty() {
             return o;
         }
+        let peers = self.peers();
         let _ = writeln!(
             o,
-            "\nCompiling and waiting per rank (wall seconds = CPU seconds + waiting: for a core, a lock, the disk)"
+            "\nCompiling and waiting per rank (wall seconds = CPU seconds + {})",
+            if peers {
+                "peer wait: for a peer's compile + waiting: for the rest"
+            } else {
+                "waiting: for a core, a lock, the disk"
+            }
         );
         if !self.timed() {
             let _ = writeln!(
@@ -128,19 +143,34 @@ impl Split {
         }
         let m = &self.medians;
         let launches = self.ranks.iter().any(|r| r.busy.launch.wall > 0.0);
-        let mut head = format!(
-            " median: builds and binary queries {:.3} s = CPU {:.3} s + waiting {:.3} s ({})",
-            m.build.wall,
-            m.build.cpu,
-            m.build.waiting(),
-            pct(m.build.waiting_share())
-        );
+        let mut head = if peers {
+            format!(
+                " median: builds and binary queries {:.3} s = CPU {:.3} s + peer wait {:.3} s + \
+                 waiting {:.3} s ({})",
+                m.build.wall,
+                m.build.cpu,
+                m.build.peer_waiting(),
+                m.build.other_waiting(),
+                pct(m.build.other_waiting_share())
+            )
+        } else {
+            format!(
+                " median: builds and binary queries {:.3} s = CPU {:.3} s + waiting {:.3} s ({})",
+                m.build.wall,
+                m.build.cpu,
+                m.build.waiting(),
+                pct(m.build.waiting_share())
+            )
+        };
         if launches {
             let _ = write!(
                 head,
                 "; first launches {:.3} s, CPU {:.3} s",
                 m.launch.wall, m.launch.cpu
             );
+            if peers {
+                let _ = write!(head, ", peer wait {:.3} s", m.launch.peer_waiting());
+            }
         }
         let _ = writeln!(o, "{head}");
         let mut rows: Vec<&RankRow> = self.ranks.iter().collect();
@@ -150,37 +180,57 @@ impl Split {
             rows.sort_by(|a, b| {
                 b.busy
                     .total()
-                    .waiting()
-                    .total_cmp(&a.busy.total().waiting())
+                    .other_waiting()
+                    .total_cmp(&a.busy.total().other_waiting())
             });
             rows.truncate(RANKS_SHOWN);
             rows.sort_by(|a, b| a.key.cmp(&b.key));
             self.ranks.len() - RANKS_SHOWN
         };
+        // With waits for peers: a column of their own, and `waiting` and `wait%` the rest.
         let _ = write!(
             o,
-            " {:>10}  {:<16} {:>9} {:>9} {:>9} {:>6}",
-            "rank", "host", "build s", "CPU s", "waiting", "wait%"
+            " {:>10}  {:<16} {:>9} {:>9}",
+            "rank", "host", "build s", "CPU s"
         );
+        if peers {
+            let _ = write!(o, " {:>9}", "peer wait");
+        }
+        let _ = write!(o, " {:>9} {:>6}", "waiting", "wait%");
         if launches {
-            let _ = write!(o, "  {:>9} {:>9} {:>9}", "launch s", "CPU s", "waiting");
+            let _ = write!(o, "  {:>9} {:>9}", "launch s", "CPU s");
+            if peers {
+                let _ = write!(o, " {:>9}", "peer wait");
+            }
+            let _ = write!(o, " {:>9}", "waiting");
         }
         o.push('\n');
         for r in rows {
             let b = &r.busy.build;
             let _ = write!(
                 o,
-                " {:>10}  {:<16} {:>9.3} {:>9.3} {:>9.3} {:>6}",
+                " {:>10}  {:<16} {:>9.3} {:>9.3}",
                 clip(&r.label, 16),
                 clip(&r.host, 16),
                 b.wall,
                 b.cpu,
-                b.waiting(),
-                pct(b.waiting_share())
+            );
+            if peers {
+                let _ = write!(o, " {:>9.3}", b.peer_waiting());
+            }
+            let _ = write!(
+                o,
+                " {:>9.3} {:>6}",
+                b.other_waiting(),
+                pct(b.other_waiting_share())
             );
             if launches {
                 let l = &r.busy.launch;
-                let _ = write!(o, "  {:>9.3} {:>9.3} {:>9.3}", l.wall, l.cpu, l.waiting());
+                let _ = write!(o, "  {:>9.3} {:>9.3}", l.wall, l.cpu);
+                if peers {
+                    let _ = write!(o, " {:>9.3}", l.peer_waiting());
+                }
+                let _ = write!(o, " {:>9.3}", l.other_waiting());
             }
             o.push('\n');
         }
@@ -188,6 +238,14 @@ impl Split {
             let _ = writeln!(
                 o,
                 "  ... {hidden} more ranks waited less (--wide or --json lists them)"
+            );
+        }
+        if peers {
+            let _ = writeln!(
+                o,
+                " peer wait: for a peer's or another node's compile, which the program cache \
+                 shares (its records' peer_wait_seconds);\n waiting: for a core, a lock, the \
+                 disk; wait%: waiting's share of the wall time."
             );
         }
         if launches {

@@ -1,7 +1,9 @@
 //! The hosts a run's ranks ran on, for "why does it get slower with more ranks?": how many
 //! ranks each host had against the CPUs they could use (online, affinity masks, cgroup
 //! limit), whether bound ranks shared CPUs, how many worker threads pocl started, and the
-//! hints that follow where the ranks' compiles waited. Each hint's advice was measured
+//! hints that follow where the ranks' compiles waited for something other than a peer's
+//! compile (the program cache's sharing, which the hints name apart and never blame on
+//! cores, other processes or locks). Each hint's advice was measured
 //! (docs/performance.md, "Ranks, cores and waiting"); what was measured not to help is
 //! not advised. The facts come from the `process` records (`build_facts` gathers them);
 //! `cpu_split` shows this section after the ranks' split.
@@ -14,7 +16,8 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
-/// A host's builds waited this share of their wall time or more: worth a hint.
+/// A host's builds waited this share of their wall time or more for other than a peer's
+/// compile ([`Busy::other_waiting_share`]): worth a hint.
 pub const WAITING_HINTED: f64 = 0.25;
 
 /// A host and the ranks that ran on it.
@@ -198,29 +201,41 @@ pub const OUTNUMBERED_MEASURED: &str =
      ranks, 3.81 s and 3% (docs/performance.md)";
 
 impl HostRow {
-    /// The hint its ranks' waiting calls for, if they waited [`WAITING_HINTED`] or more.
+    /// The hint its ranks' waiting calls for, if they waited [`WAITING_HINTED`] or more for
+    /// something other than a peer's compile.
     pub fn hint(&self) -> Option<HostHint> {
-        if self.build.waiting_share() < WAITING_HINTED {
+        if self.build.other_waiting_share() < WAITING_HINTED {
             return None;
         }
         Some(if self.shares() {
             HostHint::Shared
         } else if self.outnumbered() {
             HostHint::Outnumbered
-        } else {
+        } else if self.usable().is_some() {
             HostHint::Unexplained
+        } else {
+            // No record says how many CPUs the ranks had: nothing to say they fit them.
+            return None;
         })
     }
 
     pub fn hint_text(&self) -> Option<String> {
         let hint = self.hint()?;
-        let waited = format!(
+        let b = &self.build;
+        let mut waited = format!(
             "on {}, the ranks' builds waited {:.0}% of their time ({:.3} s of {:.3} s)",
             self.host,
-            100.0 * self.build.waiting_share(),
-            self.build.waiting(),
-            self.build.wall
+            100.0 * b.other_waiting_share(),
+            b.other_waiting(),
+            b.wall
         );
+        if b.peer_waiting() > 0.0 {
+            let _ = write!(
+                waited,
+                " for other than a peer's compile, and {:.3} s for peers' compiles",
+                b.peer_waiting()
+            );
+        }
         let usable = self.usable().map_or("?".into(), |u| format!("{u:.0}"));
         Some(match hint {
             HostHint::Outnumbered => format!(
@@ -238,14 +253,18 @@ impl HostRow {
             ),
             HostHint::Unexplained => format!(
                 "note: {waited}, although its {} fit its {usable} CPUs: other processes ran \
-                 there (another job, the ranks' own threads:\n      pocl's {} worker threads, MPI \
+                 there (another job, the ranks' own threads:\n      pocl's {}worker threads, MPI \
                  polling), or the compiles waited for the disk or a lock.",
                 if self.ranks == 1 {
                     "rank".to_string()
                 } else {
                     format!("{} ranks", self.ranks)
                 },
-                self.pocl_threads_total
+                // Counted only where the records name pocl's devices' compute units.
+                match self.pocl_threads {
+                    Some(_) => format!("{} ", self.pocl_threads_total),
+                    None => String::new(),
+                }
             ),
         })
     }
@@ -309,6 +328,7 @@ pub fn json(hosts: &[HostRow]) -> Value {
             "ranks_outnumber_cpus": h.outnumbered(),
             "ranks_share_cpus": h.shares(),
             "build": h.build.json(),
+            "other_waiting_share": h.build.other_waiting_share(),
             "hint": h.hint().map(|k| format!("{k:?}").to_lowercase()),
             "hint_text": h.hint_text(),
         }))
@@ -397,6 +417,26 @@ mod tests {
             .hint_text()
             .unwrap()
             .contains("although its 2 ranks fit its 4 CPUs"));
+        assert!(h.hint_text().unwrap().contains("pocl's 8 worker threads"));
+        let mut unnamed = h.clone();
+        unnamed.pocl_threads = None;
+        unnamed.pocl_threads_total = 0;
+        let t = unnamed.hint_text().unwrap();
+        assert!(
+            t.contains("pocl's worker threads") && !t.contains(" 0 worker"),
+            "{t}"
+        );
+        // Waiting for a peer's compile is no core, process or lock to blame.
+        let mut peer = RankBusy::default();
+        peer.build.record_waiting(1.0, Some(0.05), Some(0.85));
+        let fit: Vec<_> = (0..2).map(|r| process(r, "0-3", 4)).collect();
+        let busy: BTreeMap<RankKey, RankBusy> = [(RankKey::Rank(0), peer)].into_iter().collect();
+        let h = hosts(&fit, &busy).remove(0);
+        assert_eq!(h.hint(), None, "{h:?}");
+        // Without the CPUs in the records, nothing says the ranks fit them.
+        let mut unknown = process(0, "0-3", 4);
+        unknown.cpus = None;
+        assert_eq!(waited(vec![unknown], 0.5).hint(), None);
         let alone = waited(vec![process(0, "0-3", 4)], 0.5);
         assert!(alone
             .hint_text()

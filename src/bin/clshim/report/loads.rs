@@ -1,25 +1,28 @@
 //! The report's count of what the native store served: clshim binaries loaded back
 //! (`binary_load` records of action `substitute`), made from the driver's own binary in the
-//! store or built again from their recipe (which a `clshim warm` after the job turns into
-//! native loads next time), and source builds (`build` records) the program cache served
-//! from the store against those the driver compiled.
+//! store or built again from their recipe, and source builds (`build` records) by what the
+//! program cache did for them: served the driver's binary from the native store, took a
+//! compile the store kept (an earlier job's, or another node's), a peer's compile or pocl's
+//! own cache's, or compiled (`origin`).
 
+use crate::report::origin::Taken;
+use crate::report::traces::Record;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct LoadCounts {
     pub native: usize,
     pub recipe: usize,
     /// Of `recipe`, those whose record says why no native binary was used, by what the
     /// report says of it (`schema::miss_phrase`).
     pub recipe_why: BTreeMap<String, usize>,
-    /// `clBuildProgram` calls the program cache served from the store.
-    pub served: usize,
-    /// `clBuildProgram` calls the driver compiled.
-    pub compiled: usize,
-    /// Of `compiled`, the source builds of processes under the program cache, by why the
-    /// store did not serve them.
+    /// `clBuildProgram` calls, by what the program cache did for them.
+    pub builds: Taken,
+    /// Of `builds`, the source builds of processes under the program cache that the store
+    /// did not serve (their records say why), by what they did instead.
+    pub missed: Taken,
+    /// Those, by why the store did not serve them.
     pub not_served: BTreeMap<String, usize>,
 }
 
@@ -52,23 +55,27 @@ impl LoadCounts {
         }
     }
 
-    /// One `build` record of `clBuildProgram` (compiles and links are never served), with
-    /// what the report says of its `not_served`.
-    pub fn count_build(&mut self, served: Option<&str>, not_served: Option<String>) {
-        match served {
-            Some(_) => self.served += 1,
-            None => self.compiled += 1,
+    /// One `build` record of `clBuildProgram` (compiles and links are never served).
+    pub fn count_build(&mut self, r: &Record) {
+        self.builds.count(r);
+        if let Some(n) = &r.not_served {
+            self.missed.count(r);
+            *self.not_served.entry(n.phrase()).or_default() += 1;
         }
-        if let Some(p) = not_served {
-            *self.not_served.entry(p).or_default() += 1;
-        }
+    }
+
+    /// Tells the compiles another node kept from this node's own, `host` being the node
+    /// whose records were counted.
+    pub fn resolve(&mut self, host: &str) {
+        self.builds.resolve(host);
+        self.missed.resolve(host);
     }
 
     pub fn add(&mut self, o: LoadCounts) {
         self.native += o.native;
         self.recipe += o.recipe;
-        self.served += o.served;
-        self.compiled += o.compiled;
+        self.builds.add(&o.builds);
+        self.missed.add(&o.missed);
         for (w, n) in o.recipe_why {
             *self.recipe_why.entry(w).or_default() += n;
         }
@@ -77,24 +84,30 @@ impl LoadCounts {
         }
     }
 
-    /// The text report's line on builds, when the program cache served any or said why it
-    /// served none.
+    /// The text report's line on builds, when the program cache served any, took any from
+    /// a peer, the store or pocl's cache, or said why it served none: the builds it did not
+    /// serve the driver's binary for are counted by what they did instead, so a compile
+    /// taken from the store's kept compiles is never counted as one the driver made.
     pub fn builds_line(&self) -> Option<String> {
         let missed: usize = self.not_served.values().sum();
+        let served = self.builds.served;
         if missed > 0 {
-            return Some(format!(
-                "program cache: {} of {} source builds served from the native store{}",
-                self.served,
-                self.served + missed,
+            let mut line = format!(
+                "program cache: {served} of {} source builds served from the native store{}",
+                served + missed,
                 reasons(&self.not_served)
-            ));
+            );
+            if self.missed.took() > 0 {
+                line.push_str("; of those, ");
+                line.push_str(&self.missed.unserved_words());
+            }
+            return Some(line);
         }
-        (self.served > 0).then(|| {
+        (served + self.builds.took() > 0).then(|| {
             format!(
-                "program cache: {} of {} builds served from the native store, {} compiled",
-                self.served,
-                self.served + self.compiled,
-                self.compiled
+                "program cache: {served} of {} builds served from the native store, {}",
+                self.builds.total(),
+                self.builds.unserved_words()
             )
         })
     }
@@ -119,17 +132,28 @@ impl LoadCounts {
     }
 
     pub fn builds_json(&self) -> Value {
-        json!({
-            "served": self.served,
-            "compiled": self.compiled,
-            "not_served": self.not_served,
-        })
+        let mut v = self.builds.json();
+        v["not_served"] = json!(self.not_served);
+        v
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::traces::parse_line;
+
+    /// A `clBuildProgram` record with `fields` (JSON members, each with a leading comma).
+    fn build(fields: &str) -> String {
+        format!(
+            r#"{{"schema":1,"event":"build","pid":1,"ts":1.75e9,"seconds":1.0,"call":"clBuildProgram"{fields}}}"#
+        )
+    }
+
+    fn count(c: &mut LoadCounts, fields: &str) {
+        let line = build(fields);
+        c.count_build(&parse_line(line.as_bytes(), true).unwrap().unwrap());
+    }
 
     #[test]
     fn counts_only_loads_of_clshim_binaries() {
@@ -152,8 +176,8 @@ mod tests {
             }
         );
         assert_eq!(c.builds_line(), None);
-        c.count_build(Some("store"), None);
-        c.count_build(None, None);
+        count(&mut c, r#","served":"store""#);
+        count(&mut c, "");
         assert_eq!(
             c.builds_line().unwrap(),
             "program cache: 1 of 2 builds served from the native store, 1 compiled"
@@ -164,10 +188,13 @@ mod tests {
             "clshim binaries loaded: 1 from native binaries, 2 rebuilt from their recipe"
         );
         assert_eq!(LoadCounts::default().line(), None);
-        let not_kept = || Some("not kept: they hold the time of the compile".to_string());
-        c.count(Some("recipe"), not_kept());
-        c.count_build(None, not_kept());
-        c.count_build(None, not_kept());
+        let not_kept = r#","not_served":{"kind":"not_kept","why":"__TIME__"}"#;
+        c.count(
+            Some("recipe"),
+            Some("not kept: they hold the time of the compile".to_string()),
+        );
+        count(&mut c, not_kept);
+        count(&mut c, not_kept);
         assert!(c.line().unwrap().ends_with(
             "3 rebuilt from their recipe: 1 not kept: they hold the time of the compile"
         ));
@@ -176,5 +203,30 @@ mod tests {
             "program cache: 1 of 3 source builds served from the native store: 2 not kept: \
              they hold the time of the compile"
         );
+    }
+
+    /// A build that took a compile compiled nothing: counted by where it took it from, and
+    /// one from the store by whose node kept it.
+    #[test]
+    fn builds_that_took_a_compile_are_not_counted_compiled() {
+        let mut c = LoadCounts::default();
+        count(&mut c, r#","shared":"from_store","from_host":"a""#);
+        count(&mut c, r#","shared":"from_store","from_host":"b""#);
+        count(&mut c, r#","shared":"from_peer","peer_wait_seconds":0.5"#);
+        c.resolve("a");
+        assert_eq!(
+            c.builds_line().unwrap(),
+            "program cache: 0 of 3 builds served from the native store, 2 took the store's \
+             kept compiles (1 another node's), 1 a peer's compile"
+        );
+        let v = c.builds_json();
+        assert_eq!(v["compiled"], 0);
+        assert_eq!(v["from_store"], 2);
+        assert_eq!(v["from_other_node"], 1);
+        assert_eq!(v["waits"], 1);
+        // Without anything served or taken: no line (the build line says nothing new).
+        let mut plain = LoadCounts::default();
+        count(&mut plain, r#","shared":"compiled""#);
+        assert_eq!(plain.builds_line(), None);
     }
 }

@@ -2,13 +2,15 @@
 //! per rank, the hints), prints it (`render`, or the timeline: `chrome`), and says why
 //! programs were built (`build_facts`, `variants` with `linediff`, `caches`, and `against`
 //! for a second run) and where ranks spent build time (`cpu_split`, `host_load`, with
-//! `busy` and `rank_key`), and what ranks compiled that another also compiled (`repeats`);
-//! `loads` counts native loads and served builds. Everything the
+//! `busy` and `rank_key`), what ranks compiled that another also compiled (`repeats`), and
+//! where builds got their compiles per host and per program (`by_host`, with `origin`,
+//! which reads what the program cache did); `loads` counts native loads and served builds. Everything the
 //! model defines is re-exported here, so its users name it `report::X`.
 
 pub mod against;
 pub mod build_facts;
 pub mod busy;
+pub mod by_host;
 pub mod caches;
 pub mod chrome;
 pub mod cpu_split;
@@ -16,6 +18,7 @@ pub mod host_load;
 pub mod linediff;
 pub mod loads;
 mod model;
+pub mod origin;
 pub mod rank_key;
 pub mod render;
 pub mod repeats;
@@ -124,7 +127,10 @@ pub fn main(o: cli::ReportOpts) -> ExitCode {
         let why = variants::text(&programs, kept) + &caches::text(&flags);
         rep.text(o.wide)
             + &render::fit(
-                &(split.text(o.wide) + &agg.repeats.text(o.wide) + &why),
+                &(split.text(o.wide)
+                    + &agg.repeats.text(o.wide)
+                    + &by_host::text(&agg.repeats, o.wide)
+                    + &why),
                 o.wide,
             )
     };

@@ -182,14 +182,66 @@ impl ForwardedHint {
 pub const LAUNCH_SETTING: &str = "POCL_WORK_GROUP_SPECIALIZATION=0";
 
 impl LaunchHint {
+    /// What the launches' CPU measured, where their records carry it: the compile, not a
+    /// wait in the queue, took their time.
+    fn busy_words(&self) -> String {
+        if self.busy_seconds <= 0.0 {
+            return String::new();
+        }
+        let mut w = format!(
+            ", and pocl's threads were busy for {:.3} s of them",
+            self.busy_seconds
+        );
+        if self.untimed_seconds > 0.0 {
+            let _ = write!(
+                w,
+                " ({:.3} s more in launches whose CPU time was not recorded)",
+                self.untimed_seconds
+            );
+        }
+        w
+    }
+
+    /// What to do about compiles no cache held: under the program cache, what it kept of
+    /// them for later jobs, as their records say; without it, pocl's own kernel cache.
+    fn cache_words(&self) -> String {
+        if self.cached == 0 {
+            return "This run lacked a pocl kernel cache holding these compiles: pocl's kernel \
+                    cache (POCL_CACHE_DIR) spares them when the same sources run again with the \
+                    same cache (measured on pocl 3.1: 0.17 s instead of 6.85 s)."
+                .into();
+        }
+        let missed: usize = self.not_kept.values().sum();
+        if self.kept + missed == 0 {
+            return "No cache of this job held these compiles, and their records do not say \
+                    the store kept any (no store: CLSHIM_NATIVE_STORE=off?)."
+                .into();
+        }
+        let mut w = format!(
+            "No cache of this job held these compiles: the program cache keeps them in the \
+             store, where later jobs take them; {} of the {} launches that compiled under it \
+             were kept",
+            self.kept, self.cached
+        );
+        if missed > 0 {
+            let mut v: Vec<(&String, &usize)> = self.not_kept.iter().collect();
+            v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+            let why: Vec<String> = v.iter().map(|(w, n)| format!("{n} {w}")).collect();
+            let _ = write!(w, ", {missed} not kept ({})", why.join(", "));
+        }
+        w.push('.');
+        w
+    }
+
     pub fn text(&self) -> String {
         let head = format!(
             "hint: first launches on pocl CPU devices took {:.0}% of build time plus first launches \
-             ({:.3} s of {:.3} s): at a kernel's first launch with new sizes, pocl compiles a \
+             ({:.3} s of {:.3} s){}: at a kernel's first launch with new sizes, pocl compiles a \
              work-group function specialised for them.",
             100.0 * self.share(),
             self.pocl_cpu_launch_seconds,
-            self.total_seconds
+            self.total_seconds,
+            self.busy_words()
         );
         if self.specialization_helps {
             return format!(
@@ -204,11 +256,7 @@ impl LaunchHint {
                 100.0 * self.relaunch_share()
             );
         }
-        let mut o = format!(
-            "{head}\n      This run lacked a pocl kernel cache holding these compiles: pocl's kernel \
-             cache (POCL_CACHE_DIR) spares them when the same sources run again with the same \
-             cache (measured on pocl 3.1: 0.17 s instead of 6.85 s)."
-        );
+        let mut o = format!("{head}\n      {}", self.cache_words());
         if self.relaunches > 0 {
             o.push_str(&format!(
                 " {LAUNCH_SETTING} is not advised here: launches at further sizes took {:.0}% \
@@ -472,13 +520,19 @@ fn source_cell(p: &ProgramRow) -> String {
 }
 
 impl Report {
-    /// Programs whose ranks built the same kernel names from different sources.
+    /// Programs whose ranks built the same kernel names from different sources, and none of
+    /// whose builds or first launches took what another made (a peer's compile, the store's,
+    /// pocl's cache's, a served binary): where one did, ranks did reuse each other's builds,
+    /// and the note would say they did not.
     fn variant_rows(&self) -> impl Iterator<Item = &ProgramRow> {
-        self.programs.iter().filter(|p| p.rank_variants > 1)
+        self.programs
+            .iter()
+            .filter(|p| p.rank_variants > 1 && p.reused == 0)
     }
 
-    /// Said when ranks built the same kernels from different sources: nothing can be
-    /// shared between them, and the usual cause is in the application's kernel text.
+    /// Said when ranks built the same kernels from different sources and none took
+    /// another's build: nothing was shared between them, and the usual cause is in the
+    /// application's kernel text.
     pub fn variants_note(&self) -> Option<String> {
         let rows: Vec<&ProgramRow> = self.variant_rows().collect();
         let first = rows.first()?;
@@ -567,10 +621,11 @@ impl Report {
         }
         let t = &self.totals;
         if self.no_binary_query() {
-            // Under the program cache, the line on its builds says why each was not served.
+            // Under the program cache, the line on its builds says why each was not served,
+            // and what the builds it did not serve took instead.
             if t.program_cache_processes == 0 {
                 notes.push(NO_BINARY_QUERY.to_string());
-            } else if t.loads.not_served.is_empty() {
+            } else if t.loads.not_served.is_empty() && t.loads.builds.took() == 0 {
                 notes.push(NOTHING_SERVED.to_string());
             }
         }
@@ -587,7 +642,7 @@ impl Report {
     /// Builds were made and no binary asked for or loaded: no policy had anything to do.
     fn no_binary_query(&self) -> bool {
         let t = &self.totals;
-        t.builds > 0 && t.queries == 0 && t.binary_loads == 0 && t.loads.served == 0
+        t.builds > 0 && t.queries == 0 && t.binary_loads == 0 && t.loads.builds.served == 0
     }
 
     /// The text report: fitted to [`WIDTH`] columns, or the full table when `wide`.
@@ -913,6 +968,9 @@ impl Report {
             })),
             "first_launch_hint": self.launch_hint.as_ref().map(|h| json!({
                 "first_launch_share": h.share(),
+                "compile_seconds": h.compile_seconds(),
+                "busy_seconds": h.busy_seconds,
+                "untimed_seconds": h.untimed_seconds,
                 "relaunches": h.relaunches,
                 "relaunch_seconds": h.relaunch_seconds,
                 "setting": h.specialization_helps.then_some(LAUNCH_SETTING),

@@ -8,9 +8,12 @@
 //! A repeat is a compile on a rank other than the first to compile the program (by the
 //! start of its first compile): all but one of the compiles of a program across ranks,
 //! which is what one compile per node leaves to do on a single node. A build taken from a
-//! peer or served from the store compiled nothing and is no repeat.
+//! peer, from the store's kept compiles or pocl's own cache, or served the driver's binary,
+//! compiled nothing and is no repeat (`origin` says which). The same counts per host are
+//! `by_host`'s to show.
 
 use crate::report::build_facts::rank_list;
+use crate::report::origin::{Origin, Taken};
 use crate::report::rank_key::{rank_labels, RankKey, Writers};
 use crate::report::render::clip;
 use crate::report::traces::{Event, Id, Record};
@@ -24,51 +27,36 @@ type Identity = (String, String, String);
 /// A first launch's identity: its program's, its kernel and its sizes.
 type LaunchIdentity = (Identity, String, Vec<u64>, Option<Vec<u64>>);
 
-/// One rank's builds of one program.
+/// One rank's builds of one program (or first launches of one kernel at one size).
 #[derive(Clone, Debug, Default)]
 pub struct RankBuilds {
-    pub compiled: usize,
+    /// By where their compile came from, with the waits for a peer or another node.
+    pub taken: Taken,
     pub compiled_cpu: f64,
     /// When its first compile began (Unix seconds).
     pub first_compile: Option<f64>,
-    pub from_peer: usize,
-    pub served: usize,
-    /// Waited for a peer whose compile this rank's own pocl cache already held.
-    pub own_cache: usize,
-    /// Builds that waited for a peer past their patience, then compiled.
-    pub gave_up: usize,
-    pub waited: f64,
 }
 
 impl RankBuilds {
-    fn add(&mut self, o: &RankBuilds) {
-        self.compiled += o.compiled;
+    pub fn add(&mut self, o: &RankBuilds) {
+        self.taken.add(&o.taken);
         self.compiled_cpu += o.compiled_cpu;
         self.first_compile = match (self.first_compile, o.first_compile) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        self.from_peer += o.from_peer;
-        self.served += o.served;
-        self.own_cache += o.own_cache;
-        self.gave_up += o.gave_up;
-        self.waited += o.waited;
     }
 
     fn record(&mut self, r: &Record) {
-        let waited = r.peer_wait_seconds.filter(|w| w.is_finite() && *w >= 0.0);
-        self.waited += waited.unwrap_or(0.0);
-        match r.shared.as_deref() {
-            Some("from_peer") => self.from_peer += 1,
-            Some("own_cache") => self.own_cache += 1,
-            _ if r.served.is_some() => self.served += 1,
-            shared => {
-                self.compiled += 1;
-                self.gave_up += usize::from(shared == Some("compiled_after_waiting"));
-                self.compiled_cpu += r.cpu_seconds.unwrap_or(0.0);
-                self.first_compile = Some(self.first_compile.map_or(r.ts, |t| t.min(r.ts)));
-            }
+        self.taken.count(r);
+        if Origin::of(r).compiled() {
+            self.compiled_cpu += r.cpu_seconds.unwrap_or(0.0);
+            self.first_compile = Some(self.first_compile.map_or(r.ts, |t| t.min(r.ts)));
         }
+    }
+
+    pub fn compiled(&self) -> usize {
+        self.taken.compiled
     }
 }
 
@@ -196,12 +184,12 @@ impl ProgramRepeats {
         let first = self.first();
         self.per_rank
             .iter()
-            .filter(|(k, b)| Some(*k) != first && b.compiled > 0)
-            .map(|(k, b)| (k, (b.compiled, b.compiled_cpu)))
+            .filter(|(k, b)| Some(*k) != first && b.compiled() > 0)
+            .map(|(k, b)| (k, (b.compiled(), b.compiled_cpu)))
             .collect()
     }
 
-    fn sum(&self) -> RankBuilds {
+    pub fn sum(&self) -> RankBuilds {
         let mut t = RankBuilds::default();
         for b in self.per_rank.values() {
             t.add(b);
@@ -210,15 +198,39 @@ impl ProgramRepeats {
     }
 }
 
+/// A source hash as the tables show it: enough hex digits to tell programs apart.
+pub fn short_hash(hash: &str) -> String {
+    hash.trim_start_matches("fnv1a64:")
+        .chars()
+        .take(12)
+        .collect()
+}
+
 /// A program's line: its builds and first launches summed over ranks, and its repeats
 /// (builds and first launches) and their CPU.
-struct Row<'a> {
-    id: &'a Identity,
-    program: &'a ProgramRepeats,
-    builds: RankBuilds,
-    launches: RankBuilds,
-    repeats: usize,
-    repeat_cpu: f64,
+pub struct Row<'a> {
+    pub id: &'a Identity,
+    pub program: &'a ProgramRepeats,
+    pub builds: RankBuilds,
+    pub launches: RankBuilds,
+    pub repeats: usize,
+    pub repeat_cpu: f64,
+}
+
+/// A rank's (or a host's) builds in the JSON: by where their compiles came from, and the
+/// CPU of those compiled.
+pub fn builds_json(b: &RankBuilds) -> Value {
+    let mut v = b.taken.json();
+    v["compiled_cpu_seconds"] = json!(b.compiled_cpu);
+    v
+}
+
+/// One host's ranks, and their builds and first launches summed.
+#[derive(Debug, Default)]
+pub struct HostBuilds {
+    pub ranks: BTreeSet<RankKey>,
+    pub builds: RankBuilds,
+    pub launches: RankBuilds,
 }
 
 /// Everything gathered, merged over files.
@@ -226,6 +238,8 @@ struct Row<'a> {
 pub struct Repeats {
     pub programs: HashMap<Identity, ProgramRepeats>,
     pub launches: HashMap<LaunchIdentity, BTreeMap<RankKey, RankBuilds>>,
+    /// Per host (the report's name for a file's host).
+    pub hosts: BTreeMap<String, HostBuilds>,
     pub build_cpu: f64,
     pub launch_cpu: f64,
     pub sharing: bool,
@@ -246,6 +260,11 @@ pub struct Summary {
     pub repeat_launch_cpu: f64,
     pub builds_from_peer: usize,
     pub launches_from_peer: usize,
+    /// Taken from the store's kept compiles, and of those another node's.
+    pub builds_from_store: usize,
+    pub builds_from_other_node: usize,
+    pub launches_from_store: usize,
+    pub launches_from_other_node: usize,
     pub gave_up: usize,
     pub waited: f64,
     /// CPU of the repeated builds of programs for pocl CPU devices.
@@ -262,7 +281,9 @@ impl Repeats {
     /// Folds one file in; `host` is the report's name for the file's host.
     pub fn add_file(&mut self, f: FileRepeats, host: &str) {
         let keys = f.writers.keys(host);
-        for ((w, i), b) in f.builds {
+        let mut here = HostBuilds::default();
+        for ((w, i), mut b) in f.builds {
+            b.taken.resolve(host);
             let (id, kernels, pocl) = &f.identities[i];
             let p = self.programs.entry(id.clone()).or_default();
             if p.kernels.is_empty() {
@@ -270,8 +291,13 @@ impl Repeats {
             }
             p.pocl |= pocl;
             p.per_rank.entry(keys[w].clone()).or_default().add(&b);
+            here.ranks.insert(keys[w].clone());
+            here.builds.add(&b);
         }
-        for ((w, l), b) in f.launches {
+        for ((w, l), mut b) in f.launches {
+            b.taken.resolve(host);
+            here.ranks.insert(keys[w].clone());
+            here.launches.add(&b);
             self.launches
                 .entry(l)
                 .or_default()
@@ -279,13 +305,26 @@ impl Repeats {
                 .or_default()
                 .add(&b);
         }
+        if !here.ranks.is_empty() {
+            self.add_host(host, here);
+        }
         self.build_cpu += f.build_cpu;
         self.launch_cpu += f.launch_cpu;
         self.sharing |= f.sharing;
         self.program_cache |= f.program_cache;
     }
 
+    fn add_host(&mut self, host: &str, h: HostBuilds) {
+        let mine = self.hosts.entry(host.to_string()).or_default();
+        mine.ranks.extend(h.ranks);
+        mine.builds.add(&h.builds);
+        mine.launches.add(&h.launches);
+    }
+
     pub fn merge(&mut self, o: Repeats) {
+        for (host, h) in o.hosts {
+            self.add_host(&host, h);
+        }
         for (id, p) in o.programs {
             let mine = self.programs.entry(id).or_default();
             if mine.kernels.is_empty() {
@@ -315,9 +354,11 @@ impl Repeats {
         };
         for p in self.programs.values() {
             s.programs_on_many += usize::from(p.per_rank.len() > 1);
-            let t = p.sum();
-            s.builds += t.compiled + t.from_peer + t.served + t.own_cache;
+            let t = p.sum().taken;
+            s.builds += t.total();
             s.builds_from_peer += t.from_peer;
+            s.builds_from_store += t.from_store;
+            s.builds_from_other_node += t.from_other_node;
             s.gave_up += t.gave_up;
             s.waited += t.waited;
             for (n, cpu) in p.repeats().values() {
@@ -333,9 +374,11 @@ impl Repeats {
                 per_rank: per_rank.clone(),
                 ..ProgramRepeats::default()
             };
-            let t = l.sum();
-            s.launches += t.compiled + t.from_peer + t.served + t.own_cache;
+            let t = l.sum().taken;
+            s.launches += t.total();
             s.launches_from_peer += t.from_peer;
+            s.launches_from_store += t.from_store;
+            s.launches_from_other_node += t.from_other_node;
             s.gave_up += t.gave_up;
             s.waited += t.waited;
             for (n, cpu) in l.repeats().values() {
@@ -368,7 +411,7 @@ impl Repeats {
     /// Programs, most repeated CPU (builds and first launches) first, then most ranks: each
     /// with its builds and its first launches summed over ranks, and its repeats' count
     /// and CPU.
-    fn rows(&self) -> Vec<Row<'_>> {
+    pub fn rows(&self) -> Vec<Row<'_>> {
         let mut launches: HashMap<&Identity, (RankBuilds, usize, f64)> = HashMap::new();
         for ((id, ..), per_rank) in &self.launches {
             let l = ProgramRepeats {
@@ -475,10 +518,15 @@ impl Repeats {
             let _ = writeln!(
                 t,
                 " Shared (clshim's program cache, one compile per node): {} builds and {} first \
-                 launches taken from a peer; ranks waited {:.3} s for peers{}.",
+                 launches taken from a peer; ranks waited {:.3} s for peers{}{}.",
                 s.builds_from_peer,
                 s.launches_from_peer,
                 s.waited,
+                if s.builds_from_store + s.launches_from_store > 0 {
+                    " and other nodes"
+                } else {
+                    ""
+                },
                 if s.gave_up > 0 {
                     format!(
                         ", and {} compiles began after waiting past what compiling would take",
@@ -489,44 +537,59 @@ impl Repeats {
                 }
             );
         }
+        if s.builds_from_store + s.launches_from_store > 0 {
+            let _ = writeln!(
+                t,
+                " Kept (clshim's program cache, one compile per program across jobs and nodes): {} \
+                 builds and {} first launches took the store's kept compiles, {} and {} of them \
+                 another node's.",
+                s.builds_from_store,
+                s.launches_from_store,
+                s.builds_from_other_node,
+                s.launches_from_other_node
+            );
+        }
+        // What each program's builds took from elsewhere, by where, is `by_host`'s table.
         let rows = self.rows();
         let shown = if wide { rows.len() } else { rows.len().min(10) };
-        let _ = writeln!(
-            t,
-            " {:<16} {:<12}  {:>5}  {:<22}  {:<14}",
+        let groups = format!(
+            " {:<16} {:<12}  {:>5}  {:<15}  {}",
             "", "", "", "builds", "first launches"
         );
-        let _ =
-            writeln!(
+        let _ = writeln!(t, "{groups}");
+        let _ = writeln!(
             t,
-            " {:<16} {:<12}  {:>5}  {:>8}  {:>4}  {:>6}  {:>8}  {:>4}  {:>8}  {:>12}  compiled on",
-            "kernels", "source", "ranks", "compiled", "peer", "served", "compiled", "peer",
-            "waited s", "repeat CPU s"
+            " {:<16} {:<12}  {:>5}  {:>8}  {:>5}  {:>8}  {:>5}  {:>8}  {:>12}  compiled on",
+            "kernels",
+            "source",
+            "ranks",
+            "compiled",
+            "taken",
+            "compiled",
+            "taken",
+            "waited s",
+            "repeat CPU s"
         );
         for r in rows.iter().take(shown) {
             let compiled_on: BTreeSet<RankKey> = r
                 .program
                 .per_rank
                 .iter()
-                .filter(|(_, b)| b.compiled > 0)
+                .filter(|(_, b)| b.compiled() > 0)
                 .map(|(k, _)| k.clone())
                 .collect();
+            let (b, l) = (&r.builds.taken, &r.launches.taken);
             let _ = writeln!(
                 t,
-                " {:<16} {:<12}  {:>5}  {:>8}  {:>4}  {:>6}  {:>8}  {:>4}  {:>8.3}  {:>12.3}  {}",
+                " {:<16} {:<12}  {:>5}  {:>8}  {:>5}  {:>8}  {:>5}  {:>8.3}  {:>12.3}  {}",
                 clip(&r.program.kernels.join(","), 16),
-                r.id.0
-                    .trim_start_matches("fnv1a64:")
-                    .chars()
-                    .take(12)
-                    .collect::<String>(),
+                short_hash(&r.id.0),
                 r.program.per_rank.len(),
-                r.builds.compiled,
-                r.builds.from_peer,
-                r.builds.served,
-                r.launches.compiled,
-                r.launches.from_peer,
-                r.builds.waited + r.launches.waited,
+                b.compiled,
+                b.reused(),
+                l.compiled,
+                l.reused(),
+                b.waited + l.waited,
                 r.repeat_cpu,
                 if compiled_on.is_empty() {
                     "-".to_string()
@@ -544,31 +607,32 @@ impl Repeats {
         }
         let per_rank = self.per_rank();
         let labels = rank_labels(per_rank.keys());
-        let _ = writeln!(t, " {:>6}  {:<22}  {:<14}", "", "builds", "first launches");
+        let _ = writeln!(t, " {:>6}  {:<15}  first launches", "", "builds");
         let _ = writeln!(
             t,
-            " {:>6}  {:>8}  {:>4}  {:>6}  {:>8}  {:>4}  {:>8}  {:>12}",
-            "rank", "compiled", "peer", "served", "compiled", "peer", "waited s", "repeat CPU s"
+            " {:>6}  {:>8}  {:>5}  {:>8}  {:>5}  {:>8}  {:>12}",
+            "rank", "compiled", "taken", "compiled", "taken", "waited s", "repeat CPU s"
         );
         for ((_, (b, l, cpu)), label) in per_rank.iter().zip(&labels) {
+            let (b, l) = (&b.taken, &l.taken);
             let _ = writeln!(
                 t,
-                " {:>6}  {:>8}  {:>4}  {:>6}  {:>8}  {:>4}  {:>8.3}  {:>12.3}",
+                " {:>6}  {:>8}  {:>5}  {:>8}  {:>5}  {:>8.3}  {:>12.3}",
                 label,
                 b.compiled,
-                b.from_peer,
-                b.served,
+                b.reused(),
                 l.compiled,
-                l.from_peer,
+                l.reused(),
                 b.waited + l.waited,
                 cpu,
             );
         }
         let _ = writeln!(
             t,
-            " compiled: the driver compiled; peer: taken from another rank's compile on the node \
-             (CLSHIM_SHARE_BUILDS);\n served: from the native store; waited: for a peer's compile; \
-             repeat CPU: compiles of what another rank compiled first."
+            " compiled: the driver compiled; taken: compiled nothing (a peer's compile, the store's \
+             kept compiles, pocl's own\n cache, or the driver's binary served from the native \
+             store: \"Builds per host and per program\" says which);\n waited: for a peer's or \
+             another node's compile; repeat CPU: compiles of what another rank compiled first."
         );
         if let Some(share) = self.hint_share(&s) {
             let what = if self.program_cache {
@@ -576,9 +640,9 @@ impl Repeats {
                  --no-share-builds): with it on, the default, ranks of a node that build the \
                  same program share one compile of it."
             } else {
-                "under `clshim run --program-cache` ranks of a node\n      that build the \
-                 same program share one compile of it (pocl devices, Linux), and a warm store \
-                 serves later jobs."
+                "under clshim run's program cache (on by default) ranks of a node\n      that \
+                 build the same program share one compile of it (pocl devices, Linux), and later \
+                 jobs take the compiles each job keeps in the store."
             };
             let _ = writeln!(
                 t,
@@ -591,17 +655,7 @@ impl Repeats {
 
     pub fn json(&self) -> Value {
         let s = self.summary();
-        let rank_json = |b: &RankBuilds| {
-            json!({
-                "compiled": b.compiled,
-                "compiled_cpu_seconds": b.compiled_cpu,
-                "from_peer": b.from_peer,
-                "served": b.served,
-                "own_cache": b.own_cache,
-                "compiled_after_waiting": b.gave_up,
-                "peer_wait_seconds": b.waited,
-            })
-        };
+        let rank_json = builds_json;
         let programs: Vec<Value> = self
             .rows()
             .into_iter()
@@ -652,10 +706,15 @@ impl Repeats {
             "first_launch_cpu_seconds": self.launch_cpu,
             "builds_from_peer": s.builds_from_peer,
             "first_launches_from_peer": s.launches_from_peer,
+            "builds_from_store": s.builds_from_store,
+            "builds_from_other_node": s.builds_from_other_node,
+            "first_launches_from_store": s.launches_from_store,
+            "first_launches_from_other_node": s.launches_from_other_node,
             "compiled_after_waiting": s.gave_up,
             "peer_wait_seconds": s.waited,
             "by_program": programs,
             "by_rank": ranks,
+            "by_host": crate::report::by_host::json(self),
         })
     }
 }

@@ -249,12 +249,21 @@ pub struct Record<'a> {
     /// A build the program cache served (`store`).
     #[serde(default, borrow)]
     pub served: Option<Text<'a>>,
-    /// A build or first launch whose compile ranks of a node share: `compiled`,
-    /// `from_peer` or `compiled_after_waiting`; and how long it waited for a peer.
+    /// A build or first launch under the program cache: whose compile it used (`compiled`,
+    /// `from_peer`, `from_store`, `own_cache`, `compiled_after_waiting`; `origin` reads
+    /// them), and how long it waited for a peer or another node.
     #[serde(default, borrow)]
     pub shared: Option<Text<'a>>,
     #[serde(default)]
     pub peer_wait_seconds: Option<f64>,
+    /// With `from_store`: the node whose rank kept the compile taken.
+    #[serde(default, borrow)]
+    pub from_host: Option<Text<'a>>,
+    /// A compile made under the program cache: whether it entered the store, or why not.
+    #[serde(default)]
+    pub kept_in_store: Option<bool>,
+    #[serde(default, borrow)]
+    pub not_kept: Option<Text<'a>>,
     /// A source build the program cache did not serve: why (a value of another shape is
     /// dropped).
     #[serde(default, deserialize_with = "lenient")]
@@ -954,9 +963,9 @@ mod tests {
                 served: Some("store"),
                 shared: None,
                 peer_wait_seconds: None,
-                from_host: None,
-                kept_in_store: None,
-                not_kept: None,
+                from_host: Some("h".into()),
+                kept_in_store: Some(false),
+                not_kept: Some("x".into()),
                 not_served: Some(schema::NotServed {
                     kind: schema::Miss::FilesDiffer,
                     why: "x".into(),
@@ -1008,9 +1017,9 @@ mod tests {
                 result_name: "CL_SUCCESS",
                 shared: Some("from_peer"),
                 peer_wait_seconds: Some(0.25),
-                from_host: None,
-                kept_in_store: None,
-                not_kept: None,
+                from_host: Some("h".into()),
+                kept_in_store: Some(true),
+                not_kept: Some("x".into()),
             }),
         ];
         let common = |event| Common {

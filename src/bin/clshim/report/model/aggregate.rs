@@ -9,6 +9,8 @@
 //! accumulators ([`FileAcc`], merged into an [`Aggregate`]), so memory depends on the
 //! number of programs, ranks and threads, not on the number of records. The rows and
 //! statistics are `rows`', the hints `hints`', rendering `render`'s, the timeline `chrome`'s.
+use crate::report::busy::{exclusive, Span};
+use crate::report::origin::Origin;
 use crate::report::rank_key::{median, RankKey};
 use crate::report::traces::{self, Event, Id, Identity, Problem, Record};
 use crate::wall_union::WallUnion;
@@ -189,6 +191,9 @@ pub(super) struct Counts {
     /// The first error lines of failed builds (a few, [`ERRORS_KEPT`]), with their
     /// status: `CL_BUILD_PROGRAM_FAILURE: <source>:3:5: error: ...`.
     pub(super) errors: BTreeSet<String>,
+    /// Builds and first launches that compiled nothing: taken from a peer, the store or
+    /// pocl's own cache, or served (`origin`).
+    pub(super) reused: usize,
 }
 
 /// Distinct error lines a program row keeps.
@@ -209,6 +214,7 @@ impl Counts {
         self.origins.extend(o.origins);
         self.forwarded_seconds += o.forwarded_seconds;
         self.forwarded_queries += o.forwarded_queries;
+        self.reused += o.reused;
         for e in o.errors {
             if self.errors.len() < ERRORS_KEPT {
                 self.errors.insert(e);
@@ -276,6 +282,19 @@ pub struct Totals {
     /// Of those, the seconds of launches whose work-group size pocl chose (`local_size`
     /// null): the shape on which `POCL_WORK_GROUP_SPECIALIZATION=0` was measured to help.
     pub pocl_cpu_relaunch_auto_seconds: f64,
+    /// What the first launches on pocl CPU devices that compiled (`origin`) measured of
+    /// their compiles: where their records carry CPU time, the seconds pocl's threads were
+    /// busy (each launch's share of its thread's launches, the smaller of its wall and CPU:
+    /// a launch queued behind other work is busy for little of its wall), and the wall
+    /// seconds of those without.
+    pub pocl_cpu_launch_busy_seconds: f64,
+    pub pocl_cpu_launch_untimed_seconds: f64,
+    /// Those launches under the program cache (their records say what it did), and of
+    /// them the ones whose compile entered the store, and why the others did not
+    /// (`schema::not_kept_phrase`).
+    pub pocl_cpu_launches_cached: usize,
+    pub pocl_cpu_launches_kept: usize,
+    pub pocl_cpu_launches_not_kept: BTreeMap<String, usize>,
     /// Binary queries forwarded to selected pocl CPU devices in Python processes (pyopencl,
     /// whose cache has a switch measured to remove them).
     pub python_forwarded_queries: usize,
@@ -310,6 +329,13 @@ impl Totals {
         self.pocl_cpu_relaunches += o.pocl_cpu_relaunches;
         self.pocl_cpu_relaunch_seconds += o.pocl_cpu_relaunch_seconds;
         self.pocl_cpu_relaunch_auto_seconds += o.pocl_cpu_relaunch_auto_seconds;
+        self.pocl_cpu_launch_busy_seconds += o.pocl_cpu_launch_busy_seconds;
+        self.pocl_cpu_launch_untimed_seconds += o.pocl_cpu_launch_untimed_seconds;
+        self.pocl_cpu_launches_cached += o.pocl_cpu_launches_cached;
+        self.pocl_cpu_launches_kept += o.pocl_cpu_launches_kept;
+        for (w, n) in o.pocl_cpu_launches_not_kept {
+            *self.pocl_cpu_launches_not_kept.entry(w).or_default() += n;
+        }
         self.python_forwarded_queries += o.python_forwarded_queries;
     }
 }
@@ -432,6 +458,9 @@ struct FileAcc {
     /// on pocl CPU devices: launches in flight together count once. Each launch adds to
     /// the sums only the time no earlier one covered.
     launch_walls: Vec<(WallUnion, WallUnion)>,
+    /// First launches on pocl CPU devices with CPU time, kept to the file's end, where
+    /// those of one thread that overlap are split (`busy::exclusive`).
+    pocl_launches: Vec<PoclLaunch>,
     totals: Totals,
     /// pocl-CPU binary-query seconds, all and those forwarded: which count depends on
     /// the file's policy.
@@ -440,6 +469,16 @@ struct FileAcc {
     facts: crate::report::build_facts::FileFacts,
     repeats: crate::report::repeats::FileRepeats,
     lives: super::lives::FileLives,
+}
+
+/// A first launch on a pocl CPU device with CPU time: its thread, its span on that thread's
+/// clock, and whether it compiled (one that took its kernel from elsewhere still holds
+/// its share of the thread's time).
+struct PoclLaunch {
+    writer: usize,
+    tid: u64,
+    span: Span,
+    compiled: bool,
 }
 
 /// Adds a build's options (trimmed; empty ones are not shown).
@@ -600,8 +639,7 @@ impl FileAcc {
         };
         if r.event.is_build() {
             if r.call.as_deref() == Some("clBuildProgram") {
-                let why = r.not_served.as_ref().map(|n| n.phrase());
-                self.totals.loads.count_build(r.served.as_deref(), why);
+                self.totals.loads.count_build(&r);
             }
             if let Some(p) = r.program.clone() {
                 self.by_id.insert(p, ki);
@@ -630,6 +668,8 @@ impl FileAcc {
             slot.built = true;
         }
         let counts = &mut self.counts[ki];
+        let origin = Origin::of(&r);
+        counts.reused += usize::from(!origin.compiled());
         if r.failed() {
             counts.failed += 1;
             if r.event.is_build() && counts.errors.len() < ERRORS_KEPT {
@@ -695,6 +735,34 @@ impl FileAcc {
                 if r.any_pocl_cpu() {
                     let added = pocl_wall.add(r.ts, r.seconds);
                     t.pocl_cpu_launch_seconds += added;
+                    let compiled = origin.compiled();
+                    match (r.cpu_clock, r.cpu_seconds) {
+                        (Some(clock), Some(cpu)) => self.pocl_launches.push(PoclLaunch {
+                            writer: li,
+                            tid: r.tid(),
+                            span: Span {
+                                start: r.ts,
+                                seconds: r.seconds,
+                                clock,
+                                cpu,
+                            },
+                            compiled,
+                        }),
+                        _ if compiled => t.pocl_cpu_launch_untimed_seconds += added,
+                        _ => {}
+                    }
+                    if compiled && r.shared.is_some() {
+                        t.pocl_cpu_launches_cached += 1;
+                        match (r.kept_in_store, r.not_kept.as_deref()) {
+                            (Some(true), _) => t.pocl_cpu_launches_kept += 1,
+                            (_, Some(why)) => {
+                                *t.pocl_cpu_launches_not_kept
+                                    .entry(crate::schema::not_kept_phrase(why))
+                                    .or_default() += 1
+                            }
+                            _ => {}
+                        }
+                    }
                     let key = Launched {
                         writer: li,
                         kernel: r.kernel.as_deref().unwrap_or("").to_string(),
@@ -705,7 +773,8 @@ impl FileAcc {
                             .unwrap_or("")
                             .to_string(),
                     };
-                    if !self.launched.insert(key) {
+                    // A kernel taken from a cache compiled nothing at its further sizes.
+                    if !self.launched.insert(key) && compiled {
                         t.pocl_cpu_relaunches += 1;
                         t.pocl_cpu_relaunch_seconds += added;
                         if r.local_size.is_none() {
@@ -811,9 +880,29 @@ impl FileAcc {
         (hash, what, pending)
     }
 
+    /// At the end of a file: the busy seconds of its compiling first launches on pocl CPU
+    /// devices, each launch's share of its thread's launches where they overlap (on an
+    /// in-order queue a launch's interval holds the compiles of those before it).
+    fn finish_launches(&mut self) {
+        let mut by_thread: BTreeMap<(usize, u64), Vec<&PoclLaunch>> = BTreeMap::new();
+        for l in &self.pocl_launches {
+            by_thread.entry((l.writer, l.tid)).or_default().push(l);
+        }
+        for group in by_thread.into_values() {
+            let spans: Vec<Span> = group.iter().map(|l| l.span).collect();
+            for (l, share) in group.iter().zip(exclusive(&spans)) {
+                if l.compiled {
+                    self.totals.pocl_cpu_launch_busy_seconds += share.wall.min(share.cpu);
+                }
+            }
+        }
+        self.pocl_launches.clear();
+    }
+
     /// At the end of a file: compiled objects and libraries no recorded link took get
     /// rows of their own, so their time is shown and named.
     fn finish(&mut self) {
+        self.finish_launches();
         let mut left: Vec<(Option<String>, Made, AwaitingLink)> = self
             .objects
             .values_mut()
@@ -970,6 +1059,7 @@ impl Aggregate {
             self.t0 = self.t0.min(acc.t0);
         }
         let mut totals = acc.totals;
+        totals.loads.resolve(&host);
         totals.program_cache_processes = usize::from(acc.program_cache);
         if acc.program_cache && acc.policy.as_deref() != Some("substitute") {
             totals.program_cache_queries = totals.queries;

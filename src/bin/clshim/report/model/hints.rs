@@ -17,8 +17,12 @@ pub const HINT_SHARE: f64 = 0.2;
 pub const FORWARDED_HINT_SHARE: f64 = 0.05;
 /// Programs the forwarded-query hint names, per kind.
 pub const FORWARDED_HINT_PROGRAMS: usize = 3;
-/// The first-launch hint is printed when first launches on pocl CPU devices exceed this
-/// share of build, binary-query and first-launch time together.
+/// The first-launch hint is printed when what first launches on pocl CPU devices measured of
+/// their compiles exceeds this share of build, binary-query and first-launch time together:
+/// their wall time where their records carry no CPU time, else the seconds pocl's threads
+/// were busy (`Totals::pocl_cpu_launch_busy_seconds`). A launch that waited in the queue
+/// behind other work, or took its kernel from a cache, compiled nothing, and a hint that
+/// the run lacked a kernel cache would be wrong there.
 pub const LAUNCH_HINT_SHARE: f64 = 0.5;
 /// `POCL_WORK_GROUP_SPECIALIZATION=0` is advised only where launches of kernels already
 /// launched at other sizes, with pocl choosing the work-group size, took at least this
@@ -90,6 +94,15 @@ impl ForwardedHint {
 #[derive(Debug)]
 pub struct LaunchHint {
     pub pocl_cpu_launch_seconds: f64,
+    /// Of the launches that compiled: the seconds pocl's threads were busy, where their
+    /// records carry CPU time, and the wall seconds of those without.
+    pub busy_seconds: f64,
+    pub untimed_seconds: f64,
+    /// Those launches under the program cache, those of them kept in the store, and why
+    /// the others were not, by phrase.
+    pub cached: usize,
+    pub kept: usize,
+    pub not_kept: BTreeMap<String, usize>,
     /// First launches of kernels already launched with other sizes.
     pub relaunches: usize,
     pub relaunch_seconds: f64,
@@ -110,6 +123,11 @@ impl LaunchHint {
 impl LaunchHint {
     pub fn share(&self) -> f64 {
         fraction(self.pocl_cpu_launch_seconds, self.total_seconds)
+    }
+
+    /// What the launches measured of their compiles.
+    pub fn compile_seconds(&self) -> f64 {
+        self.busy_seconds + self.untimed_seconds
     }
 }
 
@@ -132,15 +150,28 @@ pub(super) fn hints(programs: &[ProgramRow], t: &Totals) -> Hints {
         && t.pocl_cpu_forwarded_query_seconds / build_query > FORWARDED_HINT_SHARE)
         .then(|| forwarded_hint(programs, t, build_query));
     let all = build_query + t.launch_seconds;
-    let launch_hint =
-        (all > 0.0 && t.pocl_cpu_launch_seconds / all > LAUNCH_HINT_SHARE).then_some(LaunchHint {
-            pocl_cpu_launch_seconds: t.pocl_cpu_launch_seconds,
-            relaunches: t.pocl_cpu_relaunches,
-            relaunch_seconds: t.pocl_cpu_relaunch_seconds,
-            total_seconds: all,
-            specialization_helps: t.pocl_cpu_launch_seconds > 0.0
-                && t.pocl_cpu_relaunch_auto_seconds / t.pocl_cpu_launch_seconds >= RELAUNCH_SHARE,
-        });
+    // Launching threads of one process each read the CPU of all its other threads: where
+    // they launch at once, their shares can add up past the time their launches covered.
+    let busy = t
+        .pocl_cpu_launch_busy_seconds
+        .min(t.pocl_cpu_launch_seconds);
+    let untimed = t
+        .pocl_cpu_launch_untimed_seconds
+        .min(t.pocl_cpu_launch_seconds - busy);
+    let compiling = busy + untimed;
+    let launch_hint = (all > 0.0 && compiling / all > LAUNCH_HINT_SHARE).then(|| LaunchHint {
+        pocl_cpu_launch_seconds: t.pocl_cpu_launch_seconds,
+        busy_seconds: busy,
+        untimed_seconds: untimed,
+        cached: t.pocl_cpu_launches_cached,
+        kept: t.pocl_cpu_launches_kept,
+        not_kept: t.pocl_cpu_launches_not_kept.clone(),
+        relaunches: t.pocl_cpu_relaunches,
+        relaunch_seconds: t.pocl_cpu_relaunch_seconds,
+        total_seconds: all,
+        specialization_helps: t.pocl_cpu_launch_seconds > 0.0
+            && t.pocl_cpu_relaunch_auto_seconds / t.pocl_cpu_launch_seconds >= RELAUNCH_SHARE,
+    });
     Hints {
         query: hint,
         forwarded: forwarded_hint,

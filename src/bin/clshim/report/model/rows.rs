@@ -38,6 +38,9 @@ pub struct ProgramRow {
     /// Distinct sources the ranks that built the row first built it from: above 1, the
     /// ranks compiled different variants of the same kernels and shared no build.
     pub rank_variants: usize,
+    /// Builds and first launches that compiled nothing: taken from a peer, the store or
+    /// pocl's own cache, or served.
+    pub reused: usize,
     /// Binary queries (and their seconds) forwarded to a selected pocl CPU device under a
     /// policy other than `pass`.
     pub forwarded_queries: usize,
@@ -117,6 +120,7 @@ impl Aggregate {
                 let firsts: BTreeSet<u64> = slots.iter().filter_map(|s| s.first_source).collect();
                 ProgramRow {
                     rank_variants: firsts.len(),
+                    reused: c.reused,
                     forwarded_queries: c.forwarded_queries,
                     forwarded_seconds: c.forwarded_seconds,
                     key: key.clone(),
