@@ -157,6 +157,28 @@ pub fn pocl_cache() -> PathBuf {
     manifest::pocl_cache_dir(&|n| std::env::var_os(n))
 }
 
+/// pocl's cache folder as the environment named it at clshim's first call (`config`'s).
+fn pocl_cache_at_start(config: &crate::config::Config) -> PathBuf {
+    manifest::pocl_cache_dir(&|n| {
+        config
+            .pocl_cache_env
+            .iter()
+            .find(|(k, _)| *k == n)
+            .and_then(|(_, v)| v.clone())
+    })
+}
+
+/// pocl's cache folder where this process's pocl surely compiles: the one the environment
+/// names now, if it named the same at clshim's first call (`config`'s) and when the loader
+/// started clshim's layer. An application that names another folder after OpenCL began
+/// leaves pocl in the one it started with, which clshim cannot tell for certain: None, and
+/// nothing is kept from or put in either.
+pub fn pocl_cache_certain(config: &crate::config::Config) -> Option<PathBuf> {
+    let now = pocl_cache();
+    (pocl_cache_at_start(config) == now && AT_LOADER.get().map_or(true, |l| *l == now))
+        .then_some(now)
+}
+
 /// pocl's cache folder as the environment named it when the OpenCL loader started
 /// clshim's layer: at the application's first platform call, before pocl starts (at its
 /// first device or context call), so one more folder pocl may be using.
@@ -218,15 +240,9 @@ fn pocl_cache_for_lookup(at_start: &std::path::Path) -> Result<PathBuf, String> 
 
 impl Store {
     pub fn from_config(c: &crate::config::Config) -> Option<Store> {
-        let at_start = manifest::pocl_cache_dir(&|n| {
-            c.pocl_cache_env
-                .iter()
-                .find(|(k, _)| *k == n)
-                .and_then(|(_, v)| v.clone())
-        });
         c.native_store.clone().map(|dir| Store {
             dir,
-            pocl_cache_at_start: at_start,
+            pocl_cache_at_start: pocl_cache_at_start(c),
         })
     }
 

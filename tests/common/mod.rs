@@ -97,12 +97,23 @@ pub fn clear_shim_env(cmd: &mut Command, keep: &[&str]) {
             cmd.env_remove(&k);
         }
     }
-    // A temporary folder of this test run's own, unless the test names one: ranks publish
-    // their compiles in the node's folder there, and what an earlier run left in /tmp
-    // would be taken as a peer's.
+    // A temporary folder of this command's own, unless the test names one: ranks publish
+    // their compiles in the node's folder there, and what an earlier run or another test
+    // left there would be taken as a peer's (a test that passes only on another's
+    // compile). A test whose commands meet as one job's ranks names one.
     if !cmd.get_envs().any(|(k, _)| k == "TMPDIR") {
-        cmd.env("TMPDIR", run_tmp());
+        cmd.env("TMPDIR", command_tmp());
     }
+}
+
+/// A fresh temporary folder below [`run_tmp`], the user's alone.
+pub fn command_tmp() -> PathBuf {
+    use std::os::unix::fs::DirBuilderExt;
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let d = run_tmp().join(format!("cmd-{n}"));
+    std::fs::DirBuilder::new().mode(0o700).create(&d).unwrap();
+    d
 }
 
 /// This test process's temporary folder (made once, the user's alone).

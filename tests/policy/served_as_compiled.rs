@@ -41,6 +41,13 @@ impl Case {
         let d = scratch(tag);
         let app = d.path("app");
         std::fs::create_dir_all(&app).unwrap();
+        // The case's own temporary folder: the node's folder there holds only what its own
+        // runs published (another case's compile of the same text would be a peer's).
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(d.path("tmp"))
+            .unwrap();
         Case {
             bin: client(),
             app,
@@ -67,6 +74,7 @@ impl Case {
         cmd.args(args).current_dir(cwd);
         clear_shim_env(&mut cmd, &[]);
         cmd.env("HOME", self.d.path("home"))
+            .env("TMPDIR", self.d.path("tmp"))
             .env(
                 "POCL_CACHE_DIR",
                 self.d.path(if cached { "kc-cache" } else { "kc-plain" }),
@@ -606,8 +614,10 @@ fn pocls_cache_folder_named_before_opencl_and_again_before_the_first_program() {
 
 /// key_client names pocl's cache folder `kc-late` between its context and its first
 /// program (and `first`, with one, before its first OpenCL call); its build (VAL=3 from
-/// `hdr/val.h`) is filled; then a `val.h` of VAL 5 appears in each of `headers_in`, and
-/// the run prints what a build without clshim prints, 5, served nothing.
+/// `hdr/val.h`) is neither kept nor taken (clshim cannot tell which folder pocl compiles
+/// in), so a warm step has nothing to make and no build is served; then a `val.h` of VAL 5
+/// appears in each of `headers_in`, and the run prints what a build without clshim prints,
+/// 5, served nothing.
 fn named_before_the_first_program(tag: &str, first: Option<&str>, headers_in: &[&str]) {
     let c = Case::new(tag);
     let src = c.write("src.cl", &source(b"#include \"val.h\"\n"));
@@ -624,7 +634,14 @@ fn named_before_the_first_program(tag: &str, first: Option<&str>, headers_in: &[
         "--context-then-env=POCL_CACHE_DIR={}",
         s(&c.d.path("kc-late"))
     )));
-    assert_eq!(c.fill(&args, &[]), "VAL=3\n");
+    assert_eq!(c.run(false, &args, &[]).out, "VAL=3\n");
+    let cold = c.run(true, &args, &[]);
+    assert_eq!(cold.out, "VAL=3\n");
+    assert!(cold.shared.is_empty(), "{:?}", cold.shared);
+    let log = c.warm();
+    assert!(log.contains("nothing to make"), "{log}");
+    let again = c.run(true, &args, &[]);
+    assert_eq!((again.out.as_str(), again.served), ("VAL=3\n", 0));
     for kc in headers_in {
         c.write(&format!("{kc}/val.h"), b"#define VAL 5\n");
     }

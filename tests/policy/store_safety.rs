@@ -269,8 +269,9 @@ fn a_native_load_answers_options_and_argument_names_as_pocls_own_load() {
 /// `clshim run` over `mpiexec -n 2`, each rank setting its own `XDG_CACHE_HOME` (as
 /// mirgecom's documentation advises): both ranks' requests go to the one store under
 /// `$HOME`, and the node's warm service makes both entries by the end of the next job, whose
-/// ranks load them (a rank that loads a clshim binary whose driver's binary is being made
-/// waits for it at its exit). A rank that names another store gets a service of that store.
+/// ranks load them and compute on for a while (a rank that loads a clshim binary does not
+/// wait at its exit: the service makes it while the job runs). A rank that names another
+/// store gets a service of that store.
 #[test]
 fn one_store_serves_every_rank() {
     if !needs(&[MPIEXEC]) {
@@ -281,10 +282,10 @@ fn one_store_serves_every_rank() {
     let home = d.path("home");
     std::fs::create_dir_all(&home).unwrap();
     let lib = shim_path();
-    let job = |what: &str| {
+    let job = |what: &str, more: &str| {
         let script = format!(
             "export XDG_CACHE_HOME={}/xdg$PMI_RANK POCL_CACHE_DIR={}/kc$PMI_RANK; \
-             exec {} --{what}={}/c$PMI_RANK.bin --seed=$PMI_RANK",
+             exec {} --{what}={}/c$PMI_RANK.bin --seed=$PMI_RANK {more}",
             s(&d.path("")),
             s(&d.path("")),
             s(&bin),
@@ -310,15 +311,15 @@ fn one_store_serves_every_rank() {
         assert!(out.status.success(), "{}", stderr(&out));
         stderr(&out)
     };
-    job("save");
-    let err = job("load");
+    job("save", "");
+    let err = job("load", "--linger=4");
     let store = home.join(".cache/clshim/native");
     assert_eq!(entries(&store).len(), 2, "{err}");
     assert!(requests(&store).is_empty());
     let elsewhere = d.path("elsewhere");
-    for what in ["save", "load"] {
+    for (what, more) in [("save", ""), ("load", "--linger=4")] {
         let script = format!(
-            "CLSHIM_NATIVE_STORE={} exec {} --{what}={}",
+            "CLSHIM_NATIVE_STORE={} exec {} --{what}={} {more}",
             s(&elsewhere),
             s(&bin),
             s(&d.path("x.bin"))

@@ -126,6 +126,10 @@ pub unsafe fn before(
     if !rt.config.program_cache || !crate::store::pocl_kernel_cache_on() {
         return None;
     }
+    let Some(pocl_cache) = crate::store::pocl_cache_certain(&rt.config) else {
+        log::debug!("pocl's cache folder changed since OpenCL began: no compile kept or taken");
+        return None;
+    };
     let devices = if devices.is_empty() {
         // SAFETY: a live program (this function's contract).
         unsafe { query::devices(route, program) }?
@@ -181,7 +185,7 @@ pub unsafe fn before(
         store,
         request,
         labels,
-        pocl_cache: crate::store::pocl_cache(),
+        pocl_cache,
         started: SystemTime::now(),
         clock: Instant::now(),
         bytes,
