@@ -2,9 +2,11 @@
 """Why does it get slower with more ranks? Build time split into CPU and waiting.
 
 Runs bench/workload.py (pyopencl on pocl's CPU driver, rank-local cold caches) under
-`clshim run --binaries POLICY -- mpiexec -n R python bench/workload.py` for each rank
-count R, reads each run's traces with `clshim report --json`, and prints per rank
-count the median over ranks of: the wall seconds of builds and binary queries, their CPU
+`clshim run --record-only --binaries POLICY -- mpiexec -n R python bench/workload.py` for
+each rank count R (clshim only records, as it did by default before 0.2: under 0.2's
+defaults the ranks would share their compiles and take them from the user's store, which
+is not the growth this measures), reads each run's traces with `clshim report --json`,
+and prints per rank count the median over ranks of: the wall seconds of builds and binary queries, their CPU
 seconds (the calling thread's, where pocl compiles) and the difference (waiting), and
 the same for first launches (CPU of pocl's worker threads, which also run the kernel);
 then how the growth over the first rank count splits into CPU and waiting.
@@ -76,7 +78,8 @@ def run_one(args, run_dir, ranks, rep):
     tag = f"R{ranks}_{rep}"
     traces = run_dir / "traces" / tag
     caches = run_dir / "caches" / tag
-    cmd = ([args.clshim, "run", "--binaries", args.policy, "--trace-dir", str(traces), "--",
+    cmd = ([args.clshim, "run", "--record-only", "--binaries", args.policy,
+            "--trace-dir", str(traces), "--",
             args.mpiexec, "-n", str(ranks)] + shlex.split(args.mpiexec_args)
            + [args.python, args.workload, "--cache-root", str(caches),
               "--kernels", str(args.kernels), "--statements", str(args.statements)])

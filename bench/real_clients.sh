@@ -3,11 +3,16 @@
 # Boost.Compute; the same four tests/clients/real_clients.rs checks; and pyopencl 2023.1, which
 # still caches binaries on pocl, running bench/workload.py), each started on cold caches
 # then again on the same warm caches, without clshim, under `clshim run --binaries pass`,
-# under `--binaries substitute` (warm loads build each clshim binary's recipe again), and
-# under `--binaries substitute` with `clshim warm` between the cold and the warm run
-# (warm loads take the driver's own binary from the native store; the warm step's own
-# time is printed apart: it runs after the job, at idle priority). Every cold run gets fresh caches (the client's own and pocl's
-# POCL_CACHE_DIR) under bench/out/real-clients/. Prints one row per client and
+# under `--binaries substitute` (the node's warm service makes the driver's binaries of the
+# clshim binaries handed out while the cold run runs and its processes wait at exit; a warm
+# load takes the driver's binary from the native store where the service made it, and
+# otherwise builds the clshim binary's recipe again), and under `--binaries substitute` with
+# `clshim warm` run by hand between the cold and the warm run (it makes what the service
+# left and the driver's binaries of the kept compiles, so every warm load that can be
+# served takes the driver's binary; its own time is printed apart). Until 0.2 the cold run
+# of that configuration set CLSHIM_WARM=1 to leave requests, and `substitute` alone had no
+# warm service. Every cold run gets fresh caches (the client's own and pocl's
+# POCL_CACHE_DIR) and a fresh native store under bench/out/real-clients/. Prints one row per client and
 # configuration: wall seconds of the cold and the warm run (median of the repeats, with
 # min-max), and the binary-query share of build time that `clshim report --json` shows
 # for the cold run. clFFT also runs with its binary cache off (CLFFT_CACHE_PATH unset),
@@ -53,6 +58,10 @@ c++ -O1 -Wall -DBOOST_BIND_GLOBAL_PLACEHOLDERS -DCL_TARGET_OPENCL_VERSION=120 \
 client_cmd() {
     local client="$1" config="$2" d="$3"
     export POCL_CACHE_DIR="$d/pocl"
+    # A temporary folder of the run's own, as a batch job gets one on its node: since 0.2
+    # clshim run shares compiles through it, and a cold run must not take another
+    # configuration's compiles of the same programs from there.
+    mkdir -p "$d/tmp"; export TMPDIR="$d/tmp"
     case "$client" in
         hashcat)
             export HOME="$d/home" XDG_CACHE_HOME="$d/home/cache" XDG_DATA_HOME="$d/home/data" \
@@ -79,7 +88,7 @@ client_cmd() {
 }
 
 # one CLIENT CONFIG REP: a cold then a warm run in a fresh folder (CONFIG: none, pass,
-# substitute, warmstep: substitute with `clshim warm` between the two runs, or nocache:
+# substitute, warmstep: substitute with `clshim warm` run between the two runs, or nocache:
 # no clshim and the client's cache off); appends two rows to raw.tsv (client, config,
 # rep, cold|warm, wall seconds, query share, query seconds, build seconds; the last three
 # from clshim's report, "-" without clshim), and for warmstep a row of the warm step's
@@ -94,11 +103,29 @@ one() {
                 local policy="$config"
                 [ "$config" != warmstep ] || policy=substitute
                 shim=("$clshim" run --binaries "$policy" --native-store "$d/native" --no-summary
-                    --trace-dir "$d/trace-$phase" --)
-                # warmstep: the cold run leaves requests for the warm step run between.
-                [ "$config" != warmstep ] || shim=(env CLSHIM_WARM=1 "${shim[@]}") ;;
+                    --trace-dir "$d/trace-$phase" --) ;;
         esac
         if [ "$phase" = warm ] && [ "$config" = warmstep ]; then
+            # The cold run's warm service ends with its last process, and its workers with
+            # it; a request a worker had claimed stays claimed by that worker's pid until the
+            # process is gone, reaped included (a zombie counts as alive: here PID 1 reaps
+            # orphans about a second late), and a step started before then leaves it unmade
+            # ("1 claimed by another process"). Wait for the service and for every claim's
+            # process to be gone (at most 10 s; a claim not renewed for a minute is taken
+            # over anyway) before timing the step.
+            waited_out() {
+                local c pid
+                pgrep -f -- "clshim warm .*--store $d/native( |\$)" > /dev/null && return 1
+                for c in "$d"/native/requests/*.claim; do
+                    [ -e "$c" ] || continue
+                    pid=$(awk '{print $NF; exit}' "$c") # clshim-claim 1 HOST PID
+                    [ ! -e "/proc/$pid" ] || return 1
+                done
+            }
+            for _ in $(seq 200); do
+                waited_out && break
+                sleep 0.05
+            done
             t0=$(date +%s.%N)
             ( client_cmd "$client" "$config" "$d"; "$clshim" warm --store "$d/native" ) \
                 2> "$d/warmstep.err" || { echo "FAILED: $client warm step" >&2; exit 1; }
@@ -177,7 +204,7 @@ for client, b in base.items():
         if config != "none" and n:
             print(f"  {client:8} {names[config]:24} / no clshim: {c / n[0]:.2f} / {w / n[1]:.2f}")
 print()
-print("substitute / no clshim, before (no warm step) and after (clshim warm between the runs):")
+print("substitute / no clshim, before (the node's warm service alone) and after (clshim warm between the runs):")
 print(f"  {'client':8} {'cold before':>12} {'warm before':>12} {'cold after':>11} {'warm after':>11}")
 for client, b in base.items():
     n, before, after = b.get("none"), b.get("substitute"), b.get("warmstep")

@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
-"""Ranks of a node sharing one compile of a program (CLSHIM_SHARE_BUILDS, with the program
-cache), side by side in one run: bench/workload.py (N kernels of S statements, the same
-programs on every rank, current pyopencl, which keeps no binaries on pocl) under
-``mpiexec -n R`` for R = 1, 2, 4, every rank on its own cold caches (``--cache-root``, as
-MPI sites advise), each configuration on fresh caches and a fresh native store, the
-configurations interleaved:
+"""Ranks of a node sharing one compile of a program (CLSHIM_SHARE_BUILDS: on by default, with
+the program cache, which `clshim run` turns on), side by side in one run: bench/workload.py
+(N kernels of S statements, the same programs on every rank, current pyopencl, which keeps
+no binaries on pocl) under ``mpiexec -n R`` for R = 1, 2, 4, every rank on its own cold
+caches (``--cache-root``, as MPI sites advise), each configuration on fresh caches, a fresh
+temporary folder and a fresh native store, the configurations interleaved:
 
   no clshim          the job as users run it
-  recorded           under ``clshim run`` only (what each build cost, rank by rank)
-  not shared         under ``clshim run --program-cache --no-share-builds``
-  shared             under ``clshim run --program-cache`` (sharing on by default)
+  recorded           under ``clshim run --record-only`` (what each build cost, rank by rank:
+                     every rank compiles every program, as without clshim)
+  not shared         under ``clshim run --no-share-builds``: the program cache without
+                     sharing; no rank waits for another, but each keeps what it compiles in
+                     the (fresh) store, and a rank that builds a program after another kept
+                     it takes it from there, without waiting
+  shared             under ``clshim run`` (its defaults: the program cache, sharing on)
 
 Each configuration runs for every --rank-own K (the first K kernels differ from rank to
 rank, bench/workload.py --rank-own): K = 0 is the issue's extreme case (every rank builds the
@@ -21,8 +25,9 @@ programs' own, as in an application that builds many programs.
 
 For each: the whole job's CPU (this process's children) and wall time, and, from clshim's
 records, the build CPU and the first launch CPU (pocl's second compile, of the kernel that runs)
-summed over the ranks, the builds compiled and those taken from a peer, and the time
-ranks waited for a peer; from the "recorded" runs, the share of build CPU
+summed over the ranks, the builds compiled, those taken from a peer and those taken from
+the store (a peer's compile kept there, or, not shared, a compile another rank kept first),
+and the time ranks waited for a peer; from the "recorded" runs, the share of build CPU
 spent on repeats, as `clshim report` counts them (compiles of a program, by source hash,
 options and device, on ranks other than the first to compile it; for first launches, of
 the same kernel and sizes). Results must be right in every run
@@ -62,7 +67,10 @@ def builds(traces):
     """From `clshim report --json` of a run's traces (its `repeats`): (build CPU s, builds
     compiled, builds from a peer, seconds builds and first launches waited for a peer,
     share of build CPU on repeats, first launch CPU s, share of build and first launch CPU
-    on repeats)."""
+    on repeats, builds taken from the store's kept compiles). A rank that waits for its
+    peer's compile often finds it kept in the store before it is published on the node, and
+    takes it from there; a `clshim report` that does not count those apart (no
+    `builds_from_store` in its JSON) counts them as compiled, and the last is nan."""
     p = subprocess.run([CLSHIM, "report", "--json", traces], stdout=subprocess.PIPE, text=True)
     r = json.loads(p.stdout)["repeats"]
     cpu, launch_cpu = r["build_cpu_seconds"], r["first_launch_cpu_seconds"]
@@ -70,7 +78,8 @@ def builds(traces):
     rep, lrep = r["repeat_build_cpu_seconds"], r["repeat_first_launch_cpu_seconds"]
     both = cpu + launch_cpu
     return (cpu, compiled, r["builds_from_peer"], r["peer_wait_seconds"],
-            rep / cpu if cpu else 0.0, launch_cpu, (rep + lrep) / both if both else 0.0)
+            rep / cpu if cpu else 0.0, launch_cpu, (rep + lrep) / both if both else 0.0,
+            r.get("builds_from_store", float("nan")))
 
 
 def run(config, ranks, work, d):
@@ -85,10 +94,10 @@ def run(config, ranks, work, d):
     job = MPIEXEC + ["-n", str(ranks), NEW, WORKLOAD] + work + ["--cache-root", os.path.join(d, "caches")]
     cmd = {
         "no clshim": job,
-        "recorded": [CLSHIM, "run", "--lib", LIB, "--trace-dir", traces, "--"] + job,
-        "not shared": [CLSHIM, "run", "--lib", LIB, "--program-cache", "--no-share-builds",
+        "recorded": [CLSHIM, "run", "--lib", LIB, "--record-only", "--trace-dir", traces, "--"] + job,
+        "not shared": [CLSHIM, "run", "--lib", LIB, "--no-share-builds",
                        "--trace-dir", traces, "--"] + job,
-        "shared": [CLSHIM, "run", "--lib", LIB, "--program-cache", "--trace-dir", traces, "--"] + job,
+        "shared": [CLSHIM, "run", "--lib", LIB, "--trace-dir", traces, "--"] + job,
     }[config]
     cpu0, t0 = children_cpu(), time.perf_counter()
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -96,7 +105,8 @@ def run(config, ranks, work, d):
     ok = [l for l in p.stdout.splitlines() if l.startswith("workload ")]
     if p.returncode != 0 or len(ok) != ranks or not all("result=ok" in l for l in ok):
         sys.exit(f"shared_builds: {config} at {ranks} ranks failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
-    b = builds(traces) if os.path.isdir(traces) else (float("nan"), 0, 0, 0.0, float("nan"), float("nan"), float("nan"))
+    nan = float("nan")
+    b = builds(traces) if os.path.isdir(traces) else (nan, 0, 0, 0.0, nan, nan, nan, nan)
     return (cpu, wall) + b
 
 
@@ -139,12 +149,14 @@ def main():
     print(f"shared_builds: bench/workload.py -n {a.kernels} -s {a.statements}, per-rank cold caches, "
           f"median of {a.repeat} interleaved runs")
     print(f"{'ranks':>5} {'own':>3} {'configuration':14} {'job CPU s':>10} {'wall s':>8} "
-          f"{'build CPU s':>12} {'launch CPU s':>13} {'compiled':>9} {'from peer':>10} {'waited s':>9}")
+          f"{'build CPU s':>12} {'launch CPU s':>13} {'compiled':>9} {'from peer':>10} {'from store':>11} "
+          f"{'waited s':>9}")
     for r, k in cases:
         for c in CONFIGS:
             xs = rows[(r, k, c)]
             print(f"{r:>5} {k:>3} {c:14} {med(xs, 0):10.2f} {med(xs, 1):8.2f} {med(xs, 2):12.2f} "
-                  f"{med(xs, 7):13.2f} {med(xs, 3):9.0f} {med(xs, 4):10.0f} {med(xs, 5):9.2f}")
+                  f"{med(xs, 7):13.2f} {med(xs, 3):9.0f} {med(xs, 4):10.0f} {med(xs, 9):11.0f} "
+                  f"{med(xs, 5):9.2f}")
     for r, k in cases:
         plain, rec = rows[(r, k, "no clshim")], rows[(r, k, "recorded")]
         shared, unshared = rows[(r, k, "shared")], rows[(r, k, "not shared")]

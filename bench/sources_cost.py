@@ -2,7 +2,9 @@
 """What keeping sources (`clshim run --sources`) costs, two ways, printed as Markdown.
 
 1. The demo workload side by side: bench/workload.py (pyopencl 2023.1, --kernels K
-   --statements S) under `mpiexec -n R` and `clshim run`, with rank-local cold caches,
+   --statements S) under `mpiexec -n R` and `clshim run --record-only` (what recording
+   costs, without 0.2's program cache keeping compiles in the user's store), with
+   rank-local cold caches,
    PAIRS times without and with --sources, alternating. Compares the workload's own
    build_s (Program.build(), which holds the keeping), the median over runs of the
    ranks' mean. On a shared machine the noise of this comparison is larger than the cost.
@@ -48,7 +50,7 @@ work = tempfile.mkdtemp(prefix="clshim-sources-cost.")
 
 def demo(mode, i):
     d = os.path.join(work, f"{mode}-{i}")
-    cmd = [CLSHIM, "run", "--no-summary", "--trace-dir", os.path.join(d, "t")]
+    cmd = [CLSHIM, "run", "--record-only", "--no-summary", "--trace-dir", os.path.join(d, "t")]
     if mode == "with":
         cmd.append("--sources")
     cmd += ["--", "mpiexec", "-n", str(a.ranks), PY, os.path.join(ROOT, "bench/workload.py"),

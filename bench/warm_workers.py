@@ -1,18 +1,25 @@
 #!/usr/bin/env python3
-"""The warm step's wall and CPU on one worker against several, side by side in one run: an MPI
-job of bench/workload.py (current pyopencl; every rank with its own cold caches, as MPI sites
-advise, and by default every kernel its own, so each rank is a group of requests of its own),
-run under `clshim run --program-cache` with CLSHIM_WARM=1, then `clshim warm --jobs J` for
-each J asked, each on the requests of a fresh job of its own, the J values taking turns at
-going first. A last job on fresh caches checks that the store serves every build.
+"""`clshim warm`'s wall and CPU on one worker against several, side by side in one run: an
+MPI job of bench/workload.py (current pyopencl; every rank with its own cold caches, as MPI
+sites advise, and by default every kernel its own, so each rank's compiles make a group of
+requests of their own: one working directory and environment), run under `clshim run
+--no-share-builds` (the program cache, which keeps each rank's compiles in a fresh store;
+no rank waits for another), then `clshim warm --jobs J` for each J asked, which turns every
+kept compile into a request (promotion) and makes the driver's binary of each, each J on
+the kept compiles of a fresh job of its own, the J values taking turns at going first. A
+last job on fresh caches checks that the store serves every build as the driver's binary.
 
 CPU is user + system of the warm step and its workers (this process's children's).
+"asked" is the kept builds the job left in the store, "made" what the step made of them.
+Until 0.2 the job set CLSHIM_WARM=1 to leave requests; since, the step makes the same
+requests from the kept compiles.
 
     bench/warm_workers.sh                                  # 2 ranks, --jobs 1 and every CPU
     bench/warm_workers.sh --ranks 16 -n 8 -s 100 --jobs 1 16 --repeat 2
 """
 import argparse
 import os
+import re
 import shlex
 import shutil
 import statistics
@@ -56,9 +63,10 @@ def main():
             if not k.startswith("CLSHIM_") and k not in ("LD_PRELOAD", "OPENCL_LAYERS")}
 
     def job(d, caches, extra_env, *clshim_args):
-        env = dict(base, HOME=os.path.join(d, "home"), TMPDIR=os.path.join(d, "tmp"), **extra_env)
+        env = dict(base, HOME=os.path.join(d, "home"), TMPDIR=os.path.join(d, "tmp"))
+        env.update(extra_env)
         os.makedirs(env["TMPDIR"], exist_ok=True)
-        cmd = ([clshim, "run", "--lib", lib, "--program-cache", *clshim_args, "--"]
+        cmd = ([clshim, "run", "--lib", lib, *clshim_args, "--"]
                + shlex.split(a.mpiexec) + ["-n", str(a.ranks), a.python, WORKLOAD,
                                            "-n", str(a.kernels), "-s", str(a.statements),
                                            "--rank-own", str(own), "--cache-root", caches])
@@ -74,16 +82,24 @@ def main():
         turn = a.jobs[rep % len(a.jobs):] + a.jobs[:rep % len(a.jobs)]
         for j in turn:
             d = os.path.join(a.out, f"{rep}-{j}")
-            env, _ = job(d, os.path.join(d, "caches"), {"CLSHIM_WARM": "1"}, "--no-share-builds")
-            reqs = len(os.listdir(os.path.join(d, "home", ".cache", "clshim", "native", "requests")))
+            env, _ = job(d, os.path.join(d, "caches"), {}, "--no-share-builds")
+            compiles = os.path.join(d, "home", ".cache", "clshim", "native", "compiles")
+            kept = sum(os.path.isfile(os.path.join(compiles, k, "build.kc"))
+                       for k in os.listdir(compiles)) if os.path.isdir(compiles) else 0
             args = [clshim, "warm", "--lib", lib] + ([] if j == "all" else ["--jobs", j])
             cpu, wall, p = run(args, env)
             line = [l for l in p.stderr.splitlines() if l.startswith("clshim warm: ")][-1]
-            made = int(line.split(" made,")[0].rsplit(" ", 1)[1])
-            rows[j].append((cpu, wall, made, reqs))
+            m = re.search(r"(\d+) made,", line)
+            made = int(m.group(1)) if m else 0
+            rows[j].append((cpu, wall, made, kept))
             if rep == 0 and j == a.jobs[-1]:
-                _, err = job(d, os.path.join(d, "caches-next"), {})
-                served += [l.split("; ")[-1] for l in err.splitlines() if "served" in l]
+                # The next job: a fresh node (caches and temporary folder), the same store.
+                _, err = job(d, os.path.join(d, "caches-next"), {"TMPDIR": os.path.join(d, "tmp-next")})
+                exits = [l for l in err.splitlines() if l.startswith("clshim: ")]
+                builds = sum(int(x) for l in exits for x in re.findall(r"(\d+) builds ", l))
+                native = sum(int(x) for l in exits
+                             for x in re.findall(r"\((\d+) as the driver's binary\)", l))
+                served.append(f"{native} of {builds} builds served as the driver's binary")
     print(f"warm_workers: bench/workload.py -n {a.kernels} -s {a.statements} --rank-own {own} under "
           f"{a.mpiexec} -n {a.ranks}, per-rank cold caches, median of {a.repeat} interleaved runs")
     print(f"{'--jobs':>8} {'CPU s':>8} {'wall s':>8} {'made':>6} {'asked':>6}  against --jobs {a.jobs[0]}")
@@ -93,7 +109,7 @@ def main():
         pair = lambda i: statistics.median(x[i] / y[i] for x, y in zip(rows[j], rows[first]))
         print(f"{j:>8} {med(0):8.2f} {med(1):8.2f} {min(x[2] for x in rows[j]):6d} "
               f"{max(x[3] for x in rows[j]):6d}  CPU {pair(0):.2f}x, wall {pair(1):.2f}x")
-    print("the next job on fresh caches: " + (served[0] if served else "(no exit line)"))
+    print("the next job on fresh caches: " + (served[0] if served else "(not run)"))
 
 
 if __name__ == "__main__":
