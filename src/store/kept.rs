@@ -265,11 +265,7 @@ pub fn lease(store: &KeptStore, key: u64, what: &str) -> Option<Leased> {
             })
         };
         let stale = match &holder {
-            Some((host, pid)) if *host == me => {
-                // SAFETY: signal 0 only asks whether the process exists.
-                let alive = unsafe { libc::kill(*pid as i32, 0) } == 0;
-                !alive
-            }
+            Some((host, pid)) if *host == me => clshim_format::store::process_gone(*pid as i32),
             Some(_) => age() > format::LEASE_STALE_SECONDS,
             // Being written (a holder between its create and its write), or not a lease.
             None => age() > 10,

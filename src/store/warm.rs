@@ -268,11 +268,7 @@ fn lapsed(dir: &Fd, name: &str, me: &Claim) -> bool {
         },
         _ => return true,
     };
-    // SAFETY: signal 0 only checks that the process exists.
-    holder.host == me.host
-        && holder.pid > 0
-        && unsafe { libc::kill(holder.pid, 0) } != 0
-        && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    holder.host == me.host && format::process_gone(holder.pid)
 }
 
 /// Makes and builds `recipe` for `device` in `ctx`: the program, or why not.

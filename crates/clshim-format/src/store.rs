@@ -722,9 +722,44 @@ pub fn is_temporary_name(name: &str) -> bool {
             .any(|suffix| key_of_name(store_name, suffix).is_some())
 }
 
+/// Whether the process `pid` of this host (and PID namespace) has ended: none by that pid,
+/// or a zombie (dead, not yet reaped: a killed warm worker whose parent ended too waits for
+/// init to reap it, and holds nothing meanwhile).
+pub fn process_gone(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only asks whether the process exists.
+    if unsafe { libc::kill(pid, 0) } != 0 {
+        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    }
+    // The state follows the command's closing parenthesis (the command may hold any byte).
+    std::fs::read(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.iter()
+            .rposition(|&b| b == b')')
+            .and_then(|i| stat.get(i + 2))
+            .is_some_and(|&state| state == b'Z' || state == b'X')
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A live process holds its claims and leases; an ended one, reaped or a zombie, not.
+    #[test]
+    fn a_zombie_is_a_process_gone() {
+        assert!(!process_gone(std::process::id() as i32));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !process_gone(pid) && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(process_gone(pid), "an ended child not yet reaped");
+        child.wait().unwrap();
+        assert!(process_gone(pid));
+    }
 
     #[test]
     fn an_entry_opens_only_whole() {

@@ -507,10 +507,7 @@ fn remove_orphaned_folders() {
             .path()
             .symlink_metadata()
             .is_ok_and(|m| m.is_dir() && m.uid() == super::trust::me());
-        // SAFETY: signal 0 only asks whether the process exists.
-        let gone = unsafe { libc::kill(pid, 0) } != 0
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-        if mine && gone {
+        if mine && clshim_format::store::process_gone(pid) {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
