@@ -113,6 +113,8 @@ def main():
             if ranks == 2:
                 # The next job: the first job's store, a fresh node (temporary folder, caches).
                 env = dict(env, TMPDIR=os.path.join(base, "next-tmp"))
+                shutil.rmtree(env["TMPDIR"], ignore_errors=True)
+                shutil.rmtree(os.path.join(base, "next-c"), ignore_errors=True)
                 os.makedirs(env["TMPDIR"])
                 nxt = measured(under([], workload(NEW, ranks, 4, 300,
                                                   os.path.join(base, "next-c"))), env, "next")

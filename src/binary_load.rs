@@ -593,7 +593,7 @@ unsafe fn load_native(
             // for it while this process does (a request is left if none waits).
             // SAFETY: as above.
             if let Ok(w) = unsafe { crate::store::wanted(&facts, d, recipe, &encoded) } {
-                crate::store::request(rt, &[w], &encoded, false);
+                crate::store::request(rt, &[w], &encoded);
             }
         }
         payloads.push(found?.binary);

@@ -342,13 +342,6 @@ impl Recorder {
         self.state.lock().identity.rank
     }
 
-    /// The wall-clock seconds this process's first launches took so far.
-    pub fn first_launch_seconds(&self) -> f64 {
-        self.state
-            .try_lock_for(Duration::from_millis(200))
-            .map_or(0.0, |s| s.tally.first_launch_wall.total())
-    }
-
     /// What the node's warm service made of this process's requests, for its exit line.
     pub fn note_service(&self, a: crate::store::service::AtExit) {
         if let Some(mut s) = self.state.try_lock_for(Duration::from_millis(200)) {
@@ -674,9 +667,6 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str, program_cache: bool)
                 ""
             }
         ));
-        if a.waited >= 0.05 {
-            s.push_str(&format!(" (waited {:.2} s at exit)", a.waited));
-        }
     }
     if t.substituted > 0 {
         // An application that keeps what it was handed fails without clshim, some with no

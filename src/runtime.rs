@@ -76,11 +76,9 @@ fn init(route: Route) -> Runtime {
 extern "C" fn at_exit() {
     catch(|| {
         if let Some(rt) = RUNTIME.get() {
-            // A process that left requests for the driver's binaries waits, bounded, for
-            // the node's warm service to make them (`store::service`).
-            let cap = rt.recorder.first_launch_seconds();
-            let service = rt.config.warm_service;
-            if let Some(a) = crate::store::service::wait_at_exit(cap, service) {
+            // What the node's warm service made of this process's requests for the driver's
+            // binaries (`store::service`), for the exit line.
+            if let Some(a) = crate::store::service::at_exit(rt.config.warm_service) {
                 rt.recorder.note_service(a);
             }
             if rt.config.summary {

@@ -455,13 +455,6 @@ fn read_at_most(fd: &Fd, len: usize) -> Vec<u8> {
     buf
 }
 
-/// The first `len` bytes (or fewer) of the regular file `name` below `dir`, the user's alone,
-/// read without following a link or blocking on a FIFO.
-pub fn read_head(dir: &Fd, name: &str, len: usize) -> Option<Vec<u8>> {
-    let (fd, _) = open_regular(dir, name).ok()??;
-    Some(read_at_most(&fd, len))
-}
-
 /// Reads the regular file `name` below `dir` whole (at most `max` bytes, else an error),
 /// without following a link; when `touch`, sets its modification time to now (least
 /// recently used goes first). Ok(None): there is no such file.

@@ -82,15 +82,6 @@ fn key_dir(store: &Path, key: u64, create: bool) -> std::io::Result<Fd> {
     files::open_sub(&c, &format::key_folder(key), create)
 }
 
-/// How long the kept build of `key` took its keeper to compile, from its header alone.
-pub fn compile_seconds(store: &Path, key: u64) -> Option<f64> {
-    let dir = key_dir(store, key, false).ok()?;
-    let head = files::read_head(&dir, format::BUILD_FILE, format::COMPILE_NS_AT + 8)?;
-    let at = format::COMPILE_NS_AT;
-    let ns = u64::from_le_bytes(head.get(at..at + 8)?.try_into().ok()?);
-    (head.starts_with(format::KEPT_MAGIC) && ns > 0).then(|| ns as f64 / 1e9)
-}
-
 /// Whether the store keeps a build of `key` (one look, nothing read).
 pub fn has_build(store: &KeptStore, key: u64) -> bool {
     key_dir(&store.dir, key, false).is_ok_and(|d| files::exists(&d, format::BUILD_FILE))

@@ -345,9 +345,9 @@ pub unsafe fn wanted(
 }
 
 /// Leaves a request for each build in `wanted` the store lacks, and makes sure the node's
-/// warm service runs to make them (`service`); `handed_out`: for clshim binaries this
-/// process hands out (else for ones it loads).
-pub fn request(rt: &crate::runtime::Runtime, wanted: &[Wanted], encoded: &[u8], handed_out: bool) {
+/// warm service runs to make them (`service`): for clshim binaries this process hands out,
+/// or loads.
+pub fn request(rt: &crate::runtime::Runtime, wanted: &[Wanted], encoded: &[u8]) {
     let Some(store) = Store::from_config(&rt.config) else {
         return;
     };
@@ -358,7 +358,7 @@ pub fn request(rt: &crate::runtime::Runtime, wanted: &[Wanted], encoded: &[u8], 
     let mut left = false;
     for w in wanted {
         if requests::leave(&store, &w.key, w.labels.as_ref(), encoded, &env, &cwd) {
-            service::left(&store.dir, w.key.key, handed_out);
+            service::left(&store.dir, w.key.key);
             left = true;
         }
     }

@@ -8,19 +8,17 @@
 //! of clshim's outlives the job; what it did not make waits for the next job's service,
 //! and a request being made when it ended is taken over (its claim's holder is gone).
 //!
-//! Under `substitute` the application asked for the binaries, and without clshim it would
-//! have waited for pocl's generic compile of each at its query: so a process that handed
-//! out clshim binaries waits at its exit, at most that long (four times each build's kept
-//! compile, as pocl's second compile costs four to five times its first, and never longer
-//! than its first launches took), for the service to make them, and the next run loads
-//! the driver's binaries. A process that only loaded clshim binaries does not wait. A
-//! process that ends without its exit handlers (killed with its job) leaves its requests
-//! to the next job's service.
+//! The service never costs the job time: no process waits for it. Under `substitute` the
+//! application asked for the binaries, and a process that hands out clshim binaries goes
+//! on at once, as pocl's generic compile is what `substitute` spares it; a process that
+//! loads a clshim binary whose driver's binary the store lacks is made again from its
+//! recipe (the compile its job kept makes that pocl's cache hit). The service makes what
+//! they left while the job runs, on the cores its ranks leave idle; what it did not make
+//! by the job's end waits for the next job's service, or `clshim warm`.
 //!
 //! This module owns only the client's side: holding the clients' lock (shared) for the
-//! process's life, starting the service when none holds the service lock, and the wait at
-//! exit. The service
-//! is the `clshim` command beside this library, started with `posix_spawn` (no copy of the
+//! process's life, starting the service when none holds the service lock, and what became
+//! of this process's requests at its exit. The service is the `clshim` command beside this library, started with `posix_spawn` (no copy of the
 //! application's memory), its standard streams on `/dev/null` (a launcher that forwards
 //! the ranks' output must not wait for it), without clshim in its preload list; a thread
 //! of this process reaps it if it ends first. The lock names are
@@ -35,23 +33,14 @@ use std::sync::Mutex;
 /// The stores this process holds the clients' lock of.
 static CLIENT_OF: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
-/// The requests this process left: their store and key, and whether this process handed
-/// out a clshim binary of the build (else it loaded one).
-static LEFT: Mutex<Vec<(PathBuf, u64, bool)>> = Mutex::new(Vec::new());
+/// The requests this process left: their store and key.
+static LEFT: Mutex<Vec<(PathBuf, u64)>> = Mutex::new(Vec::new());
 
-/// When this process last started a service: one that has not taken its lock yet is
-/// starting, not absent.
-static STARTED_AT: Mutex<Option<std::time::Instant>> = Mutex::new(None);
-
-/// How long a service just started may take to take its lock.
-const STARTING: std::time::Duration = std::time::Duration::from_secs(3);
-
-/// Notes a request this process left (`handed_out`: for a clshim binary it handed out;
-/// else for one it loaded).
-pub fn left(store: &Path, key: u64, handed_out: bool) {
+/// Notes a request this process left.
+pub fn left(store: &Path, key: u64) {
     let mut left = LEFT.lock().unwrap_or_else(|e| e.into_inner());
-    if !left.iter().any(|(s, k, _)| s == store && *k == key) {
-        left.push((store.to_path_buf(), key, handed_out));
+    if !left.iter().any(|(s, k)| s == store && *k == key) {
+        left.push((store.to_path_buf(), key));
     }
 }
 
@@ -60,79 +49,28 @@ pub fn left(store: &Path, key: u64, handed_out: bool) {
 pub struct AtExit {
     pub left: u64,
     /// Whether a service was asked for (`CLSHIM_WARM_SERVICE`): else the requests wait for
-    /// `clshim warm`, and this process did not wait.
+    /// `clshim warm`.
     pub service: bool,
-    /// Made by the service (an entry exists), and how long this process waited for them.
+    /// Made by the service by now (an entry exists).
     pub made: u64,
-    pub waited: f64,
 }
 
-/// Waits, while a service runs, for it to make the requests this process left for the
-/// clshim binaries it handed out (polling every 50 ms: each is gone from the store once
-/// made, failed or set aside), at most as long as pocl's generic compile of each would take
-/// (four times its kept compile's, as pocl's second compile costs four to five times its
-/// first; a second where that is unknown) and the service's start, and never longer than
-/// `handed_out_cap`: what its binary queries would have cost it without clshim (its first
-/// launches' time, pocl compiling the same functions). A process that only loaded clshim
-/// binaries never waits: without clshim it would have loaded the driver's binaries at once,
-/// and its kept compiles make its builds pocl's cache hits meanwhile; the service makes its
-/// binaries while the job runs. Nor does one whose service is off (`service` false). None
-/// when this process left no request.
-pub fn wait_at_exit(handed_out_cap: f64, service: bool) -> Option<AtExit> {
+/// How many requests this process left and how many of them the service has made by now
+/// (`service`: whether one was asked for). None when this process left none. Nothing
+/// waits: the service goes on with the rest while the job's other processes live.
+pub fn at_exit(service: bool) -> Option<AtExit> {
     let left = LEFT.lock().unwrap_or_else(|e| e.into_inner()).clone();
     if left.is_empty() {
         return None;
     }
-    let expected: f64 = left
-        .iter()
-        .filter(|r| r.2)
-        .map(|(store, key, _)| {
-            crate::store::kept::compile_seconds(store, *key).map_or(1.0, |s| 4.0 * s)
-        })
-        .sum();
-    let bound = if expected > 0.0 && service {
-        // And the service's own start: pocl's and its kernel library's, once per worker.
-        (expected + STARTING.as_secs_f64()).min(handed_out_cap)
-    } else {
-        0.0
-    };
-    let bound = std::time::Duration::from_secs_f64(bound.clamp(0.0, 600.0));
-    let fmt = clshim_format::store::request_name;
-    let pending = |(store, key, _): &(PathBuf, u64, bool)| {
-        store
-            .join(clshim_format::store::REQUESTS)
-            .join(fmt(*key))
-            .exists()
-    };
-    let clock = std::time::Instant::now();
-    let starting = || {
-        STARTED_AT
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some_and(|t| t.elapsed() < STARTING)
-    };
-    let serving = |store: &Path| {
-        // SAFETY: no arguments.
-        let uid = unsafe { libc::geteuid() };
-        let (service, _) = clshim_format::store::warm_lock_names(uid, store);
-        starting()
-            || open_lock(&service).is_some_and(|f| {
-                // SAFETY: an open descriptor; a lock got here is let go when `f` closes.
-                unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) != 0 }
-            })
-    };
-    while clock.elapsed() < bound && left.iter().any(|r| r.2 && pending(r) && serving(&r.0)) {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
     let made = left
         .iter()
-        .filter(|(store, key, _)| store.join(clshim_format::store::entry_name(*key)).exists())
+        .filter(|(store, key)| store.join(clshim_format::store::entry_name(*key)).exists())
         .count() as u64;
     Some(AtExit {
         left: left.len() as u64,
         service,
         made,
-        waited: clock.elapsed().as_secs_f64(),
     })
 }
 
@@ -311,7 +249,6 @@ fn start(store: &Path) -> Result<(), String> {
     if ret != 0 {
         return Err(std::io::Error::from_raw_os_error(ret).to_string());
     }
-    *STARTED_AT.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
     // Reaped here if it ends first (a service that found another running leaves at once).
     let _ = std::thread::Builder::new()
         .name("clshim-service-reaper".into())

@@ -425,9 +425,9 @@ fn a_full_or_unwritable_store_costs_the_application_nothing() {
 
 /// Under `substitute`, the node's warm service, which the library starts when it hands out
 /// a clshim binary whose driver's binary the store lacks (or loads one), makes it while the
-/// command runs. The process that handed it out waits at its exit no longer than its first
-/// launches took; one that loads it does not wait at all (it returns at once, the request
-/// left), and the service makes it while a job that runs on lives: when that run returns
+/// command runs. Neither the process that handed it out nor one that loads it waits for
+/// the service at its exit (it returns at once, the request left), and the service makes
+/// it while a job that runs on lives: when that run returns
 /// (with the command's status), the entry is there, no request waits, and no process of
 /// clshim's is left (the service ends with the job's last process). `--warm`, no longer
 /// needed, is said to be ignored.
@@ -458,12 +458,13 @@ fn the_warm_service_makes_what_a_job_hands_out_and_leaves_nothing_behind() {
     let save = format!("--save={}", s(&d.path("c.bin")));
     let out = run(&[&save]);
     assert!(stdout(&out).contains("saved"));
+    assert!(!stderr(&out).contains("at exit"), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("the node's warm service made the driver's binaries of"),
         "{}",
         stderr(&out)
     );
-    // Whatever the service made in the handing out's wait: a load that finds no entry.
+    // Whatever the service made before the job ended: a load that finds no entry.
     for e in entries(&store) {
         std::fs::remove_file(e).unwrap();
     }

@@ -185,7 +185,7 @@ pub const WARM_SERVICE: Control = Control {
     default: "1",
     values: "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`)",
     default_doc: "`1`",
-    doc: "Where an application asks for binaries (`substitute` hands out a clshim binary whose driver's binary the store lacks, or loads one): start the node's warm service, which makes them at the job's lowest priority (nice 19, idle I/O) while the job runs and ends with the job's last process (a process that handed out clshim binaries waits at exit for its own, at most four times their kept compiles' time and never longer than its first launches took; one that only loaded them does not wait). `0`: leave the requests for `clshim warm`.",
+    doc: "Where an application asks for binaries (`substitute` hands out a clshim binary whose driver's binary the store lacks, or loads one): start the node's warm service, which makes them at the job's lowest priority (nice 19, idle I/O) while the job runs and ends with the job's last process; no process waits for it (what it has not made by then waits for the next job's service). `0`: leave the requests for `clshim warm`.",
     help: "start the node's warm service for the binaries an application asks for",
 };
 

@@ -30,9 +30,6 @@ pub const COMPILES: &str = "compiles";
 pub const BUILD_FILE: &str = "build.kc";
 /// The ending of every kept compile's file name.
 pub const SUFFIX: &str = ".kc";
-/// Where a kept compile's `compile ns` is, from its start: what a reader of its header alone
-/// (the warm service's wait) needs.
-pub const COMPILE_NS_AT: usize = 8 + 4 + 4 + 3 * 8;
 /// The largest kept compile a reader accepts.
 pub const MAX_KEPT: u64 = 1 << 30;
 /// The most files one holds (pocl writes a handful per program and per specialisation).
