@@ -51,6 +51,7 @@ mod programs;
 mod query;
 mod recipe;
 mod record;
+mod remake;
 mod runtime;
 mod sources;
 mod store;

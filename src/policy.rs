@@ -368,7 +368,7 @@ fn request_native(rt: &'static Runtime, plan: &Plan, binaries: &[(usize, Vec<u8>
                 .ok()
         })
         .collect();
-    crate::store::request(rt, &wanted, &encoded);
+    crate::store::request(&rt.config, &wanted, &encoded);
 }
 
 fn record_query(

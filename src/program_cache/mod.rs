@@ -4,8 +4,9 @@
 //! then still preprocesses each source, about 20 ms a program, where the driver's own
 //! binary loads in about one). This module owns when a program gets a handle of clshim's
 //! (`handles`: only a source the store holds a build of, on pocl devices only, so a
-//! program the store cannot serve is the driver's own, untouched), the served build itself, and the requests a
-//! compiled source build leaves for the warm step. What an entry is keyed on, and where
+//! program the store cannot serve is the driver's own, untouched), the served build itself,
+//! and each source build's turn at the compiles the ranks of a job share and keep
+//! (`share`). What an entry is keyed on, and where
 //! it lives, is `store`'s: a build is served only by an entry made for exactly that build.
 //!
 //! A served `clBuildProgram` makes the program from the driver's binaries of every device
@@ -25,12 +26,7 @@ pub mod share;
 pub use handles::{app_handle, find, forget_reused, resolve, source_of};
 pub use serve::{after_fallback, after_source_build, maybe_wrap, serve_build, Build};
 
-/// The folder of the store where the warm step marks the sources it made builds of
-/// (`clshim_format::store::SOURCES`). `clCreateProgramWithSource` looks for the mark (one
-/// file operation) to decide whether the program gets a handle.
-pub use clshim_format::store::SOURCES;
-
-/// The mark's name for a source hash.
-pub fn source_mark(hash: u64) -> String {
-    format!("{hash:016x}")
-}
+/// The folder of the store where the warm step marks the sources it made builds of, and
+/// a mark's name. `clCreateProgramWithSource` looks for the mark (one file operation) to
+/// decide whether the program gets a handle.
+pub use clshim_format::store::{source_mark, SOURCES};

@@ -347,8 +347,8 @@ pub unsafe fn wanted(
 /// Leaves a request for each build in `wanted` the store lacks, and makes sure the node's
 /// warm service runs to make them (`service`): for clshim binaries this process hands out,
 /// or loads.
-pub fn request(rt: &crate::runtime::Runtime, wanted: &[Wanted], encoded: &[u8]) {
-    let Some(store) = Store::from_config(&rt.config) else {
+pub fn request(config: &crate::config::Config, wanted: &[Wanted], encoded: &[u8]) {
+    let Some(store) = Store::from_config(config) else {
         return;
     };
     let Ok(cwd) = std::env::current_dir() else {
@@ -362,7 +362,7 @@ pub fn request(rt: &crate::runtime::Runtime, wanted: &[Wanted], encoded: &[u8]) 
             left = true;
         }
     }
-    if left && rt.config.warm_service {
+    if left && config.warm_service {
         service::ensure(&store.dir);
     }
 }

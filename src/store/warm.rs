@@ -6,7 +6,7 @@
 //! groups the requests by working directory and environment and starts one worker per
 //! group in that directory with that environment; the worker calls [`clshim_warm_v4`]
 //! here, so programs are made again with the very code that loads clshim binaries
-//! (`binary_load::recreate`) and keyed with the same `BuildKey`. The OpenCL loader is
+//! (`remake::recreate`) and keyed with the same `BuildKey`. The OpenCL loader is
 //! opened at run time; nothing links it.
 //!
 //! The worker watches its own compiles (`store::record`): it forks a tracer first, and
@@ -37,12 +37,12 @@ use super::build_key::{BuildKey, CompileEnv};
 use super::files::{self, Fd};
 use super::manifest::{self, DriverFiles, Refusal};
 use super::record::{self, Recorder};
-use crate::binary_load::{c_options, recreate};
 use crate::cl::*;
 use crate::devices::DeviceFacts;
 use crate::dispatch::Route;
 use crate::owned_program::OwnedProgram;
 use crate::recipe::{Kind, Recipe, Text};
+use crate::remake::{c_options, recreate};
 use clshim_format::store::{self as format, Claim, Request, WarmEvent, REQUESTS};
 use std::ffi::{c_char, c_void, CStr};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -779,8 +779,8 @@ unsafe fn one(
 /// a mark already there is made new (its time: the cap keeps marks no older than an entry).
 fn mark_source(dir: &Fd, recipe: &Recipe) {
     if let (Kind::Built, Text::Source(src)) = (recipe.kind, &recipe.text) {
-        let name = crate::program_cache::source_mark(crate::hash::fnv1a64(src));
-        let marked = files::open_sub(dir, crate::program_cache::SOURCES, true).and_then(|d| {
+        let name = format::source_mark(crate::hash::fnv1a64(src));
+        let marked = files::open_sub(dir, format::SOURCES, true).and_then(|d| {
             if files::exists(&d, &name) {
                 files::touch(&d, &name);
                 Ok(())

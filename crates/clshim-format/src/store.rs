@@ -141,6 +141,11 @@ pub const REQUESTS: &str = "requests";
 /// gives a program a handle of clshim's only when its source is marked.
 pub const SOURCES: &str = "sources";
 
+/// The name of the mark in [`SOURCES`] of a source whose text hashes (FNV-1a 64) to `hash`.
+pub fn source_mark(hash: u64) -> String {
+    format!("{hash:016x}")
+}
+
 /// The file name of the entry for `key`.
 pub fn entry_name(key: u64) -> String {
     format!("{key:016x}.bin")

@@ -119,6 +119,7 @@ pub fn main(o: cli::ReportOpts) -> ExitCode {
         v["variants"] = variants::json(&programs);
         v["caches"] = caches::json(&agg.facts, &flags);
         v["repeats"] = agg.repeats.json();
+        v["repeats"]["by_host"] = by_host::json(&agg.repeats);
         let mut s = serde_json::to_string_pretty(&v).expect("report JSON");
         s.push('\n');
         s

@@ -714,7 +714,6 @@ impl Repeats {
             "peer_wait_seconds": s.waited,
             "by_program": programs,
             "by_rank": ranks,
-            "by_host": crate::report::by_host::json(self),
         })
     }
 }
