@@ -126,6 +126,48 @@ fn cpu(build: &Value) -> f64 {
     build["cpu_seconds"].as_f64().unwrap_or(0.0)
 }
 
+/// The next job, on a fresh node (its own temporary folder and pocl caches) and the store
+/// the first job kept its compiles in: both ranks take the build and its first launch from
+/// the store, and their records say so, the rank that met its peer's launch too (its
+/// kernel came with the build from the store; it was once recorded as pocl's own cache's).
+#[test]
+fn the_next_jobs_ranks_take_every_build_and_first_launch_from_the_store() {
+    let n = Node::new("share-next", 200);
+    let store = n.d.path("store");
+    let job = |ranks: [usize; 2], tmp: &str| {
+        std::fs::create_dir_all(n.d.path(tmp)).unwrap();
+        let children: Vec<Child> = ranks
+            .iter()
+            .map(|&r| {
+                n.rank(r, true)
+                    .env("CLSHIM_NATIVE_STORE", &store)
+                    .env("TMPDIR", n.d.path(tmp))
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for c in children {
+            assert_eq!(finish(c), "VAL=7\n");
+        }
+    };
+    job([0, 1], "tmp");
+    job([2, 3], "tmp-next");
+    for r in [2, 3] {
+        assert_eq!(
+            n.build(r)["shared"],
+            "from_store",
+            "rank {r}: {}",
+            n.build(r)
+        );
+        assert_eq!(
+            n.launch(r)["shared"],
+            "from_store",
+            "rank {r}: {}",
+            n.launch(r)
+        );
+    }
+}
+
 /// Two ranks build one program, the second while the first compiles: the first compiles
 /// ("compiled"), the second takes its compile ("from_peer") into its own pocl cache and
 /// builds as pocl's cache hit, in a fraction of the first's CPU; both print what a run

@@ -320,6 +320,11 @@ impl LaunchTurn {
             Shared::FromPeer { waited } if !made.is_empty() => {
                 self.shared = Shared::CompiledAfterWaiting { waited };
             }
+            // Nothing copied from the peer: the kernel was there, taken from the store with
+            // its program's build, or pocl's own.
+            Shared::FromPeer { waited } if self.copied == 0 && self.kept_here() => {
+                self.shared = Shared::FromStore { waited };
+            }
             Shared::FromPeer { waited } if self.copied == 0 => {
                 self.shared = Shared::OwnCache { waited };
             }

@@ -16,8 +16,11 @@ use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// How often the service looks for new requests and for its clients.
-const TICK: Duration = Duration::from_millis(200);
+/// How often the service looks whether its clients have gone (a lock taken and let go):
+/// within this of the job's last process, nothing of clshim's is left.
+const GONE_TICK: Duration = Duration::from_millis(20);
+/// How often it lists the requests (on a network filesystem, a question to its server).
+const LIST_TICK: Duration = Duration::from_millis(200);
 
 /// Closes every descriptor but the standard streams: those the application left without
 /// close-on-exec (an MPI launcher's connection, a pipe its launcher reads to the end) must
@@ -71,10 +74,16 @@ pub fn serve(store: &Path, lib: &Path) -> i32 {
     let jobs = settings::default_jobs();
     let timeout = Duration::from_secs(settings::DEFAULT_TIMEOUT);
     let mut w = Workers::new(store, jobs, timeout);
-    w.tick = TICK;
+    w.tick = GONE_TICK;
     let (mut refused, mut set_aside) = (0, 0);
     let gone = || clients_gone(store);
+    let mut listed: Option<Instant> = None;
     while !gone() {
+        if listed.is_some_and(|t| t.elapsed() < LIST_TICK) {
+            std::thread::sleep(GONE_TICK);
+            continue;
+        }
+        listed = Some(Instant::now());
         // A request left for later (its inputs changed as it compiled: its rank was still
         // launching the program's kernels) or claimed by a process that has gone since is
         // tried again while the job runs.
@@ -84,7 +93,6 @@ pub fn serve(store: &Path, lib: &Path) -> i32 {
         // made again now.
         let fresh = waiting(store).iter().any(|k| !w.outcomes.contains_key(k));
         if !fresh {
-            std::thread::sleep(TICK);
             continue;
         }
         let groups = groups::groups(store, &mut refused);
