@@ -349,7 +349,7 @@ impl Query {
 /// Asks the native store for the driver's binary of each clshim binary handed out that
 /// carries a recipe with its options (a source-only binary builds with the application's
 /// options, which no entry could be keyed on): one small request per program and device,
-/// made by the node's warm service (a process of its own, at nice 19), never here.
+/// made by `clshim warm` or the node's warm service (a process of its own), never here.
 fn request_native(rt: &'static Runtime, plan: &Plan, binaries: &[(usize, Vec<u8>)]) {
     if rt.config.native_store.is_none() {
         return;

@@ -1,7 +1,8 @@
 //! Requests: what the library leaves in the store for a clshim binary it hands out
-//! (`substitute`) whose driver's binary the store lacks, so that the node's warm service
-//! (`clshim warm --service`, started on demand, `store::service`) makes its entry in a
-//! process of its own, at the job's lowest priority (nice 19), while the job runs. A request holds what that process needs to make the same build again: the
+//! (`substitute`) or loads whose driver's binary the store lacks, so that `clshim warm`, or
+//! the node's warm service where it is on (`store::service`), makes its entry in a process
+//! of its own, at idle priority. A request holds what that process needs to make the same
+//! build again: the
 //! recipe, the device and driver, the working directory and the environment (with the
 //! application's pocl kernel cache, so the warm step reuses the compiles it holds). It
 //! holds program sources, so it is private (0600) whatever `CLSHIM_TRACE_MODE` says.

@@ -1,8 +1,8 @@
-//! The node's warm service, started on demand: a process that leaves a request for the
-//! driver's binary of a build (`requests`) makes sure one `clshim warm --service` runs for
-//! its store on this node, as sccache's client starts its local server. The service makes
-//! the requests at the lowest priority of the job (nice 19 and idle I/O: next to nothing
-//! while its ranks compute, their cores while they wait), each in a worker of its own,
+//! The node's warm service (`CLSHIM_WARM_SERVICE=1`; off by default), started on demand: a
+//! process that leaves a request for the driver's binary of a build (`requests`) makes sure
+//! one `clshim warm --service` runs for its store on this node, as sccache's client starts
+//! its local server. The service makes the requests at idle priority (`SCHED_IDLE`: only
+//! on cores nothing else wants), each in a worker of its own,
 //! never in the application: pocl's generic compile holds its process-wide locks for the
 //! whole compile. It ends as soon as no process that left a request is alive, so nothing
 //! of clshim's outlives the job; what it did not make waits for the next job's service,

@@ -10,8 +10,10 @@
  * --load-options=OPTS gives the load's build other ones, --name-length=N pads the
  * kernel's name ("cube") with underscores to N characters, --no-run saves without
  * running the kernel (pocl cannot launch kernels with very long names), and --linger=S
- * stays S seconds before its exit (a job that computes on after its builds). */
+ * stays S seconds before its exit (a job that computes on after its builds), or
+ * --linger-while=PATTERN while a file matches the glob PATTERN (60 s at most). */
 #include "cltest.h"
+#include <glob.h>
 #include <unistd.h>
 
 static void print_type(cl_program p, cl_device_id d, const char *when) {
@@ -107,5 +109,13 @@ int main(int argc, char **argv) {
     fflush(stdout);
     const char *linger = arg_value(argc, argv, "--linger");
     if (linger) sleep((unsigned)atoi(linger));
+    const char *pattern = arg_value(argc, argv, "--linger-while");
+    for (int i = 0; pattern && i < 600; i++) {
+        glob_t g;
+        int found = glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc > 0;
+        globfree(&g);
+        if (!found) break;
+        usleep(100000);
+    }
     return 0;
 }

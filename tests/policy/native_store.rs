@@ -423,7 +423,8 @@ fn a_full_or_unwritable_store_costs_the_application_nothing() {
     }
 }
 
-/// Under `substitute`, the node's warm service, which the library starts when it hands out
+/// Under `substitute` and `--warm-service` (off by default), the node's warm service, which
+/// the library starts when it hands out
 /// a clshim binary whose driver's binary the store lacks (or loads one), makes it while the
 /// command runs. Neither the process that handed it out nor one that loads it waits for
 /// the service at its exit (it returns at once, the request left), and the service makes
@@ -443,6 +444,7 @@ fn the_warm_service_makes_what_a_job_hands_out_and_leaves_nothing_behind() {
             "run",
             "--lib",
             s(&lib),
+            "--warm-service",
             "--binaries",
             "substitute",
             "--native-store",
@@ -477,7 +479,8 @@ fn the_warm_service_makes_what_a_job_hands_out_and_leaves_nothing_behind() {
     );
     assert_eq!(requests(&store).len(), 1, "{}", stderr(&out));
     // A job that runs on after its load: the service makes the binary meanwhile.
-    let out = run(&[&load, "--linger=4"]);
+    let waiting = format!("--linger-while={}/requests/*.req", s(&store));
+    let out = run(&[&load, &waiting]);
     assert_eq!(
         entries(&store).len(),
         1,

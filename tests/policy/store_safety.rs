@@ -269,9 +269,9 @@ fn a_native_load_answers_options_and_argument_names_as_pocls_own_load() {
 /// `clshim run` over `mpiexec -n 2`, each rank setting its own `XDG_CACHE_HOME` (as
 /// mirgecom's documentation advises): both ranks' requests go to the one store under
 /// `$HOME`, and the node's warm service makes both entries by the end of the next job, whose
-/// ranks load them and compute on for a while (a rank that loads a clshim binary does not
-/// wait at its exit: the service makes it while the job runs). A rank that names another
-/// store gets a service of that store.
+/// ranks load them and compute on while a request waits (no rank waits for the service at
+/// its exit: it makes them while the job runs). A rank that names another store gets a
+/// service of that store. The service is asked for (`--warm-service`: off by default).
 #[test]
 fn one_store_serves_every_rank() {
     if !needs(&[MPIEXEC]) {
@@ -296,6 +296,7 @@ fn one_store_serves_every_rank() {
                 "run",
                 "--lib",
                 s(&lib),
+                "--warm-service",
                 "--binaries",
                 "substitute",
                 "--",
@@ -311,13 +312,15 @@ fn one_store_serves_every_rank() {
         assert!(out.status.success(), "{}", stderr(&out));
         stderr(&out)
     };
-    job("save", "");
-    let err = job("load", "--linger=4");
     let store = home.join(".cache/clshim/native");
+    // The loading ranks compute on while a request waits (the service makes them then).
+    let waiting = |store: &std::path::Path| format!("--linger-while={}/requests/*.req", s(store));
+    job("save", "");
+    let err = job("load", &waiting(&store));
     assert_eq!(entries(&store).len(), 2, "{err}");
     assert!(requests(&store).is_empty());
     let elsewhere = d.path("elsewhere");
-    for (what, more) in [("save", ""), ("load", "--linger=4")] {
+    for (what, more) in [("save", String::new()), ("load", waiting(&elsewhere))] {
         let script = format!(
             "CLSHIM_NATIVE_STORE={} exec {} --{what}={} {more}",
             s(&elsewhere),
@@ -329,6 +332,7 @@ fn one_store_serves_every_rank() {
                 "run",
                 "--lib",
                 s(&lib),
+                "--warm-service",
                 "--binaries",
                 "substitute",
                 "--",

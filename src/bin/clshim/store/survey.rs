@@ -540,7 +540,7 @@ mod tests {
     #[test]
     fn a_log_only_the_service_wrote_is_clshims_and_its_line_the_last() {
         let service = "clshim warm --service: /s: 1 made, 0 not kept, 0 failed while the job \
-                       ran; 0.8 s on up to 2 workers at nice 19";
+                       ran; 0.8 s on up to 2 workers at idle priority";
         assert_eq!(
             summary(warm_log(&format!("{service}\n"))).as_deref(),
             Some(service)

@@ -2,9 +2,10 @@
 //! (its `store::service`) when a process leaves a request for the driver's binary of a
 //! build, as sccache's client starts its local server. One runs per user, node and store
 //! (the warm step's host lock, taken without waiting: a service that finds it held leaves
-//! at once). It makes the requests as they come, at the lowest priority of its job
-//! (`settings::service_priority`), in the warm step's workers, and ends as soon as none of its clients lives (each holds the clients' lock,
-//! shared, while it lives): what it has not made waits for the next job's service, and a
+//! at once). It makes the requests as they come, at idle priority
+//! (`settings::idle_priority`: no one waits for it), in the warm step's workers, and ends
+//! as soon as none of its clients lives (each holds the clients' lock, shared, while it
+//! lives): what it has not made waits for the next job's service, and a
 //! request being made then is taken over by it (its claim's holder is gone). So nothing
 //! of clshim's outlives the job, and no scheduler has anything of clshim's to end.
 
@@ -60,7 +61,7 @@ fn waiting(store: &Path) -> Vec<u64> {
 /// Serves `store` with the library `lib` until its clients are gone. Exit status 0.
 pub fn serve(store: &Path, lib: &Path) -> i32 {
     close_inherited();
-    settings::service_priority();
+    settings::idle_priority();
     if super::check_store(store).is_err() {
         return 0;
     }
@@ -114,7 +115,7 @@ pub fn serve(store: &Path, lib: &Path) -> i32 {
             store,
             &format!(
                 "clshim warm --service: {}: {} made, {} not kept, {} failed while the job ran; \
-                 {:.1} s on up to {jobs} workers at nice 19",
+                 {:.1} s on up to {jobs} workers at idle priority",
                 store.display(),
                 t.made,
                 t.uncacheable,

@@ -53,23 +53,8 @@ pub fn default_jobs() -> usize {
 /// build that blocks (a header that is a FIFO) costs a warm step ten minutes, not forever.
 pub const DEFAULT_TIMEOUT: u64 = 600;
 
-/// The service's priority: the lowest of its job's (nice 19: while the job's ranks compute
-/// it takes next to nothing from them, and while they wait for it at their exit it has
-/// their cores), and the idle I/O class. Not SCHED_IDLE, under which any other work of the
-/// node, another job's or another session's, would hold it back for as long as it runs,
-/// while the job's ranks wait for it.
-pub fn service_priority() {
-    #[cfg(target_os = "linux")]
-    {
-        // IOPRIO_WHO_PROCESS (1), this process, IOPRIO_CLASS_IDLE (3) << 13.
-        // SAFETY: the ioprio_set system call with plain integer arguments.
-        unsafe { libc::syscall(libc::SYS_ioprio_set, 1, 0, 3 << 13) };
-    }
-    // SAFETY: this process; a lower priority is always allowed.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
-}
-
-/// Lowers this process to idle priority (each part where the system has it).
+/// Lowers this process to idle priority (each part where the system has it): the warm step
+/// and the service, which no one waits for, run only on cores nothing else wants.
 pub fn idle_priority() {
     #[cfg(target_os = "linux")]
     {
