@@ -2,9 +2,9 @@
 """What a job keeps as it runs, and what that costs and pays, side by side in one run
 (issue 36). Every configuration runs on its own fresh temporary folder, pocl caches (one
 per rank, as MPI sites advise) and store, unless it says it reuses one; the configurations
-take turns at going first. CPU is the whole process tree's, clshim's warm service and
-workers included (a cgroup-v1 cpuacct group per run, read once its last process has
-gone, which also times how long anything of clshim's outlived the command).
+take turns at going first. CPU is the whole process tree's, anything of clshim's included
+(a cgroup-v1 cpuacct group per run, read once its last process has gone, which also times
+how long anything of clshim's outlived the command).
 
   program cache      bench/workload.py (current pyopencl: no binary cache) under mpiexec
                      -n RANKS: no clshim, against `clshim run` (its defaults: keep, share,
@@ -13,15 +13,16 @@ gone, which also times how long anything of clshim's outlived the command).
   4 ranks            the same first job at 4 ranks
   substitute         pyopencl 2023.1 (which asks for binaries) on 2 ranks: its cold run and
                      two warm reruns (the same caches), without clshim and under
-                     `clshim run --binaries substitute`
+                     `clshim run --binaries substitute`; then, apart from any job, `clshim
+                     warm` (the driver's binaries of the requests left) and a third rerun
   nothing repeated   one rank, every kernel distinct and new: `clshim run` against none
 
     bench/keep.sh                    # 3 interleaved repeats
     bench/keep.sh --repeat 5
     python3 bench/keep.py --only program-cache --ranks 16 --mpiexec "mpiexec --oversubscribe"
 
-Where cgroup v1's cpuacct is absent, CPU is this process's children's (the warm service,
-which only `substitute` starts, is then not counted: `--only program-cache` starts none).
+Where cgroup v1's cpuacct is absent, CPU is this process's children's (a warm service,
+started only with `--warm-service`, which this bench never gives, would not be counted).
 """
 import argparse
 import os
@@ -71,6 +72,21 @@ def measured(cmd, env, tag):
     os.rmdir(group)
     check(p, cmd)
     return cpu, wall, gone, p.stdout, p.stderr
+
+
+def measured_plain(cmd, env):
+    """(CPU, wall, wall, stdout, stderr) of a command that is no workload (its children's
+    CPU: the warm step's workers are its children)."""
+    import resource
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if p.returncode != 0:
+        sys.exit(f"keep: {' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, wall, wall, p.stdout, p.stderr
 
 
 def check(p, cmd):
@@ -173,6 +189,16 @@ def main():
                     if who == "clshim" and run == "warm 2":
                         native = counts(r[4], "from the driver's binaries in the native store")
                         add("substitute warm 2 loads native", (native, 0, 0, "", ""))
+                if who == "clshim":
+                    # `clshim warm` apart from any job, then a third warm rerun: what the
+                    # driver's binaries buy, and what making them costs.
+                    store = os.path.join(env["HOME"], ".cache", "clshim", "native")
+                    w = measured_plain([CLSHIM, "warm", "--store", store, "--lib", LIB], env)
+                    add("substitute clshim warm step", w)
+                    r = measured(cmd, env, "sub-clshim-warm3")
+                    add("substitute clshim warm 3", r)
+                    native = counts(r[4], "from the driver's binaries in the native store")
+                    add("substitute warm 3 loads native", (native, 0, 0, "", ""))
 
         def nothing_repeated():
             for who in ("plain", "clshim"):
@@ -226,6 +252,11 @@ def print_substitute_and_once(rows, med, ratio):
           f"{ratio('substitute clshim warm 2', 'substitute plain warm 2', 0):.2f}x, wall "
           f"{ratio('substitute clshim warm 2', 'substitute plain warm 2', 1):.2f}x (goal: at "
           f"most 1.05x), loads native: {med('substitute warm 2 loads native', 0):.0f} of 8")
+    print(f"substitute after `clshim warm` apart from the job ({med('substitute clshim warm step', 0):.2f} "
+          f"CPU-s, {med('substitute clshim warm step', 1):.2f} s): third warm rerun CPU "
+          f"{ratio('substitute clshim warm 3', 'substitute plain warm 2', 0):.2f}x, wall "
+          f"{ratio('substitute clshim warm 3', 'substitute plain warm 2', 1):.2f}x of the second "
+          f"without clshim, loads native: {med('substitute warm 3 loads native', 0):.0f} of 8")
     print(f"nothing repeated: CPU {ratio('nothing repeated clshim', 'nothing repeated plain', 0):.2f}x, "
           f"wall {ratio('nothing repeated clshim', 'nothing repeated plain', 1):.2f}x "
           "(goal: at most 1.02x)")
