@@ -394,8 +394,8 @@ unsafe fn load_native(
             })?;
         let found = store.lookup(&key).found(i);
         if matches!(&found, Err(m) if m.kind == MissKind::NoEntry) {
-            // Its driver's binary is missing, or being made: the node's warm service runs
-            // for it while this process does (a request is left if none waits).
+            // Its driver's binary is missing, or being made: a request is left if none
+            // waits, for `clshim warm` (or the node's warm service, where it is on).
             // SAFETY: as above.
             if let Ok(w) = unsafe { crate::store::wanted(&facts, d, recipe, &encoded) } {
                 crate::store::request(&rt.config, &[w], &encoded);

@@ -1,6 +1,7 @@
 //! The native store (`CLSHIM_NATIVE_STORE`): the driver's own binaries of programs, made by
-//! `clshim warm` (from the compiles jobs keep, `kept`) or by the node's warm service while
-//! a job runs (those an application asked for, `service`), and taken at later loads and
+//! `clshim warm` (from the compiles jobs keep, `kept`, and the requests) or by the node's
+//! warm service while a job runs, where it is on (those an application asked for,
+//! `service`), and taken at later loads and
 //! builds, so that those take
 //! the driver's binary in about a millisecond instead of building again (pocl's kernel cache
 //! still preprocesses the source to find its entry: about 20 ms a program). This module
