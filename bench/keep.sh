@@ -4,8 +4,9 @@
 # clshim, then runs bench/keep.py with the given options, e.g.
 #   bench/keep.sh                  # 3 interleaved repeats
 #   bench/keep.sh --repeat 5
-# It needs root (a cgroup-v1 cpuacct group per run counts the CPU of every process of the
-# job, clshim's warm service included). It is a benchmark: scripts/test does not run it.
+# As root with cgroup v1's cpuacct, a group per run counts the CPU of every process of the
+# job, clshim's included, and how long any outlived the command; elsewhere the CPU is the
+# children's (getrusage). It is a benchmark: scripts/test does not run it.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"

@@ -3,15 +3,12 @@
 # Boost.Compute; the same four tests/clients/real_clients.rs checks; and pyopencl 2023.1, which
 # still caches binaries on pocl, running bench/workload.py), each started on cold caches
 # then again on the same warm caches, without clshim, under `clshim run --binaries pass`,
-# under `--binaries substitute` (the node's warm service makes the driver's binaries of the
-# clshim binaries handed out while the cold run runs and its processes wait at exit; a warm
-# load takes the driver's binary from the native store where the service made it, and
-# otherwise builds the clshim binary's recipe again), and under `--binaries substitute` with
-# `clshim warm` run by hand between the cold and the warm run (it makes what the service
-# left and the driver's binaries of the kept compiles, so every warm load that can be
-# served takes the driver's binary; its own time is printed apart). Until 0.2 the cold run
-# of that configuration set CLSHIM_WARM=1 to leave requests, and `substitute` alone had no
-# warm service. Every cold run gets fresh caches (the client's own and pocl's
+# under `--binaries substitute` (clshim's defaults: the warm service off, so a warm load
+# builds the clshim binary's recipe again, which the kept compile makes pocl's cache hit),
+# and under `--binaries substitute` with `clshim warm` run by hand between the cold and the
+# warm run (it makes the driver's binaries of the requests left, so every warm load that
+# can be served takes the driver's binary; its own time is printed apart). Until 0.2 the
+# cold run of that configuration set CLSHIM_WARM=1 to leave requests. Every cold run gets fresh caches (the client's own and pocl's
 # POCL_CACHE_DIR) and a fresh native store under bench/out/real-clients/. Prints one row per client and
 # configuration: wall seconds of the cold and the warm run (median of the repeats, with
 # min-max), and the binary-query share of build time that `clshim report --json` shows
@@ -106,13 +103,11 @@ one() {
                     --trace-dir "$d/trace-$phase" --) ;;
         esac
         if [ "$phase" = warm ] && [ "$config" = warmstep ]; then
-            # The cold run's warm service ends with its last process, and its workers with
-            # it; a request a worker had claimed stays claimed by that worker's pid until the
-            # process is gone, reaped included (a zombie counts as alive: here PID 1 reaps
-            # orphans about a second late), and a step started before then leaves it unmade
-            # ("1 claimed by another process"). Wait for the service and for every claim's
-            # process to be gone (at most 10 s; a claim not renewed for a minute is taken
-            # over anyway) before timing the step.
+            # A warm service (only with --warm-service, or CLSHIM_WARM_SERVICE=1 in the
+            # environment) ends with the cold run's last process, and its workers with it;
+            # a request a worker had claimed stays claimed until that worker is gone. Wait
+            # for any service and every claim's process to be gone (at most 10 s) before
+            # timing the step.
             waited_out() {
                 local c pid
                 pgrep -f -- "clshim warm .*--store $d/native( |\$)" > /dev/null && return 1
@@ -204,7 +199,7 @@ for client, b in base.items():
         if config != "none" and n:
             print(f"  {client:8} {names[config]:24} / no clshim: {c / n[0]:.2f} / {w / n[1]:.2f}")
 print()
-print("substitute / no clshim, before (the node's warm service alone) and after (clshim warm between the runs):")
+print("substitute / no clshim, before (clshim's defaults) and after (clshim warm between the runs):")
 print(f"  {'client':8} {'cold before':>12} {'warm before':>12} {'cold after':>11} {'warm after':>11}")
 for client, b in base.items():
     n, before, after = b.get("none"), b.get("substitute"), b.get("warmstep")

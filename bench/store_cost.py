@@ -14,12 +14,11 @@ XDG_CACHE_HOME, as mirgecom's documentation advises), side by side in one run:
                  substitute` with the store `clshim warm` filled (how many loads took the
                  driver's binary from the store is printed)
 
-The cold job runs without the node's warm service so that all of its warm work is done by
-the `clshim warm` this process waits for and counts: the service, which a rank starts, is
-no child of this process once that rank has ended, and its CPU would be lost to
-RUSAGE_CHILDREN. What the service and the ranks' wait at exit cost a job run with
-`clshim run`'s defaults is bench/keep.py's to measure (it counts the CPU of the whole process
-tree in a cgroup). Until 0.2 the cold job set CLSHIM_WARM=1 to leave its requests, and a
+All of the cold job's warm work is done by the `clshim warm` this process waits for and
+counts (`--no-warm-service` is `clshim run`'s default since the service was turned off by
+default, and is kept so that a CLSHIM_WARM_SERVICE=1 in the environment cannot start one,
+whose CPU RUSAGE_CHILDREN would miss). What the service costs a job when asked for is
+bench/keep.py's to measure (it counts the CPU of the whole process tree in a cgroup). Until 0.2 the cold job set CLSHIM_WARM=1 to leave its requests, and a
 configuration timed `clshim run --warm`, the warm step after the job, which 0.2 no longer
 has.
 

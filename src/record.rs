@@ -649,20 +649,21 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str, program_cache: bool)
     } else if t.avoidable_query_seconds > 0.2 * total && t.avoidable_query_seconds > 0.05 {
         s.push_str("; CLSHIM_BINARIES=substitute avoids pocl's second compile");
     }
-    if let Some(a) = t.service.filter(|a| !a.service) {
+    if let Some(a) = t.service.filter(|a| !a.service && a.made < a.left) {
+        // Those that gained an entry meanwhile (a `clshim warm` beside it) are not owed.
         s.push_str(&format!(
-            "; {} of its clshim binaries have no driver's binary in the store yet: \
-             `clshim warm` makes them (the warm service is off)",
-            a.left
+            "; `clshim warm` makes the driver's binaries that {} of its clshim binaries \
+             lack (the warm service is off)",
+            a.left - a.made
         ));
-    } else if let Some(a) = t.service {
+    } else if let Some(a) = t.service.filter(|a| a.service) {
         s.push_str(&format!(
             "; the node's warm service made the driver's binaries of {} of the {} clshim \
              binaries it lacked{}",
             a.made,
             a.left,
             if a.made < a.left {
-                " (the next run that loads them has the rest made)"
+                " (`clshim warm`, or the warm service of a later job, makes the rest)"
             } else {
                 ""
             }

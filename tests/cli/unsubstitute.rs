@@ -28,8 +28,7 @@ fn run_app_said(mut cmd: Command, shim: bool, summary: bool, dir: &Path) -> Outp
     shim_path(); // a fresh libclshim.so beside the clshim executable
     let mut c = clshim();
     let said = if summary { "--summary" } else { "--no-summary" };
-    // What clshim run keeps, and the driver's binaries its warm service makes, stay with
-    // the test's other caches, not in the store of $HOME.
+    // What clshim run keeps stays with the test's other caches, not in the store of $HOME.
     c.args(["run", "--binaries", "substitute", said, "--native-store"])
         .arg(dir.join("store"))
         .arg("--")

@@ -530,7 +530,7 @@ fn the_warm_service_makes_what_a_job_hands_out_and_leaves_nothing_behind() {
     );
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("`clshim warm` makes them (the warm service is off)")
+        stderr(&out).contains("lack (the warm service is off)")
             && !stderr(&out).contains("warm service made"),
         "{}",
         stderr(&out)
