@@ -313,12 +313,13 @@ fn unpack(pocl_cache: &Path, kept: &[KeptFile], taken: &mut Taken) {
             }
         }
         let at = pocl_cache.join(&program);
-        if !at.join("program.bc").exists() {
-            if !write_folder(&at, 2, &files) {
-                continue;
-            }
+        // A rank sharing this pocl cache may put the same folder there first (its rename
+        // wins, this one's fails): the program is there all the same, as below.
+        if !at.join("program.bc").exists() && write_folder(&at, 2, &files) {
             taken.copied += 1;
             taken.specs.extend(specs.into_keys());
+        } else if !at.join("program.bc").exists() {
+            continue;
         } else {
             // Only the specialisations written now are the store's: pocl made the others.
             for (spec, files) in specs {
@@ -526,4 +527,84 @@ pub fn keep_launch(
         specs,
         false,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("clshim-kept-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        files::make_dir(&d).unwrap();
+        d
+    }
+
+    /// Ranks of a node that share one pocl cache (pocl's default folder) take the same kept
+    /// build at once: each is handed the program folder, whichever of them put it there
+    /// (the one that lost the rename once found nothing taken, and its build was recorded
+    /// as compiled and replaced the kept build with pocl's cache hit).
+    #[test]
+    fn ranks_taking_one_kept_build_at_once_into_one_cache_all_take_it() {
+        let d = scratch("race");
+        let store = KeptStore {
+            dir: d.join("store"),
+            max: 1 << 30,
+        };
+        let key = BuildKey {
+            key: 0x1234,
+            fingerprint: 5,
+            driver: 6,
+            text: b"key text".to_vec(),
+        };
+        let made = d.join("made");
+        let program = Path::new("AB").join("cdefgh");
+        std::fs::create_dir_all(made.join(&program).join("k/1-1-1")).unwrap();
+        std::fs::write(made.join(&program).join("program.bc"), vec![7u8; 4 << 20]).unwrap();
+        std::fs::write(made.join(&program).join("k/1-1-1/k.so"), vec![9u8; 1 << 20]).unwrap();
+        keep_build(
+            &store,
+            &key,
+            (Vec::new(), std::time::Duration::ZERO),
+            &made,
+            std::slice::from_ref(&program),
+            false,
+        )
+        .unwrap();
+        for round in 0..8 {
+            let cache = d.join(format!("cache-{round}"));
+            files::make_dir(&cache).unwrap();
+            let barrier = std::sync::Barrier::new(6);
+            let taken: Vec<Take> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..6)
+                    .map(|_| {
+                        s.spawn(|| {
+                            barrier.wait();
+                            take(&store, &key, &cache)
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let mut copied = 0;
+            for t in taken {
+                match t {
+                    Take::Taken(t) => {
+                        assert_eq!(t.programs, vec![program.clone()], "round {round}");
+                        copied += t.copied;
+                    }
+                    Take::Absent => panic!("round {round}: absent"),
+                    Take::Refused(why) => panic!("round {round}: refused: {why}"),
+                }
+            }
+            assert_eq!(copied, 1, "round {round}: one of them copied it");
+            assert_eq!(
+                std::fs::read(cache.join(&program).join("program.bc"))
+                    .unwrap()
+                    .len(),
+                4 << 20
+            );
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
 }
