@@ -56,7 +56,8 @@ pub struct Taken {
     /// The kernels' specialisation folders (`XY/<hash>/<kernel>/<spec>`) written from the
     /// store (not those pocl's cache had).
     pub specs: Vec<PathBuf>,
-    /// How many folders were copied (the others pocl's cache had).
+    /// How many program folders were copied (the others pocl's cache had: a build that
+    /// copied none is its own cache's hit, whatever specialisations were written into them).
     pub copied: usize,
     /// The node whose rank kept the build.
     pub host: String,
@@ -325,7 +326,6 @@ fn unpack(pocl_cache: &Path, kept: &[KeptFile], taken: &mut Taken) {
             for (spec, files) in specs {
                 let to = pocl_cache.join(&spec);
                 if !to.exists() && write_folder(&to, 4, &files) {
-                    taken.copied += 1;
                     taken.specs.push(spec);
                 }
             }

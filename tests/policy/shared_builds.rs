@@ -168,6 +168,46 @@ fn the_next_jobs_ranks_take_every_build_and_first_launch_from_the_store() {
     }
 }
 
+/// A node whose pocl cache holds the program and the kernel of its one launch already (a
+/// run without clshim), and a store that kept the build with that launch and another (a
+/// job that launched the kernel with two sizes): the next rank's build and first launch are
+/// pocl's own cache's, and their records say so. Only the other size's kernel, which that
+/// cache lacked, is written from the store; the build and launch were recorded as the
+/// store's (the build because something was written, the launch because a kernel of its
+/// name came from the store, though pocl used the one it had made itself).
+#[test]
+fn a_build_and_launch_that_used_pocls_own_cache_are_not_the_stores() {
+    let n = Node::of_share_client("share-own-kernel");
+    let store = n.d.path("store");
+    let out = n
+        .rank(0, true)
+        .arg("--sizes=2")
+        .env("CLSHIM_NATIVE_STORE", &store)
+        .output()
+        .unwrap();
+    assert_eq!(enqueue_and_out(&stdout(&out)).1, 6, "{}", stderr(&out));
+    let mut plain = Command::new(&n.bin);
+    plain.arg("--sizes=1");
+    clear_shim_env(&mut plain, &[]);
+    let plain = plain
+        .env("HOME", n.d.path("home"))
+        .env("POCL_CACHE_DIR", n.d.path("kc-1"))
+        .output()
+        .unwrap();
+    assert_eq!(enqueue_and_out(&stdout(&plain)).1, 3, "{}", stderr(&plain));
+    std::fs::create_dir_all(n.d.path("tmp-next")).unwrap();
+    let out = n
+        .rank(1, true)
+        .arg("--sizes=1")
+        .env("CLSHIM_NATIVE_STORE", &store)
+        .env("TMPDIR", n.d.path("tmp-next"))
+        .output()
+        .unwrap();
+    assert_eq!(enqueue_and_out(&stdout(&out)).1, 3, "{}", stderr(&out));
+    assert_eq!(n.build(1)["shared"], "own_cache", "{}", n.build(1));
+    assert_eq!(n.launch(1)["shared"], "own_cache", "{}", n.launch(1));
+}
+
 /// Two ranks build one program, the second while the first compiles: the first compiles
 /// ("compiled"), the second takes its compile ("from_peer") into its own pocl cache and
 /// builds as pocl's cache hit, in a fraction of the first's CPU; both print what a run
