@@ -175,8 +175,8 @@ pub fn take_launch(
 /// store wait for the compile under way instead of making it again. Created exclusively
 /// (`O_EXCL`, which NFS v3 and later, Lustre, GPFS and sftp give atomically); removed by
 /// its holder once what it compiled is kept (or it failed), and when dropped. A lease whose
-/// holder is gone from this very host, or older than `LEASE_STALE_SECONDS` on any host, is
-/// taken over; a rank never waits on another node's lease longer than it expects its own
+/// holder is gone from this very host, or older than `LEASE_STALE_SECONDS` on any host
+/// (this one's included: a pid is reused), is taken over; a rank never waits on another node's lease longer than it expects its own
 /// compile to take.
 pub struct Lease {
     dir: PathBuf,
@@ -256,8 +256,14 @@ pub fn lease(store: &KeptStore, key: u64, what: &str) -> Option<Leased> {
                 now - m.mtime()
             })
         };
+        // A holder of this host is gone when its process is; one whose pid a process
+        // still has an hour on (the pid reused after its holder was killed, or a holder
+        // that hangs) is no more its holder than another host's of that age.
         let stale = match &holder {
-            Some((host, pid)) if *host == me => clshim_format::store::process_gone(*pid as i32),
+            Some((host, pid)) if *host == me => {
+                clshim_format::store::process_gone(*pid as i32)
+                    || age() > format::LEASE_STALE_SECONDS
+            }
             Some(_) => age() > format::LEASE_STALE_SECONDS,
             // Being written (a holder between its create and its write), or not a lease.
             None => age() > 10,

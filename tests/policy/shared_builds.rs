@@ -208,6 +208,48 @@ fn a_build_and_launch_that_used_pocls_own_cache_are_not_the_stores() {
     assert_eq!(n.launch(1)["shared"], "own_cache", "{}", n.launch(1));
 }
 
+/// A lease on a build in the store whose holder, by this host's name, is an hour old while
+/// a process of its pid lives (the pid was reused after its holder was killed, or its holder
+/// hangs): the lease is taken over, as another host's of that age is, and the build compiles
+/// at once. It was waited for at every build of its key while that process lived.
+#[test]
+fn an_hour_old_lease_of_this_host_is_taken_over_whoever_has_its_pid() {
+    let n = Node::new("share-old-lease", 200);
+    let store = n.d.path("store");
+    let rank = |r: usize, tmp: &str| {
+        std::fs::create_dir_all(n.d.path(tmp)).unwrap();
+        let child = n
+            .rank(r, true)
+            .env("CLSHIM_NATIVE_STORE", &store)
+            .env("TMPDIR", n.d.path(tmp))
+            .spawn()
+            .unwrap();
+        assert_eq!(finish(child), "VAL=7\n");
+    };
+    rank(0, "tmp");
+    let keys: Vec<PathBuf> = std::fs::read_dir(store.join("compiles"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    for kc in store_files(&keys[0], ".kc") {
+        std::fs::remove_file(kc).unwrap();
+    }
+    let lease = keys[0].join("build.lease");
+    std::fs::write(
+        &lease,
+        clshim_format::kept::lease_text(&clshim_format::store::host_id(), std::process::id()),
+    )
+    .unwrap();
+    set_times_back(&lease, 2 * 3600);
+    rank(1, "tmp-next");
+    let b = n.build(1);
+    assert_eq!(b["shared"], "compiled", "{b}");
+    assert!(b.get("peer_wait_seconds").is_none(), "{b}");
+}
+
 /// Two ranks build one program, the second while the first compiles: the first compiles
 /// ("compiled"), the second takes its compile ("from_peer") into its own pocl cache and
 /// builds as pocl's cache hit, in a fraction of the first's CPU; both print what a run
