@@ -497,6 +497,56 @@ fn gated_launch(tag: &str, pad: &[&str]) {
     assert!(rest.iter().any(|l| l.ends_with("out=3")), "{rest:?}");
 }
 
+/// The next job, its ranks taking the build with its kernel from the store: a rank whose
+/// launch waits behind a user event holds the launch's lock until its command completes, so
+/// its peer gives up waiting for it; the peer made nothing (pocl found the kernel the store
+/// put in its cache) and its record says the store's, not that it compiled.
+#[test]
+fn a_peer_that_gave_up_waiting_but_made_nothing_did_not_compile() {
+    let n = Node::of_share_client("share-gate-kept");
+    let store = n.d.path("store");
+    std::fs::create_dir_all(n.d.path("tmp-first")).unwrap();
+    let out = n
+        .rank(0, true)
+        .env("CLSHIM_NATIVE_STORE", &store)
+        .env("TMPDIR", n.d.path("tmp-first"))
+        .output()
+        .unwrap();
+    assert_eq!(enqueue_and_out(&stdout(&out)).1, 3, "{}", stderr(&out));
+    let gate = n.d.path("gate-open");
+    let mut first = n
+        .rank(1, true)
+        .arg(format!("--gate={}", s(&gate)))
+        .env("CLSHIM_NATIVE_STORE", &store)
+        .spawn()
+        .unwrap();
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(first.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "enqueued");
+    let second = n
+        .rank(2, true)
+        .env("CLSHIM_NATIVE_STORE", &store)
+        .output()
+        .unwrap();
+    std::fs::write(&gate, "").unwrap();
+    assert_eq!(
+        enqueue_and_out(&stdout(&second)).1,
+        3,
+        "{}",
+        stderr(&second)
+    );
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(first.wait().unwrap().success());
+    assert!(rest.iter().any(|l| l.ends_with("out=3")), "{rest:?}");
+    for r in [1, 2] {
+        assert_eq!(n.build(r)["shared"], "from_store", "{}", n.build(r));
+    }
+    let l = n.launch(2);
+    assert_eq!(l["shared"], "from_store", "{l}");
+    assert!(l["peer_wait_seconds"].as_f64().unwrap() > 0.0, "{l}");
+    assert_eq!(n.launch(1)["shared"], "from_store", "{}", n.launch(1));
+}
+
 /// One process that builds the same source as two programs and launches the second while
 /// the first's launch waits behind a user event does not wait for its own lock: two locks
 /// of one file exclude each other even in one process. It once waited 9.7 s.

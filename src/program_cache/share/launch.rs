@@ -341,6 +341,14 @@ impl LaunchTurn {
             Shared::FromPeer { waited } if self.copied == 0 => {
                 self.shared = Shared::OwnCache { waited };
             }
+            // It gave up waiting for a peer (or another node) and made nothing: the kernel
+            // was there, as above.
+            Shared::CompiledAfterWaiting { waited } if made.is_empty() && self.kept_here() => {
+                self.shared = Shared::FromStore { waited };
+            }
+            Shared::CompiledAfterWaiting { waited } if made.is_empty() => {
+                self.shared = Shared::OwnCache { waited };
+            }
             Shared::FromStore { waited } if !made.is_empty() => {
                 self.shared = Shared::CompiledAfterWaiting { waited };
                 self.from_host = None;
