@@ -188,7 +188,7 @@ impl Drop for Lease {
     fn drop(&mut self) {
         // Only while it is still this holder's (a lease taken over is the new holder's).
         let path = self.dir.join(&self.name);
-        if std::fs::read(&path).is_ok_and(|t| t == self.text.as_bytes()) {
+        if read_lease(&self.dir, &self.name).is_some_and(|t| t == self.text.as_bytes()) {
             let _ = std::fs::remove_file(path);
             // The key's folder, if the lease was all it held (a compile that was not kept).
             let _ = std::fs::remove_dir(&self.dir);
@@ -238,9 +238,7 @@ pub fn lease(store: &KeptStore, key: u64, what: &str) -> Option<Leased> {
             }
         }
         let path = dir.join(&name);
-        let holder = std::fs::read(&path)
-            .ok()
-            .and_then(|t| format::parse_lease(&t));
+        let holder = read_lease(&dir, &name).and_then(|t| format::parse_lease(&t));
         // On the store's clock (the file server's), as every host sharing it sees it.
         let age = || {
             path.symlink_metadata().map_or(0, |m| {
@@ -274,6 +272,13 @@ pub fn lease(store: &KeptStore, key: u64, what: &str) -> Option<Leased> {
         let _ = std::fs::remove_file(&path);
     }
     None
+}
+
+/// The text of the lease `name` in the key's folder `dir`: a regular file of the user's
+/// alone, read without following a link or blocking on a FIFO, and short (None otherwise).
+fn read_lease(dir: &Path, name: &str) -> Option<Vec<u8>> {
+    let d = files::open_dir(dir, false).ok()?;
+    files::read_file(&d, name, 4096, false).ok()?
 }
 
 /// Says once a process that the store holds no lease (a filesystem without exclusive

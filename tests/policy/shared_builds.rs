@@ -250,6 +250,54 @@ fn an_hour_old_lease_of_this_host_is_taken_over_whoever_has_its_pid() {
     assert!(b.get("peer_wait_seconds").is_none(), "{b}");
 }
 
+/// A FIFO in place of a build's lease in the store (the store's files are read without
+/// blocking on one, as a file the user left there by mistake): the build is never held by
+/// it. Reading the lease once blocked in open() for a writer that never came, and the
+/// build with it.
+#[test]
+fn a_fifo_in_place_of_a_lease_holds_no_build() {
+    let n = Node::new("share-fifo-lease", 200);
+    let store = n.d.path("store");
+    let rank = |r: usize, tmp: &str| {
+        std::fs::create_dir_all(n.d.path(tmp)).unwrap();
+        let mut child = n
+            .rank(r, true)
+            .env("CLSHIM_NATIVE_STORE", &store)
+            .env("TMPDIR", n.d.path(tmp))
+            .spawn()
+            .unwrap();
+        let until = Instant::now() + Duration::from_secs(60);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > until {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("rank {r} still builds after a minute");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(finish(child), "VAL=7\n");
+    };
+    rank(0, "tmp");
+    let keys: Vec<PathBuf> = std::fs::read_dir(store.join("compiles"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    for kc in store_files(&keys[0], ".kc") {
+        std::fs::remove_file(kc).unwrap();
+    }
+    let lease = keys[0].join("build.lease");
+    let c = std::ffi::CString::new(s(&lease)).unwrap();
+    // SAFETY: a valid name and mode.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    set_times_back(&lease, 60);
+    rank(1, "tmp-next");
+    let b = n.build(1);
+    assert_eq!(b["shared"], "compiled", "{b}");
+}
+
 /// Two ranks build one program, the second while the first compiles: the first compiles
 /// ("compiled"), the second takes its compile ("from_peer") into its own pocl cache and
 /// builds as pocl's cache hit, in a fraction of the first's CPU; both print what a run
