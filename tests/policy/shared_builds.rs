@@ -298,6 +298,40 @@ fn a_fifo_in_place_of_a_lease_holds_no_build() {
     assert_eq!(b["shared"], "compiled", "{b}");
 }
 
+/// Two programs built one after the other in one pocl cache, their kernels of one name
+/// (a job's processes, as tests/policy/hosts.rs runs them): the next job, in a fresh pocl
+/// cache, takes both builds and both first launches from the store, whatever else the
+/// second's kept build carries (the first's program folder, made within its second).
+#[test]
+fn programs_of_one_pocl_cache_each_take_their_first_launch_from_the_store() {
+    let n = Node::new("share-two-programs", 200);
+    let store = n.d.path("store");
+    let other = n.d.path("k2.cl");
+    std::fs::write(&other, kernel(201)).unwrap();
+    let job = |cache: &str, tmp: &str, traces: [&str; 2]| {
+        std::fs::create_dir_all(n.d.path(tmp)).unwrap();
+        for (src, t) in [&n.src, &other].into_iter().zip(traces) {
+            let mut cmd = program_cache_command(&n.bin, Some("both"), &n.d.path(t));
+            cmd.arg(format!("--source={}", s(src)));
+            clear_shim_env(&mut cmd, &[]);
+            let out = cmd
+                .env("HOME", n.d.path("home"))
+                .env("TMPDIR", n.d.path(tmp))
+                .env("POCL_CACHE_DIR", n.d.path(cache))
+                .env("CLSHIM_NATIVE_STORE", &store)
+                .output()
+                .unwrap();
+            assert_eq!(stdout(&out), "VAL=7\n", "{}", stderr(&out));
+        }
+    };
+    job("kc-a", "tmp-a", ["traces-0", "traces-1"]);
+    job("kc-b", "tmp-b", ["traces-2", "traces-3"]);
+    for r in [2, 3] {
+        assert_eq!(n.build(r)["shared"], "from_store", "{}", n.build(r));
+        assert_eq!(n.launch(r)["shared"], "from_store", "{}", n.launch(r));
+    }
+}
+
 /// Two ranks build one program, the second while the first compiles: the first compiles
 /// ("compiled"), the second takes its compile ("from_peer") into its own pocl cache and
 /// builds as pocl's cache hit, in a fraction of the first's CPU; both print what a run

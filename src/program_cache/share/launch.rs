@@ -297,9 +297,9 @@ impl LaunchTurn {
     }
 
     /// Whether the kernel this launch found in pocl's cache came from the store: a
-    /// specialisation of it was written from the store with its program's build, and pocl's
-    /// cache holds no other (which one a launch uses is pocl's to say: beside one pocl made
-    /// itself, the launch may have used that).
+    /// specialisation of it was written from the store with its program's build, and the
+    /// program folders it was written into hold no other (which one a launch uses is
+    /// pocl's to say: beside one pocl made itself, the launch may have used that).
     fn kept_here(&self) -> bool {
         let of_kernel = |s: &&PathBuf| {
             s.parent()
@@ -309,6 +309,11 @@ impl LaunchTurn {
         let kept: Vec<&PathBuf> = self.program.kept_specs.iter().filter(of_kernel).collect();
         !kept.is_empty()
             && self.program.programs.iter().all(|rel| {
+                if !kept.iter().any(|k| k.starts_with(rel)) {
+                    // Not the program's folder the store's kernel went into (another
+                    // program's, kept with the build): pocl's hash decides which it uses.
+                    return true;
+                }
                 let dir = rel.join(&self.kernel);
                 std::fs::read_dir(self.program.pocl_cache.join(&dir))
                     .into_iter()
