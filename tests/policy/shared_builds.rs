@@ -509,6 +509,39 @@ fn sharing_is_refused_where_another_user_could_swap_it() {
     }
 }
 
+/// With the sharing off (`CLSHIM_SHARE_BUILDS=0`) and a store, a rank keeps what it
+/// compiles and makes nothing in the node's temporary folder, nor warns of one it could not
+/// share in: it shares with no one there. Its compile's measure once made the node's
+/// folder (and tidied it), and a temporary folder others may write drew the warning.
+#[test]
+fn with_the_sharing_off_the_nodes_folder_is_left_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let n = Node::new("share-off-node-folder", 50);
+    let store = n.d.path("store");
+    let out = n
+        .rank(0, false)
+        .env("CLSHIM_NATIVE_STORE", &store)
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&out), "VAL=7\n", "{}", stderr(&out));
+    assert_eq!(n.build(0)["shared"], "compiled", "{}", n.build(0));
+    assert_eq!(n.build(0)["kept_in_store"], true, "{}", n.build(0));
+    assert!(!n.shared().exists(), "the node's folder made");
+    let open = n.d.path("tmp");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = n
+        .rank(1, false)
+        .env("CLSHIM_NATIVE_STORE", n.d.path("store-2"))
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&out), "VAL=7\n");
+    assert!(
+        !stderr(&out).contains("ranks do not share compiles here"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 /// The seconds a share_client's enqueue calls took, and its output value.
 fn enqueue_and_out(stdout: &str) -> (f64, i64) {
     let line = stdout
