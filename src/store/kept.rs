@@ -56,7 +56,8 @@ pub struct Taken {
     /// The kernels' specialisation folders (`XY/<hash>/<kernel>/<spec>`) written from the
     /// store (not those pocl's cache had).
     pub specs: Vec<PathBuf>,
-    /// How many folders were copied (the others pocl's cache had).
+    /// How many program folders were copied (the others pocl's cache had: a build that
+    /// copied none is its own cache's hit, whatever specialisations were written into them).
     pub copied: usize,
     /// The node whose rank kept the build.
     pub host: String,
@@ -174,8 +175,8 @@ pub fn take_launch(
 /// store wait for the compile under way instead of making it again. Created exclusively
 /// (`O_EXCL`, which NFS v3 and later, Lustre, GPFS and sftp give atomically); removed by
 /// its holder once what it compiled is kept (or it failed), and when dropped. A lease whose
-/// holder is gone from this very host, or older than `LEASE_STALE_SECONDS` on any host, is
-/// taken over; a rank never waits on another node's lease longer than it expects its own
+/// holder is gone from this very host, or older than `LEASE_STALE_SECONDS` on any host
+/// (this one's included: a pid is reused), is taken over; a rank never waits on another node's lease longer than it expects its own
 /// compile to take.
 pub struct Lease {
     dir: PathBuf,
@@ -187,7 +188,7 @@ impl Drop for Lease {
     fn drop(&mut self) {
         // Only while it is still this holder's (a lease taken over is the new holder's).
         let path = self.dir.join(&self.name);
-        if std::fs::read(&path).is_ok_and(|t| t == self.text.as_bytes()) {
+        if read_lease(&self.dir, &self.name).is_some_and(|t| t == self.text.as_bytes()) {
             let _ = std::fs::remove_file(path);
             // The key's folder, if the lease was all it held (a compile that was not kept).
             let _ = std::fs::remove_dir(&self.dir);
@@ -237,9 +238,7 @@ pub fn lease(store: &KeptStore, key: u64, what: &str) -> Option<Leased> {
             }
         }
         let path = dir.join(&name);
-        let holder = std::fs::read(&path)
-            .ok()
-            .and_then(|t| format::parse_lease(&t));
+        let holder = read_lease(&dir, &name).and_then(|t| format::parse_lease(&t));
         // On the store's clock (the file server's), as every host sharing it sees it.
         let age = || {
             path.symlink_metadata().map_or(0, |m| {
@@ -255,8 +254,14 @@ pub fn lease(store: &KeptStore, key: u64, what: &str) -> Option<Leased> {
                 now - m.mtime()
             })
         };
+        // A holder of this host is gone when its process is; one whose pid a process
+        // still has an hour on (the pid reused after its holder was killed, or a holder
+        // that hangs) is no more its holder than another host's of that age.
         let stale = match &holder {
-            Some((host, pid)) if *host == me => clshim_format::store::process_gone(*pid as i32),
+            Some((host, pid)) if *host == me => {
+                clshim_format::store::process_gone(*pid as i32)
+                    || age() > format::LEASE_STALE_SECONDS
+            }
             Some(_) => age() > format::LEASE_STALE_SECONDS,
             // Being written (a holder between its create and its write), or not a lease.
             None => age() > 10,
@@ -267,6 +272,13 @@ pub fn lease(store: &KeptStore, key: u64, what: &str) -> Option<Leased> {
         let _ = std::fs::remove_file(&path);
     }
     None
+}
+
+/// The text of the lease `name` in the key's folder `dir`: a regular file of the user's
+/// alone, read without following a link or blocking on a FIFO, and short (None otherwise).
+fn read_lease(dir: &Path, name: &str) -> Option<Vec<u8>> {
+    let d = files::open_dir(dir, false).ok()?;
+    files::read_file(&d, name, 4096, false).ok()?
 }
 
 /// Says once a process that the store holds no lease (a filesystem without exclusive
@@ -313,18 +325,18 @@ fn unpack(pocl_cache: &Path, kept: &[KeptFile], taken: &mut Taken) {
             }
         }
         let at = pocl_cache.join(&program);
-        if !at.join("program.bc").exists() {
-            if !write_folder(&at, 2, &files) {
-                continue;
-            }
+        // A rank sharing this pocl cache may put the same folder there first (its rename
+        // wins, this one's fails): the program is there all the same, as below.
+        if !at.join("program.bc").exists() && write_folder(&at, 2, &files) {
             taken.copied += 1;
             taken.specs.extend(specs.into_keys());
+        } else if !at.join("program.bc").exists() {
+            continue;
         } else {
             // Only the specialisations written now are the store's: pocl made the others.
             for (spec, files) in specs {
                 let to = pocl_cache.join(&spec);
                 if !to.exists() && write_folder(&to, 4, &files) {
-                    taken.copied += 1;
                     taken.specs.push(spec);
                 }
             }
@@ -526,4 +538,84 @@ pub fn keep_launch(
         specs,
         false,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("clshim-kept-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        files::make_dir(&d).unwrap();
+        d
+    }
+
+    /// Ranks of a node that share one pocl cache (pocl's default folder) take the same kept
+    /// build at once: each is handed the program folder, whichever of them put it there
+    /// (the one that lost the rename once found nothing taken, and its build was recorded
+    /// as compiled and replaced the kept build with pocl's cache hit).
+    #[test]
+    fn ranks_taking_one_kept_build_at_once_into_one_cache_all_take_it() {
+        let d = scratch("race");
+        let store = KeptStore {
+            dir: d.join("store"),
+            max: 1 << 30,
+        };
+        let key = BuildKey {
+            key: 0x1234,
+            fingerprint: 5,
+            driver: 6,
+            text: b"key text".to_vec(),
+        };
+        let made = d.join("made");
+        let program = Path::new("AB").join("cdefgh");
+        std::fs::create_dir_all(made.join(&program).join("k/1-1-1")).unwrap();
+        std::fs::write(made.join(&program).join("program.bc"), vec![7u8; 4 << 20]).unwrap();
+        std::fs::write(made.join(&program).join("k/1-1-1/k.so"), vec![9u8; 1 << 20]).unwrap();
+        keep_build(
+            &store,
+            &key,
+            (Vec::new(), std::time::Duration::ZERO),
+            &made,
+            std::slice::from_ref(&program),
+            false,
+        )
+        .unwrap();
+        for round in 0..8 {
+            let cache = d.join(format!("cache-{round}"));
+            files::make_dir(&cache).unwrap();
+            let barrier = std::sync::Barrier::new(6);
+            let taken: Vec<Take> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..6)
+                    .map(|_| {
+                        s.spawn(|| {
+                            barrier.wait();
+                            take(&store, &key, &cache)
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let mut copied = 0;
+            for t in taken {
+                match t {
+                    Take::Taken(t) => {
+                        assert_eq!(t.programs, vec![program.clone()], "round {round}");
+                        copied += t.copied;
+                    }
+                    Take::Absent => panic!("round {round}: absent"),
+                    Take::Refused(why) => panic!("round {round}: refused: {why}"),
+                }
+            }
+            assert_eq!(copied, 1, "round {round}: one of them copied it");
+            assert_eq!(
+                std::fs::read(cache.join(&program).join("program.bc"))
+                    .unwrap()
+                    .len(),
+                4 << 20
+            );
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
 }

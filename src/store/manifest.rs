@@ -793,7 +793,10 @@ pub fn pocl_cache_dir(get: &dyn Fn(&str) -> Option<std::ffi::OsString>) -> std::
         return PathBuf::from(x).join(tail);
     }
     if let Some(h) = get("HOME") {
-        return PathBuf::from(h).join(".cache").join(tail);
+        // pocl writes "%s/.cache/%s": an empty HOME names `/.cache`, not a relative folder.
+        let mut home = h;
+        home.push("/.cache");
+        return PathBuf::from(home).join(tail);
     }
     PathBuf::from("/tmp").join(tail)
 }
@@ -878,6 +881,12 @@ mod tests {
             Path::new("/h/.cache/pocl/uncached")
         );
         assert_eq!(pocl_cache_dir(&env(&[])), Path::new("/tmp/pocl/kcache"));
+        // pocl writes `$HOME/.cache/...` as text: an empty HOME is the root's `.cache`, not
+        // one in the working directory.
+        assert_eq!(
+            pocl_cache_dir(&env(&[("HOME", "")])),
+            Path::new("/.cache/pocl/kcache")
+        );
         // pocl's booleans: true only when the value begins with "1".
         for (value, tail) in [
             ("", "uncached"),

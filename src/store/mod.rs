@@ -173,11 +173,15 @@ fn pocl_cache_at_start(config: &crate::config::Config) -> PathBuf {
 /// names now, if it named the same at clshim's first call (`config`'s) and when the loader
 /// started clshim's layer. An application that names another folder after OpenCL began
 /// leaves pocl in the one it started with, which clshim cannot tell for certain: None, and
-/// nothing is kept from or put in either.
+/// nothing is kept from or put in either. Under `LD_PRELOAD` alone no layer starts before
+/// pocl, and clshim's first call is a program's, after pocl started: the folder named when
+/// the process started (`/proc/self/environ`) must then be the same too (an application
+/// that names its rank's folder in its own code keeps and shares nothing there; under the
+/// loader's layer, `clshim run`'s default, it does).
 pub fn pocl_cache_certain(config: &crate::config::Config) -> Option<PathBuf> {
     let now = pocl_cache();
-    (pocl_cache_at_start(config) == now && AT_LOADER.get().map_or(true, |l| *l == now))
-        .then_some(now)
+    let earlier = AT_LOADER.get().or_else(pocl_cache_at_exec);
+    (pocl_cache_at_start(config) == now && earlier.map_or(true, |e| *e == now)).then_some(now)
 }
 
 /// pocl's cache folder as the environment named it when the OpenCL loader started

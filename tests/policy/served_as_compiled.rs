@@ -23,6 +23,8 @@ struct Case {
     bin: PathBuf,
     /// Where the client runs (its working directory).
     app: PathBuf,
+    /// `clshim run --mode` for the runs under the cache.
+    mode: &'static str,
 }
 
 /// What one run printed, how many of its builds the store served, and why the others
@@ -52,6 +54,7 @@ impl Case {
             bin: client(),
             app,
             d,
+            mode: "both",
         }
     }
 
@@ -69,7 +72,7 @@ impl Case {
     /// one.
     fn run_in(&self, cwd: &Path, cached: bool, args: &[OsString], env: &[(&str, String)]) -> Ran {
         let traces = self.d.path(&format!("traces-{}", next()));
-        let mode = cached.then_some("both");
+        let mode = cached.then_some(self.mode);
         let mut cmd = program_cache_command(&self.bin, mode, &traces);
         cmd.args(args).current_dir(cwd);
         clear_shim_env(&mut cmd, &[]);
@@ -603,6 +606,21 @@ fn pocls_cache_folder_named_anew_before_the_first_program() {
     named_before_the_first_program("pocl-folder-context", None, &["kc-plain", "kc-cache"]);
 }
 
+/// The same under `LD_PRELOAD` alone (`--mode preload`), where no loader's layer starts
+/// before pocl: clshim's first call is the first program, after the change. The build was
+/// recorded as pocl's own cache's (nothing fresh in the folder named now: pocl compiled in
+/// the one it started with), and a kept compile would have been unpacked where pocl never
+/// looks and the build recorded as the store's.
+#[test]
+fn pocls_cache_folder_named_anew_before_the_first_program_under_preload_alone() {
+    named_before_the_first_program_in(
+        "preload",
+        "pocl-folder-context-preload",
+        None,
+        &["kc-plain", "kc-cache"],
+    );
+}
+
 /// Three folders: the process starts with one, names a second before its first OpenCL
 /// call (pocl starts there), and a third between its context and its first program. A
 /// header in the second is read first without clshim; under the loader's layer, which
@@ -619,7 +637,21 @@ fn pocls_cache_folder_named_before_opencl_and_again_before_the_first_program() {
 /// appears in each of `headers_in`, and the run prints what a build without clshim prints,
 /// 5, served nothing.
 fn named_before_the_first_program(tag: &str, first: Option<&str>, headers_in: &[&str]) {
-    let c = Case::new(tag);
+    named_before_the_first_program_in("both", tag, first, headers_in);
+}
+
+/// [`named_before_the_first_program`] with the runs under the cache in `clshim run --mode
+/// mode`.
+fn named_before_the_first_program_in(
+    mode: &'static str,
+    tag: &str,
+    first: Option<&str>,
+    headers_in: &[&str],
+) {
+    let c = Case {
+        mode,
+        ..Case::new(tag)
+    };
     let src = c.write("src.cl", &source(b"#include \"val.h\"\n"));
     c.write("app/hdr/val.h", b"#define VAL 3\n");
     std::fs::create_dir_all(c.d.path("kc-late")).unwrap();

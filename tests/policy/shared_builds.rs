@@ -168,6 +168,170 @@ fn the_next_jobs_ranks_take_every_build_and_first_launch_from_the_store() {
     }
 }
 
+/// A node whose pocl cache holds the program and the kernel of its one launch already (a
+/// run without clshim), and a store that kept the build with that launch and another (a
+/// job that launched the kernel with two sizes): the next rank's build and first launch are
+/// pocl's own cache's, and their records say so. Only the other size's kernel, which that
+/// cache lacked, is written from the store; the build and launch were recorded as the
+/// store's (the build because something was written, the launch because a kernel of its
+/// name came from the store, though pocl used the one it had made itself).
+#[test]
+fn a_build_and_launch_that_used_pocls_own_cache_are_not_the_stores() {
+    let n = Node::of_share_client("share-own-kernel");
+    let store = n.d.path("store");
+    let out = n
+        .rank(0, true)
+        .arg("--sizes=2")
+        .env("CLSHIM_NATIVE_STORE", &store)
+        .output()
+        .unwrap();
+    assert_eq!(enqueue_and_out(&stdout(&out)).1, 6, "{}", stderr(&out));
+    let mut plain = Command::new(&n.bin);
+    plain.arg("--sizes=1");
+    clear_shim_env(&mut plain, &[]);
+    let plain = plain
+        .env("HOME", n.d.path("home"))
+        .env("POCL_CACHE_DIR", n.d.path("kc-1"))
+        .output()
+        .unwrap();
+    assert_eq!(enqueue_and_out(&stdout(&plain)).1, 3, "{}", stderr(&plain));
+    std::fs::create_dir_all(n.d.path("tmp-next")).unwrap();
+    let out = n
+        .rank(1, true)
+        .arg("--sizes=1")
+        .env("CLSHIM_NATIVE_STORE", &store)
+        .env("TMPDIR", n.d.path("tmp-next"))
+        .output()
+        .unwrap();
+    assert_eq!(enqueue_and_out(&stdout(&out)).1, 3, "{}", stderr(&out));
+    assert_eq!(n.build(1)["shared"], "own_cache", "{}", n.build(1));
+    assert_eq!(n.launch(1)["shared"], "own_cache", "{}", n.launch(1));
+}
+
+/// A lease on a build in the store whose holder, by this host's name, is an hour old while
+/// a process of its pid lives (the pid was reused after its holder was killed, or its holder
+/// hangs): the lease is taken over, as another host's of that age is, and the build compiles
+/// at once. It was waited for at every build of its key while that process lived.
+#[test]
+fn an_hour_old_lease_of_this_host_is_taken_over_whoever_has_its_pid() {
+    let n = Node::new("share-old-lease", 200);
+    let store = n.d.path("store");
+    let rank = |r: usize, tmp: &str| {
+        std::fs::create_dir_all(n.d.path(tmp)).unwrap();
+        let child = n
+            .rank(r, true)
+            .env("CLSHIM_NATIVE_STORE", &store)
+            .env("TMPDIR", n.d.path(tmp))
+            .spawn()
+            .unwrap();
+        assert_eq!(finish(child), "VAL=7\n");
+    };
+    rank(0, "tmp");
+    let keys: Vec<PathBuf> = std::fs::read_dir(store.join("compiles"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    for kc in store_files(&keys[0], ".kc") {
+        std::fs::remove_file(kc).unwrap();
+    }
+    let lease = keys[0].join("build.lease");
+    std::fs::write(
+        &lease,
+        clshim_format::kept::lease_text(&clshim_format::store::host_id(), std::process::id()),
+    )
+    .unwrap();
+    set_times_back(&lease, 2 * 3600);
+    rank(1, "tmp-next");
+    let b = n.build(1);
+    assert_eq!(b["shared"], "compiled", "{b}");
+    assert!(b.get("peer_wait_seconds").is_none(), "{b}");
+}
+
+/// A FIFO in place of a build's lease in the store (the store's files are read without
+/// blocking on one, as a file the user left there by mistake): the build is never held by
+/// it. Reading the lease once blocked in open() for a writer that never came, and the
+/// build with it.
+#[test]
+fn a_fifo_in_place_of_a_lease_holds_no_build() {
+    let n = Node::new("share-fifo-lease", 200);
+    let store = n.d.path("store");
+    let rank = |r: usize, tmp: &str| {
+        std::fs::create_dir_all(n.d.path(tmp)).unwrap();
+        let mut child = n
+            .rank(r, true)
+            .env("CLSHIM_NATIVE_STORE", &store)
+            .env("TMPDIR", n.d.path(tmp))
+            .spawn()
+            .unwrap();
+        let until = Instant::now() + Duration::from_secs(60);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > until {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("rank {r} still builds after a minute");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(finish(child), "VAL=7\n");
+    };
+    rank(0, "tmp");
+    let keys: Vec<PathBuf> = std::fs::read_dir(store.join("compiles"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    for kc in store_files(&keys[0], ".kc") {
+        std::fs::remove_file(kc).unwrap();
+    }
+    let lease = keys[0].join("build.lease");
+    let c = std::ffi::CString::new(s(&lease)).unwrap();
+    // SAFETY: a valid name and mode.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    set_times_back(&lease, 60);
+    rank(1, "tmp-next");
+    let b = n.build(1);
+    assert_eq!(b["shared"], "compiled", "{b}");
+}
+
+/// Two programs built one after the other in one pocl cache, their kernels of one name
+/// (a job's processes, as tests/policy/hosts.rs runs them): the next job, in a fresh pocl
+/// cache, takes both builds and both first launches from the store, whatever else the
+/// second's kept build carries (the first's program folder, made within its second).
+#[test]
+fn programs_of_one_pocl_cache_each_take_their_first_launch_from_the_store() {
+    let n = Node::new("share-two-programs", 200);
+    let store = n.d.path("store");
+    let other = n.d.path("k2.cl");
+    std::fs::write(&other, kernel(201)).unwrap();
+    let job = |cache: &str, tmp: &str, traces: [&str; 2]| {
+        std::fs::create_dir_all(n.d.path(tmp)).unwrap();
+        for (src, t) in [&n.src, &other].into_iter().zip(traces) {
+            let mut cmd = program_cache_command(&n.bin, Some("both"), &n.d.path(t));
+            cmd.arg(format!("--source={}", s(src)));
+            clear_shim_env(&mut cmd, &[]);
+            let out = cmd
+                .env("HOME", n.d.path("home"))
+                .env("TMPDIR", n.d.path(tmp))
+                .env("POCL_CACHE_DIR", n.d.path(cache))
+                .env("CLSHIM_NATIVE_STORE", &store)
+                .output()
+                .unwrap();
+            assert_eq!(stdout(&out), "VAL=7\n", "{}", stderr(&out));
+        }
+    };
+    job("kc-a", "tmp-a", ["traces-0", "traces-1"]);
+    job("kc-b", "tmp-b", ["traces-2", "traces-3"]);
+    for r in [2, 3] {
+        assert_eq!(n.build(r)["shared"], "from_store", "{}", n.build(r));
+        assert_eq!(n.launch(r)["shared"], "from_store", "{}", n.launch(r));
+    }
+}
+
 /// Two ranks build one program, the second while the first compiles: the first compiles
 /// ("compiled"), the second takes its compile ("from_peer") into its own pocl cache and
 /// builds as pocl's cache hit, in a fraction of the first's CPU; both print what a run
@@ -345,6 +509,39 @@ fn sharing_is_refused_where_another_user_could_swap_it() {
     }
 }
 
+/// With the sharing off (`CLSHIM_SHARE_BUILDS=0`) and a store, a rank keeps what it
+/// compiles and makes nothing in the node's temporary folder, nor warns of one it could not
+/// share in: it shares with no one there. Its compile's measure once made the node's
+/// folder (and tidied it), and a temporary folder others may write drew the warning.
+#[test]
+fn with_the_sharing_off_the_nodes_folder_is_left_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let n = Node::new("share-off-node-folder", 50);
+    let store = n.d.path("store");
+    let out = n
+        .rank(0, false)
+        .env("CLSHIM_NATIVE_STORE", &store)
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&out), "VAL=7\n", "{}", stderr(&out));
+    assert_eq!(n.build(0)["shared"], "compiled", "{}", n.build(0));
+    assert_eq!(n.build(0)["kept_in_store"], true, "{}", n.build(0));
+    assert!(!n.shared().exists(), "the node's folder made");
+    let open = n.d.path("tmp");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = n
+        .rank(1, false)
+        .env("CLSHIM_NATIVE_STORE", n.d.path("store-2"))
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&out), "VAL=7\n");
+    assert!(
+        !stderr(&out).contains("ranks do not share compiles here"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 /// The seconds a share_client's enqueue calls took, and its output value.
 fn enqueue_and_out(stdout: &str) -> (f64, i64) {
     let line = stdout
@@ -413,6 +610,56 @@ fn gated_launch(tag: &str, pad: &[&str]) {
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     assert!(first.wait().unwrap().success());
     assert!(rest.iter().any(|l| l.ends_with("out=3")), "{rest:?}");
+}
+
+/// The next job, its ranks taking the build with its kernel from the store: a rank whose
+/// launch waits behind a user event holds the launch's lock until its command completes, so
+/// its peer gives up waiting for it; the peer made nothing (pocl found the kernel the store
+/// put in its cache) and its record says the store's, not that it compiled.
+#[test]
+fn a_peer_that_gave_up_waiting_but_made_nothing_did_not_compile() {
+    let n = Node::of_share_client("share-gate-kept");
+    let store = n.d.path("store");
+    std::fs::create_dir_all(n.d.path("tmp-first")).unwrap();
+    let out = n
+        .rank(0, true)
+        .env("CLSHIM_NATIVE_STORE", &store)
+        .env("TMPDIR", n.d.path("tmp-first"))
+        .output()
+        .unwrap();
+    assert_eq!(enqueue_and_out(&stdout(&out)).1, 3, "{}", stderr(&out));
+    let gate = n.d.path("gate-open");
+    let mut first = n
+        .rank(1, true)
+        .arg(format!("--gate={}", s(&gate)))
+        .env("CLSHIM_NATIVE_STORE", &store)
+        .spawn()
+        .unwrap();
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(first.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "enqueued");
+    let second = n
+        .rank(2, true)
+        .env("CLSHIM_NATIVE_STORE", &store)
+        .output()
+        .unwrap();
+    std::fs::write(&gate, "").unwrap();
+    assert_eq!(
+        enqueue_and_out(&stdout(&second)).1,
+        3,
+        "{}",
+        stderr(&second)
+    );
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(first.wait().unwrap().success());
+    assert!(rest.iter().any(|l| l.ends_with("out=3")), "{rest:?}");
+    for r in [1, 2] {
+        assert_eq!(n.build(r)["shared"], "from_store", "{}", n.build(r));
+    }
+    let l = n.launch(2);
+    assert_eq!(l["shared"], "from_store", "{l}");
+    assert!(l["peer_wait_seconds"].as_f64().unwrap() > 0.0, "{l}");
+    assert_eq!(n.launch(1)["shared"], "from_store", "{}", n.launch(1));
 }
 
 /// One process that builds the same source as two programs and launches the second while

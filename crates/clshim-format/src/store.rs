@@ -729,7 +729,9 @@ pub fn is_temporary_name(name: &str) -> bool {
 
 /// Whether the process `pid` of this host (and PID namespace) has ended: none by that pid,
 /// or a zombie (dead, not yet reaped: a killed warm worker whose parent ended too waits for
-/// init to reap it, and holds nothing meanwhile).
+/// init to reap it, and holds nothing meanwhile). Every thread of it must have ended: a
+/// process whose main thread ended (`pthread_exit`) shows a zombie leader while its other
+/// threads run on.
 pub fn process_gone(pid: i32) -> bool {
     if pid <= 0 {
         return false;
@@ -739,12 +741,23 @@ pub fn process_gone(pid: i32) -> bool {
         return std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
     }
     // The state follows the command's closing parenthesis (the command may hold any byte).
-    std::fs::read(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.iter()
-            .rposition(|&b| b == b')')
-            .and_then(|i| stat.get(i + 2))
-            .is_some_and(|&state| state == b'Z' || state == b'X')
-    })
+    let ended = |stat: &std::path::Path| {
+        std::fs::read(stat).is_ok_and(|stat| {
+            stat.iter()
+                .rposition(|&b| b == b')')
+                .and_then(|i| stat.get(i + 2))
+                .is_some_and(|&state| state == b'Z' || state == b'X')
+        })
+    };
+    let proc = std::path::PathBuf::from(format!("/proc/{pid}"));
+    ended(&proc.join("stat"))
+        && std::fs::read_dir(proc.join("task")).map_or(true, |tasks| {
+            tasks.flatten().all(|t| {
+                // A task that ended between the listing and the read is gone too.
+                let stat = t.path().join("stat");
+                ended(&stat) || !stat.exists()
+            })
+        })
 }
 
 #[cfg(test)]
@@ -763,6 +776,46 @@ mod tests {
         }
         assert!(process_gone(pid), "an ended child not yet reaped");
         child.wait().unwrap();
+        assert!(process_gone(pid));
+    }
+
+    /// A process whose main thread has ended while another runs on (the leader is a zombie
+    /// until the whole group ends, as after `pthread_exit` in `main`) is alive: it holds its
+    /// leases and claims.
+    #[test]
+    fn a_process_whose_main_thread_ended_is_not_gone() {
+        // SAFETY: the child only starts a thread and ends its main thread; the parent waits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            std::thread::spawn(|| {
+                std::thread::sleep(std::time::Duration::from_secs(3));
+                // SAFETY: ending the child, whose main thread ended already.
+                unsafe { libc::_exit(0) };
+            });
+            // SAFETY: ending the child's forking thread alone (the exit system call, not
+            // exit_group); the other goes on.
+            unsafe { libc::syscall(libc::SYS_exit, 0) };
+            unreachable!();
+        }
+        let leader_ended = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.starts_with(" Z")))
+        };
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while !leader_ended() && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let ended = leader_ended();
+        let gone = process_gone(pid);
+        let mut status = 0;
+        // SAFETY: this process's own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(ended, "the child's main thread did not end");
+        assert!(
+            !gone,
+            "a process whose other thread runs on was taken as gone"
+        );
         assert!(process_gone(pid));
     }
 

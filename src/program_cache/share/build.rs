@@ -155,8 +155,10 @@ pub unsafe fn before(
     let crate::store::Wanted { key, labels } =
         unsafe { crate::store::wanted(&facts, device, &recipe, &encoded) }.ok()?;
     let store = KeptStore::from_config(&rt.config);
-    let folder = node_folder()
-        .filter(|_| rt.config.share_builds)
+    // Looked for only with the sharing on (looking makes it, or warns once that it cannot).
+    let folder = (rt.config.share_builds)
+        .then(node_folder)
+        .flatten()
         // Made again if a cleaner took it; its owner and mode checked again.
         .filter(|f| files::open_dir(f, true).is_ok())
         .map(Path::to_path_buf);
@@ -202,7 +204,8 @@ pub unsafe fn before(
         turn.use_kept(t, 0.0);
         return Some(turn);
     }
-    let patience = build_patience(bytes);
+    // With the sharing off nothing waits, and the node's folder is left alone.
+    let patience = build_patience(bytes, turn.waits);
     let clock = Instant::now();
     if let Some(folder) = turn.folder.clone() {
         let lock = folder.join(format!("{:016x}.lock", turn.key.key));
@@ -598,7 +601,7 @@ impl Turn {
         let note = self.note();
         let outcome = note.settle(ret);
         if outcome.compiled && ret == CL_SUCCESS {
-            BUILDS.add(self.clock.elapsed(), self.bytes);
+            BUILDS.add(self.clock.elapsed(), self.bytes, self.waits);
         }
         if ret != CL_SUCCESS {
             return;

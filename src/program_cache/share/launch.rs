@@ -296,14 +296,32 @@ impl LaunchTurn {
         made
     }
 
-    /// Whether the store's kept compile held a specialisation of this kernel, which this
-    /// rank took with its program's build.
+    /// Whether the kernel this launch found in pocl's cache came from the store: a
+    /// specialisation of it was written from the store with its program's build, and the
+    /// program folders it was written into hold no other (which one a launch uses is
+    /// pocl's to say: beside one pocl made itself, the launch may have used that).
     fn kept_here(&self) -> bool {
-        self.program.kept_specs.iter().any(|s| {
+        let of_kernel = |s: &&PathBuf| {
             s.parent()
                 .and_then(Path::file_name)
                 .is_some_and(|k| k == self.kernel.as_str())
-        })
+        };
+        let kept: Vec<&PathBuf> = self.program.kept_specs.iter().filter(of_kernel).collect();
+        !kept.is_empty()
+            && self.program.programs.iter().all(|rel| {
+                if !kept.iter().any(|k| k.starts_with(rel)) {
+                    // Not the program's folder the store's kernel went into (another
+                    // program's, kept with the build): pocl's hash decides which it uses.
+                    return true;
+                }
+                let dir = rel.join(&self.kernel);
+                std::fs::read_dir(self.program.pocl_cache.join(&dir))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .filter(|e| !e.file_name().as_encoded_bytes().starts_with(b"."))
+                    .all(|e| kept.contains(&&dir.join(e.file_name())))
+            })
     }
 
     /// Once the launch's command completed (`ok`: it ran): what pocl made for it is kept in
@@ -326,6 +344,14 @@ impl LaunchTurn {
                 self.shared = Shared::FromStore { waited };
             }
             Shared::FromPeer { waited } if self.copied == 0 => {
+                self.shared = Shared::OwnCache { waited };
+            }
+            // It gave up waiting for a peer (or another node) and made nothing: the kernel
+            // was there, as above.
+            Shared::CompiledAfterWaiting { waited } if made.is_empty() && self.kept_here() => {
+                self.shared = Shared::FromStore { waited };
+            }
+            Shared::CompiledAfterWaiting { waited } if made.is_empty() => {
                 self.shared = Shared::OwnCache { waited };
             }
             Shared::FromStore { waited } if !made.is_empty() => {

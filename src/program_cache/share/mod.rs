@@ -105,14 +105,15 @@ impl Rate {
         }
     }
 
-    /// Counts a compile this process made, and leaves its measure for its node's ranks.
-    fn add(&self, took: Duration, bytes: usize) {
+    /// Counts a compile this process made, and leaves its measure for its node's ranks
+    /// when it shares with them (`node`).
+    fn add(&self, took: Duration, bytes: usize, node: bool) {
         let nanos = self
             .nanos
             .fetch_add(took.as_nanos() as u64, Ordering::Relaxed)
             + took.as_nanos() as u64;
         let total = self.bytes.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
-        if let Some(folder) = node_folder() {
+        if let Some(folder) = node.then(node_folder).flatten() {
             if let Ok(d) = files::open_dir(folder, false) {
                 let text = format!("{nanos} {total}\n");
                 let _ = files::write_atomic(&d, NODE_RATE, text.as_bytes(), true, false);
@@ -128,10 +129,11 @@ impl Rate {
         )
     }
 
-    /// The seconds per byte measured, this process's own or its node's.
-    fn measured(&self) -> Option<f64> {
+    /// The seconds per byte measured, this process's own or (when it shares with its
+    /// node's ranks, `node`) its node's.
+    fn measured(&self, node: bool) -> Option<f64> {
         self.own().or_else(|| {
-            let d = files::open_dir(node_folder()?, false).ok()?;
+            let d = files::open_dir(node.then(node_folder).flatten()?, false).ok()?;
             let text = files::read_file(&d, NODE_RATE, 64, false).ok()??;
             let text = String::from_utf8(text).ok()?;
             let mut w = text.split_whitespace().map(|v| v.parse::<u64>().ok());
@@ -141,8 +143,8 @@ impl Rate {
 
     /// The seconds a compile of `bytes` of code is expected to take, and whether that was
     /// measured (else guessed).
-    fn expected(&self, bytes: usize) -> (f64, bool) {
-        match self.measured() {
+    fn expected(&self, bytes: usize, node: bool) -> (f64, bool) {
+        match self.measured(node) {
             Some(per_byte) => (per_byte * bytes as f64, true),
             None => (self.guess * bytes as f64, false),
         }
@@ -177,8 +179,8 @@ fn launch_patience(bytes: usize) -> Duration {
     Duration::from_secs_f64((LAUNCH_FACTOR * per * bytes as f64).max(0.5))
 }
 
-fn build_patience(bytes: usize) -> Duration {
-    patience(BUILDS.expected(bytes))
+fn build_patience(bytes: usize, node: bool) -> Duration {
+    patience(BUILDS.expected(bytes, node))
 }
 
 /// How much of `src` is code, for the estimates of a compile's time: its bytes outside
