@@ -81,13 +81,23 @@ impl Shared {
 /// compile to take, and so how long it waits for a peer's. Its own compiles first; before it
 /// has made one, its node's (each rank that compiles leaves its measure in the node's
 /// folder); before any rank of the node has, a rate measured here for pocl, which only
-/// bounds a first wait.
+/// bounds a first wait. A compile also has a part that no byte count sees (pocl's passes
+/// and files whatever the size): the seed's kind of workload at 16 ranks had 16 of its 26
+/// early give-ups on small programs whose peer took 0.4-1.0 s where the rate per byte gave
+/// 0.1-0.5 s. So its own compiles' median also bounds what it expects from below.
 struct Rate {
     nanos: AtomicU64,
     bytes: AtomicU64,
+    /// The last [`RECENT`] compiles' nanoseconds (lock-free: a fork may come at any time).
+    recent: [AtomicU64; RECENT],
+    count: AtomicU64,
     /// Seconds per byte before anything of the kind was measured.
     guess: f64,
 }
+
+const RECENT: usize = 15;
+#[allow(clippy::declare_interior_mutable_const)] // each element of `recent` starts from it
+const NONE_YET: AtomicU64 = AtomicU64::new(0);
 
 fn per_byte(nanos: u64, bytes: u64) -> Option<f64> {
     (nanos > 0 && bytes > 0).then(|| nanos as f64 / 1e9 / bytes as f64)
@@ -101,6 +111,8 @@ impl Rate {
         Rate {
             nanos: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
+            recent: [NONE_YET; RECENT],
+            count: AtomicU64::new(0),
             guess,
         }
     }
@@ -113,6 +125,8 @@ impl Rate {
             .fetch_add(took.as_nanos() as u64, Ordering::Relaxed)
             + took.as_nanos() as u64;
         let total = self.bytes.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
+        let i = self.count.fetch_add(1, Ordering::Relaxed) as usize % RECENT;
+        self.recent[i].store(took.as_nanos().max(1) as u64, Ordering::Relaxed);
         if let Some(folder) = node.then(node_folder).flatten() {
             if let Ok(d) = files::open_dir(folder, false) {
                 let text = format!("{nanos} {total}\n");
@@ -127,6 +141,18 @@ impl Rate {
             self.nanos.load(Ordering::Relaxed),
             self.bytes.load(Ordering::Relaxed),
         )
+    }
+
+    /// The median seconds of this process's last compiles, if it made any.
+    fn own_median(&self) -> Option<f64> {
+        let mut v: Vec<u64> = self
+            .recent
+            .iter()
+            .map(|a| a.load(Ordering::Relaxed))
+            .filter(|&n| n > 0)
+            .collect();
+        v.sort_unstable();
+        v.get(v.len() / 2).map(|&n| n as f64 / 1e9)
     }
 
     /// The seconds per byte measured, this process's own or (when it shares with its
@@ -145,7 +171,10 @@ impl Rate {
     /// measured (else guessed).
     fn expected(&self, bytes: usize, node: bool) -> (f64, bool) {
         match self.measured(node) {
-            Some(per_byte) => (per_byte * bytes as f64, true),
+            Some(per_byte) => {
+                let by_size = per_byte * bytes as f64;
+                (by_size.max(self.own_median().unwrap_or(0.0)), true)
+            }
             None => (self.guess * bytes as f64, false),
         }
     }
@@ -617,5 +646,26 @@ mod tests {
         let mut kept = b"#if 1\nint x = 1;\n#endif\n".to_vec();
         kept.extend_from_slice(code);
         assert_eq!(code_bytes(&kept), n + "#if1intx=1;#endif".len());
+    }
+
+    /// A small program's compile is not its bytes' share of a large one's: the seed's kind
+    /// of workload at 16 ranks gave up on peers' 0.4-1.0 s compiles after 0.1-0.5 s.
+    #[test]
+    fn a_small_programs_compile_is_expected_to_take_the_median_compile() {
+        let r = Rate::new(1.0 / 4096.0);
+        r.add(Duration::from_millis(3000), 40_000, false); // a large one, compiler start and all
+        for _ in 0..4 {
+            r.add(Duration::from_millis(600), 800, false);
+        }
+        let (expected, measured) = r.expected(300, false);
+        assert!(measured);
+        assert!((0.59..0.61).contains(&expected), "{expected}");
+        // A large one is still sized by its bytes.
+        assert!(r.expected(400_000, false).0 > 10.0);
+        // Only the last compiles count.
+        for _ in 0..RECENT {
+            r.add(Duration::from_millis(100), 800, false);
+        }
+        assert!((0.09..0.11).contains(&r.own_median().unwrap()));
     }
 }
