@@ -433,6 +433,57 @@ fn a_hung_peer_is_waited_for_a_bounded_time() {
     let _ = first.wait();
 }
 
+/// A rank's first build, nothing measured yet on its node, waits for a peer that is still
+/// compiling past what it guesses a compile takes, and takes the peer's compile: at 16
+/// ranks the seed's kind of workload once had 10 ranks give up on their first program
+/// after the guess's half second and compile it again. The peer here compiles slowly (its
+/// CPU shared with a busy loop, at a lower priority), as on a busy node.
+#[test]
+fn a_first_build_waits_for_a_peer_still_compiling_past_the_guess() {
+    use std::os::unix::process::CommandExt;
+    let n = Node::new("share-first-slow", 40);
+    let on_cpu0 = || {
+        // SAFETY: plain calls on this (child) process before it execs.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    };
+    let mut hog = Command::new("sh");
+    hog.args(["-c", "while :; do :; done"]);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        hog.pre_exec(move || {
+            on_cpu0();
+            Ok(())
+        });
+    }
+    let mut hog = hog.spawn().unwrap();
+    let mut slow = n.rank(0, true);
+    // SAFETY: as above.
+    unsafe {
+        slow.pre_exec(move || {
+            on_cpu0();
+            libc::setpriority(libc::PRIO_PROCESS, 0, 5);
+            Ok(())
+        });
+    }
+    let first = slow.spawn().unwrap();
+    n.wait_for_a_holder();
+    let second = n.rank(1, true).spawn().unwrap();
+    let out = finish(second);
+    let _ = hog.kill();
+    let _ = hog.wait();
+    assert_eq!(out, "VAL=7\n");
+    assert_eq!(finish(first), "VAL=7\n");
+    let (a, b) = (n.build(0), n.build(1));
+    assert_eq!(a["shared"], "compiled", "{a}");
+    assert_eq!(b["shared"], "from_peer", "{b} (the peer's: {a})");
+    let waited = b["peer_wait_seconds"].as_f64().unwrap();
+    assert!(waited > 0.5, "waited {waited} s: {b} (the peer's: {a})");
+}
+
 /// Two ranks build the same source with the same options, but each reads its own
 /// `val.h` (their working folders differ): the same key, so the second waits for the
 /// first's compile and copies it, but pocl, which finds a program by the hash of the text

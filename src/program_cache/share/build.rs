@@ -250,7 +250,7 @@ pub unsafe fn before(
             None => turn.lease = Some(l),
         },
         Some(kept::Leased::Theirs(host)) => {
-            while clock.elapsed() < patience {
+            while !patience.exceeded(clock.elapsed(), None) {
                 if let Some(t) = turn.kept() {
                     turn.use_kept(t, clock.elapsed().as_secs_f64());
                     return Some(turn);

@@ -16,7 +16,7 @@
 
 use super::{
     copy_into_cache, launch_patience, make_dirs_below, node_folder, publish_whole, shared_of,
-    shared_program, wait_for, Held, Shared, SharedProgram, Waited,
+    shared_program, wait_for, Held, Patience, Shared, SharedProgram, Waited,
 };
 use crate::hash::Fnv1a;
 use crate::store::{files, kept};
@@ -116,7 +116,7 @@ pub fn before_launch(
         let kept = std::cell::RefCell::new(None);
         // Kept in the store (by another node, or taken from it by the peer this rank
         // waits for, which then publishes nothing), or published by a peer.
-        let waited = wait_for(&lock, patience, || {
+        let waited = wait_for(&lock, Patience::Measured(patience), || {
             *kept.borrow_mut() = turn.kept_launch();
             kept.borrow().is_some() || {
                 let mut t = taken.borrow_mut();

@@ -208,8 +208,98 @@ fn launch_patience(bytes: usize) -> Duration {
     Duration::from_secs_f64((LAUNCH_FACTOR * per * bytes as f64).max(0.5))
 }
 
-fn build_patience(bytes: usize, node: bool) -> Duration {
-    patience(BUILDS.expected(bytes, node))
+fn build_patience(bytes: usize, node: bool) -> Patience {
+    match BUILDS.expected(bytes, node) {
+        (seconds, true) => Patience::Measured(patience((seconds, true))),
+        guessed => Patience::Unmeasured {
+            guess: patience(guessed),
+            bytes,
+            node,
+        },
+    }
+}
+
+/// How long a rank may wait for a peer's compile.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Patience {
+    /// Within 1.5 times what its measured compiles say this one takes (a launch's: as
+    /// first sized).
+    Measured(Duration),
+    /// Nothing measured yet, by the rank or its node: the guess, which knows neither this
+    /// machine's compiler nor its start in the process (the seed's kind of workload at 16
+    /// ranks: every rank's first compile took 0.6-5 s where the guess gave 0.5 s, and 10
+    /// ranks gave up and compiled it again). Behind a holder of this host that is compiling
+    /// (neither stopped nor gone), the rank waits on past the guess until a compile of its
+    /// node is measured, and that bound then applies from the wait's start; at most ten
+    /// times the guess. Behind one stopped, gone or of another host, the guess applies.
+    Unmeasured {
+        guess: Duration,
+        bytes: usize,
+        node: bool,
+    },
+}
+
+impl Patience {
+    /// Whether a wait of `waited` has gone on too long, `holder` being the lock its
+    /// holder wrote its name into (none: a lease of another node, whose holder is not seen).
+    fn exceeded(&self, waited: Duration, holder: Option<&std::fs::File>) -> bool {
+        match *self {
+            Patience::Measured(limit) => waited > limit,
+            Patience::Unmeasured { guess, bytes, node } => {
+                if waited <= guess {
+                    return false;
+                }
+                if let (seconds, true) = BUILDS.expected(bytes, node) {
+                    return waited > patience((seconds, true));
+                }
+                waited > guess * 10 || !holder.is_some_and(holder_compiling)
+            }
+        }
+    }
+}
+
+/// The text a rank writes into a lock it takes: who compiles.
+fn holder_text() -> String {
+    format!("clshim-holder 1 {} {}\n", this_host(), std::process::id())
+}
+
+fn this_host() -> &'static str {
+    static HOST: OnceLock<String> = OnceLock::new();
+    HOST.get_or_init(clshim_format::store::host_id)
+}
+
+/// Whether the rank that holds `lock` (as its text names it) is of this host and
+/// compiling: neither gone nor stopped (a stopped compile makes no progress however long
+/// it is waited for).
+fn holder_compiling(lock: &std::fs::File) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 512];
+    let Ok(n) = lock.read_at(&mut buf, 0) else {
+        return false;
+    };
+    let Ok(text) = std::str::from_utf8(&buf[..n]) else {
+        return false;
+    };
+    let mut w = text.trim_end_matches('\n').split(' ');
+    let (Some("clshim-holder"), Some("1"), Some(host), Some(pid), None) =
+        (w.next(), w.next(), w.next(), w.next(), w.next())
+    else {
+        return false;
+    };
+    let Ok(pid) = pid.parse::<i32>() else {
+        return false;
+    };
+    if host != this_host() || pid as u32 == std::process::id() {
+        return false;
+    }
+    let stopped = std::fs::read(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        // The state follows the command's closing parenthesis (the command may hold any byte).
+        stat.iter()
+            .rposition(|&b| b == b')')
+            .and_then(|i| stat.get(i + 2))
+            .map_or(true, |&state| state == b'T' || state == b't')
+    });
+    !stopped && !clshim_format::store::process_gone(pid)
 }
 
 /// How much of `src` is code, for the estimates of a compile's time: its bytes outside
@@ -466,7 +556,7 @@ enum Waited {
 /// for at most `limit`. Returns with the seconds waited; None when this process holds
 /// that lock itself (another thread, or another program of the same build), or the lock
 /// file is not the user's alone: no sharing then.
-fn wait_for(path: &Path, limit: Duration, take: impl Fn() -> bool) -> Option<(Waited, f64)> {
+fn wait_for(path: &Path, limit: Patience, take: impl Fn() -> bool) -> Option<(Waited, f64)> {
     if held().lock().contains(path) {
         return None;
     }
@@ -488,13 +578,18 @@ fn wait_for(path: &Path, limit: Duration, take: impl Fn() -> bool) -> Option<(Wa
                 return None;
             }
             drop(mine);
+            {
+                use std::os::unix::fs::FileExt;
+                let _ = lock.set_len(0);
+                let _ = lock.write_at(holder_text().as_bytes(), 0);
+            }
             let held = Held {
                 file: lock,
                 path: path.to_path_buf(),
             };
             return Some((Waited::Holds(held), clock.elapsed().as_secs_f64()));
         }
-        if clock.elapsed() > limit {
+        if limit.exceeded(clock.elapsed(), Some(&lock)) {
             return Some((Waited::GaveUp, clock.elapsed().as_secs_f64()));
         }
         std::thread::sleep(Duration::from_millis(10));
