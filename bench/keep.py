@@ -33,6 +33,8 @@ import subprocess
 import sys
 import time
 
+from timing import timed
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLSHIM = os.path.join(ROOT, "target", "release", "clshim")
 LIB = os.path.join(ROOT, "target", "release", "libclshim.so")
@@ -46,14 +48,7 @@ def measured(cmd, env, tag):
     """(CPU seconds of the whole tree, wall seconds until the command returned, seconds
     until its last process had gone, stdout, stderr) of `cmd`, run in a cgroup of its own."""
     if not os.path.isdir(CGROUP):
-        import resource
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = time.perf_counter()
-        p = subprocess.run(cmd, env=env, text=True, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE)
-        wall = time.perf_counter() - t0
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        cpu, wall, p = timed(cmd, env)
         check(p, cmd)
         return cpu, wall, wall, p.stdout, p.stderr
     group = os.path.join(CGROUP, f"clshim-bench-{os.getpid()}-{tag}")
@@ -77,15 +72,9 @@ def measured(cmd, env, tag):
 def measured_plain(cmd, env):
     """(CPU, wall, wall, stdout, stderr) of a command that is no workload (its children's
     CPU: the warm step's workers are its children)."""
-    import resource
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu, wall, p = timed(cmd, env)
     if p.returncode != 0:
         sys.exit(f"keep: {' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return cpu, wall, wall, p.stdout, p.stderr
 
 

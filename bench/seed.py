@@ -19,12 +19,12 @@ are those with which 16 ranks run: PyPI's loopy 2025.2 fails at 12 and 16 ranks
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
-import time
 import urllib.request
+
+from timing import timed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRUDGE = "58f97baae256f7d622c53b8fc176bc3fce41704d"
@@ -80,14 +80,10 @@ def venv():
 
 
 def run(cmd, env):
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu, wall, p = timed(cmd, env)
     if p.returncode != 0:
         sys.exit(f"seed: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-4000:]}")
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall, p
+    return cpu, wall, p
 
 
 def main():
