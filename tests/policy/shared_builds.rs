@@ -437,44 +437,86 @@ fn a_hung_peer_is_waited_for_a_bounded_time() {
 /// compiling past what it guesses a compile takes, and takes the peer's compile: at 16
 /// ranks the seed's kind of workload once had 10 ranks give up on their first program
 /// after the guess's half second and compile it again. The peer here compiles slowly (its
-/// CPU shared with a busy loop, at a lower priority), as on a busy node.
+/// CPU shared with busy loops), as on a busy node, until the waiting rank has waited a
+/// second; then at full speed, so that how fast this machine compiles decides neither
+/// whether the waiter waited long enough nor whether its ten times the guess run out.
 #[test]
 fn a_first_build_waits_for_a_peer_still_compiling_past_the_guess() {
+    use std::os::unix::fs::MetadataExt;
     use std::os::unix::process::CommandExt;
     let n = Node::new("share-first-slow", 40);
-    let on_cpu0 = || {
+    // A CPU this test may use (a CI job's may not include CPU 0).
+    // SAFETY: a zeroed set filled by the call, for this process.
+    let cpu = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
+        (0..libc::CPU_SETSIZE as usize)
+            .find(|&c| libc::CPU_ISSET(c, &set))
+            .unwrap_or(0)
+    };
+    let on_cpu = move || {
         // SAFETY: plain calls on this (child) process before it execs.
         unsafe {
             let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(0, &mut set);
+            libc::CPU_SET(cpu, &mut set);
             libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
         }
     };
-    let mut hog = Command::new("sh");
-    hog.args(["-c", "while :; do :; done"]);
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        hog.pre_exec(move || {
-            on_cpu0();
-            Ok(())
-        });
+    /// Busy loops, ended however the test ends.
+    struct Hogs(Vec<Child>);
+    impl Drop for Hogs {
+        fn drop(&mut self) {
+            for h in &mut self.0 {
+                let _ = h.kill();
+                let _ = h.wait();
+            }
+        }
     }
-    let mut hog = hog.spawn().unwrap();
+    let hogs = Hogs(
+        (0..3)
+            .map(|_| {
+                let mut hog = Command::new("sh");
+                hog.args(["-c", "while :; do :; done"]);
+                // SAFETY: only async-signal-safe calls between fork and exec.
+                unsafe {
+                    hog.pre_exec(move || {
+                        on_cpu();
+                        Ok(())
+                    });
+                }
+                hog.spawn().unwrap()
+            })
+            .collect(),
+    );
     let mut slow = n.rank(0, true);
     // SAFETY: as above.
     unsafe {
         slow.pre_exec(move || {
-            on_cpu0();
-            libc::setpriority(libc::PRIO_PROCESS, 0, 5);
+            on_cpu();
             Ok(())
         });
     }
     let first = slow.spawn().unwrap();
     n.wait_for_a_holder();
-    let second = n.rank(1, true).spawn().unwrap();
+    let mut second = n.rank(1, true).spawn().unwrap();
+    // The second rank waits once it has the node's lock open: a second more, then the
+    // first compiles alone on its CPU.
+    let lock = std::fs::metadata(&store_files(&n.shared(), ".lock")[0]).unwrap();
+    let fds = PathBuf::from(format!("/proc/{}/fd", second.id()));
+    let until = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_dir(&fds).is_ok_and(|fds| {
+        fds.flatten().any(|fd| {
+            std::fs::metadata(fd.path())
+                .is_ok_and(|m| m.dev() == lock.dev() && m.ino() == lock.ino())
+        })
+    }) && second.try_wait().unwrap().is_none()
+    {
+        assert!(Instant::now() < until, "the second rank never waited");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    drop(hogs);
     let out = finish(second);
-    let _ = hog.kill();
-    let _ = hog.wait();
     assert_eq!(out, "VAL=7\n");
     assert_eq!(finish(first), "VAL=7\n");
     let (a, b) = (n.build(0), n.build(1));
