@@ -116,14 +116,21 @@ pub fn before_launch(
         let kept = std::cell::RefCell::new(None);
         // Kept in the store (by another node, or taken from it by the peer this rank
         // waits for, which then publishes nothing), or published by a peer.
-        let waited = wait_for(&lock, Patience::Measured(patience), || {
-            *kept.borrow_mut() = turn.kept_launch();
-            kept.borrow().is_some() || {
-                let mut t = taken.borrow_mut();
-                let (names, copied) = &mut *t;
-                turn.take_published(names, copied)
-            }
-        });
+        let waited = wait_for(
+            &lock,
+            Patience::Measured {
+                by_size: patience,
+                typical: std::time::Duration::ZERO,
+            },
+            || {
+                *kept.borrow_mut() = turn.kept_launch();
+                kept.borrow().is_some() || {
+                    let mut t = taken.borrow_mut();
+                    let (names, copied) = &mut *t;
+                    turn.take_published(names, copied)
+                }
+            },
+        );
         let Some((waited, seconds)) = waited else {
             // This process launches it already (another thread): no peer to wait for.
             log::debug!("launch {key:016x}: launched by this process already");

@@ -81,10 +81,8 @@ impl Shared {
 /// compile to take, and so how long it waits for a peer's. Its own compiles first; before it
 /// has made one, its node's (each rank that compiles leaves its measure in the node's
 /// folder); before any rank of the node has, a rate measured here for pocl, which only
-/// bounds a first wait. A compile also has a part that no byte count sees (pocl's passes
-/// and files whatever the size): the seed's kind of workload at 16 ranks had 16 of its 26
-/// early give-ups on small programs whose peer took 0.4-1.0 s where the rate per byte gave
-/// 0.1-0.5 s. So its own compiles' median also bounds what it expects from below.
+/// bounds a first wait. It also keeps its last compiles' times, whose median
+/// ([`Patience::Measured`]) sizes a wait behind a holder that is compiling.
 struct Rate {
     nanos: AtomicU64,
     bytes: AtomicU64,
@@ -171,10 +169,7 @@ impl Rate {
     /// measured (else guessed).
     fn expected(&self, bytes: usize, node: bool) -> (f64, bool) {
         match self.measured(node) {
-            Some(per_byte) => {
-                let by_size = per_byte * bytes as f64;
-                (by_size.max(self.own_median().unwrap_or(0.0)), true)
-            }
+            Some(per_byte) => (per_byte * bytes as f64, true),
             None => (self.guess * bytes as f64, false),
         }
     }
@@ -210,7 +205,10 @@ fn launch_patience(bytes: usize) -> Duration {
 
 fn build_patience(bytes: usize, node: bool) -> Patience {
     match BUILDS.expected(bytes, node) {
-        (seconds, true) => Patience::Measured(patience((seconds, true))),
+        (seconds, true) => Patience::Measured {
+            by_size: patience((seconds, true)),
+            typical: patience((BUILDS.own_median().unwrap_or(0.0), true)),
+        },
         guessed => Patience::Unmeasured {
             guess: patience(guessed),
             bytes,
@@ -222,9 +220,17 @@ fn build_patience(bytes: usize, node: bool) -> Patience {
 /// How long a rank may wait for a peer's compile.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Patience {
-    /// Within 1.5 times what its measured compiles say this one takes (a launch's: as
-    /// first sized).
-    Measured(Duration),
+    /// Within 1.5 times what its measured compiles say this one takes by its size; behind a
+    /// holder of this host that is compiling, within 1.5 times its own compiles' median if
+    /// that is longer (a small program's compile has a part no byte count sees: the seed's
+    /// kind of workload at 16 ranks had 16 of its 26 early give-ups on small programs whose
+    /// peer took 0.4-1.0 s where the rate per byte gave 0.1-0.5 s), so a stopped or gone
+    /// holder of a small program is not waited for as long as a typical compile. A launch's
+    /// `typical` is zero: its bound is as first sized.
+    Measured {
+        by_size: Duration,
+        typical: Duration,
+    },
     /// Nothing measured yet, by the rank or its node: the guess, which knows neither this
     /// machine's compiler nor its start in the process (the seed's kind of workload at 16
     /// ranks: every rank's first compile took 0.6-5 s where the guess gave 0.5 s, and 10
@@ -244,7 +250,9 @@ impl Patience {
     /// holder wrote its name into (none: a lease of another node, whose holder is not seen).
     fn exceeded(&self, waited: Duration, holder: Option<&std::fs::File>) -> bool {
         match *self {
-            Patience::Measured(limit) => waited > limit,
+            Patience::Measured { by_size, typical } => {
+                waited > by_size && (waited > typical || !holder.is_some_and(holder_compiling))
+            }
             Patience::Unmeasured { guess, bytes, node } => {
                 if waited <= guess {
                     return false;
@@ -402,8 +410,10 @@ struct Held {
 impl Drop for Held {
     fn drop(&mut self) {
         held().lock().remove(&self.path);
-        // Closing `file` (after this) lets the lock go.
-        let _ = &self.file;
+        // Let go explicitly: a child forked without exec shares the lock's open file, and
+        // would otherwise hold it (and its peers waiting) until it ends.
+        // SAFETY: an open descriptor of this process.
+        unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_UN) };
     }
 }
 
@@ -744,19 +754,45 @@ mod tests {
     }
 
     /// A small program's compile is not its bytes' share of a large one's: the seed's kind
-    /// of workload at 16 ranks gave up on peers' 0.4-1.0 s compiles after 0.1-0.5 s.
+    /// of workload at 16 ranks gave up on peers' 0.4-1.0 s compiles after 0.1-0.5 s. Its
+    /// own compiles' median sizes the wait behind a holder that is compiling, not behind
+    /// one stopped (or gone), which is waited for what the program's size gives.
     #[test]
-    fn a_small_programs_compile_is_expected_to_take_the_median_compile() {
+    fn a_small_program_is_waited_for_the_median_compile_while_its_holder_compiles() {
         let r = Rate::new(1.0 / 4096.0);
         r.add(Duration::from_millis(3000), 40_000, false); // a large one, compiler start and all
         for _ in 0..4 {
             r.add(Duration::from_millis(600), 800, false);
         }
-        let (expected, measured) = r.expected(300, false);
-        assert!(measured);
-        assert!((0.59..0.61).contains(&expected), "{expected}");
-        // A large one is still sized by its bytes.
-        assert!(r.expected(400_000, false).0 > 10.0);
+        let (by_size, measured) = r.expected(300, false);
+        assert!(measured && by_size < 0.05, "{by_size}");
+        assert!((0.59..0.61).contains(&r.own_median().unwrap()));
+        let wait = Patience::Measured {
+            by_size: patience((by_size, true)),
+            typical: patience((r.own_median().unwrap(), true)),
+        };
+        let mut holder = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let lock = std::env::temp_dir().join(format!("clshim-holder-test-{}", std::process::id()));
+        std::fs::write(
+            &lock,
+            format!("clshim-holder 1 {} {}\n", this_host(), holder.id()),
+        )
+        .unwrap();
+        let f = std::fs::File::open(&lock).unwrap();
+        let half = Duration::from_millis(500);
+        assert!(!wait.exceeded(half, Some(&f)), "behind a holder compiling");
+        assert!(wait.exceeded(half, None), "behind a lease of another node");
+        // SAFETY: the test's own child.
+        unsafe { libc::kill(holder.id() as i32, libc::SIGSTOP) };
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(wait.exceeded(half, Some(&f)), "behind a stopped holder");
+        assert!(wait.exceeded(Duration::from_millis(1000), None));
+        let _ = holder.kill();
+        let _ = holder.wait();
+        let _ = std::fs::remove_file(&lock);
         // Only the last compiles count.
         for _ in 0..RECENT {
             r.add(Duration::from_millis(100), 800, false);
