@@ -727,6 +727,13 @@ pub fn is_temporary_name(name: &str) -> bool {
             .any(|suffix| key_of_name(store_name, suffix).is_some())
 }
 
+/// The state letter of a `/proc/<pid>/stat` text (`R`, `S`, `T`, `Z`, ...): it follows the
+/// command's closing parenthesis, and the command may hold any byte.
+pub fn stat_state(stat: &[u8]) -> Option<u8> {
+    let i = stat.iter().rposition(|&b| b == b')')?;
+    stat.get(i + 2).copied()
+}
+
 /// Whether the process `pid` of this host (and PID namespace) has ended: none by that pid,
 /// or a zombie (dead, not yet reaped: a killed warm worker whose parent ended too waits for
 /// init to reap it, and holds nothing meanwhile). Every thread of it must have ended: a
@@ -740,14 +747,8 @@ pub fn process_gone(pid: i32) -> bool {
     if unsafe { libc::kill(pid, 0) } != 0 {
         return std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
     }
-    // The state follows the command's closing parenthesis (the command may hold any byte).
     let ended = |stat: &std::path::Path| {
-        std::fs::read(stat).is_ok_and(|stat| {
-            stat.iter()
-                .rposition(|&b| b == b')')
-                .and_then(|i| stat.get(i + 2))
-                .is_some_and(|&state| state == b'Z' || state == b'X')
-        })
+        std::fs::read(stat).is_ok_and(|stat| matches!(stat_state(&stat), Some(b'Z' | b'X')))
     };
     let proc = std::path::PathBuf::from(format!("/proc/{pid}"));
     ended(&proc.join("stat"))

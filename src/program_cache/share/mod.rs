@@ -301,11 +301,7 @@ fn holder_compiling(lock: &std::fs::File) -> bool {
         return false;
     }
     let stopped = std::fs::read(format!("/proc/{pid}/stat")).map_or(true, |stat| {
-        // The state follows the command's closing parenthesis (the command may hold any byte).
-        stat.iter()
-            .rposition(|&b| b == b')')
-            .and_then(|i| stat.get(i + 2))
-            .map_or(true, |&state| state == b'T' || state == b't')
+        clshim_format::store::stat_state(&stat).map_or(true, |s| s == b'T' || s == b't')
     });
     !stopped && !clshim_format::store::process_gone(pid)
 }
