@@ -13,16 +13,17 @@ how long anything of clshim's outlived the command).
   4 ranks            the same first job at 4 ranks
   substitute         pyopencl 2023.1 (which asks for binaries) on 2 ranks: its cold run and
                      two warm reruns (the same caches), without clshim and under
-                     `clshim run --binaries substitute`; then, apart from any job, `clshim
-                     warm` (the driver's binaries of the requests left) and a third rerun
+                     `clshim run --binaries substitute` (the node's warm service makes the
+                     driver's binaries of what the cold run handed out, and each rank waits
+                     for its own at its exit)
   nothing repeated   one rank, every kernel distinct and new: `clshim run` against none
 
     bench/keep.sh                    # 3 interleaved repeats
     bench/keep.sh --repeat 5
     python3 bench/keep.py --only program-cache --ranks 16 --mpiexec "mpiexec --oversubscribe"
 
-Where cgroup v1's cpuacct is absent, CPU is this process's children's (a warm service,
-started only with `--warm-service`, which this bench never gives, would not be counted).
+Where cgroup v1's cpuacct is absent, CPU is this process's children's, which leaves out
+the node's warm service (a rank starts it, and it may end after the rank that started it).
 """
 import argparse
 import os
@@ -69,15 +70,6 @@ def measured(cmd, env, tag):
     return cpu, wall, gone, p.stdout, p.stderr
 
 
-def measured_plain(cmd, env):
-    """(CPU, wall, wall, stdout, stderr) of a command that is no workload (its children's
-    CPU: the warm step's workers are its children)."""
-    cpu, wall, p = timed(cmd, env)
-    if p.returncode != 0:
-        sys.exit(f"keep: {' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
-    return cpu, wall, wall, p.stdout, p.stderr
-
-
 def check(p, cmd):
     ok = [l for l in p.stdout.splitlines() if l.startswith("workload ")]
     if p.returncode != 0 or not ok or not all("result=ok" in l for l in ok):
@@ -120,8 +112,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out", "keep"))
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4],
                     help="the program cache's jobs (the first of them also runs the next job)")
-    ap.add_argument("--only", choices=["program-cache"], default=None,
-                    help="only the program cache's first and next jobs")
+    ap.add_argument("--only", choices=["program-cache", "substitute", "nothing-repeated"],
+                    default=None, help="only these runs (default: all)")
     ap.add_argument("--python", default=None, metavar="PATH",
                     help="the current pyopencl's Python (default .venv/current)")
     ap.add_argument("--mpiexec", default="mpiexec", metavar="WORDS")
@@ -175,19 +167,9 @@ def main():
                 for run in ("cold", "warm 1", "warm 2"):
                     r = measured(cmd, env, f"sub-{who}-{run.replace(' ', '')}")
                     add(f"substitute {who} {run}", r)
-                    if who == "clshim" and run == "warm 2":
+                    if who == "clshim" and run != "cold":
                         native = counts(r[4], "from the driver's binaries in the native store")
-                        add("substitute warm 2 loads native", (native, 0, 0, "", ""))
-                if who == "clshim":
-                    # `clshim warm` apart from any job, then a third warm rerun: what the
-                    # driver's binaries buy, and what making them costs.
-                    store = os.path.join(env["HOME"], ".cache", "clshim", "native")
-                    w = measured_plain([CLSHIM, "warm", "--store", store, "--lib", LIB], env)
-                    add("substitute clshim warm step", w)
-                    r = measured(cmd, env, "sub-clshim-warm3")
-                    add("substitute clshim warm 3", r)
-                    native = counts(r[4], "from the driver's binaries in the native store")
-                    add("substitute warm 3 loads native", (native, 0, 0, "", ""))
+                        add(f"substitute {run} loads native", (native, 0, 0, "", ""))
 
         def nothing_repeated():
             for who in ("plain", "clshim"):
@@ -198,8 +180,10 @@ def main():
                 add(f"nothing repeated {who}", measured(cmd, env, f"once-{who}"))
 
         turns = [(lambda r=r: program_cache(r, f"{r} ranks")) for r in a.ranks]
-        if a.only is None:
-            turns += [substitute, nothing_repeated]
+        turns += [substitute, nothing_repeated]
+        if a.only is not None:
+            turns = {"program-cache": turns[:-2], "substitute": [substitute],
+                     "nothing-repeated": [nothing_repeated]}[a.only]
         k = rep % len(turns)
         for f in turns[k:] + turns[:k]:
             f()
@@ -214,41 +198,40 @@ def main():
             print(f"{name:34} {med(name, 0):7.2f} {med(name, 1):7.2f} {med(name, 2):7.2f}")
     print()
     r0 = a.ranks[0]
-    for r in a.ranks:
-        print(f"first job, {r} ranks: CPU {ratio(f'{r} ranks first job', f'{r} ranks no clshim', 0):.2f}x, "
-              f"wall {ratio(f'{r} ranks first job', f'{r} ranks no clshim', 1):.2f}x of no clshim "
-              "(goals: at 2 ranks at most 0.9x and 1.0x; at 4, CPU at most 0.45x)")
-    print(f"next job on a fresh node, {r0} ranks: CPU "
-          f"{ratio(f'{r0} ranks next job', f'{r0} ranks no clshim', 0):.2f}x, wall "
-          f"{ratio(f'{r0} ranks next job', f'{r0} ranks no clshim', 1):.2f}x "
-          f"(goal: at most 0.1x CPU); builds and first launches taken from the store: "
-          f"{med('next job taken from the store', 0):.0f} of "
-          f"{med('next job builds and first launches', 0):.0f}")
-    if a.only is None:
-        print_substitute_and_once(rows, med, ratio)
+    if f"{r0} ranks first job" in rows:
+        for r in a.ranks:
+            print(f"first job, {r} ranks: CPU {ratio(f'{r} ranks first job', f'{r} ranks no clshim', 0):.2f}x, "
+                  f"wall {ratio(f'{r} ranks first job', f'{r} ranks no clshim', 1):.2f}x of no clshim "
+                  "(goals: at 2 ranks at most 0.9x and 1.0x; at 4, CPU at most 0.45x)")
+        print(f"next job on a fresh node, {r0} ranks: CPU "
+              f"{ratio(f'{r0} ranks next job', f'{r0} ranks no clshim', 0):.2f}x, wall "
+              f"{ratio(f'{r0} ranks next job', f'{r0} ranks no clshim', 1):.2f}x "
+              f"(goal: at most 0.1x CPU); builds and first launches taken from the store: "
+              f"{med('next job taken from the store', 0):.0f} of "
+              f"{med('next job builds and first launches', 0):.0f}")
+    if "substitute clshim cold" in rows:
+        print_substitute(rows, med, ratio)
+    if "nothing repeated clshim" in rows:
+        print(f"nothing repeated: CPU {ratio('nothing repeated clshim', 'nothing repeated plain', 0):.2f}x, "
+              f"wall {ratio('nothing repeated clshim', 'nothing repeated plain', 1):.2f}x "
+              "(goal: at most 1.02x)")
     gone = max(r[2] - r[1] for n, v in rows.items() for r in v if isinstance(r[1], float))
     print(f"the longest anything of clshim's outlived its command: {gone:.2f} s")
 
 
-def print_substitute_and_once(rows, med, ratio):
+def print_substitute(rows, med, ratio):
     pair = [statistics.median(
         (c[0] + w[0]) / (pc[0] + pw[0]) for c, w, pc, pw in zip(
             rows["substitute clshim cold"], rows["substitute clshim warm 1"],
             rows["substitute plain cold"], rows["substitute plain warm 1"]))]
     print(f"substitute: cold + first warm rerun CPU {pair[0]:.2f}x (goal: at most 1.05x); "
           f"cold wall {ratio('substitute clshim cold', 'substitute plain cold', 1):.2f}x "
-          f"(goal: at most 1.05x); second warm rerun CPU "
-          f"{ratio('substitute clshim warm 2', 'substitute plain warm 2', 0):.2f}x, wall "
-          f"{ratio('substitute clshim warm 2', 'substitute plain warm 2', 1):.2f}x (goal: at "
-          f"most 1.05x), loads native: {med('substitute warm 2 loads native', 0):.0f} of 8")
-    print(f"substitute after `clshim warm` apart from the job ({med('substitute clshim warm step', 0):.2f} "
-          f"CPU-s, {med('substitute clshim warm step', 1):.2f} s): third warm rerun CPU "
-          f"{ratio('substitute clshim warm 3', 'substitute plain warm 2', 0):.2f}x, wall "
-          f"{ratio('substitute clshim warm 3', 'substitute plain warm 2', 1):.2f}x of the second "
-          f"without clshim, loads native: {med('substitute warm 3 loads native', 0):.0f} of 8")
-    print(f"nothing repeated: CPU {ratio('nothing repeated clshim', 'nothing repeated plain', 0):.2f}x, "
-          f"wall {ratio('nothing repeated clshim', 'nothing repeated plain', 1):.2f}x "
-          "(goal: at most 1.02x)")
+          f"(goal: at most 1.05x)")
+    for run in ("warm 1", "warm 2"):
+        print(f"substitute {run} rerun: CPU "
+              f"{ratio(f'substitute clshim {run}', f'substitute plain {run}', 0):.2f}x, wall "
+              f"{ratio(f'substitute clshim {run}', f'substitute plain {run}', 1):.2f}x (goal: at "
+              f"most 1.05x), loads native: {med(f'substitute {run} loads native', 0):.0f} of 8")
 
 
 if __name__ == "__main__":

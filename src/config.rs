@@ -116,7 +116,7 @@ impl Default for Config {
             native_store_max: NATIVE_STORE_MAX_DEFAULT,
             program_cache: false,
             share_builds: true,
-            warm_service: false,
+            warm_service: cfg!(target_os = "linux"),
             pocl_cache_env: POCL_CACHE_VARIABLES.iter().map(|&n| (n, None)).collect(),
         }
     }

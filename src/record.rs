@@ -342,6 +342,15 @@ impl Recorder {
         self.state.lock().identity.rank
     }
 
+    /// The seconds this process spent compiling: its builds and its first launches.
+    pub fn compile_seconds(&self) -> f64 {
+        self.state
+            .try_lock_for(Duration::from_millis(200))
+            .map_or(0.0, |s| {
+                s.tally.build_seconds + s.tally.first_launch_wall.total()
+            })
+    }
+
     /// What the node's warm service made of this process's requests, for its exit line.
     pub fn note_service(&self, a: crate::store::service::AtExit) {
         if let Some(mut s) = self.state.try_lock_for(Duration::from_millis(200)) {
@@ -657,17 +666,7 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str, program_cache: bool)
             a.left - a.made
         ));
     } else if let Some(a) = t.service.filter(|a| a.service) {
-        s.push_str(&format!(
-            "; the node's warm service made the driver's binaries of {} of the {} clshim \
-             binaries it lacked{}",
-            a.made,
-            a.left,
-            if a.made < a.left {
-                " (`clshim warm`, or the warm service of a later job, makes the rest)"
-            } else {
-                ""
-            }
-        ));
+        s.push_str(&service_words(&a));
     }
     if t.substituted > 0 {
         // An application that keeps what it was handed fails without clshim, some with no
@@ -675,6 +674,38 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str, program_cache: bool)
         s.push_str(&going_back(t.application_cache.as_deref()));
     }
     s
+}
+
+/// What the node's warm service made of the requests a process left, and how long the
+/// process waited for it at its exit.
+fn service_words(a: &crate::store::service::AtExit) -> String {
+    let noun = if a.left == 1 { "binary" } else { "binaries" };
+    let of = match (a.made >= a.left, a.left) {
+        (true, 1) => "its clshim binary".to_string(),
+        (true, n) => format!("its {n} clshim binaries"),
+        (false, n) => format!("{} of its {n} clshim {noun}", a.made),
+    };
+    let waited = format!("{:.2} s waited for it at exit", a.waited);
+    use crate::store::service::CutShort;
+    match a.cut_short {
+        _ if a.made >= a.left => format!(
+            "; the node's warm service made the driver's binaries of {of} for later loads \
+             ({waited})"
+        ),
+        Some(CutShort::Bound) => format!(
+            "; the node's warm service made the driver's binaries of {of} ({waited}, its \
+             bound): the warm service of a later job, or `clshim warm`, makes the rest"
+        ),
+        Some(CutShort::NoService) => format!(
+            "; no warm service ran to make the driver's binaries that {} of its clshim \
+             {noun} lack: `clshim warm` makes them",
+            a.left - a.made
+        ),
+        None => format!(
+            "; the node's warm service made the driver's binaries of {of} ({waited}); \
+             `clshim store` says why the others were not kept"
+        ),
+    }
 }
 
 /// `: 24 whose entries' compiles read other files (...), 2 not kept: ...` (the largest

@@ -76,9 +76,10 @@ fn init(route: Route) -> Runtime {
 extern "C" fn at_exit() {
     catch(|| {
         if let Some(rt) = RUNTIME.get() {
-            // What the node's warm service made of this process's requests for the driver's
-            // binaries (`store::service`), for the exit line.
-            if let Some(a) = crate::store::service::at_exit(rt.config.warm_service) {
+            // The node's warm service makes this process's requests for the driver's
+            // binaries before it ends (`store::service`); what it made, for the exit line.
+            let compiled = rt.recorder.compile_seconds();
+            if let Some(a) = crate::store::service::at_exit(rt.config.warm_service, compiled) {
                 rt.recorder.note_service(a);
             }
             if rt.config.summary {

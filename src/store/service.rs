@@ -1,20 +1,23 @@
-//! The node's warm service (`CLSHIM_WARM_SERVICE=1`; off by default), started on demand: a
-//! process that leaves a request for the driver's binary of a build (`requests`) makes sure
-//! one `clshim warm --service` runs for its store on this node, as sccache's client starts
-//! its local server. The service makes the requests at idle priority (`SCHED_IDLE`: only
-//! on cores nothing else wants), each in a worker of its own,
+//! The node's warm service (`CLSHIM_WARM_SERVICE`, on by default), started on demand: a
+//! process that leaves a request for the driver's binary of a build (`requests`: a clshim
+//! binary it handed out under `substitute`, or loaded where the store lacked the driver's
+//! binary) makes sure one `clshim warm --service` runs for its store on this node, as
+//! sccache's client starts its local server. The service makes the requests at idle
+//! priority (`SCHED_IDLE`: only on cores nothing else wants), each in a worker of its own,
 //! never in the application: pocl's generic compile holds its process-wide locks for the
 //! whole compile. It ends as soon as no process that left a request is alive, so nothing
-//! of clshim's outlives the job; what it did not make waits for the next job's service,
-//! and a request being made when it ended is taken over (its claim's holder is gone).
+//! of clshim's outlives the job, and a request being made when it ended is taken over by
+//! the next step (its claim's holder is gone).
 //!
-//! The service never costs the job time: no process waits for it. Under `substitute` the
-//! application asked for the binaries, and a process that hands out clshim binaries goes
-//! on at once, as pocl's generic compile is what `substitute` spares it; a process that
-//! loads a clshim binary whose driver's binary the store lacks is made again from its
-//! recipe (the compile its job kept makes that pocl's cache hit). The service makes what
-//! they left while the job runs, on the cores its ranks leave idle; what it did not make
-//! by the job's end waits for the next job's service, or `clshim warm`.
+//! A process that left requests waits at its exit until the service has made them, so that
+//! the job ends with the driver's binaries of everything it handed out and every later
+//! load is the driver's own: the generic compiles the application asked for are paid once,
+//! on the cores the job leaves idle while it runs and on those its processes free as they
+//! end, never while the application waits for its binaries. The wait is bounded by what
+//! the process compiled itself (three times its own build and first-launch seconds, ten
+//! seconds at least) and ends at once when no service runs: a node so busy that the
+//! service starves leaves the rest to the next job's service, or `clshim warm`, and the
+//! exit line says how many. A process killed (a scheduler's SIGTERM) does not wait.
 //!
 //! This module owns only the client's side: holding the clients' lock (shared) for the
 //! process's life, starting the service when none holds the service lock, and what became
@@ -29,18 +32,24 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::io::{AsRawFd, IntoRawFd};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// The stores this process holds the clients' lock of.
 static CLIENT_OF: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
-/// The requests this process left: their store and key.
-static LEFT: Mutex<Vec<(PathBuf, u64)>> = Mutex::new(Vec::new());
+/// The requests this process left: their store and key, and the process that left them
+/// (a forked child inherits the list, not the requests).
+static LEFT: Mutex<Vec<(PathBuf, u64, u32)>> = Mutex::new(Vec::new());
 
 /// Notes a request this process left.
 pub fn left(store: &Path, key: u64) {
+    let pid = std::process::id();
     let mut left = LEFT.lock().unwrap_or_else(|e| e.into_inner());
-    if !left.iter().any(|(s, k)| s == store && *k == key) {
-        left.push((store.to_path_buf(), key));
+    if !left
+        .iter()
+        .any(|(s, k, p)| s == store && *k == key && *p == pid)
+    {
+        left.push((store.to_path_buf(), key, pid));
     }
 }
 
@@ -51,27 +60,124 @@ pub struct AtExit {
     /// Whether a service was asked for (`CLSHIM_WARM_SERVICE`): else the requests wait for
     /// `clshim warm`.
     pub service: bool,
-    /// Made by the service by now (an entry exists).
+    /// Made by now: the store holds the driver's binary.
     pub made: u64,
+    /// Seconds this process waited at its exit for the service.
+    pub waited: f64,
+    /// Why the wait ended before every request was made, if it did.
+    pub cut_short: Option<CutShort>,
 }
 
-/// How many requests this process left and how many of them the service has made by now
-/// (`service`: whether one was asked for). None when this process left none. Nothing
-/// waits: the service goes on with the rest while the job's other processes live.
-pub fn at_exit(service: bool) -> Option<AtExit> {
-    let left = LEFT.lock().unwrap_or_else(|e| e.into_inner()).clone();
+/// Why a process stopped waiting for the service with requests left.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum CutShort {
+    /// It waited as long as its bound allows.
+    Bound,
+    /// No service ran (none could start, or it ended).
+    NoService,
+}
+
+/// The least a process waits for the service at its exit, and how many times its own
+/// compile seconds it waits at most: the service's generic compile of a program costs
+/// about what the program's build and first launches cost the process.
+const WAIT_AT_LEAST: Duration = Duration::from_secs(10);
+const WAIT_TIMES_OWN_COMPILES: f64 = 3.0;
+
+/// How many requests this process left and how many have an entry by now, after waiting
+/// for the service (`service`: whether one was asked for) to make them, at most the
+/// bound `compiled` (this process's own compile seconds) gives. None when this process
+/// left none.
+pub fn at_exit(service: bool, compiled: f64) -> Option<AtExit> {
+    let pid = std::process::id();
+    let left: Vec<(PathBuf, u64)> = LEFT
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|(_, _, p)| *p == pid)
+        .map(|(s, k, _)| (s.clone(), *k))
+        .collect();
     if left.is_empty() {
         return None;
     }
-    let made = left
-        .iter()
-        .filter(|(store, key)| store.join(clshim_format::store::entry_name(*key)).exists())
-        .count() as u64;
+    let clock = Instant::now();
+    let bound = WAIT_AT_LEAST.max(Duration::from_secs_f64(
+        (compiled * WAIT_TIMES_OWN_COMPILES).clamp(0.0, 24.0 * 3600.0),
+    ));
+    let mut cut_short = None;
+    if service {
+        // A service started a moment ago may not hold its lock yet: it must be seen absent
+        // for a while before the wait ends for want of one.
+        let mut absent_since: Option<Instant> = None;
+        loop {
+            if left.iter().all(|(s, k)| settled(s, *k)) {
+                break;
+            }
+            if left.iter().any(|(s, _)| service_runs(s)) {
+                absent_since = None;
+            } else if absent_since.get_or_insert_with(Instant::now).elapsed() >= SERVICE_START {
+                cut_short = Some(CutShort::NoService);
+                break;
+            }
+            if clock.elapsed() >= bound {
+                cut_short = Some(CutShort::Bound);
+                break;
+            }
+            std::thread::sleep(WAIT_TICK);
+        }
+    }
+    let made = left.iter().filter(|(s, k)| holds_binary(s, *k)).count() as u64;
     Some(AtExit {
         left: left.len() as u64,
         service,
         made,
+        waited: if service {
+            clock.elapsed().as_secs_f64()
+        } else {
+            0.0
+        },
+        cut_short: cut_short.filter(|_| made < left.len() as u64),
     })
+}
+
+/// How often a process waiting at its exit looks at the store.
+const WAIT_TICK: Duration = Duration::from_millis(20);
+/// How long a service that was asked for may take to start (to hold its lock).
+const SERVICE_START: Duration = Duration::from_secs(1);
+
+/// Whether the request for `key` is done with: its entry exists, or the request has gone
+/// with no claim on it (a step found it stale, or made nothing of it).
+fn settled(store: &Path, key: u64) -> bool {
+    use clshim_format::store as f;
+    let requests = store.join(f::REQUESTS);
+    store.join(f::entry_name(key)).exists()
+        || (!requests.join(f::request_name(key)).exists()
+            && !requests.join(f::claim_name(key)).exists())
+}
+
+/// Whether the store's entry for `key` holds the driver's binary (not an entry that says
+/// why the build cannot be kept): its header, read alone.
+fn holds_binary(store: &Path, key: u64) -> bool {
+    use clshim_format::store as f;
+    use std::io::Read;
+    let mut header = [0u8; f::ENTRY_HEADER];
+    std::fs::File::open(store.join(f::entry_name(key)))
+        .and_then(|mut file| file.read_exact(&mut header))
+        .ok()
+        .and_then(|()| f::EntryHeader::parse(&header).ok())
+        .is_some_and(|h| h.flags & f::UNCACHEABLE == 0)
+}
+
+/// Whether a warm step or service holds this host's lock on `store`.
+fn service_runs(store: &Path) -> bool {
+    // SAFETY: no arguments.
+    let uid = unsafe { libc::geteuid() };
+    let (service, _) = clshim_format::store::warm_lock_names(uid, store);
+    let Ok(f) = std::fs::File::open(std::env::temp_dir().join(service)) else {
+        return false;
+    };
+    // SAFETY: an open descriptor of this process; a lock taken here is let go when `f`
+    // closes.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) != 0 }
 }
 
 /// Opens (making it if need be) the lock file `name` in the temporary folder: the user's

@@ -562,6 +562,8 @@ fn warm(
         ));
     }
     for (name, mtime, request) in todo {
+        // Each request's own: its group shares all but the variables that place it.
+        ws.theirs = application_cache(&request);
         let claim_name = format::claim_name(request.key);
         if !claim(&req, request.key, &me) {
             report(WarmEvent::Claimed, request.key);
@@ -633,6 +635,24 @@ fn warm(
         }
     }
     Ok(())
+}
+
+/// Where the application that left `request` keeps pocl's kernel cache: from the request's
+/// own cache-placing variables (`format::CACHE_PLACING`: absent when it had none), the
+/// others being the group's, as this process has them.
+fn application_cache(request: &Request) -> PathBuf {
+    let get = |n: &str| {
+        if format::CACHE_PLACING.contains(&n) {
+            request
+                .env
+                .iter()
+                .find(|(k, _)| k.as_slice() == n.as_bytes())
+                .map(|(_, v)| std::ffi::OsString::from_vec(v.clone()))
+        } else {
+            std::env::var_os(n)
+        }
+    };
+    manifest::pocl_cache_dir(&get)
 }
 
 enum Outcome {

@@ -423,15 +423,16 @@ fn a_full_or_unwritable_store_costs_the_application_nothing() {
     }
 }
 
-/// Under `substitute` and `--warm-service` (off by default), the node's warm service, which
-/// the library starts when it hands out
-/// a clshim binary whose driver's binary the store lacks (or loads one), makes it while the
-/// command runs. Neither the process that handed it out nor one that loads it waits for
-/// the service at its exit (it returns at once, the request left), and the service makes
-/// it while a job that runs on lives: when that run returns
-/// (with the command's status), the entry is there, no request waits, and no process of
-/// clshim's is left (the service ends with the job's last process). `--warm`, no longer
-/// needed, is said to be ignored.
+/// Under `substitute` (the warm service on, as by default), the node's warm service, which
+/// the library starts when it hands out a clshim binary whose driver's binary the store
+/// lacks (or loads one), makes it, and the process that left the request waits for it at
+/// its exit: when the run returns (with the command's status) the entry is there, no
+/// request waits, the exit line says so, and no process of clshim's is left (the service
+/// ends with the job's last process). The next run loads the driver's binary and waits for
+/// nothing. A process that loads a clshim binary the store lacks leaves a request and waits
+/// the same way. A service that cannot start (no `clshim` command beside the library) ends
+/// the wait within about a second, and the exit line names `clshim warm`. `--warm`, no
+/// longer needed, is said to be ignored.
 #[test]
 fn the_warm_service_makes_what_a_job_hands_out_and_leaves_nothing_behind() {
     let bin = client();
@@ -439,12 +440,11 @@ fn the_warm_service_makes_what_a_job_hands_out_and_leaves_nothing_behind() {
     let store = d.path("store");
     let kc = d.path("kc");
     let lib = shim_path();
-    let run = |args: &[&str]| {
+    let run_with = |lib: &std::path::Path, args: &[&str]| {
         let mut all = vec![
             "run",
             "--lib",
-            s(&lib),
-            "--warm-service",
+            s(lib),
             "--binaries",
             "substitute",
             "--native-store",
@@ -457,36 +457,39 @@ fn the_warm_service_makes_what_a_job_hands_out_and_leaves_nothing_behind() {
         assert!(out.status.success(), "{}", stderr(&out));
         out
     };
+    let run = |args: &[&str]| run_with(&lib, args);
     let save = format!("--save={}", s(&d.path("c.bin")));
     let out = run(&[&save]);
     assert!(stdout(&out).contains("saved"));
-    assert!(!stderr(&out).contains("at exit"), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("the node's warm service made the driver's binaries of"),
+        stderr(&out).contains(
+            "the node's warm service made the driver's binaries of its clshim binary for later \
+             loads ("
+        ) && stderr(&out).contains(" s waited for it at exit)"),
         "{}",
         stderr(&out)
     );
-    // Whatever the service made before the job ended: a load that finds no entry.
-    for e in entries(&store) {
-        std::fs::remove_file(e).unwrap();
-    }
+    assert_eq!(entries(&store).len(), 1, "{}", stderr(&out));
+    assert!(requests(&store).is_empty());
     let load = format!("--load={}", s(&d.path("c.bin")));
     let out = run(&[&load]);
     assert!(
-        !stderr(&out).contains("at exit"),
-        "a loading process waited at its exit: {}",
+        stderr(&out).contains("from the driver's binaries in the native store")
+            && !stderr(&out).contains("at exit"),
+        "the next run loads the driver's binary and waits for nothing: {}",
         stderr(&out)
     );
-    assert_eq!(requests(&store).len(), 1, "{}", stderr(&out));
-    // A job that runs on after its load: the service makes the binary meanwhile.
-    let waiting = format!("--linger-while={}/requests/*.req", s(&store));
-    let out = run(&[&load, &waiting]);
-    assert_eq!(
-        entries(&store).len(),
-        1,
-        "made before clshim run returned: {}",
+    // A load that finds no entry leaves a request, and waits for it at its exit.
+    for e in entries(&store) {
+        std::fs::remove_file(e).unwrap();
+    }
+    let out = run(&[&load]);
+    assert!(
+        stderr(&out).contains("made the driver's binaries of its clshim binary for later loads"),
+        "{}",
         stderr(&out)
     );
+    assert_eq!(entries(&store).len(), 1, "{}", stderr(&out));
     assert!(requests(&store).is_empty());
     // Nothing of clshim's outlives the job (the service notices within a tick).
     let left = || {
@@ -508,10 +511,31 @@ fn the_warm_service_makes_what_a_job_hands_out_and_leaves_nothing_behind() {
     use std::os::unix::fs::PermissionsExt;
     let log = std::fs::metadata(store.join("warm.log")).unwrap();
     assert_eq!(log.permissions().mode() & 0o777, 0o600);
-    // With the service off, the exit line says what makes the binaries instead.
+    // A library with no `clshim` command beside it starts no service: the wait ends soon,
+    // and the exit line says what makes the binary instead.
     for e in entries(&store) {
         std::fs::remove_file(e).unwrap();
     }
+    let alone = d.path("alone");
+    std::fs::create_dir_all(&alone).unwrap();
+    let alone_lib = alone.join("libclshim.so");
+    std::fs::copy(&lib, &alone_lib).unwrap();
+    let clock = std::time::Instant::now();
+    let out = run_with(&alone_lib, &[&load]);
+    assert!(
+        stderr(&out).contains(
+            "no warm service ran to make the driver's binaries that 1 of its clshim binary \
+             lack: `clshim warm` makes them"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        clock.elapsed() < std::time::Duration::from_secs(8),
+        "{:?}",
+        clock.elapsed()
+    );
+    // With the service off, the exit line says what makes the binaries instead.
     let out = clshim_out(
         &[
             "run",

@@ -58,6 +58,12 @@ const NOT_KEYED: &[&str] = &[
     "POCL_LEAVE_KERNEL_COMPILER_TEMP_FILES",
 ];
 
+/// The variables that only say where the application's pocl keeps its kernel cache (with
+/// `HOME`, which places much else besides): they tell a worker where to copy a request's
+/// compiles from, not how to compile, so requests that differ in them alone are made in
+/// one worker ([`Request::group`]).
+pub const CACHE_PLACING: &[&str] = &["POCL_CACHE_DIR", "XDG_CACHE_HOME"];
+
 /// Variables that are not keyed but that a warm step sets from a request, so that it makes
 /// the build where the application's pocl keeps its kernel cache (reusing the compiles it
 /// holds) and with the same driver (the ICD loaders' variables and the library path).
@@ -659,13 +665,23 @@ impl Request {
     }
 
     /// Requests that can be made in one process: the same directory and variables (a
-    /// driver reads its environment once, when it starts).
+    /// driver reads its environment once, when it starts), but for those that only place
+    /// the application's kernel cache ([`CACHE_PLACING`]): a worker compiles in a cache
+    /// folder of its own, and takes each request's application cache from the request. So
+    /// ranks that each keep their own cache, as MPI sites advise, share one worker, which
+    /// loads the driver's compiler once for all of them.
     pub fn group(&self) -> u64 {
         let mut h = Fnv1a::default();
-        h.update(b"clshim-request-group\0");
+        h.update(b"clshim-request-group-2\0");
         h.update(&(self.cwd.len() as u64).to_le_bytes())
             .update(&self.cwd);
         for (name, value) in &self.env {
+            if CACHE_PLACING
+                .iter()
+                .any(|n| n.as_bytes() == name.as_slice())
+            {
+                continue;
+            }
             h.update(&(name.len() as u64).to_le_bytes()).update(name);
             h.update(&(value.len() as u64).to_le_bytes()).update(value);
         }
@@ -957,6 +973,37 @@ mod tests {
             }
             .group()
         );
+    }
+
+    #[test]
+    fn requests_that_differ_only_where_their_kernel_cache_is_share_a_group() {
+        let with = |env: &[(&str, &str)]| Request {
+            key: 1,
+            fingerprint: 2,
+            driver: 3,
+            recipe: b"recipe".to_vec(),
+            cwd: b"/work".to_vec(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+                .collect(),
+        };
+        let rank0 = with(&[("HOME", "/h"), ("POCL_CACHE_DIR", "/c/pocl_rank0")]);
+        let rank1 = with(&[("HOME", "/h"), ("POCL_CACHE_DIR", "/c/pocl_rank1")]);
+        let xdg = with(&[("HOME", "/h"), ("XDG_CACHE_HOME", "/c/xdg_rank2")]);
+        let none = with(&[("HOME", "/h")]);
+        assert_eq!(rank0.group(), rank1.group());
+        assert_eq!(rank0.group(), xdg.group());
+        assert_eq!(rank0.group(), none.group());
+        // What changes a compile, or finds the driver, still parts them.
+        for other in [
+            with(&[("HOME", "/h"), ("POCL_EXTRA_BUILD_FLAGS", "-DX=1")]),
+            with(&[("HOME", "/h"), ("OCL_ICD_VENDORS", "/v")]),
+            with(&[("HOME", "/h"), ("POCL_KERNEL_CACHE", "0")]),
+            with(&[("HOME", "/other")]),
+        ] {
+            assert_ne!(rank0.group(), other.group(), "{:?}", other.env);
+        }
     }
 
     #[test]
