@@ -395,7 +395,8 @@ unsafe fn load_native(
         let found = store.lookup(&key).found(i);
         if matches!(&found, Err(m) if m.kind == MissKind::NoEntry) {
             // Its driver's binary is missing, or being made: a request is left if none
-            // waits, for `clshim warm` (or the node's warm service, where it is on).
+            // waits, for the node's warm service (which this process waits for at its
+            // exit) or `clshim warm`.
             // SAFETY: as above.
             if let Ok(w) = unsafe { crate::store::wanted(&facts, d, recipe, &encoded) } {
                 crate::store::request(&rt.config, &[w], &encoded);

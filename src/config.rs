@@ -83,7 +83,8 @@ pub struct Config {
     pub program_cache: bool,
     /// With the program cache: ranks of a node share one compile of a program.
     pub share_builds: bool,
-    /// `CLSHIM_WARM_SERVICE`: start the node's warm service for the requests left.
+    /// `CLSHIM_WARM_SERVICE`: start the node's warm service for the requests left, and
+    /// wait for it at exit (on by default on Linux).
     pub warm_service: bool,
     /// The variables that name pocl's cache folder, as they were at the first OpenCL
     /// call clshim saw: pocl reads them once, when it starts, which is before any program

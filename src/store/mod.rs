@@ -1,8 +1,7 @@
 //! The native store (`CLSHIM_NATIVE_STORE`): the driver's own binaries of programs, made by
 //! `clshim warm` (from the compiles jobs keep, `kept`, and the requests) or by the node's
-//! warm service while a job runs, where it is on (those an application asked for,
-//! `service`), and taken at later loads and
-//! builds, so that those take
+//! warm service before a job ends (those an application asked for, `service`; on by
+//! default), and taken at later loads and builds, so that those take
 //! the driver's binary in about a millisecond instead of building again (pocl's kernel cache
 //! still preprocesses the source to find its entry: about 20 ms a program). This module
 //! owns where the store is and what a lookup answers; its parts own the rest:
@@ -350,8 +349,9 @@ pub unsafe fn wanted(
 }
 
 /// Leaves a request for each build in `wanted` the store lacks, and makes sure the node's
-/// warm service runs to make them (`service`): for clshim binaries this process hands out,
-/// or loads.
+/// warm service runs to make them (`service`; unless `CLSHIM_WARM_SERVICE=0`), which this
+/// process then waits for at its exit: for clshim binaries this process hands out, or
+/// loads.
 pub fn request(config: &crate::config::Config, wanted: &[Wanted], encoded: &[u8]) {
     let Some(store) = Store::from_config(config) else {
         return;

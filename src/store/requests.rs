@@ -1,7 +1,8 @@
 //! Requests: what the library leaves in the store for a clshim binary it hands out
-//! (`substitute`) or loads whose driver's binary the store lacks, so that `clshim warm`, or
-//! the node's warm service where it is on (`store::service`), makes its entry in a process
-//! of its own, at idle priority. A request holds what that process needs to make the same
+//! (`substitute`) or loads whose driver's binary the store lacks, so that the node's warm
+//! service (`store::service`, on by default; the process waits for it at its exit), or
+//! `clshim warm` for what the service did not make, makes its entry in a process of its
+//! own, at idle priority. A request holds what that process needs to make the same
 //! build again: the
 //! recipe, the device and driver, the working directory and the environment (with the
 //! application's pocl kernel cache, so the warm step reuses the compiles it holds). It

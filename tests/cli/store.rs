@@ -398,8 +398,8 @@ fn clear_removes_clshims_files_and_keeps_the_users() {
 
     // A job under `clshim run` (its kept compile, its request), then the warm step (the
     // entry, its source's mark, labels, warm.log), then one request waiting. The node's
-    // warm service would make the entry while the job runs, at idle priority: on a busy
-    // machine, not before the job ends, and then the next job's service does.
+    // warm service is off here: on, it would make the entry before the job ended (the
+    // process waiting for it at its exit), and leave no request to list.
     let out = clshim_out(
         &[
             "run",

@@ -269,9 +269,9 @@ fn a_native_load_answers_options_and_argument_names_as_pocls_own_load() {
 /// `clshim run` over `mpiexec -n 2`, each rank setting its own `XDG_CACHE_HOME` (as
 /// mirgecom's documentation advises): both ranks' requests go to the one store under
 /// `$HOME`, and the node's warm service makes both entries by the end of the next job, whose
-/// ranks load them and compute on while a request waits (no rank waits for the service at
-/// its exit: it makes them while the job runs). A rank that names another store gets a
-/// service of that store. The service is asked for (`--warm-service`: off by default).
+/// ranks load them and compute on while a request waits (and would wait for the service at
+/// their exit). A rank that names another store gets a service of that store. The service
+/// is asked for (`--warm-service`, as by default).
 #[test]
 fn one_store_serves_every_rank() {
     if !needs(&[MPIEXEC]) {

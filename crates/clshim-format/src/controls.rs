@@ -159,7 +159,7 @@ pub const NATIVE_STORE: Control = Control {
     default: "$HOME/.cache/clshim/native",
     values: "a directory, or `off`",
     default_doc: "`$HOME/.cache/clshim/native` (not `XDG_CACHE_HOME`, which job scripts set per rank)",
-    doc: "The store: the compiles jobs keep (with `CLSHIM_PROGRAM_CACHE`), and the driver's own binaries that `clshim warm` makes of them and of those applications asked for under `substitute` (with `CLSHIM_WARM_SERVICE=1`, the node's warm service makes the latter while the job runs), each taken only by a build of exactly its key (see docs/binary-policies.md). Yours alone (0700). `off`: no store.",
+    doc: "The store: the compiles jobs keep (with `CLSHIM_PROGRAM_CACHE`), and the driver's own binaries that `clshim warm` makes of them and of those applications asked for under `substitute` (the node's warm service, `CLSHIM_WARM_SERVICE`, makes the latter before the job ends), each taken only by a build of exactly its key (see docs/binary-policies.md). Yours alone (0700). `off`: no store.",
     help: "a directory, or off (default $HOME/.cache/clshim/native)",
 };
 
@@ -182,11 +182,11 @@ pub const WARM_SERVICE: Control = Control {
     metavar: "",
     grammar: Grammar::Switch,
     reader: Reader::Library,
-    default: "0",
+    default: "1",
     values: "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`)",
-    default_doc: "`0`",
-    doc: "Where an application asks for binaries (`substitute` hands out a clshim binary whose driver's binary the store lacks, or loads one), the requests wait for `clshim warm` (`0`). `1`: also start the node's warm service, which makes them while the job runs at idle priority (`SCHED_IDLE`: only on cores nothing else wants) and ends with the job's last process; no process waits for it, and what it has not made by then waits for the next job's service. Off by default: jobs that keep their cores busy leave it nothing, and what it began is lost when the job ends (measured on 2 cores, pyopencl 2023.1 on 2 ranks: 0 of 8 binaries made over three jobs, for 0.8 CPU-s more in the cold job, 10%, and 0.2 CPU-s more in a warm rerun); `clshim warm` run apart from the job makes them.",
-    help: "start the node's warm service for the binaries an application asks for (off by default: clshim warm makes them)",
+    default_doc: "`1` (Linux only: elsewhere no service runs)",
+    doc: "Where an application asks for binaries (`substitute` hands out a clshim binary whose driver's binary the store lacks, or a process loads one), start the node's warm service, which makes those driver's binaries in processes of its own at idle priority (`SCHED_IDLE`: only on cores nothing else wants, never in the application) and ends with the job's last process; each process that left requests waits for it at its exit, at most three times its own build and first-launch seconds (10 s at least), and only about a second when no service runs. So the job ends with the driver's binaries of what it handed out, and later loads take them. A job that asks for no binaries (current pyopencl) starts no service and waits for nothing; a process killed by a signal does not wait. `0`: the requests wait for `clshim warm`, run apart from the job, and no process waits. On by default since 2026-12-06: with it off, warm reruns under `substitute` made every load again from its recipe (pyopencl 2023.1 on 2 ranks, 2 cores: 0 of 8 native, 1.42x the CPU of pocl's own binary loads).",
+    help: "the node's warm service makes the binaries an application asks for; its processes wait for it at exit (on by default)",
 };
 
 pub const SHARE_BUILDS: Control = Control {

@@ -182,7 +182,7 @@ fn tail(path: &Path) -> Option<Vec<u8>> {
 }
 
 /// How the lines a warm step writes in its log begin: `clshim warm` run by hand, and the
-/// node's warm service (where `CLSHIM_WARM_SERVICE=1` starts it).
+/// node's warm service (which the library starts unless `CLSHIM_WARM_SERVICE=0`).
 const STEP: &str = "clshim warm: ";
 const SERVICE: &str = "clshim warm --service: ";
 

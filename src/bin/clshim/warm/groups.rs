@@ -1,6 +1,9 @@
 //! The requests waiting in a store, grouped by the working directory and environment
 //! their runs had (a driver reads its environment once, when it starts: one worker process
-//! serves one group), and the folder each group's workers start in. A worker starts only in
+//! serves one group; `Request::group`), but for the variables that only place the
+//! application's kernel cache (`format::CACHE_PLACING`: ranks with caches of their own
+//! share a group, and the worker takes each request's cache from the request), and the
+//! folder each group's workers start in. A worker starts only in
 //! the very folder its run used (named without a symbolic link, the user's or root's),
 //! opened before the worker is started and entered by that descriptor; when that folder is
 //! gone (a job's scratch, removed at its end), in an empty private folder instead, where a

@@ -3,10 +3,12 @@
 //! build, as sccache's client starts its local server. One runs per user, node and store
 //! (the warm step's host lock, taken without waiting: a service that finds it held leaves
 //! at once). It makes the requests as they come, at idle priority
-//! (`settings::idle_priority`: no one waits for it), in the warm step's workers, and ends
-//! as soon as none of its clients lives (each holds the clients' lock, shared, while it
-//! lives): what it has not made waits for the next job's service, and a
-//! request being made then is taken over by it (its claim's holder is gone). So nothing
+//! (`settings::idle_priority`: no application waits for it while it computes; a process
+//! that left requests waits for them only at its exit, bounded), in the warm step's
+//! workers, and ends as soon as none of its clients lives (each holds the clients' lock,
+//! shared, while it lives): what it has not made waits for the next job's service or
+//! `clshim warm`, and a request being made then is taken over by it (its claim's holder is
+//! gone). So nothing
 //! of clshim's outlives the job, and no scheduler has anything of clshim's to end.
 
 use super::settings;

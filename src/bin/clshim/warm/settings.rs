@@ -54,7 +54,8 @@ pub fn default_jobs() -> usize {
 pub const DEFAULT_TIMEOUT: u64 = 600;
 
 /// Lowers this process to idle priority (each part where the system has it): the warm step
-/// and the service, which no one waits for, run only on cores nothing else wants.
+/// and the service, which no application waits for while it computes (a process waits for
+/// the service only at its exit), run only on cores nothing else wants.
 pub fn idle_priority() {
     #[cfg(target_os = "linux")]
     {
