@@ -3,8 +3,11 @@
 # Boost.Compute; the same four tests/clients/real_clients.rs checks; and pyopencl 2023.1, which
 # still caches binaries on pocl, running bench/workload.py), each started on cold caches
 # then again on the same warm caches, without clshim, under `clshim run --binaries pass`,
-# under `--binaries substitute` (clshim's defaults: the warm service off, so a warm load
-# builds the clshim binary's recipe again, which the kept compile makes pocl's cache hit),
+# under `--binaries substitute` (clshim's defaults otherwise: since 2026-12-06 the node's
+# warm service makes the driver's binaries of what the cold run handed out while its
+# processes wait at their exit, so the warm run loads them; with the service off, as it was
+# by default before, a warm load builds the clshim binary's recipe again, which the kept
+# compile makes pocl's cache hit),
 # and under `--binaries substitute` with `clshim warm` run by hand between the cold and the
 # warm run (it makes the driver's binaries of the requests left, so every warm load that
 # can be served takes the driver's binary; its own time is printed apart). Until 0.2 the
@@ -103,11 +106,10 @@ one() {
                     --trace-dir "$d/trace-$phase" --) ;;
         esac
         if [ "$phase" = warm ] && [ "$config" = warmstep ]; then
-            # A warm service (only with --warm-service, or CLSHIM_WARM_SERVICE=1 in the
-            # environment) ends with the cold run's last process, and its workers with it;
-            # a request a worker had claimed stays claimed until that worker is gone. Wait
-            # for any service and every claim's process to be gone (at most 10 s) before
-            # timing the step.
+            # The node's warm service (on by default) ends with the cold run's last
+            # process, and its workers with it; a request a worker had claimed stays
+            # claimed until that worker is gone. Wait for any service and every claim's
+            # process to be gone (at most 10 s) before timing the step.
             waited_out() {
                 local c pid
                 pgrep -f -- "clshim warm .*--store $d/native( |\$)" > /dev/null && return 1

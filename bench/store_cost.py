@@ -15,12 +15,12 @@ XDG_CACHE_HOME, as mirgecom's documentation advises), side by side in one run:
                  driver's binary from the store is printed)
 
 All of the cold job's warm work is done by the `clshim warm` this process waits for and
-counts (`--no-warm-service` is `clshim run`'s default since the service was turned off by
-default, and is kept so that a CLSHIM_WARM_SERVICE=1 in the environment cannot start one,
-whose CPU RUSAGE_CHILDREN would miss). What the service costs a job when asked for is
-bench/keep.py's to measure (it counts the CPU of the whole process tree in a cgroup). Until 0.2 the cold job set CLSHIM_WARM=1 to leave its requests, and a
-configuration timed `clshim run --warm`, the warm step after the job, which 0.2 no longer
-has.
+counts (`--no-warm-service` keeps the node's warm service, on by default, from starting:
+its CPU RUSAGE_CHILDREN would miss, and its processes' wait at exit would be counted in the
+job). What the service costs a job is bench/keep.py's to measure (it counts the CPU of the
+whole process tree in a cgroup). Until 0.2 the cold job set CLSHIM_WARM=1 to leave its
+requests, and a configuration timed `clshim run --warm`, the warm step after the job,
+which 0.2 no longer has.
 
 Prints CPU seconds (user + system of every process of the job, and of the warm step) and
 wall seconds, the median over --repeat runs, and the ratios the issue asks for. CPU time is

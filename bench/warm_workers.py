@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """`clshim warm`'s wall and CPU on one worker against several, side by side in one run: an
 MPI job of bench/workload.py (current pyopencl; every rank with its own cold caches, as MPI
-sites advise, and by default every kernel its own, so each rank's compiles make a group of
-requests of their own: one working directory and environment), run under `clshim run
---no-share-builds` (the program cache, which keeps each rank's compiles in a fresh store;
-no rank waits for another), then `clshim warm --jobs J` for each J asked, which turns every
-kept compile into a request (promotion) and makes the driver's binary of each, each J on
-the kept compiles of a fresh job of its own, the J values taking turns at going first. A
-last job on fresh caches checks that the store serves every build as the driver's binary.
+sites advise, and by default every kernel its own; until 2026-12-06 each rank's compiles
+made a group of requests of their own, and since then, as they differ only in where their
+kernel cache is, all ranks' make one group, which the step splits over its workers), run
+under `clshim run --no-share-builds` (the program cache, which keeps each rank's compiles
+in a fresh store; no rank waits for another), then `clshim warm --jobs J` for each J asked,
+which turns every kept compile into a request (promotion) and makes the driver's binary of
+each, each J on the kept compiles of a fresh job of its own, the J values taking turns at
+going first. A last job on fresh caches checks that the store serves every build as the
+driver's binary.
 
 CPU is user + system of the warm step and its workers (this process's children's).
 "asked" is the kept builds the job left in the store, "made" what the step made of them.
