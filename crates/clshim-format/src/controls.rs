@@ -184,7 +184,7 @@ pub const WARM_SERVICE: Control = Control {
     reader: Reader::Library,
     default: "1",
     values: "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`)",
-    default_doc: "`1` (Linux only: elsewhere no service runs)",
+    default_doc: "`1` on Linux (elsewhere `0`: no service runs there)",
     doc: "Where an application asks for binaries (`substitute` hands out a clshim binary whose driver's binary the store lacks, or a process loads one), start the node's warm service, which makes those driver's binaries in processes of its own at idle priority (`SCHED_IDLE`: only on cores nothing else wants, never in the application) and ends with the job's last process; each process that left requests waits for it at its exit, at most three times its own build and first-launch seconds (10 s at least), and only about a second when no service runs. So the job ends with the driver's binaries of what it handed out, and later loads take them. A job that asks for no binaries (current pyopencl) starts no service and waits for nothing; a process killed by a signal does not wait. `0`: the requests wait for `clshim warm`, run apart from the job, and no process waits. On by default since 2026-12-06: with it off, warm reruns under `substitute` made every load again from its recipe (pyopencl 2023.1 on 2 ranks, 2 cores: 0 of 8 native, 1.42x the CPU of pocl's own binary loads).",
     help: "the node's warm service makes the binaries an application asks for; its processes wait for it at exit (on by default)",
 };
