@@ -3,8 +3,8 @@
 (issue 36). Every configuration runs on its own fresh temporary folder, pocl caches (one
 per rank, as MPI sites advise) and store, unless it says it reuses one; the configurations
 take turns at going first. CPU is the whole process tree's, anything of clshim's included
-(a cgroup-v1 cpuacct group per run, read once its last process has gone, which also times
-how long anything of clshim's outlived the command).
+(a cgroup per run, v1's cpuacct or a v2 group, read once its last process has gone,
+which also times how long anything of clshim's outlived the command).
 
   program cache      bench/workload.py (current pyopencl: no binary cache) under mpiexec
                      -n RANKS: no clshim, against `clshim run` (its defaults: keep, share,
@@ -22,7 +22,7 @@ how long anything of clshim's outlived the command).
     bench/keep.sh --repeat 5
     python3 bench/keep.py --only program-cache --ranks 16 --mpiexec "mpiexec --oversubscribe"
 
-Where cgroup v1's cpuacct is absent, CPU is this process's children's, which leaves out
+Where no cgroup can be made, CPU is this process's children's, which leaves out
 the node's warm service (a rank starts it, and it may end after the rank that started it).
 """
 import argparse
@@ -43,28 +43,55 @@ NEW = os.path.join(ROOT, ".venv", "current", "bin", "python")
 OLD = os.path.join(ROOT, ".venv", "old", "bin", "python")
 WORKLOAD = os.path.join(ROOT, "bench", "workload.py")
 CGROUP = "/sys/fs/cgroup/cpuacct"
+CGROUP2 = "/sys/fs/cgroup"
+
+
+def cgroup(tag):
+    """A fresh cgroup for one run: (its folder, the file its processes are listed in, a
+    function reading its CPU seconds), or None where none can be made. cgroup v1's cpuacct,
+    else a cgroup v2 group (whose `cpu.stat` counts CPU without any controller enabled)."""
+    name = f"clshim-bench-{os.getpid()}-{tag}"
+    try:
+        if os.path.isdir(CGROUP):
+            group = os.path.join(CGROUP, name)
+            os.makedirs(group, exist_ok=True)
+            with open(os.path.join(group, "cpuacct.usage"), "w") as f:
+                f.write("0")
+            return group, "tasks", lambda: int(
+                open(os.path.join(group, "cpuacct.usage")).read()) / 1e9
+        if os.path.exists(os.path.join(CGROUP2, "cgroup.controllers")):
+            group = os.path.join(CGROUP2, name)
+            os.makedirs(group, exist_ok=True)
+
+            def usage():
+                for line in open(os.path.join(group, "cpu.stat")):
+                    if line.startswith("usage_usec "):
+                        return int(line.split()[1]) / 1e6
+                return 0.0
+            return group, "cgroup.procs", usage
+    except OSError:
+        return None
+    return None
 
 
 def measured(cmd, env, tag):
     """(CPU seconds of the whole tree, wall seconds until the command returned, seconds
     until its last process had gone, stdout, stderr) of `cmd`, run in a cgroup of its own."""
-    if not os.path.isdir(CGROUP):
+    made = cgroup(tag)
+    if made is None:
         cpu, wall, p = timed(cmd, env)
         check(p, cmd)
         return cpu, wall, wall, p.stdout, p.stderr
-    group = os.path.join(CGROUP, f"clshim-bench-{os.getpid()}-{tag}")
-    os.makedirs(group, exist_ok=True)
-    with open(os.path.join(group, "cpuacct.usage"), "w") as f:
-        f.write("0")
-    shell = "echo $$ > {}/tasks && exec \"$@\"".format(group)
+    group, procs, usage = made
+    shell = "echo $$ > {}/{} && exec \"$@\"".format(group, procs)
     t0 = time.perf_counter()
     p = subprocess.run(["sh", "-c", shell, "sh"] + cmd, env=env, text=True,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     wall = time.perf_counter() - t0
-    while open(os.path.join(group, "tasks")).read().strip():
+    while open(os.path.join(group, procs)).read().strip():
         time.sleep(0.01)
     gone = time.perf_counter() - t0
-    cpu = int(open(os.path.join(group, "cpuacct.usage")).read()) / 1e9
+    cpu = usage()
     os.rmdir(group)
     check(p, cmd)
     return cpu, wall, gone, p.stdout, p.stderr
@@ -116,13 +143,19 @@ def main():
                     default=None, help="only these runs (default: all)")
     ap.add_argument("--python", default=None, metavar="PATH",
                     help="the current pyopencl's Python (default .venv/current)")
+    ap.add_argument("--old-python", default=None, metavar="PATH",
+                    help="the Python of a pyopencl before 2024.2.3, which asks for binaries "
+                         "(default .venv/old)")
+    ap.add_argument("--substitute-ranks", type=int, default=2, metavar="N",
+                    help="the substitute runs' ranks (default 2)")
     ap.add_argument("--mpiexec", default="mpiexec", metavar="WORDS")
     ap.add_argument("--clshim-dir", default=None, metavar="DIR",
                     help="where clshim and libclshim.so are (default target/release)")
     a = ap.parse_args()
-    global NEW, CLSHIM, LIB
+    global NEW, OLD, CLSHIM, LIB
     MPIEXEC[:] = a.mpiexec.split()
     NEW = a.python or NEW
+    OLD = a.old_python or OLD
     if a.clshim_dir:
         CLSHIM = os.path.join(a.clshim_dir, "clshim")
         LIB = os.path.join(a.clshim_dir, "libclshim.so")
@@ -158,15 +191,19 @@ def main():
                 add("next job builds and first launches", (8 * ranks, 0, 0, "", ""))
 
         def substitute():
+            rows["substitute ranks"] = [(a.substitute_ranks, 0, 0, "", "")]
             for who in ("plain", "clshim"):
                 env = fresh(os.path.join(base, f"sub-{who}"))
                 caches = os.path.join(base, f"sub-{who}", "c")
-                cmd = workload(OLD, 2, 4, 300, caches)
+                cmd = workload(OLD, a.substitute_ranks, 4, 300, caches)
                 if who == "clshim":
                     cmd = under(["--binaries", "substitute"], cmd)
                 for run in ("cold", "warm 1", "warm 2"):
                     r = measured(cmd, env, f"sub-{who}-{run.replace(' ', '')}")
                     add(f"substitute {who} {run}", r)
+                    with open(os.path.join(base, f"sub-{who}", f"{run.replace(' ', '')}.err"),
+                              "w") as f:
+                        f.write(r[4])
                     if who == "clshim" and run != "cold":
                         native = counts(r[4], "from the driver's binaries in the native store")
                         add(f"substitute {run} loads native", (native, 0, 0, "", ""))
@@ -231,7 +268,8 @@ def print_substitute(rows, med, ratio):
         print(f"substitute {run} rerun: CPU "
               f"{ratio(f'substitute clshim {run}', f'substitute plain {run}', 0):.2f}x, wall "
               f"{ratio(f'substitute clshim {run}', f'substitute plain {run}', 1):.2f}x (goal: at "
-              f"most 1.05x), loads native: {med(f'substitute {run} loads native', 0):.0f} of 8")
+              f"most 1.05x), loads native: {med(f'substitute {run} loads native', 0):.0f} of "
+              f"{4 * rows['substitute ranks'][0][0]}")
 
 
 if __name__ == "__main__":

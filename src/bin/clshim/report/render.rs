@@ -89,8 +89,8 @@ impl QueryHint {
             "hint: binary queries on pocl CPU devices took {:.0}% of build time ({:.3} s of {:.3} s): \
              pocl compiles every kernel a second time to answer them.\n      \
              This run lacked CLSHIM_BINARIES=substitute: clshim run --binaries substitute \
-             removes that compile, and clshim warm, run apart from the job, makes the next \
-             runs' loads native.",
+             removes that compile from the application, and the node's warm service makes \
+             the driver's binaries once, for the next runs' native loads.",
             100.0 * self.share(),
             self.pocl_cpu_query_seconds,
             self.total_seconds

@@ -401,7 +401,8 @@ fn try_run(o: RunOpts) -> Result<std::convert::Infallible, RunError> {
     if o.warm_given {
         eprintln!(
             "clshim run: --warm is no longer needed (each job keeps what it compiles as it \
-             runs; clshim warm, run apart from the job, makes the driver's binaries): ignored"
+             runs, and the node's warm service makes the driver's binaries an application asks \
+             for): ignored"
         );
     }
     let lib = find_library(o.lib.as_deref(), std::env::var_os("CLSHIM_LIB"))?;

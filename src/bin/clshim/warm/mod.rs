@@ -59,8 +59,8 @@ fn nothing_to_make(store: &Path) -> String {
     format!(
         "clshim warm: {}: nothing to make: {held}. Jobs keep their compiles as they make them (the program \
          cache, clshim run's default), and leave a request for each driver's binary an \
-         application asks for, which this step makes (or the node's warm service while \
-         the job runs, with clshim run --warm-service).",
+         application asks for, which the node's warm service makes while the job runs \
+         (or this step, for what it did not make).",
         store.display()
     )
 }
