@@ -23,8 +23,9 @@
 //! process's life, starting the service when none holds the service lock, and what became
 //! of this process's requests at its exit. The service is the `clshim` command beside this library, started with `posix_spawn` (no copy of the
 //! application's memory), its standard streams on `/dev/null` (a launcher that forwards
-//! the ranks' output must not wait for it), without clshim in its preload list; a thread
-//! of this process reaps it if it ends first. The lock names are
+//! the ranks' output must not wait for it), without clshim in its preload list; its first
+//! process ends at once, the service going on in a child of its own (no child of the
+//! application's), and a thread of this process reaps that first one. The lock names are
 //! `clshim_format::store::warm_lock_names`'s.
 
 use std::ffi::{c_char, CString};
@@ -355,7 +356,8 @@ fn start(store: &Path) -> Result<(), String> {
     if ret != 0 {
         return Err(std::io::Error::from_raw_os_error(ret).to_string());
     }
-    // Reaped here if it ends first (a service that found another running leaves at once).
+    // Reaped here: it ends at once, the service going on in a child of its own (no child
+    // of this process's, which an application's `wait` for every child would wait for).
     let _ = std::thread::Builder::new()
         .name("clshim-service-reaper".into())
         .spawn(move || {

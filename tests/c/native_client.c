@@ -11,10 +11,13 @@
  * kernel's name ("cube") with underscores to N characters, --no-run saves without
  * running the kernel (pocl cannot launch kernels with very long names), and --linger=S
  * stays S seconds before its exit (a job that computes on after its builds), or
- * --linger-while=PATTERN while a file matches the glob PATTERN (60 s at most). */
+ * --linger-while=PATTERN while a file matches the glob PATTERN (60 s at most);
+ * --reap-children then forks a child that ends, and waits for children until none is left
+ * (`while (wait(NULL) > 0)`), printing how many it reaped. */
 #include "cltest.h"
 #include <glob.h>
 #include <unistd.h>
+#include <sys/wait.h>
 
 static void print_type(cl_program p, cl_device_id d, const char *when) {
     cl_program_binary_type t = 99;
@@ -116,6 +119,15 @@ int main(int argc, char **argv) {
         globfree(&g);
         if (!found) break;
         usleep(100000);
+    }
+    if (has_arg(argc, argv, "--reap-children")) {
+        /* A process that waits for every child it has until there is none (a launcher's,
+         * a shell's loop): its own child only. */
+        pid_t c = fork();
+        if (c == 0) _exit(0);
+        int n = 0;
+        while (wait(NULL) > 0) n++;
+        printf("reaped %d\n", n);
     }
     return 0;
 }

@@ -710,3 +710,86 @@ fn a_request_that_crashes_the_driver_is_set_aside_and_the_rest_made() {
     let again = warm(&store);
     assert!(!stderr(&again).contains("crashed"), "{}", stderr(&again));
 }
+
+/// `clshim run --lib LIB --binaries substitute --native-store STORE -- BIN ARGS` (the warm
+/// service on, as by default) with `env`, given `limit` to end: its output and how long it
+/// took, or, past the limit, None once every process that names `d`'s folder (the run, the
+/// application, a service) is ended.
+fn run_within(
+    d: &Scratch,
+    store: &Path,
+    bin: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    limit: std::time::Duration,
+) -> Option<(Output, std::time::Duration)> {
+    let lib = shim_path();
+    let mut c = clshim();
+    c.args(["run", "--lib", s(&lib), "--binaries", "substitute"]);
+    c.args(["--native-store", s(store), "--", s(bin)]);
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let keep: Vec<&str> = env.iter().map(|(k, _)| *k).collect();
+    clear_shim_env(&mut c, &keep);
+    c.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let clock = std::time::Instant::now();
+    let mut child = c.spawn().expect("spawn clshim");
+    while clock.elapsed() < limit {
+        if child.try_wait().unwrap().is_some() {
+            let out = child.wait_with_output().unwrap();
+            return Some((out, clock.elapsed()));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Only this test's own processes: those whose command line names its folder.
+    let _ = child.kill();
+    let _ = child.wait();
+    let mine = s(&d.path("")).to_string();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let named = std::fs::read(e.path().join("cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&mine));
+        if named && pid != std::process::id() as i32 {
+            // SAFETY: a signal to one process this test started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+    None
+}
+
+/// A process that waits for its children until none is left (`while (wait(NULL) > 0)`: a
+/// launcher's or a shell's loop) ends as it does without clshim, though it left a request
+/// and started the node's warm service: the service is no child of the application's
+/// (the service ends only once its clients are gone, so a child's would never be reaped,
+/// and the loop would wait for good).
+#[test]
+fn a_process_that_reaps_every_child_is_not_held_by_the_warm_service() {
+    let bin = client();
+    let d = scratch("native-reap-children");
+    let store = d.path("store");
+    let kc = d.path("kc");
+    let save = format!("--save={}", s(&d.path("c.bin")));
+    let ran = run_within(
+        &d,
+        &store,
+        &bin,
+        &[&save, "--reap-children"],
+        &[("POCL_CACHE_DIR", s(&kc))],
+        std::time::Duration::from_secs(40),
+    );
+    let Some((out, _)) = ran else {
+        panic!("the application waited for the warm service, its child, for good");
+    };
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("reaped 1\n"), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("made the driver's binaries of its clshim binary"),
+        "{}",
+        stderr(&out)
+    );
+}

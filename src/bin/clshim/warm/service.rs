@@ -38,6 +38,22 @@ fn close_inherited() {
     }
 }
 
+/// Leaves the application that started the service: the service goes on in a child of
+/// this process, which ends at once (the library reaps it). A child of the application's
+/// would outlive it by design (it ends once its clients are gone, the application among
+/// them), so an application that waits for its children until none is left (`while
+/// (wait(NULL) > 0)`, a launcher's loop) would wait for good. Where no fork can be made,
+/// the service stays its child.
+fn detach() {
+    // SAFETY: this process has one thread (the command starts none before the service);
+    // the parent only ends.
+    match unsafe { libc::fork() } {
+        0 | -1 => {}
+        // SAFETY: ending the parent at once, running nothing of the child's.
+        _ => unsafe { libc::_exit(0) },
+    }
+}
+
 /// Whether every client of the service has gone: no process holds the clients' lock.
 fn clients_gone(store: &Path) -> bool {
     let (_, clients) = format::warm_lock_names(trust::me(), store);
@@ -60,6 +76,7 @@ fn waiting(store: &Path) -> Vec<u64> {
 
 /// Serves `store` with the library `lib` until its clients are gone. Exit status 0.
 pub fn serve(store: &Path, lib: &Path) -> i32 {
+    detach();
     close_inherited();
     settings::idle_priority();
     if super::check_store(store).is_err() {
