@@ -168,12 +168,14 @@ fn holds_binary(store: &Path, key: u64) -> bool {
         .is_some_and(|h| h.flags & f::UNCACHEABLE == 0)
 }
 
-/// Whether a warm step or service holds this host's lock on `store`.
+/// Whether a warm step or service holds this host's lock on `store`. Only a lock file
+/// [`open_lock`] takes counts: one that is not the user's alone is no service's (`ensure`
+/// starts none beside it), and anyone who can open it can hold it locked.
 fn service_runs(store: &Path) -> bool {
     // SAFETY: no arguments.
     let uid = unsafe { libc::geteuid() };
     let (service, _) = clshim_format::store::warm_lock_names(uid, store);
-    let Ok(f) = std::fs::File::open(std::env::temp_dir().join(service)) else {
+    let Some(f) = open_lock(&service, false) else {
         return false;
     };
     // SAFETY: an open descriptor of this process; a lock taken here is let go when `f`
@@ -181,14 +183,14 @@ fn service_runs(store: &Path) -> bool {
     unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) != 0 }
 }
 
-/// Opens (making it if need be) the lock file `name` in the temporary folder: the user's
-/// own regular file only.
-fn open_lock(name: &str) -> Option<std::fs::File> {
+/// Opens (making it if need be, with `create`) the lock file `name` in the temporary
+/// folder: the user's own regular file only, that no one else may write.
+fn open_lock(name: &str, create: bool) -> Option<std::fs::File> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .create(true)
+        .create(create)
         .truncate(false)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -214,7 +216,7 @@ pub fn ensure(store: &Path) {
     // SAFETY: no arguments.
     let uid = unsafe { libc::geteuid() };
     let (service, clients) = clshim_format::store::warm_lock_names(uid, store);
-    let Some(client) = open_lock(&clients) else {
+    let Some(client) = open_lock(&clients, true) else {
         return;
     };
     // SAFETY: an open descriptor of this process.
@@ -225,7 +227,7 @@ pub fn ensure(store: &Path) {
     let _ = client.into_raw_fd();
     mine.push(store.to_path_buf());
     drop(mine);
-    let Some(lock) = open_lock(&service) else {
+    let Some(lock) = open_lock(&service, true) else {
         return;
     };
     // SAFETY: an open descriptor of this process; released when `lock` is closed.

@@ -793,3 +793,51 @@ fn a_process_that_reaps_every_child_is_not_held_by_the_warm_service() {
         stderr(&out)
     );
 }
+
+/// The warm service's lock file in the temporary folder that is not the user's alone (one
+/// another user put there first, or one others may write) is no service's: the library
+/// starts none beside it, and its process does not wait at its exit for one because
+/// someone holds that file locked; it says no warm service ran, within about a second.
+#[test]
+fn a_lock_file_not_the_users_alone_is_no_warm_service_to_wait_for() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::io::AsRawFd;
+    let bin = client();
+    let d = scratch("native-foreign-lock");
+    let store = d.path("store");
+    let tmp = d.path("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // SAFETY: no arguments.
+    let me = unsafe { libc::geteuid() };
+    let (service, _) = clshim_format::store::warm_lock_names(me, &store);
+    let lock = tmp.join(service);
+    let held = std::fs::File::create(&lock).unwrap();
+    std::fs::set_permissions(&lock, std::fs::Permissions::from_mode(0o666)).unwrap();
+    // SAFETY: an open descriptor of this test's; let go when `held` closes.
+    let locked = unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    assert_eq!(locked, 0);
+    let save = format!("--save={}", s(&d.path("c.bin")));
+    let kc = d.path("kc");
+    let (out, took) = run_within(
+        &d,
+        &store,
+        &bin,
+        &[&save],
+        &[("POCL_CACHE_DIR", s(&kc)), ("TMPDIR", s(&tmp))],
+        std::time::Duration::from_secs(40),
+    )
+    .expect("the run ended");
+    drop(held);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no warm service ran to make the driver's binaries"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        took < std::time::Duration::from_secs(8),
+        "waited {took:?} for a lock file no service holds: {}",
+        stderr(&out)
+    );
+}
