@@ -712,7 +712,7 @@ fn a_request_that_crashes_the_driver_is_set_aside_and_the_rest_made() {
 }
 
 /// `clshim run --lib LIB --binaries substitute --native-store STORE -- BIN ARGS` (the warm
-/// service on, as by default) with `env`, given `limit` to end: its output and how long it
+/// service on, as by default) with `env`, in `cwd` if given, given `limit` to end: its output and how long it
 /// took, or, past the limit, None once every process that names `d`'s folder (the run, the
 /// application, a service) is ended.
 fn run_within(
@@ -721,10 +721,14 @@ fn run_within(
     bin: &Path,
     args: &[&str],
     env: &[(&str, &str)],
+    cwd: Option<&Path>,
     limit: std::time::Duration,
 ) -> Option<(Output, std::time::Duration)> {
     let lib = shim_path();
     let mut c = clshim();
+    if let Some(cwd) = cwd {
+        c.current_dir(cwd);
+    }
     c.args(["run", "--lib", s(&lib), "--binaries", "substitute"]);
     c.args(["--native-store", s(store), "--", s(bin)]);
     c.args(args);
@@ -780,6 +784,7 @@ fn a_process_that_reaps_every_child_is_not_held_by_the_warm_service() {
         &bin,
         &[&save, "--reap-children"],
         &[("POCL_CACHE_DIR", s(&kc))],
+        None,
         std::time::Duration::from_secs(40),
     );
     let Some((out, _)) = ran else {
@@ -825,6 +830,7 @@ fn a_lock_file_not_the_users_alone_is_no_warm_service_to_wait_for() {
         &bin,
         &[&save],
         &[("POCL_CACHE_DIR", s(&kc)), ("TMPDIR", s(&tmp))],
+        None,
         std::time::Duration::from_secs(40),
     )
     .expect("the run ended");
@@ -839,5 +845,59 @@ fn a_lock_file_not_the_users_alone_is_no_warm_service_to_wait_for() {
         took < std::time::Duration::from_secs(8),
         "waited {took:?} for a lock file no service holds: {}",
         stderr(&out)
+    );
+}
+
+/// A job run in a folder no warm worker may start in (another user's: a group's shared
+/// project folder, owned by its head) leaves requests no warm step can make: the service
+/// sets them aside at once (`clshim store` says why, and no run asks for them again for a
+/// week), so the process that left them does not wait its whole bound at its exit for
+/// nothing, and its exit line sends the user to `clshim store`, not to a `clshim warm`
+/// that refuses the folder too.
+#[test]
+fn requests_from_a_folder_no_worker_may_start_in_are_set_aside_not_waited_for() {
+    if !needs(&[ROOT]) {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let bin = client();
+    let d = scratch("native-their-folder");
+    let store = d.path("store");
+    let theirs = d.path("project");
+    std::fs::create_dir_all(&theirs).unwrap();
+    std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let c = std::ffi::CString::new(s(&theirs)).unwrap();
+    // SAFETY: a NUL-terminated path; another user's folder, as root makes it.
+    assert_eq!(unsafe { libc::chown(c.as_ptr(), 54321, 54321) }, 0);
+    let save = format!("--save={}", s(&d.path("c.bin")));
+    let kc = d.path("kc");
+    let (out, took) = run_within(
+        &d,
+        &store,
+        &bin,
+        &[&save],
+        &[("POCL_CACHE_DIR", s(&kc))],
+        Some(&theirs),
+        std::time::Duration::from_secs(40),
+    )
+    .expect("the run ended");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        took < std::time::Duration::from_secs(8),
+        "waited {took:?} for requests no worker may make: {}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("`clshim store` says why the others were not kept"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(requests(&store).is_empty(), "{:?}", requests(&store));
+    let marks = store_files(&store.join("requests"), ".set-aside");
+    assert_eq!(marks.len(), 1, "{}", stderr(&out));
+    let why = std::fs::read_to_string(&marks[0]).unwrap();
+    assert!(
+        why.contains("owned by uid 54321") && why.contains(s(&theirs)),
+        "{why}"
     );
 }

@@ -74,6 +74,27 @@ fn waiting(store: &Path) -> Vec<u64> {
         .collect()
 }
 
+/// Sets aside the requests of each group whose worker may not start in its folder
+/// (`groups::start_folder`: another user's, say), and drops the group: no warm step can
+/// make them, and the processes that left them wait at their exit for each to be made or
+/// gone. `clshim store` shows why (no one reads the service's output), and no run leaves
+/// them again for a week.
+fn set_aside_unstartable(
+    groups: &mut std::collections::BTreeMap<u64, groups::Group>,
+    w: &mut Workers,
+) {
+    groups.retain(|_, g| {
+        let Err(why) = groups::start_folder(g) else {
+            return true;
+        };
+        let why = format!("no warm worker may start in {}: {why}", g.cwd.display());
+        for key in &g.keys {
+            w.set_aside(*key, &why);
+        }
+        false
+    });
+}
+
 /// Serves `store` with the library `lib` until its clients are gone. Exit status 0.
 pub fn serve(store: &Path, lib: &Path) -> i32 {
     detach();
@@ -113,7 +134,8 @@ pub fn serve(store: &Path, lib: &Path) -> i32 {
         if !fresh {
             continue;
         }
-        let groups = groups::groups(store, &mut refused);
+        let mut groups = groups::groups(store, &mut refused);
+        set_aside_unstartable(&mut groups, &mut w);
         round(
             store,
             lib,
