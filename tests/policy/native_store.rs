@@ -724,8 +724,31 @@ fn run_within(
     cwd: Option<&Path>,
     limit: std::time::Duration,
 ) -> Option<(Output, std::time::Duration)> {
+    run_under(&[], d, store, bin, args, env, cwd, limit)
+}
+
+/// [`run_within`], the `clshim` command run by `under` (a program and its arguments: a
+/// tracer) when that is not empty.
+#[allow(clippy::too_many_arguments)]
+fn run_under(
+    under: &[&str],
+    d: &Scratch,
+    store: &Path,
+    bin: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    cwd: Option<&Path>,
+    limit: std::time::Duration,
+) -> Option<(Output, std::time::Duration)> {
     let lib = shim_path();
-    let mut c = clshim();
+    let mut c = match under {
+        [] => clshim(),
+        [program, rest @ ..] => {
+            let mut c = std::process::Command::new(program);
+            c.args(rest).arg(env!("CARGO_BIN_EXE_clshim"));
+            c
+        }
+    };
     if let Some(cwd) = cwd {
         c.current_dir(cwd);
     }
@@ -900,4 +923,44 @@ fn requests_from_a_folder_no_worker_may_start_in_are_set_aside_not_waited_for() 
         why.contains("owned by uid 54321") && why.contains(s(&theirs)),
         "{why}"
     );
+}
+
+/// Where no compile can be watched (the process runs under a tracer, here `strace -f`;
+/// or the system forbids ptrace), no warm worker can make anything: the service ends at
+/// its first worker's failure, rather than start a worker that loads the driver every
+/// 200 ms for as long as the job lives, and the process that left the request stops
+/// waiting within about a second, not at its bound, saying no warm service made it.
+#[test]
+fn where_no_compile_can_be_watched_the_service_ends_and_no_one_waits() {
+    if !needs(&[STRACE]) {
+        return;
+    }
+    let bin = client();
+    let d = scratch("native-unwatchable");
+    let store = d.path("store");
+    let save = format!("--save={}", s(&d.path("c.bin")));
+    let kc = d.path("kc");
+    let (out, took) = run_under(
+        &["strace", "-f", "-o", "/dev/null", "--"],
+        &d,
+        &store,
+        &bin,
+        &[&save],
+        &[("POCL_CACHE_DIR", s(&kc))],
+        None,
+        std::time::Duration::from_secs(40),
+    )
+    .expect("the run ended");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no warm service ran to make the driver's binaries"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        took < std::time::Duration::from_secs(8),
+        "waited {took:?} for a service that cannot make anything: {}",
+        stderr(&out)
+    );
+    assert_eq!(requests(&store).len(), 1, "left for a later step");
 }

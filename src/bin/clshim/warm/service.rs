@@ -136,7 +136,12 @@ pub fn serve(store: &Path, lib: &Path) -> i32 {
         }
         let mut groups = groups::groups(store, &mut refused);
         set_aside_unstartable(&mut groups, &mut w);
-        round(
+        // A worker that could not run (no compile can be watched here: a tracer or the
+        // system forbids ptrace; no OpenCL loader) fails so at every tick, loading the
+        // driver each time, while the processes that left requests wait at their exit for
+        // a service that makes nothing: it ends, as `clshim warm` stops, and they stop
+        // waiting.
+        if !round(
             store,
             lib,
             &me,
@@ -145,7 +150,17 @@ pub fn serve(store: &Path, lib: &Path) -> i32 {
             jobs,
             &mut set_aside,
             &gone,
-        );
+        ) {
+            log_summary(
+                store,
+                &format!(
+                    "clshim warm --service: {}: ended: a worker could not run here \
+                     (`clshim warm` says why)",
+                    store.display()
+                ),
+            );
+            break;
+        }
     }
     w.end_all();
     let t = WarmStats::of(&w.outcomes);
