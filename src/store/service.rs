@@ -28,6 +28,7 @@
 //! application's), and a thread of this process reaps that first one. The lock names are
 //! `clshim_format::store::warm_lock_names`'s.
 
+use crate::lock::Lock;
 use std::ffi::{c_char, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::io::{AsRawFd, IntoRawFd};
@@ -40,12 +41,12 @@ static CLIENT_OF: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 /// The requests this process left: their store and key, and the process that left them
 /// (a forked child inherits the list, not the requests).
-static LEFT: Mutex<Vec<(PathBuf, u64, u32)>> = Mutex::new(Vec::new());
+static LEFT: Lock<Vec<(PathBuf, u64, u32)>> = Lock::new(Vec::new());
 
 /// Notes a request this process left.
 pub fn left(store: &Path, key: u64) {
     let pid = std::process::id();
-    let mut left = LEFT.lock().unwrap_or_else(|e| e.into_inner());
+    let mut left = LEFT.lock();
     if !left
         .iter()
         .any(|(s, k, p)| s == store && *k == key && *p == pid)
@@ -90,9 +91,10 @@ const WAIT_TIMES_OWN_COMPILES: f64 = 3.0;
 /// left none.
 pub fn at_exit(service: bool, compiled: f64) -> Option<AtExit> {
     let pid = std::process::id();
+    // An exit path: the list may be held for good (by the thread a signal handler that
+    // calls exit() interrupted, or in a child forked while another thread held it).
     let left: Vec<(PathBuf, u64)> = LEFT
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .try_lock_for(Duration::from_millis(200))?
         .iter()
         .filter(|(_, _, p)| *p == pid)
         .map(|(s, k, _)| (s.clone(), *k))
@@ -368,4 +370,25 @@ fn start(store: &Path) -> Result<(), String> {
             unsafe { libc::waitpid(pid, &mut status, 0) };
         });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The exit wait never waits for the list of requests: a thread that a signal handler
+    /// calling exit() interrupted while it noted a request holds it, as does a thread of
+    /// the parent that noted one at the instant of a fork (in the child, for good).
+    #[test]
+    fn the_exit_wait_does_not_hang_on_the_list_of_requests_held() {
+        left(Path::new("/nonexistent/clshim-store"), 1);
+        let held = LEFT.lock();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(at_exit(false, 0.0).is_some());
+        });
+        let answered = rx.recv_timeout(Duration::from_secs(5));
+        drop(held);
+        assert!(answered.is_ok(), "at_exit waited for the list's lock");
+    }
 }
