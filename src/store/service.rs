@@ -33,11 +33,12 @@ use std::ffi::{c_char, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::io::{AsRawFd, IntoRawFd};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// The stores this process holds the clients' lock of.
-static CLIENT_OF: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// The stores this process holds the clients' lock of, and the temporary folder their
+/// locks are in: `TMPDIR` when it became a client (the service's, which it started with
+/// this environment), whatever the application sets later.
+static CLIENT_OF: Lock<Vec<(PathBuf, PathBuf)>> = Lock::new(Vec::new());
 
 /// The requests this process left: their store and key, and the process that left them
 /// (a forked child inherits the list, not the requests).
@@ -177,7 +178,12 @@ fn service_runs(store: &Path) -> bool {
     // SAFETY: no arguments.
     let uid = unsafe { libc::geteuid() };
     let (service, _) = clshim_format::store::warm_lock_names(uid, store);
-    let Some(f) = open_lock(&service, false) else {
+    // An exit path: see `at_exit` on the lists' locks.
+    let tmp = CLIENT_OF
+        .try_lock_for(Duration::from_millis(200))
+        .and_then(|c| c.iter().find(|(s, _)| s == store).map(|(_, t)| t.clone()))
+        .unwrap_or_else(std::env::temp_dir);
+    let Some(f) = open_lock(&tmp, &service, false) else {
         return false;
     };
     // SAFETY: an open descriptor of this process; a lock taken here is let go when `f`
@@ -186,8 +192,8 @@ fn service_runs(store: &Path) -> bool {
 }
 
 /// Opens (making it if need be, with `create`) the lock file `name` in the temporary
-/// folder: the user's own regular file only, that no one else may write.
-fn open_lock(name: &str, create: bool) -> Option<std::fs::File> {
+/// folder `tmp`: the user's own regular file only, that no one else may write.
+fn open_lock(tmp: &Path, name: &str, create: bool) -> Option<std::fs::File> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let f = std::fs::OpenOptions::new()
         .read(true)
@@ -196,7 +202,7 @@ fn open_lock(name: &str, create: bool) -> Option<std::fs::File> {
         .truncate(false)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(std::env::temp_dir().join(name))
+        .open(tmp.join(name))
         .ok()?;
     let m = f.metadata().ok()?;
     // SAFETY: no arguments.
@@ -211,14 +217,15 @@ pub fn ensure(store: &Path) {
     if cfg!(not(target_os = "linux")) {
         return; // the warm step is Linux's only
     }
-    let mut mine = CLIENT_OF.lock().unwrap_or_else(|e| e.into_inner());
-    if mine.iter().any(|s| s == store) {
+    let mut mine = CLIENT_OF.lock();
+    if mine.iter().any(|(s, _)| s == store) {
         return;
     }
     // SAFETY: no arguments.
     let uid = unsafe { libc::geteuid() };
     let (service, clients) = clshim_format::store::warm_lock_names(uid, store);
-    let Some(client) = open_lock(&clients, true) else {
+    let tmp = std::env::temp_dir();
+    let Some(client) = open_lock(&tmp, &clients, true) else {
         return;
     };
     // SAFETY: an open descriptor of this process.
@@ -227,9 +234,9 @@ pub fn ensure(store: &Path) {
     }
     // Held until this process ends (the descriptor is never closed).
     let _ = client.into_raw_fd();
-    mine.push(store.to_path_buf());
+    mine.push((store.to_path_buf(), tmp.clone()));
     drop(mine);
-    let Some(lock) = open_lock(&service, true) else {
+    let Some(lock) = open_lock(&tmp, &service, true) else {
         return;
     };
     // SAFETY: an open descriptor of this process; released when `lock` is closed.

@@ -13,7 +13,8 @@
  * stays S seconds before its exit (a job that computes on after its builds), or
  * --linger-while=PATTERN while a file matches the glob PATTERN (60 s at most);
  * --reap-children then forks a child that ends, and waits for children until none is left
- * (`while (wait(NULL) > 0)`), printing how many it reaped. */
+ * (`while (wait(NULL) > 0)`), printing how many it reaped; --tmpdir-at-exit=DIR sets
+ * TMPDIR to DIR before it returns. */
 #include "cltest.h"
 #include <glob.h>
 #include <unistd.h>
@@ -120,6 +121,8 @@ int main(int argc, char **argv) {
         if (!found) break;
         usleep(100000);
     }
+    const char *tmpdir = arg_value(argc, argv, "--tmpdir-at-exit");
+    if (tmpdir) setenv("TMPDIR", tmpdir, 1);
     if (has_arg(argc, argv, "--reap-children")) {
         /* A process that waits for every child it has until there is none (a launcher's,
          * a shell's loop): its own child only. */

@@ -964,3 +964,49 @@ fn where_no_compile_can_be_watched_the_service_ends_and_no_one_waits() {
     );
     assert_eq!(requests(&store).len(), 1, "left for a later step");
 }
+
+/// A process that changes TMPDIR after it left its request (a library that sets its own)
+/// still sees, at its exit, the warm service it started: the lock it looks at is the one
+/// in the temporary folder the service was started with. Here the request is held by a
+/// claim of this test's, so the service runs without making it: the process waits its
+/// bound and says so, not that no service ran.
+#[test]
+fn a_process_that_changes_tmpdir_still_sees_its_warm_service() {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = client();
+    let d = scratch("native-tmpdir-moves");
+    let store = d.path("store");
+    let kc = d.path("kc");
+    substitute_save(&bin, &d, &store, &[]);
+    let req = requests(&store).pop().expect("a request");
+    let key = req.file_stem().unwrap().to_str().unwrap().to_string();
+    std::fs::write(
+        store.join("requests").join(format!("{key}.claim")),
+        claim_text(std::process::id() as i32),
+    )
+    .unwrap();
+    let (first, then) = (d.path("tmp-first"), d.path("tmp-then"));
+    for t in [&first, &then] {
+        std::fs::create_dir_all(t).unwrap();
+        std::fs::set_permissions(t, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let save = format!("--save={}", s(&d.path("c.bin")));
+    let moved = format!("--tmpdir-at-exit={}", s(&then));
+    let (out, _) = run_within(
+        &d,
+        &store,
+        &bin,
+        &[&save, &moved],
+        &[("POCL_CACHE_DIR", s(&kc)), ("TMPDIR", s(&first))],
+        None,
+        std::time::Duration::from_secs(40),
+    )
+    .expect("the run ended");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("made the driver's binaries of 0 of its 1 clshim binary (")
+            && stderr(&out).contains(" s waited for it at exit, its bound)"),
+        "{}",
+        stderr(&out)
+    );
+}
