@@ -17,7 +17,8 @@
 //! the process compiled itself (three times its own build and first-launch seconds, ten
 //! seconds at least) and ends at once when no service runs: a node so busy that the
 //! service starves leaves the rest to the next job's service, or `clshim warm`, and the
-//! exit line says how many. A process killed (a scheduler's SIGTERM) does not wait.
+//! exit line says how many. A process killed (a scheduler's SIGTERM) does not wait, nor
+//! does one that exits from its own handler of such a signal.
 //!
 //! This module owns only the client's side: holding the clients' lock (shared) for the
 //! process's life, starting the service when none holds the service lock, and what became
@@ -78,6 +79,9 @@ pub enum CutShort {
     Bound,
     /// No service ran (none could start, or it ended).
     NoService,
+    /// The process exits with a signal that ends jobs blocked (from a handler of one,
+    /// say): it did not wait.
+    Signal,
 }
 
 /// The least a process waits for the service at its exit, and how many times its own
@@ -108,7 +112,9 @@ pub fn at_exit(service: bool, compiled: f64) -> Option<AtExit> {
         (compiled * WAIT_TIMES_OWN_COMPILES).clamp(0.0, 24.0 * 3600.0),
     ));
     let mut cut_short = None;
-    if service {
+    if service && ending_on_a_signal() {
+        cut_short = Some(CutShort::Signal);
+    } else if service {
         // A service started a moment ago may not hold its lock yet: it must be seen absent
         // for a while before the wait ends for want of one.
         let mut absent_since: Option<Instant> = None;
@@ -141,6 +147,36 @@ pub fn at_exit(service: bool, compiled: f64) -> Option<AtExit> {
         },
         cut_short: cut_short.filter(|_| made < left.len() as u64),
     })
+}
+
+/// The signals schedulers and launchers end jobs with (SIGTERM, then SIGKILL seconds
+/// later; SIGINT, SIGHUP; the warnings SIGUSR1 and SIGUSR2; SIGXCPU at a CPU limit).
+const ENDING: [libc::c_int; 7] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGXCPU,
+];
+
+/// Whether this thread exits from a handler of a signal that ends jobs (a handler that
+/// calls exit(), as many do to flush what they hold): the signal it handles is blocked
+/// while it runs, as is one a thread that waits for signals (`sigwait`) handles. Such a
+/// process has seconds before SIGKILL, and its own exit handlers, which run after
+/// clshim's, need them: it does not wait for the service.
+fn ending_on_a_signal() -> bool {
+    // SAFETY: plain data filled by pthread_sigmask, which only reads this thread's mask.
+    let mut mask: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut mask) } != 0 {
+        return false;
+    }
+    // SAFETY: a filled set and valid signal numbers.
+    ENDING
+        .iter()
+        .any(|&sig| unsafe { libc::sigismember(&mask, sig) } == 1)
 }
 
 /// How often a process waiting at its exit looks at the store.

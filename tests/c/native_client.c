@@ -14,10 +14,12 @@
  * --linger-while=PATTERN while a file matches the glob PATTERN (60 s at most);
  * --reap-children then forks a child that ends, and waits for children until none is left
  * (`while (wait(NULL) > 0)`), printing how many it reaped; --tmpdir-at-exit=DIR sets
- * TMPDIR to DIR before it returns. */
+ * TMPDIR to DIR before it returns; --term-self ends with a SIGTERM it sends itself, whose
+ * handler calls exit() (a scheduler's SIGTERM, handled as many jobs do). */
 #include "cltest.h"
 #include <glob.h>
 #include <unistd.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 static void print_type(cl_program p, cl_device_id d, const char *when) {
@@ -27,6 +29,12 @@ static void print_type(cl_program p, cl_device_id d, const char *when) {
     cl_int e2 = clGetProgramBuildInfo(p, d, CL_PROGRAM_BUILD_STATUS, sizeof st, &st, NULL);
     printf("%s: binary type %s %u, build status %s %d\n", when, cl_err_name(e), (unsigned)t,
            cl_err_name(e2), (int)st);
+}
+
+/* A job's own SIGTERM handler: it ends the process with exit(), as many do to flush. */
+static void exit_on_term(int sig) {
+    (void)sig;
+    exit(0);
 }
 
 int main(int argc, char **argv) {
@@ -131,6 +139,10 @@ int main(int argc, char **argv) {
         int n = 0;
         while (wait(NULL) > 0) n++;
         printf("reaped %d\n", n);
+    }
+    if (has_arg(argc, argv, "--term-self")) {
+        signal(SIGTERM, exit_on_term);
+        raise(SIGTERM);
     }
     return 0;
 }

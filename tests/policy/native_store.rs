@@ -1010,3 +1010,49 @@ fn a_process_that_changes_tmpdir_still_sees_its_warm_service() {
         stderr(&out)
     );
 }
+
+/// A job that ends on a scheduler's SIGTERM through its own handler, which calls exit()
+/// (as many do, to flush what they hold), does not wait at its exit for the warm service:
+/// the scheduler gives it seconds before SIGKILL, and its own exit handlers, which run
+/// after clshim's, need them. Its exit line says why it did not wait. (The request is
+/// held by a claim of this test's, so the service would not make it.)
+#[test]
+fn a_job_ending_on_a_handled_sigterm_does_not_wait_for_the_warm_service() {
+    let bin = client();
+    let d = scratch("native-sigterm");
+    let store = d.path("store");
+    let kc = d.path("kc");
+    substitute_save(&bin, &d, &store, &[]);
+    let req = requests(&store).pop().expect("a request");
+    let key = req.file_stem().unwrap().to_str().unwrap().to_string();
+    std::fs::write(
+        store.join("requests").join(format!("{key}.claim")),
+        claim_text(std::process::id() as i32),
+    )
+    .unwrap();
+    let save = format!("--save={}", s(&d.path("c.bin")));
+    let (out, took) = run_within(
+        &d,
+        &store,
+        &bin,
+        &[&save, "--term-self"],
+        &[("POCL_CACHE_DIR", s(&kc))],
+        None,
+        std::time::Duration::from_secs(40),
+    )
+    .expect("the run ended");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "waited {took:?} in exit() from a SIGTERM handler: {}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains(
+            "made the driver's binaries of 0 of its 1 clshim binary by the process's exit, \
+             with SIGTERM or the like blocked"
+        ),
+        "{}",
+        stderr(&out)
+    );
+}
