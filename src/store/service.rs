@@ -41,19 +41,48 @@ use std::time::{Duration, Instant};
 /// this environment), whatever the application sets later.
 static CLIENT_OF: Lock<Vec<(PathBuf, PathBuf)>> = Lock::new(Vec::new());
 
-/// The requests this process left: their store and key, and the process that left them
-/// (a forked child inherits the list, not the requests).
-static LEFT: Lock<Vec<(PathBuf, u64, u32)>> = Lock::new(Vec::new());
+/// A request this process left.
+#[derive(Clone)]
+struct Left {
+    store: PathBuf,
+    key: u64,
+    /// The process that left it (a forked child inherits the list, not the requests).
+    pid: u32,
+    /// The entry the store held for its key then, if any: one whose compile read other
+    /// files than this build would (a header edited since), which the request is for
+    /// making again. Only another file is what the service made.
+    found: Option<FileId>,
+}
+
+/// Which file an entry is (device, inode, modification time), not what it holds: a
+/// warm step writes a new entry under a temporary name and renames it into place.
+type FileId = (u64, u64, i64);
+
+fn file_id(m: &std::fs::Metadata) -> FileId {
+    use std::os::unix::fs::MetadataExt;
+    (m.dev(), m.ino(), m.mtime() * 1_000_000_000 + m.mtime_nsec())
+}
+
+/// The requests this process left.
+static LEFT: Lock<Vec<Left>> = Lock::new(Vec::new());
 
 /// Notes a request this process left.
 pub fn left(store: &Path, key: u64) {
     let pid = std::process::id();
+    let found = std::fs::metadata(store.join(clshim_format::store::entry_name(key)))
+        .ok()
+        .map(|m| file_id(&m));
     let mut left = LEFT.lock();
     if !left
         .iter()
-        .any(|(s, k, p)| s == store && *k == key && *p == pid)
+        .any(|l| l.store == store && l.key == key && l.pid == pid)
     {
-        left.push((store.to_path_buf(), key, pid));
+        left.push(Left {
+            store: store.to_path_buf(),
+            key,
+            pid,
+            found,
+        });
     }
 }
 
@@ -98,11 +127,11 @@ pub fn at_exit(service: bool, compiled: f64) -> Option<AtExit> {
     let pid = std::process::id();
     // An exit path: the list may be held for good (by the thread a signal handler that
     // calls exit() interrupted, or in a child forked while another thread held it).
-    let left: Vec<(PathBuf, u64)> = LEFT
+    let left: Vec<Left> = LEFT
         .try_lock_for(Duration::from_millis(200))?
         .iter()
-        .filter(|(_, _, p)| *p == pid)
-        .map(|(s, k, _)| (s.clone(), *k))
+        .filter(|l| l.pid == pid)
+        .cloned()
         .collect();
     if left.is_empty() {
         return None;
@@ -119,10 +148,10 @@ pub fn at_exit(service: bool, compiled: f64) -> Option<AtExit> {
         // for a while before the wait ends for want of one.
         let mut absent_since: Option<Instant> = None;
         loop {
-            if left.iter().all(|(s, k)| settled(s, *k)) {
+            if left.iter().all(settled) {
                 break;
             }
-            if left.iter().any(|(s, _)| service_runs(s)) {
+            if left.iter().any(|l| service_runs(&l.store)) {
                 absent_since = None;
             } else if absent_since.get_or_insert_with(Instant::now).elapsed() >= SERVICE_START {
                 cut_short = Some(CutShort::NoService);
@@ -135,7 +164,7 @@ pub fn at_exit(service: bool, compiled: f64) -> Option<AtExit> {
             std::thread::sleep(WAIT_TICK);
         }
     }
-    let made = left.iter().filter(|(s, k)| holds_binary(s, *k)).count() as u64;
+    let made = left.iter().filter(|l| holds_binary(l)).count() as u64;
     Some(AtExit {
         left: left.len() as u64,
         service,
@@ -184,24 +213,32 @@ const WAIT_TICK: Duration = Duration::from_millis(20);
 /// How long a service that was asked for may take to start (to hold its lock).
 const SERVICE_START: Duration = Duration::from_secs(1);
 
-/// Whether the request for `key` is done with: its entry exists, or the request has gone
-/// with no claim on it (a step found it stale, or made nothing of it).
-fn settled(store: &Path, key: u64) -> bool {
+/// Whether the request is done with: an entry for its key exists (another than the one
+/// it was left beside), or the request has gone with no claim on it (a step found it
+/// stale, or made nothing of it).
+fn settled(l: &Left) -> bool {
     use clshim_format::store as f;
-    let requests = store.join(f::REQUESTS);
-    store.join(f::entry_name(key)).exists()
-        || (!requests.join(f::request_name(key)).exists()
-            && !requests.join(f::claim_name(key)).exists())
+    let requests = l.store.join(f::REQUESTS);
+    std::fs::metadata(l.store.join(f::entry_name(l.key)))
+        .is_ok_and(|m| Some(file_id(&m)) != l.found)
+        || (!requests.join(f::request_name(l.key)).exists()
+            && !requests.join(f::claim_name(l.key)).exists())
 }
 
-/// Whether the store's entry for `key` holds the driver's binary (not an entry that says
-/// why the build cannot be kept): its header, read alone.
-fn holds_binary(store: &Path, key: u64) -> bool {
+/// Whether the store's entry for the request's key holds the driver's binary (not an
+/// entry that says why the build cannot be kept), and is not the one the request was
+/// left beside: its header, read alone.
+fn holds_binary(l: &Left) -> bool {
     use clshim_format::store as f;
     use std::io::Read;
     let mut header = [0u8; f::ENTRY_HEADER];
-    std::fs::File::open(store.join(f::entry_name(key)))
-        .and_then(|mut file| file.read_exact(&mut header))
+    std::fs::File::open(l.store.join(f::entry_name(l.key)))
+        .and_then(|mut file| {
+            if Some(file_id(&file.metadata()?)) == l.found {
+                return Err(std::io::ErrorKind::AlreadyExists.into());
+            }
+            file.read_exact(&mut header)
+        })
         .ok()
         .and_then(|()| f::EntryHeader::parse(&header).ok())
         .is_some_and(|h| h.flags & f::UNCACHEABLE == 0)

@@ -1056,3 +1056,55 @@ fn a_job_ending_on_a_handled_sigterm_does_not_wait_for_the_warm_service() {
         stderr(&out)
     );
 }
+
+/// A build whose entry is there but read other files (a header edited since) leaves a
+/// request for the service to make it again: its process waits for the new entry, not
+/// for the old one it found, so the exit line's "made" is true and the next load has
+/// the new build's entry.
+#[test]
+fn a_process_waits_for_the_new_entry_of_a_build_whose_files_changed() {
+    let bin = build_c("header_client", &[]);
+    let d = scratch("native-files-changed");
+    let store = d.path("store");
+    let kc = d.path("kc");
+    let hdr = d.path("hdr");
+    std::fs::create_dir_all(&hdr).unwrap();
+    std::fs::write(hdr.join("val.h"), "#define VAL 1\n").unwrap();
+    let opts = format!("--options=-I {}", s(&hdr));
+    let save = |name: &str| {
+        let save = format!("--save={}", s(&d.path(name)));
+        let (out, _) = run_within(
+            &d,
+            &store,
+            &bin,
+            &[&save, &opts],
+            &[("POCL_CACHE_DIR", s(&kc))],
+            None,
+            std::time::Duration::from_secs(40),
+        )
+        .expect("the run ended");
+        assert!(out.status.success(), "{}", stderr(&out));
+        out
+    };
+    let out = save("first.bin");
+    assert_eq!(stdout(&out), "VAL=1\n");
+    let old = entries(&store);
+    assert_eq!(old.len(), 1, "{}", stderr(&out));
+    let old = std::fs::read(&old[0]).unwrap();
+    std::fs::write(hdr.join("val.h"), "#define VAL 2\n").unwrap();
+    let out = save("second.bin");
+    assert_eq!(stdout(&out), "VAL=2\n");
+    assert!(
+        stderr(&out).contains("made the driver's binaries of its clshim binary for later loads"),
+        "{}",
+        stderr(&out)
+    );
+    let new = entries(&store);
+    assert_eq!(new.len(), 1);
+    assert_ne!(
+        std::fs::read(&new[0]).unwrap(),
+        old,
+        "the process said made, and ended, with the old build's entry: {}",
+        stderr(&out)
+    );
+}
