@@ -1108,3 +1108,64 @@ fn a_process_waits_for_the_new_entry_of_a_build_whose_files_changed() {
         stderr(&out)
     );
 }
+
+/// The warm service, which runs while the job computes, is the first process the kernel's
+/// OOM killer ends (oom_score_adj 1000), and so are its workers, which inherit it: on a
+/// node whose memory the job fills, a worker loading the driver's compiler must never
+/// cost a rank (the largest process, else the one killed). The request is held by a
+/// claim of this test's, so the service runs on while its client waits.
+#[test]
+fn the_warm_service_is_the_first_the_oom_killer_ends() {
+    let bin = client();
+    let d = scratch("native-oom");
+    let store = d.path("store");
+    let kc = d.path("kc");
+    substitute_save(&bin, &d, &store, &[]);
+    let req = requests(&store).pop().expect("a request");
+    let key = req.file_stem().unwrap().to_str().unwrap().to_string();
+    std::fs::write(
+        store.join("requests").join(format!("{key}.claim")),
+        claim_text(std::process::id() as i32),
+    )
+    .unwrap();
+    let save = format!("--save={}", s(&d.path("c.bin")));
+    let service = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .find(|e| {
+                std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+                    let c = String::from_utf8_lossy(&c);
+                    c.contains("--service") && c.contains(s(&store))
+                })
+            })
+            .map(|e| e.path())
+    };
+    let seen = std::thread::scope(|scope| {
+        let run = scope.spawn(|| {
+            run_within(
+                &d,
+                &store,
+                &bin,
+                &[&save],
+                &[("POCL_CACHE_DIR", s(&kc))],
+                None,
+                std::time::Duration::from_secs(40),
+            )
+        });
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(8);
+        let mut seen = None;
+        while seen.is_none() && std::time::Instant::now() < until {
+            seen = service().and_then(|p| std::fs::read_to_string(p.join("oom_score_adj")).ok());
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let (out, _) = run.join().unwrap().expect("the run ended");
+        assert!(out.status.success(), "{}", stderr(&out));
+        seen
+    });
+    assert_eq!(
+        seen.as_deref().map(str::trim),
+        Some("1000"),
+        "the service's"
+    );
+}
