@@ -1169,3 +1169,63 @@ fn the_warm_service_is_the_first_the_oom_killer_ends() {
         "the service's"
     );
 }
+
+/// A request another step holds the claim of (a node's service sharing the store with
+/// others', each of whose ranks asked for the same build) is tried again once the claim
+/// is gone or every few seconds, not at every listing: each try starts a worker that
+/// loads the driver and writes, links and removes a claim in the store (a network
+/// filesystem's server, for every node of the job). Here the claim is this test's.
+#[test]
+fn the_warm_service_does_not_retry_a_claimed_request_at_every_listing() {
+    let bin = client();
+    let d = scratch("native-claimed-elsewhere");
+    let store = d.path("store");
+    let kc = d.path("kc");
+    substitute_save(&bin, &d, &store, &[]);
+    let req = requests(&store).pop().expect("a request");
+    let key = req.file_stem().unwrap().to_str().unwrap().to_string();
+    std::fs::write(
+        store.join("requests").join(format!("{key}.claim")),
+        claim_text(std::process::id() as i32),
+    )
+    .unwrap();
+    let save = format!("--save={}", s(&d.path("c.bin")));
+    let workers = || -> std::collections::HashSet<String> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+                    let c = String::from_utf8_lossy(&c);
+                    c.contains("--worker-group") && c.contains(s(&store))
+                })
+            })
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    let started = std::thread::scope(|scope| {
+        let run = scope.spawn(|| {
+            run_within(
+                &d,
+                &store,
+                &bin,
+                &[&save],
+                &[("POCL_CACHE_DIR", s(&kc))],
+                None,
+                std::time::Duration::from_secs(40),
+            )
+        });
+        let mut seen = std::collections::HashSet::new();
+        while !run.is_finished() {
+            seen.extend(workers());
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let (out, _) = run.join().unwrap().expect("the run ended");
+        assert!(out.status.success(), "{}", stderr(&out));
+        seen.len()
+    });
+    assert!(
+        (1..=3).contains(&started),
+        "{started} workers started in the 10 s the claim was held"
+    );
+}

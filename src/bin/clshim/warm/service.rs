@@ -117,6 +117,7 @@ pub fn serve(store: &Path, lib: &Path) -> i32 {
     let (mut refused, mut set_aside) = (0, 0);
     let gone = || clients_gone(store);
     let mut listed: Option<Instant> = None;
+    let mut claims_checked = Instant::now();
     while !gone() {
         if listed.is_some_and(|t| t.elapsed() < LIST_TICK) {
             std::thread::sleep(GONE_TICK);
@@ -124,10 +125,21 @@ pub fn serve(store: &Path, lib: &Path) -> i32 {
         }
         listed = Some(Instant::now());
         // A request left for later (its inputs changed as it compiled: its rank was still
-        // launching the program's kernels) or claimed by a process that has gone since is
-        // tried again while the job runs.
-        w.outcomes
-            .retain(|_, e| !matches!(e, WarmEvent::Postponed | WarmEvent::Claimed));
+        // launching the program's kernels) is tried again while the job runs; one another
+        // step claimed, once its claim is gone (made, or let go) or every RENEW_SECONDS
+        // (its holder may have died: a lapsed claim is taken over), not at every listing,
+        // where each try starts a worker that loads the driver and writes a claim in the
+        // store (every node's, on a store the job's nodes share).
+        let recheck = claims_checked.elapsed() >= Duration::from_secs(format::RENEW_SECONDS);
+        if recheck {
+            claims_checked = Instant::now();
+        }
+        let requests = store.join(format::REQUESTS);
+        w.outcomes.retain(|key, e| match e {
+            WarmEvent::Postponed => false,
+            WarmEvent::Claimed => !recheck && requests.join(format::claim_name(*key)).exists(),
+            _ => true,
+        });
         // Requests this service has an outcome of already (for another host, say) are not
         // made again now.
         let fresh = waiting(store).iter().any(|k| !w.outcomes.contains_key(k));
