@@ -696,6 +696,11 @@ fn service_words(a: &crate::store::service::AtExit) -> String {
             "; the node's warm service made the driver's binaries of {of} ({waited}, its \
              bound): the warm service of a later job, or `clshim warm`, makes the rest"
         ),
+        Some(CutShort::Signal) => format!(
+            "; the node's warm service made the driver's binaries of {of} by the process's \
+             exit, with SIGTERM or the like blocked (in a handler of one, say), when it does \
+             not wait: the warm service of a later job, or `clshim warm`, makes the rest"
+        ),
         Some(CutShort::NoService) => format!(
             "; no warm service ran to make the driver's binaries that {} of its clshim \
              {noun} lack: `clshim warm` makes them",

@@ -17,39 +17,72 @@
 //! the process compiled itself (three times its own build and first-launch seconds, ten
 //! seconds at least) and ends at once when no service runs: a node so busy that the
 //! service starves leaves the rest to the next job's service, or `clshim warm`, and the
-//! exit line says how many. A process killed (a scheduler's SIGTERM) does not wait.
+//! exit line says how many. A process killed (a scheduler's SIGTERM) does not wait, nor
+//! does one that exits from its own handler of such a signal.
 //!
 //! This module owns only the client's side: holding the clients' lock (shared) for the
 //! process's life, starting the service when none holds the service lock, and what became
 //! of this process's requests at its exit. The service is the `clshim` command beside this library, started with `posix_spawn` (no copy of the
 //! application's memory), its standard streams on `/dev/null` (a launcher that forwards
-//! the ranks' output must not wait for it), without clshim in its preload list; a thread
-//! of this process reaps it if it ends first. The lock names are
+//! the ranks' output must not wait for it), without clshim in its preload list; its first
+//! process ends at once, the service going on in a child of its own (no child of the
+//! application's), and a thread of this process reaps that first one. The lock names are
 //! `clshim_format::store::warm_lock_names`'s.
 
+use crate::lock::Lock;
 use std::ffi::{c_char, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::io::{AsRawFd, IntoRawFd};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// The stores this process holds the clients' lock of.
-static CLIENT_OF: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// The stores this process holds the clients' lock of, and the temporary folder their
+/// locks are in: `TMPDIR` when it became a client (the service's, which it started with
+/// this environment), whatever the application sets later.
+static CLIENT_OF: Lock<Vec<(PathBuf, PathBuf)>> = Lock::new(Vec::new());
 
-/// The requests this process left: their store and key, and the process that left them
-/// (a forked child inherits the list, not the requests).
-static LEFT: Mutex<Vec<(PathBuf, u64, u32)>> = Mutex::new(Vec::new());
+/// A request this process left.
+#[derive(Clone)]
+struct Left {
+    store: PathBuf,
+    key: u64,
+    /// The process that left it (a forked child inherits the list, not the requests).
+    pid: u32,
+    /// The entry the store held for its key then, if any: one whose compile read other
+    /// files than this build would (a header edited since), which the request is for
+    /// making again. Only another file is what the service made.
+    found: Option<FileId>,
+}
+
+/// Which file an entry is (device, inode, modification time), not what it holds: a
+/// warm step writes a new entry under a temporary name and renames it into place.
+type FileId = (u64, u64, i64);
+
+fn file_id(m: &std::fs::Metadata) -> FileId {
+    use std::os::unix::fs::MetadataExt;
+    (m.dev(), m.ino(), m.mtime() * 1_000_000_000 + m.mtime_nsec())
+}
+
+/// The requests this process left.
+static LEFT: Lock<Vec<Left>> = Lock::new(Vec::new());
 
 /// Notes a request this process left.
 pub fn left(store: &Path, key: u64) {
     let pid = std::process::id();
-    let mut left = LEFT.lock().unwrap_or_else(|e| e.into_inner());
+    let found = std::fs::metadata(store.join(clshim_format::store::entry_name(key)))
+        .ok()
+        .map(|m| file_id(&m));
+    let mut left = LEFT.lock();
     if !left
         .iter()
-        .any(|(s, k, p)| s == store && *k == key && *p == pid)
+        .any(|l| l.store == store && l.key == key && l.pid == pid)
     {
-        left.push((store.to_path_buf(), key, pid));
+        left.push(Left {
+            store: store.to_path_buf(),
+            key,
+            pid,
+            found,
+        });
     }
 }
 
@@ -75,6 +108,9 @@ pub enum CutShort {
     Bound,
     /// No service ran (none could start, or it ended).
     NoService,
+    /// The process exits with a signal that ends jobs blocked (from a handler of one,
+    /// say): it did not wait.
+    Signal,
 }
 
 /// The least a process waits for the service at its exit, and how many times its own
@@ -89,12 +125,13 @@ const WAIT_TIMES_OWN_COMPILES: f64 = 3.0;
 /// left none.
 pub fn at_exit(service: bool, compiled: f64) -> Option<AtExit> {
     let pid = std::process::id();
-    let left: Vec<(PathBuf, u64)> = LEFT
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+    // An exit path: the list may be held for good (by the thread a signal handler that
+    // calls exit() interrupted, or in a child forked while another thread held it).
+    let left: Vec<Left> = LEFT
+        .try_lock_for(Duration::from_millis(200))?
         .iter()
-        .filter(|(_, _, p)| *p == pid)
-        .map(|(s, k, _)| (s.clone(), *k))
+        .filter(|l| l.pid == pid)
+        .cloned()
         .collect();
     if left.is_empty() {
         return None;
@@ -104,15 +141,17 @@ pub fn at_exit(service: bool, compiled: f64) -> Option<AtExit> {
         (compiled * WAIT_TIMES_OWN_COMPILES).clamp(0.0, 24.0 * 3600.0),
     ));
     let mut cut_short = None;
-    if service {
+    if service && ending_on_a_signal() {
+        cut_short = Some(CutShort::Signal);
+    } else if service {
         // A service started a moment ago may not hold its lock yet: it must be seen absent
         // for a while before the wait ends for want of one.
         let mut absent_since: Option<Instant> = None;
         loop {
-            if left.iter().all(|(s, k)| settled(s, *k)) {
+            if left.iter().all(settled) {
                 break;
             }
-            if left.iter().any(|(s, _)| service_runs(s)) {
+            if left.iter().any(|l| service_runs(&l.store)) {
                 absent_since = None;
             } else if absent_since.get_or_insert_with(Instant::now).elapsed() >= SERVICE_START {
                 cut_short = Some(CutShort::NoService);
@@ -125,7 +164,7 @@ pub fn at_exit(service: bool, compiled: f64) -> Option<AtExit> {
             std::thread::sleep(WAIT_TICK);
         }
     }
-    let made = left.iter().filter(|(s, k)| holds_binary(s, *k)).count() as u64;
+    let made = left.iter().filter(|l| holds_binary(l)).count() as u64;
     Some(AtExit {
         left: left.len() as u64,
         service,
@@ -139,40 +178,85 @@ pub fn at_exit(service: bool, compiled: f64) -> Option<AtExit> {
     })
 }
 
+/// The signals schedulers and launchers end jobs with (SIGTERM, then SIGKILL seconds
+/// later; SIGINT, SIGHUP; the warnings SIGUSR1 and SIGUSR2; SIGXCPU at a CPU limit).
+const ENDING: [libc::c_int; 7] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGXCPU,
+];
+
+/// Whether this thread exits from a handler of a signal that ends jobs (a handler that
+/// calls exit(), as many do to flush what they hold): the signal it handles is blocked
+/// while it runs, as is one a thread that waits for signals (`sigwait`) handles. Such a
+/// process has seconds before SIGKILL, and its own exit handlers, which run after
+/// clshim's, need them: it does not wait for the service.
+fn ending_on_a_signal() -> bool {
+    // SAFETY: plain data filled by pthread_sigmask, which only reads this thread's mask.
+    let mut mask: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut mask) } != 0 {
+        return false;
+    }
+    // SAFETY: a filled set and valid signal numbers.
+    ENDING
+        .iter()
+        .any(|&sig| unsafe { libc::sigismember(&mask, sig) } == 1)
+}
+
 /// How often a process waiting at its exit looks at the store.
 const WAIT_TICK: Duration = Duration::from_millis(20);
 /// How long a service that was asked for may take to start (to hold its lock).
 const SERVICE_START: Duration = Duration::from_secs(1);
 
-/// Whether the request for `key` is done with: its entry exists, or the request has gone
-/// with no claim on it (a step found it stale, or made nothing of it).
-fn settled(store: &Path, key: u64) -> bool {
+/// Whether the request is done with: an entry for its key exists (another than the one
+/// it was left beside), or the request has gone with no claim on it (a step found it
+/// stale, or made nothing of it).
+fn settled(l: &Left) -> bool {
     use clshim_format::store as f;
-    let requests = store.join(f::REQUESTS);
-    store.join(f::entry_name(key)).exists()
-        || (!requests.join(f::request_name(key)).exists()
-            && !requests.join(f::claim_name(key)).exists())
+    let requests = l.store.join(f::REQUESTS);
+    std::fs::metadata(l.store.join(f::entry_name(l.key)))
+        .is_ok_and(|m| Some(file_id(&m)) != l.found)
+        || (!requests.join(f::request_name(l.key)).exists()
+            && !requests.join(f::claim_name(l.key)).exists())
 }
 
-/// Whether the store's entry for `key` holds the driver's binary (not an entry that says
-/// why the build cannot be kept): its header, read alone.
-fn holds_binary(store: &Path, key: u64) -> bool {
+/// Whether the store's entry for the request's key holds the driver's binary (not an
+/// entry that says why the build cannot be kept), and is not the one the request was
+/// left beside: its header, read alone.
+fn holds_binary(l: &Left) -> bool {
     use clshim_format::store as f;
     use std::io::Read;
     let mut header = [0u8; f::ENTRY_HEADER];
-    std::fs::File::open(store.join(f::entry_name(key)))
-        .and_then(|mut file| file.read_exact(&mut header))
+    std::fs::File::open(l.store.join(f::entry_name(l.key)))
+        .and_then(|mut file| {
+            if Some(file_id(&file.metadata()?)) == l.found {
+                return Err(std::io::ErrorKind::AlreadyExists.into());
+            }
+            file.read_exact(&mut header)
+        })
         .ok()
         .and_then(|()| f::EntryHeader::parse(&header).ok())
         .is_some_and(|h| h.flags & f::UNCACHEABLE == 0)
 }
 
-/// Whether a warm step or service holds this host's lock on `store`.
+/// Whether a warm step or service holds this host's lock on `store`. Only a lock file
+/// [`open_lock`] takes counts: one that is not the user's alone is no service's (`ensure`
+/// starts none beside it), and anyone who can open it can hold it locked.
 fn service_runs(store: &Path) -> bool {
     // SAFETY: no arguments.
     let uid = unsafe { libc::geteuid() };
     let (service, _) = clshim_format::store::warm_lock_names(uid, store);
-    let Ok(f) = std::fs::File::open(std::env::temp_dir().join(service)) else {
+    // An exit path: see `at_exit` on the lists' locks.
+    let tmp = CLIENT_OF
+        .try_lock_for(Duration::from_millis(200))
+        .and_then(|c| c.iter().find(|(s, _)| s == store).map(|(_, t)| t.clone()))
+        .unwrap_or_else(std::env::temp_dir);
+    let Some(f) = open_lock(&tmp, &service, false) else {
         return false;
     };
     // SAFETY: an open descriptor of this process; a lock taken here is let go when `f`
@@ -180,18 +264,18 @@ fn service_runs(store: &Path) -> bool {
     unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) != 0 }
 }
 
-/// Opens (making it if need be) the lock file `name` in the temporary folder: the user's
-/// own regular file only.
-fn open_lock(name: &str) -> Option<std::fs::File> {
+/// Opens (making it if need be, with `create`) the lock file `name` in the temporary
+/// folder `tmp`: the user's own regular file only, that no one else may write.
+fn open_lock(tmp: &Path, name: &str, create: bool) -> Option<std::fs::File> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .create(true)
+        .create(create)
         .truncate(false)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(std::env::temp_dir().join(name))
+        .open(tmp.join(name))
         .ok()?;
     let m = f.metadata().ok()?;
     // SAFETY: no arguments.
@@ -206,14 +290,15 @@ pub fn ensure(store: &Path) {
     if cfg!(not(target_os = "linux")) {
         return; // the warm step is Linux's only
     }
-    let mut mine = CLIENT_OF.lock().unwrap_or_else(|e| e.into_inner());
-    if mine.iter().any(|s| s == store) {
+    let mut mine = CLIENT_OF.lock();
+    if mine.iter().any(|(s, _)| s == store) {
         return;
     }
     // SAFETY: no arguments.
     let uid = unsafe { libc::geteuid() };
     let (service, clients) = clshim_format::store::warm_lock_names(uid, store);
-    let Some(client) = open_lock(&clients) else {
+    let tmp = std::env::temp_dir();
+    let Some(client) = open_lock(&tmp, &clients, true) else {
         return;
     };
     // SAFETY: an open descriptor of this process.
@@ -222,9 +307,9 @@ pub fn ensure(store: &Path) {
     }
     // Held until this process ends (the descriptor is never closed).
     let _ = client.into_raw_fd();
-    mine.push(store.to_path_buf());
+    mine.push((store.to_path_buf(), tmp.clone()));
     drop(mine);
-    let Some(lock) = open_lock(&service) else {
+    let Some(lock) = open_lock(&tmp, &service, true) else {
         return;
     };
     // SAFETY: an open descriptor of this process; released when `lock` is closed.
@@ -355,7 +440,8 @@ fn start(store: &Path) -> Result<(), String> {
     if ret != 0 {
         return Err(std::io::Error::from_raw_os_error(ret).to_string());
     }
-    // Reaped here if it ends first (a service that found another running leaves at once).
+    // Reaped here: it ends at once, the service going on in a child of its own (no child
+    // of this process's, which an application's `wait` for every child would wait for).
     let _ = std::thread::Builder::new()
         .name("clshim-service-reaper".into())
         .spawn(move || {
@@ -364,4 +450,25 @@ fn start(store: &Path) -> Result<(), String> {
             unsafe { libc::waitpid(pid, &mut status, 0) };
         });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The exit wait never waits for the list of requests: a thread that a signal handler
+    /// calling exit() interrupted while it noted a request holds it, as does a thread of
+    /// the parent that noted one at the instant of a fork (in the child, for good).
+    #[test]
+    fn the_exit_wait_does_not_hang_on_the_list_of_requests_held() {
+        left(Path::new("/nonexistent/clshim-store"), 1);
+        let held = LEFT.lock();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(at_exit(false, 0.0).is_some());
+        });
+        let answered = rx.recv_timeout(Duration::from_secs(5));
+        drop(held);
+        assert!(answered.is_ok(), "at_exit waited for the list's lock");
+    }
 }

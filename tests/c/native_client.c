@@ -11,10 +11,16 @@
  * kernel's name ("cube") with underscores to N characters, --no-run saves without
  * running the kernel (pocl cannot launch kernels with very long names), and --linger=S
  * stays S seconds before its exit (a job that computes on after its builds), or
- * --linger-while=PATTERN while a file matches the glob PATTERN (60 s at most). */
+ * --linger-while=PATTERN while a file matches the glob PATTERN (60 s at most);
+ * --reap-children then forks a child that ends, and waits for children until none is left
+ * (`while (wait(NULL) > 0)`), printing how many it reaped; --tmpdir-at-exit=DIR sets
+ * TMPDIR to DIR before it returns; --term-self ends with a SIGTERM it sends itself, whose
+ * handler calls exit() (a scheduler's SIGTERM, handled as many jobs do). */
 #include "cltest.h"
 #include <glob.h>
 #include <unistd.h>
+#include <signal.h>
+#include <sys/wait.h>
 
 static void print_type(cl_program p, cl_device_id d, const char *when) {
     cl_program_binary_type t = 99;
@@ -23,6 +29,12 @@ static void print_type(cl_program p, cl_device_id d, const char *when) {
     cl_int e2 = clGetProgramBuildInfo(p, d, CL_PROGRAM_BUILD_STATUS, sizeof st, &st, NULL);
     printf("%s: binary type %s %u, build status %s %d\n", when, cl_err_name(e), (unsigned)t,
            cl_err_name(e2), (int)st);
+}
+
+/* A job's own SIGTERM handler: it ends the process with exit(), as many do to flush. */
+static void exit_on_term(int sig) {
+    (void)sig;
+    exit(0);
 }
 
 int main(int argc, char **argv) {
@@ -116,6 +128,21 @@ int main(int argc, char **argv) {
         globfree(&g);
         if (!found) break;
         usleep(100000);
+    }
+    const char *tmpdir = arg_value(argc, argv, "--tmpdir-at-exit");
+    if (tmpdir) setenv("TMPDIR", tmpdir, 1);
+    if (has_arg(argc, argv, "--reap-children")) {
+        /* A process that waits for every child it has until there is none (a launcher's,
+         * a shell's loop): its own child only. */
+        pid_t c = fork();
+        if (c == 0) _exit(0);
+        int n = 0;
+        while (wait(NULL) > 0) n++;
+        printf("reaped %d\n", n);
+    }
+    if (has_arg(argc, argv, "--term-self")) {
+        signal(SIGTERM, exit_on_term);
+        raise(SIGTERM);
     }
     return 0;
 }

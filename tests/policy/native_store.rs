@@ -710,3 +710,522 @@ fn a_request_that_crashes_the_driver_is_set_aside_and_the_rest_made() {
     let again = warm(&store);
     assert!(!stderr(&again).contains("crashed"), "{}", stderr(&again));
 }
+
+/// `clshim run --lib LIB --binaries substitute --native-store STORE -- BIN ARGS` (the warm
+/// service on, as by default) with `env`, in `cwd` if given, given `limit` to end: its output and how long it
+/// took, or, past the limit, None once every process that names `d`'s folder (the run, the
+/// application, a service) is ended.
+fn run_within(
+    d: &Scratch,
+    store: &Path,
+    bin: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    cwd: Option<&Path>,
+    limit: std::time::Duration,
+) -> Option<(Output, std::time::Duration)> {
+    run_under(&[], d, store, bin, args, env, cwd, limit)
+}
+
+/// [`run_within`], the `clshim` command run by `under` (a program and its arguments: a
+/// tracer) when that is not empty.
+#[allow(clippy::too_many_arguments)]
+fn run_under(
+    under: &[&str],
+    d: &Scratch,
+    store: &Path,
+    bin: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    cwd: Option<&Path>,
+    limit: std::time::Duration,
+) -> Option<(Output, std::time::Duration)> {
+    let lib = shim_path();
+    let mut c = match under {
+        [] => clshim(),
+        [program, rest @ ..] => {
+            let mut c = std::process::Command::new(program);
+            c.args(rest).arg(env!("CARGO_BIN_EXE_clshim"));
+            c
+        }
+    };
+    if let Some(cwd) = cwd {
+        c.current_dir(cwd);
+    }
+    c.args(["run", "--lib", s(&lib), "--binaries", "substitute"]);
+    c.args(["--native-store", s(store), "--", s(bin)]);
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let keep: Vec<&str> = env.iter().map(|(k, _)| *k).collect();
+    clear_shim_env(&mut c, &keep);
+    c.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let clock = std::time::Instant::now();
+    let mut child = c.spawn().expect("spawn clshim");
+    while clock.elapsed() < limit {
+        if child.try_wait().unwrap().is_some() {
+            let out = child.wait_with_output().unwrap();
+            return Some((out, clock.elapsed()));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Only this test's own processes: those whose command line names its folder.
+    let _ = child.kill();
+    let _ = child.wait();
+    let mine = s(&d.path("")).to_string();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let named = std::fs::read(e.path().join("cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&mine));
+        if named && pid != std::process::id() as i32 {
+            // SAFETY: a signal to one process this test started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+    None
+}
+
+/// A process that waits for its children until none is left (`while (wait(NULL) > 0)`: a
+/// launcher's or a shell's loop) ends as it does without clshim, though it left a request
+/// and started the node's warm service: the service is no child of the application's
+/// (the service ends only once its clients are gone, so a child's would never be reaped,
+/// and the loop would wait for good).
+#[test]
+fn a_process_that_reaps_every_child_is_not_held_by_the_warm_service() {
+    let bin = client();
+    let d = scratch("native-reap-children");
+    let store = d.path("store");
+    let kc = d.path("kc");
+    let save = format!("--save={}", s(&d.path("c.bin")));
+    let ran = run_within(
+        &d,
+        &store,
+        &bin,
+        &[&save, "--reap-children"],
+        &[("POCL_CACHE_DIR", s(&kc))],
+        None,
+        std::time::Duration::from_secs(40),
+    );
+    let Some((out, _)) = ran else {
+        panic!("the application waited for the warm service, its child, for good");
+    };
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("reaped 1\n"), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("made the driver's binaries of its clshim binary"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// The warm service's lock file in the temporary folder that is not the user's alone (one
+/// another user put there first, or one others may write) is no service's: the library
+/// starts none beside it, and its process does not wait at its exit for one because
+/// someone holds that file locked; it says no warm service ran, within about a second.
+#[test]
+fn a_lock_file_not_the_users_alone_is_no_warm_service_to_wait_for() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::io::AsRawFd;
+    let bin = client();
+    let d = scratch("native-foreign-lock");
+    let store = d.path("store");
+    let tmp = d.path("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // SAFETY: no arguments.
+    let me = unsafe { libc::geteuid() };
+    let (service, _) = clshim_format::store::warm_lock_names(me, &store);
+    let lock = tmp.join(service);
+    let held = std::fs::File::create(&lock).unwrap();
+    std::fs::set_permissions(&lock, std::fs::Permissions::from_mode(0o666)).unwrap();
+    // SAFETY: an open descriptor of this test's; let go when `held` closes.
+    let locked = unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    assert_eq!(locked, 0);
+    let save = format!("--save={}", s(&d.path("c.bin")));
+    let kc = d.path("kc");
+    let (out, took) = run_within(
+        &d,
+        &store,
+        &bin,
+        &[&save],
+        &[("POCL_CACHE_DIR", s(&kc)), ("TMPDIR", s(&tmp))],
+        None,
+        std::time::Duration::from_secs(40),
+    )
+    .expect("the run ended");
+    drop(held);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no warm service ran to make the driver's binaries"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        took < std::time::Duration::from_secs(8),
+        "waited {took:?} for a lock file no service holds: {}",
+        stderr(&out)
+    );
+}
+
+/// A job run in a folder no warm worker may start in (another user's: a group's shared
+/// project folder, owned by its head) leaves requests no warm step can make: the service
+/// sets them aside at once (`clshim store` says why, and no run asks for them again for a
+/// week), so the process that left them does not wait its whole bound at its exit for
+/// nothing, and its exit line sends the user to `clshim store`, not to a `clshim warm`
+/// that refuses the folder too.
+#[test]
+fn requests_from_a_folder_no_worker_may_start_in_are_set_aside_not_waited_for() {
+    if !needs(&[ROOT]) {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let bin = client();
+    let d = scratch("native-their-folder");
+    let store = d.path("store");
+    let theirs = d.path("project");
+    std::fs::create_dir_all(&theirs).unwrap();
+    std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let c = std::ffi::CString::new(s(&theirs)).unwrap();
+    // SAFETY: a NUL-terminated path; another user's folder, as root makes it.
+    assert_eq!(unsafe { libc::chown(c.as_ptr(), 54321, 54321) }, 0);
+    let save = format!("--save={}", s(&d.path("c.bin")));
+    let kc = d.path("kc");
+    let (out, took) = run_within(
+        &d,
+        &store,
+        &bin,
+        &[&save],
+        &[("POCL_CACHE_DIR", s(&kc))],
+        Some(&theirs),
+        std::time::Duration::from_secs(40),
+    )
+    .expect("the run ended");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        took < std::time::Duration::from_secs(8),
+        "waited {took:?} for requests no worker may make: {}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("`clshim store` says why the others were not kept"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(requests(&store).is_empty(), "{:?}", requests(&store));
+    let marks = store_files(&store.join("requests"), ".set-aside");
+    assert_eq!(marks.len(), 1, "{}", stderr(&out));
+    let why = std::fs::read_to_string(&marks[0]).unwrap();
+    assert!(
+        why.contains("owned by uid 54321") && why.contains(s(&theirs)),
+        "{why}"
+    );
+}
+
+/// Where no compile can be watched (the process runs under a tracer, here `strace -f`;
+/// or the system forbids ptrace), no warm worker can make anything: the service ends at
+/// its first worker's failure, rather than start a worker that loads the driver every
+/// 200 ms for as long as the job lives, and the process that left the request stops
+/// waiting within about a second, not at its bound, saying no warm service made it.
+#[test]
+fn where_no_compile_can_be_watched_the_service_ends_and_no_one_waits() {
+    if !needs(&[STRACE]) {
+        return;
+    }
+    let bin = client();
+    let d = scratch("native-unwatchable");
+    let store = d.path("store");
+    let save = format!("--save={}", s(&d.path("c.bin")));
+    let kc = d.path("kc");
+    let (out, took) = run_under(
+        &["strace", "-f", "-o", "/dev/null", "--"],
+        &d,
+        &store,
+        &bin,
+        &[&save],
+        &[("POCL_CACHE_DIR", s(&kc))],
+        None,
+        std::time::Duration::from_secs(40),
+    )
+    .expect("the run ended");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no warm service ran to make the driver's binaries"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        took < std::time::Duration::from_secs(8),
+        "waited {took:?} for a service that cannot make anything: {}",
+        stderr(&out)
+    );
+    assert_eq!(requests(&store).len(), 1, "left for a later step");
+}
+
+/// A process that changes TMPDIR after it left its request (a library that sets its own)
+/// still sees, at its exit, the warm service it started: the lock it looks at is the one
+/// in the temporary folder the service was started with. Here the request is held by a
+/// claim of this test's, so the service runs without making it: the process waits its
+/// bound and says so, not that no service ran.
+#[test]
+fn a_process_that_changes_tmpdir_still_sees_its_warm_service() {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = client();
+    let d = scratch("native-tmpdir-moves");
+    let store = d.path("store");
+    let kc = d.path("kc");
+    substitute_save(&bin, &d, &store, &[]);
+    let req = requests(&store).pop().expect("a request");
+    let key = req.file_stem().unwrap().to_str().unwrap().to_string();
+    std::fs::write(
+        store.join("requests").join(format!("{key}.claim")),
+        claim_text(std::process::id() as i32),
+    )
+    .unwrap();
+    let (first, then) = (d.path("tmp-first"), d.path("tmp-then"));
+    for t in [&first, &then] {
+        std::fs::create_dir_all(t).unwrap();
+        std::fs::set_permissions(t, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let save = format!("--save={}", s(&d.path("c.bin")));
+    let moved = format!("--tmpdir-at-exit={}", s(&then));
+    let (out, _) = run_within(
+        &d,
+        &store,
+        &bin,
+        &[&save, &moved],
+        &[("POCL_CACHE_DIR", s(&kc)), ("TMPDIR", s(&first))],
+        None,
+        std::time::Duration::from_secs(40),
+    )
+    .expect("the run ended");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("made the driver's binaries of 0 of its 1 clshim binary (")
+            && stderr(&out).contains(" s waited for it at exit, its bound)"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// A job that ends on a scheduler's SIGTERM through its own handler, which calls exit()
+/// (as many do, to flush what they hold), does not wait at its exit for the warm service:
+/// the scheduler gives it seconds before SIGKILL, and its own exit handlers, which run
+/// after clshim's, need them. Its exit line says why it did not wait. (The request is
+/// held by a claim of this test's, so the service would not make it.)
+#[test]
+fn a_job_ending_on_a_handled_sigterm_does_not_wait_for_the_warm_service() {
+    let bin = client();
+    let d = scratch("native-sigterm");
+    let store = d.path("store");
+    let kc = d.path("kc");
+    substitute_save(&bin, &d, &store, &[]);
+    let req = requests(&store).pop().expect("a request");
+    let key = req.file_stem().unwrap().to_str().unwrap().to_string();
+    std::fs::write(
+        store.join("requests").join(format!("{key}.claim")),
+        claim_text(std::process::id() as i32),
+    )
+    .unwrap();
+    let save = format!("--save={}", s(&d.path("c.bin")));
+    let (out, took) = run_within(
+        &d,
+        &store,
+        &bin,
+        &[&save, "--term-self"],
+        &[("POCL_CACHE_DIR", s(&kc))],
+        None,
+        std::time::Duration::from_secs(40),
+    )
+    .expect("the run ended");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "waited {took:?} in exit() from a SIGTERM handler: {}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains(
+            "made the driver's binaries of 0 of its 1 clshim binary by the process's exit, \
+             with SIGTERM or the like blocked"
+        ),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// A build whose entry is there but read other files (a header edited since) leaves a
+/// request for the service to make it again: its process waits for the new entry, not
+/// for the old one it found, so the exit line's "made" is true and the next load has
+/// the new build's entry.
+#[test]
+fn a_process_waits_for_the_new_entry_of_a_build_whose_files_changed() {
+    let bin = build_c("header_client", &[]);
+    let d = scratch("native-files-changed");
+    let store = d.path("store");
+    let kc = d.path("kc");
+    let hdr = d.path("hdr");
+    std::fs::create_dir_all(&hdr).unwrap();
+    std::fs::write(hdr.join("val.h"), "#define VAL 1\n").unwrap();
+    let opts = format!("--options=-I {}", s(&hdr));
+    let save = |name: &str| {
+        let save = format!("--save={}", s(&d.path(name)));
+        let (out, _) = run_within(
+            &d,
+            &store,
+            &bin,
+            &[&save, &opts],
+            &[("POCL_CACHE_DIR", s(&kc))],
+            None,
+            std::time::Duration::from_secs(40),
+        )
+        .expect("the run ended");
+        assert!(out.status.success(), "{}", stderr(&out));
+        out
+    };
+    let out = save("first.bin");
+    assert_eq!(stdout(&out), "VAL=1\n");
+    let old = entries(&store);
+    assert_eq!(old.len(), 1, "{}", stderr(&out));
+    let old = std::fs::read(&old[0]).unwrap();
+    std::fs::write(hdr.join("val.h"), "#define VAL 2\n").unwrap();
+    let out = save("second.bin");
+    assert_eq!(stdout(&out), "VAL=2\n");
+    assert!(
+        stderr(&out).contains("made the driver's binaries of its clshim binary for later loads"),
+        "{}",
+        stderr(&out)
+    );
+    let new = entries(&store);
+    assert_eq!(new.len(), 1);
+    assert_ne!(
+        std::fs::read(&new[0]).unwrap(),
+        old,
+        "the process said made, and ended, with the old build's entry: {}",
+        stderr(&out)
+    );
+}
+
+/// The warm service, which runs while the job computes, is the first process the kernel's
+/// OOM killer ends (oom_score_adj 1000), and so are its workers, which inherit it: on a
+/// node whose memory the job fills, a worker loading the driver's compiler must never
+/// cost a rank (the largest process, else the one killed). The request is held by a
+/// claim of this test's, so the service runs on while its client waits.
+#[test]
+fn the_warm_service_is_the_first_the_oom_killer_ends() {
+    let bin = client();
+    let d = scratch("native-oom");
+    let store = d.path("store");
+    let kc = d.path("kc");
+    substitute_save(&bin, &d, &store, &[]);
+    let req = requests(&store).pop().expect("a request");
+    let key = req.file_stem().unwrap().to_str().unwrap().to_string();
+    std::fs::write(
+        store.join("requests").join(format!("{key}.claim")),
+        claim_text(std::process::id() as i32),
+    )
+    .unwrap();
+    let save = format!("--save={}", s(&d.path("c.bin")));
+    let service = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .find(|e| {
+                std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+                    let c = String::from_utf8_lossy(&c);
+                    c.contains("--service") && c.contains(s(&store))
+                })
+            })
+            .map(|e| e.path())
+    };
+    let seen = std::thread::scope(|scope| {
+        let run = scope.spawn(|| {
+            run_within(
+                &d,
+                &store,
+                &bin,
+                &[&save],
+                &[("POCL_CACHE_DIR", s(&kc))],
+                None,
+                std::time::Duration::from_secs(40),
+            )
+        });
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(8);
+        let mut seen = None;
+        while seen.is_none() && std::time::Instant::now() < until {
+            seen = service().and_then(|p| std::fs::read_to_string(p.join("oom_score_adj")).ok());
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let (out, _) = run.join().unwrap().expect("the run ended");
+        assert!(out.status.success(), "{}", stderr(&out));
+        seen
+    });
+    assert_eq!(
+        seen.as_deref().map(str::trim),
+        Some("1000"),
+        "the service's"
+    );
+}
+
+/// A request another step holds the claim of (a node's service sharing the store with
+/// others', each of whose ranks asked for the same build) is tried again once the claim
+/// is gone or every few seconds, not at every listing: each try starts a worker that
+/// loads the driver and writes, links and removes a claim in the store (a network
+/// filesystem's server, for every node of the job). Here the claim is this test's.
+#[test]
+fn the_warm_service_does_not_retry_a_claimed_request_at_every_listing() {
+    let bin = client();
+    let d = scratch("native-claimed-elsewhere");
+    let store = d.path("store");
+    let kc = d.path("kc");
+    substitute_save(&bin, &d, &store, &[]);
+    let req = requests(&store).pop().expect("a request");
+    let key = req.file_stem().unwrap().to_str().unwrap().to_string();
+    std::fs::write(
+        store.join("requests").join(format!("{key}.claim")),
+        claim_text(std::process::id() as i32),
+    )
+    .unwrap();
+    let save = format!("--save={}", s(&d.path("c.bin")));
+    let workers = || -> std::collections::HashSet<String> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+                    let c = String::from_utf8_lossy(&c);
+                    c.contains("--worker-group") && c.contains(s(&store))
+                })
+            })
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    let started = std::thread::scope(|scope| {
+        let run = scope.spawn(|| {
+            run_within(
+                &d,
+                &store,
+                &bin,
+                &[&save],
+                &[("POCL_CACHE_DIR", s(&kc))],
+                None,
+                std::time::Duration::from_secs(40),
+            )
+        });
+        let mut seen = std::collections::HashSet::new();
+        while !run.is_finished() {
+            seen.extend(workers());
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let (out, _) = run.join().unwrap().expect("the run ended");
+        assert!(out.status.success(), "{}", stderr(&out));
+        seen.len()
+    });
+    assert!(
+        (1..=3).contains(&started),
+        "{started} workers started in the 10 s the claim was held"
+    );
+}

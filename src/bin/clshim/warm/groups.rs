@@ -19,12 +19,13 @@ use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-/// One group of requests: where and with what variables its worker runs, how many, and
-/// the first one's file (to name the group by).
+/// One group of requests: where and with what variables its worker runs, how many (and
+/// their keys), and the first one's file (to name the group by).
 pub struct Group {
     pub cwd: PathBuf,
     pub env: Vec<(Vec<u8>, Vec<u8>)>,
     pub requests: usize,
+    pub keys: Vec<u64>,
     pub first: PathBuf,
 }
 
@@ -58,9 +59,11 @@ pub fn groups(store: &Path, failed: &mut u64) -> BTreeMap<u64, Group> {
                     cwd: PathBuf::from(OsString::from_vec(r.cwd.clone())),
                     env: r.env.clone(),
                     requests: 0,
+                    keys: Vec::new(),
                     first: path.clone(),
                 });
                 g.requests += 1;
+                g.keys.push(r.key);
             }
             Err(why) => {
                 eprintln!("clshim warm: {}: {why}; removed", path.display());

@@ -373,6 +373,7 @@ mod tests {
             cwd: "/w".into(),
             env: Vec::new(),
             requests,
+            keys: Vec::new(),
             first: "/w/r".into(),
         }
     }

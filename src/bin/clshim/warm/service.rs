@@ -40,6 +40,22 @@ fn close_inherited() {
     }
 }
 
+/// Leaves the application that started the service: the service goes on in a child of
+/// this process, which ends at once (the library reaps it). A child of the application's
+/// would outlive it by design (it ends once its clients are gone, the application among
+/// them), so an application that waits for its children until none is left (`while
+/// (wait(NULL) > 0)`, a launcher's loop) would wait for good. Where no fork can be made,
+/// the service stays its child.
+fn detach() {
+    // SAFETY: this process has one thread (the command starts none before the service);
+    // the parent only ends.
+    match unsafe { libc::fork() } {
+        0 | -1 => {}
+        // SAFETY: ending the parent at once, running nothing of the child's.
+        _ => unsafe { libc::_exit(0) },
+    }
+}
+
 /// Whether every client of the service has gone: no process holds the clients' lock.
 fn clients_gone(store: &Path) -> bool {
     let (_, clients) = format::warm_lock_names(trust::me(), store);
@@ -60,8 +76,30 @@ fn waiting(store: &Path) -> Vec<u64> {
         .collect()
 }
 
+/// Sets aside the requests of each group whose worker may not start in its folder
+/// (`groups::start_folder`: another user's, say), and drops the group: no warm step can
+/// make them, and the processes that left them wait at their exit for each to be made or
+/// gone. `clshim store` shows why (no one reads the service's output), and no run leaves
+/// them again for a week.
+fn set_aside_unstartable(
+    groups: &mut std::collections::BTreeMap<u64, groups::Group>,
+    w: &mut Workers,
+) {
+    groups.retain(|_, g| {
+        let Err(why) = groups::start_folder(g) else {
+            return true;
+        };
+        let why = format!("no warm worker may start in {}: {why}", g.cwd.display());
+        for key in &g.keys {
+            w.set_aside(*key, &why);
+        }
+        false
+    });
+}
+
 /// Serves `store` with the library `lib` until its clients are gone. Exit status 0.
 pub fn serve(store: &Path, lib: &Path) -> i32 {
+    detach();
     close_inherited();
     settings::idle_priority();
     if super::check_store(store).is_err() {
@@ -81,6 +119,7 @@ pub fn serve(store: &Path, lib: &Path) -> i32 {
     let (mut refused, mut set_aside) = (0, 0);
     let gone = || clients_gone(store);
     let mut listed: Option<Instant> = None;
+    let mut claims_checked = Instant::now();
     while !gone() {
         if listed.is_some_and(|t| t.elapsed() < LIST_TICK) {
             std::thread::sleep(GONE_TICK);
@@ -88,18 +127,35 @@ pub fn serve(store: &Path, lib: &Path) -> i32 {
         }
         listed = Some(Instant::now());
         // A request left for later (its inputs changed as it compiled: its rank was still
-        // launching the program's kernels) or claimed by a process that has gone since is
-        // tried again while the job runs.
-        w.outcomes
-            .retain(|_, e| !matches!(e, WarmEvent::Postponed | WarmEvent::Claimed));
+        // launching the program's kernels) is tried again while the job runs; one another
+        // step claimed, once its claim is gone (made, or let go) or every RENEW_SECONDS
+        // (its holder may have died: a lapsed claim is taken over), not at every listing,
+        // where each try starts a worker that loads the driver and writes a claim in the
+        // store (every node's, on a store the job's nodes share).
+        let recheck = claims_checked.elapsed() >= Duration::from_secs(format::RENEW_SECONDS);
+        if recheck {
+            claims_checked = Instant::now();
+        }
+        let requests = store.join(format::REQUESTS);
+        w.outcomes.retain(|key, e| match e {
+            WarmEvent::Postponed => false,
+            WarmEvent::Claimed => !recheck && requests.join(format::claim_name(*key)).exists(),
+            _ => true,
+        });
         // Requests this service has an outcome of already (for another host, say) are not
         // made again now.
         let fresh = waiting(store).iter().any(|k| !w.outcomes.contains_key(k));
         if !fresh {
             continue;
         }
-        let groups = groups::groups(store, &mut refused);
-        round(
+        let mut groups = groups::groups(store, &mut refused);
+        set_aside_unstartable(&mut groups, &mut w);
+        // A worker that could not run (no compile can be watched here: a tracer or the
+        // system forbids ptrace; no OpenCL loader) fails so at every tick, loading the
+        // driver each time, while the processes that left requests wait at their exit for
+        // a service that makes nothing: it ends, as `clshim warm` stops, and they stop
+        // waiting.
+        if !round(
             store,
             lib,
             &me,
@@ -108,7 +164,17 @@ pub fn serve(store: &Path, lib: &Path) -> i32 {
             jobs,
             &mut set_aside,
             &gone,
-        );
+        ) {
+            log_summary(
+                store,
+                &format!(
+                    "clshim warm --service: {}: ended: a worker could not run here \
+                     (`clshim warm` says why)",
+                    store.display()
+                ),
+            );
+            break;
+        }
     }
     w.end_all();
     let t = WarmStats::of(&w.outcomes);

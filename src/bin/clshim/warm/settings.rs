@@ -55,10 +55,15 @@ pub const DEFAULT_TIMEOUT: u64 = 600;
 
 /// Lowers this process to idle priority (each part where the system has it): the warm step
 /// and the service, which no application waits for while it computes (a process waits for
-/// the service only at its exit), run only on cores nothing else wants.
+/// the service only at its exit), run only on cores nothing else wants, and are the first
+/// processes the kernel's OOM killer ends (their workers inherit it): on a node whose memory
+/// a job fills, a worker loading the driver's compiler must never cost a rank, which is
+/// else the one killed, as the largest process.
 pub fn idle_priority() {
     #[cfg(target_os = "linux")]
     {
+        // Raising one's own score needs no privilege.
+        let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
         // SAFETY: plain data; priority 0 is what SCHED_IDLE takes.
         let param: libc::sched_param = unsafe { std::mem::zeroed() };
         // SAFETY: this process, a valid policy and parameter.
