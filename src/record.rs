@@ -702,9 +702,13 @@ fn service_words(a: &crate::store::service::AtExit) -> String {
              not wait: the warm service of a later job, or `clshim warm`, makes the rest"
         ),
         Some(CutShort::NoService) => format!(
-            "; no warm service ran to make the driver's binaries that {} of its clshim \
-             {noun} lack: `clshim warm` makes them",
-            a.left - a.made
+            "; no warm service ran to make the driver's binaries that {}: `clshim warm` \
+             makes them",
+            match (a.left - a.made, a.left) {
+                (1, 1) => "its clshim binary lacks".to_string(),
+                (1, n) => format!("1 of its {n} clshim binaries lacks"),
+                (k, n) => format!("{k} of its {n} clshim binaries lack"),
+            }
         ),
         None => format!(
             "; the node's warm service made the driver's binaries of {of} ({waited}); \

@@ -118,6 +118,10 @@ pub enum CutShort {
 /// about what the program's build and first launches cost the process.
 const WAIT_AT_LEAST: Duration = Duration::from_secs(10);
 const WAIT_TIMES_OWN_COMPILES: f64 = 3.0;
+/// The most any process waits, whatever its compile seconds say: they count first launches
+/// from enqueue to completion, kernel runs and queueing included, which a long first kernel
+/// can make hours where the service starves on a busy node.
+const WAIT_AT_MOST: Duration = Duration::from_secs(300);
 
 /// How many requests this process left and how many have an entry by now, after waiting
 /// for the service (`service`: whether one was asked for) to make them, at most the
@@ -138,7 +142,7 @@ pub fn at_exit(service: bool, compiled: f64) -> Option<AtExit> {
     }
     let clock = Instant::now();
     let bound = WAIT_AT_LEAST.max(Duration::from_secs_f64(
-        (compiled * WAIT_TIMES_OWN_COMPILES).clamp(0.0, 24.0 * 3600.0),
+        (compiled * WAIT_TIMES_OWN_COMPILES).clamp(0.0, WAIT_AT_MOST.as_secs_f64()),
     ));
     let mut cut_short = None;
     if service && ending_on_a_signal() {

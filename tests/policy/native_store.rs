@@ -524,8 +524,8 @@ fn the_warm_service_makes_what_a_job_hands_out_and_leaves_nothing_behind() {
     let out = run_with(&alone_lib, &[&load]);
     assert!(
         stderr(&out).contains(
-            "no warm service ran to make the driver's binaries that 1 of its clshim binary \
-             lack: `clshim warm` makes them"
+            "no warm service ran to make the driver's binaries that its clshim binary \
+             lacks: `clshim warm` makes them"
         ),
         "{}",
         stderr(&out)
