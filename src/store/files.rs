@@ -344,6 +344,29 @@ pub fn refused(e: &std::io::Error) -> bool {
     e.raw_os_error().is_none() && e.kind() == std::io::ErrorKind::PermissionDenied
 }
 
+/// Takes an exclusive `flock` on the folder `dir` (held until its descriptor closes):
+/// Ok(true) when taken, Ok(false) when another holds it and `wait` is false. Err where the
+/// filesystem has no such locks.
+pub fn lock_exclusive(dir: &Fd, wait: bool) -> std::io::Result<bool> {
+    let how = if wait {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_EX | libc::LOCK_NB
+    };
+    loop {
+        // SAFETY: an open descriptor.
+        if unsafe { libc::flock(dir.0, how) } == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) if !wait => return Ok(false),
+            _ => return Err(e),
+        }
+    }
+}
+
 /// Whether `name` exists below `dir` (as anything: a link is not followed).
 pub fn exists(dir: &Fd, name: &str) -> bool {
     let Ok(c) = cstr(name.as_bytes()) else {
@@ -568,9 +591,10 @@ fn over_file_size_limit(len: usize) -> bool {
     r.rlim_cur != libc::RLIM_INFINITY && len as u64 >= r.rlim_cur as u64
 }
 
-/// The names (and sizes and modification times) of the plain files below `dir` whose
-/// names end with `suffix` (temporary files start with a dot and are left out).
-pub fn list(path: &Path, suffix: &str) -> Vec<(String, u64, i64)> {
+/// The names (and sizes and modification times, in seconds and in nanoseconds) of the
+/// plain files below `dir` whose names end with `suffix` (temporary files start with a
+/// dot and are left out).
+pub fn list(path: &Path, suffix: &str) -> Vec<(String, u64, i64, i64)> {
     let Ok(rd) = std::fs::read_dir(path) else {
         return Vec::new();
     };
@@ -582,7 +606,12 @@ pub fn list(path: &Path, suffix: &str) -> Vec<(String, u64, i64)> {
             }
             let m = e.path().symlink_metadata().ok()?;
             use std::os::unix::fs::MetadataExt;
-            Some((name, m.len(), m.mtime()))
+            Some((
+                name,
+                m.len(),
+                m.mtime(),
+                m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+            ))
         })
         .collect()
 }

@@ -130,7 +130,7 @@ pub fn take(store: &KeptStore, key: &BuildKey, pocl_cache: &Path) -> Take {
     let here = store
         .join(format::COMPILES)
         .join(format::key_folder(key.key));
-    for (name, _, _) in files::list(&here, format::SUFFIX) {
+    for (name, _, _, _) in files::list(&here, format::SUFFIX) {
         if name == format::BUILD_FILE {
             continue;
         }

@@ -410,7 +410,15 @@ impl Workspace {
 
     /// What the driver of `device` (build identity `driver`) reads for any program: kept
     /// in the store's `drivers/` once a watched compile of an empty kernel learnt it, and
-    /// trusted while every one of those files has its status still.
+    /// trusted while every one of those files has its status still. None when another
+    /// worker is learning it and `wait` is false: ask again (with `wait`) when nothing else
+    /// is left to do before the manifest.
+    ///
+    /// Learnt by one worker of the store at a time (an exclusive lock on the store's
+    /// `drivers/` folder), each of the others reading what it kept: a compile of an empty
+    /// kernel is the worker's only compile from scratch (every program it makes is a hit of
+    /// the application's kernel cache), and loading pocl's kernel library for it costs about
+    /// 0.7 CPU-s here, which every worker of a step started at once paid (16 at 16 ranks).
     ///
     /// # Safety
     /// `ctx` is a valid context of `device`.
@@ -420,64 +428,88 @@ impl Workspace {
         driver: u64,
         ctx: cl_context,
         device: cl_device_id,
-    ) -> Result<DriverFiles, String> {
+        wait: bool,
+    ) -> Option<Result<DriverFiles, String>> {
         if let Some(known) = self.driver.get(&driver) {
-            return known.clone();
+            return Some(known.clone());
         }
         let name = format!("{driver:016x}.files");
-        let kept = files::open_sub(store, DRIVERS, true)
-            .ok()
-            .and_then(|d| {
-                files::read_file(&d, &name, MAX_DRIVER_FILES, false)
-                    .ok()
-                    .flatten()
-            })
-            .and_then(|b| decode_driver_files(&b))
-            .filter(|(m, _)| manifest::check(m, &self.theirs).is_ok())
-            .map(|(_, d)| d);
-        let files = match kept {
-            Some(d) => Ok(d),
-            None => {
-                let empty = Recipe::built(
-                    Text::Source(b"kernel void clshim_driver_files(void) {}\n".to_vec()),
-                    Vec::new(),
-                );
-                // In an environment that adds nothing of the user's: pocl reads its extra
-                // build flags at every build, and a header they force-include (`-include
-                // cfg.h`) would otherwise become a driver's file, checked by its status only
-                // in every later entry (a same-length edit with its time kept was served).
-                let extra = std::env::var_os("POCL_EXTRA_BUILD_FLAGS");
-                std::env::remove_var("POCL_EXTRA_BUILD_FLAGS");
-                // SAFETY: this function's contract.
-                let (program, rec) = unsafe { self.watched(ctx, device, &empty) };
-                if let Some(v) = extra {
-                    std::env::set_var("POCL_EXTRA_BUILD_FLAGS", v);
-                }
-                match (program, rec) {
-                    (Ok(_), Ok(r)) if r.problems.is_empty() => {
-                        let d = DriverFiles::from_record(&r, self.own.as_os_str().as_bytes());
-                        if let Ok(dir) = files::open_sub(store, DRIVERS, true) {
-                            let _ = files::write_atomic(
-                                &dir,
-                                &name,
-                                &encode_driver_files(&d),
-                                true,
-                                false,
-                            );
-                        }
-                        Ok(d)
-                    }
-                    (Ok(_), Ok(r)) => Err(format!(
-                        "its compiles cannot be watched: {}",
-                        r.problems.join("; ")
-                    )),
-                    (Err(why), _) => Err(format!("an empty kernel does not build here: {why}")),
-                    (_, Err(why)) => Err(format!("its compiles cannot be watched: {why}")),
-                }
-            }
+        let folder = files::open_sub(store, DRIVERS, true).ok();
+        let kept = |folder: &Option<Fd>| {
+            folder
+                .as_ref()
+                .and_then(|d| {
+                    files::read_file(d, &name, MAX_DRIVER_FILES, false)
+                        .ok()
+                        .flatten()
+                })
+                .and_then(|b| decode_driver_files(&b))
+                .filter(|(m, _)| manifest::check(m, &self.theirs).is_ok())
+                .map(|(_, d)| d)
         };
+        let mut found = kept(&folder);
+        if found.is_none() {
+            // Where the folder cannot be locked (a filesystem without flock), each worker
+            // learns for itself, as any would without the lock.
+            match folder.as_ref().map(|d| files::lock_exclusive(d, wait)) {
+                Some(Ok(false)) => return None,
+                Some(Ok(true)) => found = kept(&folder),
+                _ => {}
+            }
+        }
+        let files = match found {
+            Some(d) => Ok(d),
+            // SAFETY: this function's contract.
+            None => unsafe { self.learn_driver_files(&folder, &name, ctx, device) },
+        };
+        // The folder's descriptor, and the lock with it, goes now: the file is in place.
+        drop(folder);
         self.driver.insert(driver, files.clone());
-        files
+        Some(files)
+    }
+
+    /// Compiles an empty kernel while the tracer watches, in an environment that adds
+    /// nothing of the user's, and keeps what it read as the driver's files in `folder`.
+    ///
+    /// # Safety
+    /// `ctx` is a valid context of `device`.
+    unsafe fn learn_driver_files(
+        &self,
+        folder: &Option<Fd>,
+        name: &str,
+        ctx: cl_context,
+        device: cl_device_id,
+    ) -> Result<DriverFiles, String> {
+        let empty = Recipe::built(
+            Text::Source(b"kernel void clshim_driver_files(void) {}\n".to_vec()),
+            Vec::new(),
+        );
+        // In an environment that adds nothing of the user's: pocl reads its extra build
+        // flags at every build, and a header they force-include (`-include cfg.h`) would
+        // otherwise become a driver's file, checked by its status only in every later
+        // entry (a same-length edit with its time kept was served).
+        let extra = std::env::var_os("POCL_EXTRA_BUILD_FLAGS");
+        std::env::remove_var("POCL_EXTRA_BUILD_FLAGS");
+        // SAFETY: this function's contract.
+        let (program, rec) = unsafe { self.watched(ctx, device, &empty) };
+        if let Some(v) = extra {
+            std::env::set_var("POCL_EXTRA_BUILD_FLAGS", v);
+        }
+        match (program, rec) {
+            (Ok(_), Ok(r)) if r.problems.is_empty() => {
+                let d = DriverFiles::from_record(&r, self.own.as_os_str().as_bytes());
+                if let Some(dir) = folder {
+                    let _ = files::write_atomic(dir, name, &encode_driver_files(&d), true, false);
+                }
+                Ok(d)
+            }
+            (Ok(_), Ok(r)) => Err(format!(
+                "its compiles cannot be watched: {}",
+                r.problems.join("; ")
+            )),
+            (Err(why), _) => Err(format!("an empty kernel does not build here: {why}")),
+            (_, Err(why)) => Err(format!("its compiles cannot be watched: {why}")),
+        }
     }
 }
 
@@ -516,9 +548,7 @@ fn warm(
     let dir =
         files::open_dir(&store_path, true).map_err(|e| format!("{}: {e}", store_path.display()))?;
     let req_path = store_path.join(REQUESTS);
-    let mut requests = files::list(&req_path, ".req");
-    requests.sort();
-    if requests.is_empty() {
+    if files::list(&req_path, ".req").is_empty() {
         return Ok(());
     }
     let req = files::open_sub(&dir, REQUESTS, true)
@@ -528,9 +558,72 @@ fn warm(
     let mut devices = unsafe { devices(&loader) };
     let me = Claim::mine();
     let env = CompileEnv::of_process();
+    // The group's requests, listed again once those listed are done, until a listing finds
+    // none this worker has not tried: the service starts a worker as the job's first
+    // request appears, and the job's others come while it runs.
+    let mut tried = std::collections::HashSet::new();
+    loop {
+        let todo = listed(&req, &req_path, group, &tried, report);
+        if todo.is_empty() {
+            break;
+        }
+        tried.extend(todo.iter().map(|(name, _, _)| name.clone()));
+        if let Some(why) = ws.recorder.unavailable() {
+            for (_, _, request) in &todo {
+                report(WarmEvent::Postponed, request.key);
+            }
+            return Err(format!(
+                "{} requests wait: no compile can be watched here ({why})",
+                todo.len()
+            ));
+        }
+        // SAFETY: the loader's functions and devices it listed.
+        unsafe {
+            make_each(
+                todo,
+                &store_path,
+                &loader,
+                &mut devices,
+                &dir,
+                &req,
+                &env,
+                &me,
+                ws,
+                report,
+            )
+        };
+    }
+    ws.clear();
+    for d in &devices {
+        if let Some(ctx) = d.context {
+            // SAFETY: the context the worker made, released once.
+            unsafe { (loader.release_context)(ctx) };
+        }
+    }
+    Ok(())
+}
+
+/// The requests of `group` in the store's `requests/` folder (`req`, named `req_path`) that
+/// are not in `tried`, oldest first; damaged ones are removed and reported.
+fn listed(
+    req: &Fd,
+    req_path: &std::path::Path,
+    group: u64,
+    tried: &std::collections::HashSet<String>,
+    report: &dyn Fn(WarmEvent, u64),
+) -> Vec<(String, i64, Request)> {
+    let mut requests = files::list(req_path, ".req");
+    // Oldest first, as the processes that wait for them left them: the ranks of a job then
+    // see their last requests made together, not one rank's long after the other's (its
+    // launcher may spin while one of its ranks has ended: MPICH's Hydra 4.0 polls the
+    // ended rank's connection without a pause).
+    requests.sort_by(|a, b| (a.3, &a.0).cmp(&(b.3, &b.0)));
     let mut todo = Vec::new();
-    for (name, _, mtime) in requests {
-        let request = match files::read_file(&req, &name, format::MAX_REQUEST, false) {
+    for (name, _, mtime, _) in requests {
+        if tried.contains(&name) {
+            continue;
+        }
+        let request = match files::read_file(req, &name, format::MAX_REQUEST, false) {
             Ok(Some(b)) => Request::decode(&b),
             Ok(None) => continue, // another process finished it
             // Not a regular file of the user's alone: the command, which read every request
@@ -544,7 +637,7 @@ fn warm(
                 // Damaged or not a request: removed, unless another process is writing
                 // it (a request is renamed into place whole, so that never shows here).
                 eprintln!("clshim warm: {name}: {why}; removed");
-                files::remove(&req, &name);
+                files::remove(req, &name);
                 report(
                     WarmEvent::Failed,
                     format::key_of_name(&name, ".req").unwrap_or(0),
@@ -552,33 +645,44 @@ fn warm(
             }
         }
     }
-    if let Some(why) = ws.recorder.unavailable() {
-        for (_, _, request) in &todo {
-            report(WarmEvent::Postponed, request.key);
-        }
-        return Err(format!(
-            "{} requests wait: no compile can be watched here ({why})",
-            todo.len()
-        ));
-    }
+    todo
+}
+
+/// Claims and makes each request of `todo`, reporting what became of it.
+///
+/// # Safety
+/// `loader` holds the loader's functions; `devices` are live devices it listed.
+#[allow(clippy::too_many_arguments)]
+unsafe fn make_each(
+    todo: Vec<(String, i64, Request)>,
+    store_path: &std::path::Path,
+    loader: &Loader,
+    devices: &mut [Device],
+    dir: &Fd,
+    req: &Fd,
+    env: &CompileEnv,
+    me: &Claim,
+    ws: &mut Workspace,
+    report: &dyn Fn(WarmEvent, u64),
+) {
     for (name, mtime, request) in todo {
         // Each request's own: its group shares all but the variables that place it.
         ws.theirs = application_cache(&request);
         let claim_name = format::claim_name(request.key);
-        if !claim(&req, request.key, &me) {
+        if !claim(req, request.key, me) {
             report(WarmEvent::Claimed, request.key);
             continue;
         }
-        if !files::exists(&req, &name) {
+        if !files::exists(req, &name) {
             // Another worker made it since this one listed the requests.
-            files::remove(&req, &claim_name);
+            files::remove(req, &claim_name);
             continue;
         }
         // Before the driver sees it: should the driver kill this process, the command
         // knows which request did.
         report(WarmEvent::Begin, request.key);
         // SAFETY: the loader's functions and devices it listed.
-        let outcome = unsafe { one(&loader, &mut devices, &dir, &request, &env, ws) };
+        let outcome = unsafe { one(loader, devices, dir, &request, env, ws) };
         let keep = match &outcome {
             Outcome::Foreign => now() - mtime <= STALE_FOREIGN_SECONDS,
             Outcome::Postponed(_) => true,
@@ -594,8 +698,7 @@ fn warm(
                 .join(clshim_format::kept::BUILD_FILE);
             if kept.exists() {
                 let mark = format::set_aside_name(request.key);
-                let _ =
-                    files::write_atomic(&req, &mark, format!("{why}\n").as_bytes(), true, false);
+                let _ = files::write_atomic(req, &mark, format!("{why}\n").as_bytes(), true, false);
             }
         }
         let event = match outcome {
@@ -621,20 +724,12 @@ fn warm(
         };
         // The claim first: a step ended between the two then leaves a request whose entry
         // the next step finds present, not a claim of nothing.
-        files::remove(&req, &claim_name);
+        files::remove(req, &claim_name);
         if !keep {
-            files::remove(&req, &name);
+            files::remove(req, &name);
         }
         report(event, request.key);
     }
-    ws.clear();
-    for d in &devices {
-        if let Some(ctx) = d.context {
-            // SAFETY: the context the worker made, released once.
-            unsafe { (loader.release_context)(ctx) };
-        }
-    }
-    Ok(())
 }
 
 /// Where the application that left `request` keeps pocl's kernel cache: from the request's
@@ -734,10 +829,7 @@ unsafe fn one(
         }
     };
     // SAFETY: a valid context of the live device.
-    let driver = match unsafe { ws.driver_files(dir, device.driver, ctx, device.id) } {
-        Ok(d) => d,
-        Err(why) => return Outcome::Postponed(format!("the driver {why}")),
-    };
+    let mut driver = unsafe { ws.driver_files(dir, device.driver, ctx, device.id, false) };
     // A compile whose inputs changed under it is made once more, once they are a second
     // old; then it waits for a later step.
     for attempt in 0..2 {
@@ -751,11 +843,31 @@ unsafe fn one(
             Ok(r) => r,
             Err(why) => return Outcome::Postponed(format!("its compile cannot be watched: {why}")),
         };
-        let verdict = manifest::from_record(&rec, ws.own.as_os_str().as_bytes(), &driver);
+        // While another worker learns the driver's files, this one makes the driver's
+        // binary, which needs none of them, and then waits for what it kept.
+        // SAFETY: the live program, built for the device.
+        let early = driver
+            .is_none()
+            .then(|| unsafe { payload_of(program.get(), device.id, &recipe) });
+        let known = match driver.take() {
+            Some(d) => d,
+            // SAFETY: a valid context of the live device.
+            None => unsafe { ws.driver_files(dir, device.driver, ctx, device.id, true) }
+                .unwrap_or_else(|| Err("files could not be learnt".into())),
+        };
+        driver = Some(known.clone());
+        let known = match known {
+            Ok(d) => d,
+            Err(why) => return Outcome::Postponed(format!("the driver {why}")),
+        };
+        let verdict = manifest::from_record(&rec, ws.own.as_os_str().as_bytes(), &known);
         let (manifest, content) = match verdict {
             Ok(m) => {
-                // SAFETY: the live program, built for the device.
-                match unsafe { payload_of(program.get(), device.id, &recipe) } {
+                let payload = early.unwrap_or_else(|| {
+                    // SAFETY: the live program, built for the device.
+                    unsafe { payload_of(program.get(), device.id, &recipe) }
+                });
+                match payload {
                     Ok(p) => (m, Ok(p)),
                     Err(why) => {
                         return Outcome::Failed(format!("{} recipe: {why}", recipe.kind.name()))

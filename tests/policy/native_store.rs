@@ -1218,3 +1218,69 @@ fn the_warm_service_does_not_retry_a_claimed_request_at_every_listing() {
         "{started} workers started in the 10 s the claim was held"
     );
 }
+
+/// The driver's own files are learnt by one worker of a store at a time (a lock on the
+/// store's `drivers/` folder), and the others read what it kept rather than each compiling
+/// an empty kernel from scratch (about 0.7 CPU-s each with pocl 3.1: at 16 ranks every
+/// worker of the service paid it). While another process holds the lock, a worker makes no
+/// entry; once it is let go, it takes the kept list as it is, makes the entry from it, and
+/// the load is native.
+#[test]
+fn the_drivers_files_are_learnt_once_and_read_by_every_other_worker() {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::io::AsRawFd;
+    let bin = client();
+    let d = scratch("native-driver-once");
+    // A store whose step learnt the driver's files, to take its list from.
+    let first = d.path("store-first");
+    substitute_save(&bin, &d, &first, &["--seed=31"]);
+    warm(&first);
+    let learnt: Vec<PathBuf> = store_files(&first.join("drivers"), ".files");
+    assert_eq!(learnt.len(), 1, "one driver build's files");
+
+    let store = d.path("store");
+    let file = substitute_save(&bin, &d, &store, &["--seed=32"]);
+    let drivers = store.join("drivers");
+    std::fs::create_dir_all(&drivers).unwrap();
+    std::fs::set_permissions(
+        &drivers,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let held = std::fs::File::open(&drivers).unwrap();
+    // SAFETY: an open descriptor of the test's own.
+    assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let lib = shim_path();
+    let mut c = clshim();
+    c.args(["warm", "--store", s(&store), "--lib", s(&lib)]);
+    clear_shim_env(&mut c, &[]);
+    let mut step = c
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Time for the worker to start, build and make the driver's binary; it then waits.
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    assert!(
+        step.try_wait().unwrap().is_none(),
+        "the step waits for the driver's files another process is learning"
+    );
+    assert!(
+        entries(&store).is_empty(),
+        "no entry without the driver's files"
+    );
+    let kept = drivers.join(learnt[0].file_name().unwrap());
+    std::fs::copy(&learnt[0], &kept).unwrap();
+    let inode = std::fs::metadata(&kept).unwrap().ino();
+    drop(held);
+    let out = step.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains(": 1 made,"), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::metadata(&kept).unwrap().ino(),
+        inode,
+        "the list kept by the other is read, not learnt again"
+    );
+    let r = substitute_load(&bin, &d, &store, &file, &["--seed=32"]);
+    assert_eq!(load_record(&r)["made_from"], "native");
+}

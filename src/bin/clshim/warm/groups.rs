@@ -32,47 +32,62 @@ pub struct Group {
 /// The requests waiting in `store`, by group; damaged ones are removed and counted, those
 /// that are not the user's alone are named, left and counted.
 pub fn groups(store: &Path, failed: &mut u64) -> BTreeMap<u64, Group> {
-    let dir = store.join(format::REQUESTS);
     let mut out = BTreeMap::new();
-    let Ok(rd) = std::fs::read_dir(&dir) else {
-        return out;
-    };
-    for e in rd.flatten() {
-        let name = e.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if format::key_of_name(name, ".req").is_none() {
-            continue;
-        }
-        let path = dir.join(name);
-        let request = match read_request(&path, format::MAX_REQUEST) {
-            Ok(b) => Request::decode(&b),
-            Err(Unread::Damaged) => Err("not a readable regular file".to_string()),
-            Err(Unread::NotYours(why)) => {
-                eprintln!("clshim warm: {}: {why}", path.display());
-                *failed += 1;
-                continue;
-            }
-        };
-        match request {
-            Ok(r) => {
-                let g = out.entry(r.group()).or_insert_with(|| Group {
-                    cwd: PathBuf::from(OsString::from_vec(r.cwd.clone())),
-                    env: r.env.clone(),
-                    requests: 0,
-                    keys: Vec::new(),
-                    first: path.clone(),
-                });
-                g.requests += 1;
-                g.keys.push(r.key);
-            }
-            Err(why) => {
-                eprintln!("clshim warm: {}: {why}; removed", path.display());
-                let _ = std::fs::remove_file(&path);
-                *failed += 1;
-            }
-        }
+    for key in waiting(store) {
+        add(store, key, &mut out, failed);
     }
     out
+}
+
+/// The keys of the requests waiting in `store` (by their files' names alone).
+pub fn waiting(store: &Path) -> Vec<u64> {
+    let Ok(rd) = std::fs::read_dir(store.join(format::REQUESTS)) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| format::key_of_name(e.file_name().to_str()?, ".req"))
+        .collect()
+}
+
+/// Adds the request of `key` to its group in `out` (read, checked and decoded); a damaged
+/// one is removed and counted, one that is not the user's alone named, left and counted.
+/// Returns its group.
+pub fn add(
+    store: &Path,
+    key: u64,
+    out: &mut BTreeMap<u64, Group>,
+    failed: &mut u64,
+) -> Option<u64> {
+    let path = store.join(format::REQUESTS).join(format::request_name(key));
+    let request = match read_request(&path, format::MAX_REQUEST) {
+        Ok(b) => Request::decode(&b),
+        Err(Unread::Damaged) => Err("not a readable regular file".to_string()),
+        Err(Unread::NotYours(why)) => {
+            eprintln!("clshim warm: {}: {why}", path.display());
+            *failed += 1;
+            return None;
+        }
+    };
+    match request {
+        Ok(r) => {
+            let g = out.entry(r.group()).or_insert_with(|| Group {
+                cwd: PathBuf::from(OsString::from_vec(r.cwd.clone())),
+                env: r.env.clone(),
+                requests: 0,
+                keys: Vec::new(),
+                first: path.clone(),
+            });
+            g.requests += 1;
+            g.keys.push(r.key);
+            Some(r.group())
+        }
+        Err(why) => {
+            eprintln!("clshim warm: {}: {why}; removed", path.display());
+            let _ = std::fs::remove_file(&path);
+            *failed += 1;
+            None
+        }
+    }
 }
 
 /// The folder a worker for `g` starts in: the one its requests' runs used, opened, or why

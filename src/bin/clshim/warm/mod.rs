@@ -130,24 +130,34 @@ fn plan(groups: &BTreeMap<u64, Group>, jobs: usize) -> Vec<u64> {
     out
 }
 
+/// What a round asks for further workers while it runs (see [`round`]).
+pub(crate) type More<'a> = dyn FnMut(&mut BTreeMap<u64, Group>, &Workers) -> Vec<u64> + 'a;
+
 /// One round: workers for every group of `groups` until each is done. Returns whether the
-/// step may go on (false: a worker failed to start or ended badly).
+/// step may go on (false: a worker failed to start or ended badly). While a worker's place
+/// is free and none is planned, `more` may add groups (new ones in `groups`) and name
+/// those that get a further worker: the service's requests keep coming while it runs.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn round(
     store: &Path,
     lib: &Path,
     me: &Path,
-    groups: &BTreeMap<u64, Group>,
+    groups: &mut BTreeMap<u64, Group>,
     w: &mut Workers,
     jobs: usize,
     set_aside: &mut usize,
     stop: &dyn Fn() -> bool,
+    more: &mut More,
 ) -> bool {
     let mut ok = true;
     let mut folders: HashMap<u64, Folder> = HashMap::new();
     let mut queue = plan(groups, jobs);
     queue.reverse();
     loop {
+        if w.has_room() && queue.is_empty() {
+            queue = more(groups, w);
+            queue.reverse();
+        }
         while w.has_room() {
             let Some(group) = queue.pop() else { break };
             let g = &groups[&group];
@@ -294,7 +304,7 @@ pub fn warm_main(o: crate::cli::WarmOpts) -> i32 {
     let mut status = 0;
     let mut listed = 0;
     for _ in 0..MAX_ROUNDS {
-        let groups = groups::groups(store, &mut refused);
+        let mut groups = groups::groups(store, &mut refused);
         // Only requests no earlier round heard of: those left (claimed elsewhere, for
         // another host, waiting for a later step) are not made again now.
         let fresh: usize = groups.values().map(|g| g.requests).sum();
@@ -306,11 +316,12 @@ pub fn warm_main(o: crate::cli::WarmOpts) -> i32 {
             store,
             &lib,
             &me,
-            &groups,
+            &mut groups,
             &mut w,
             jobs,
             &mut set_aside,
             &|| false,
+            &mut |_, _| Vec::new(),
         ) {
             status = 1;
             break;

@@ -15,6 +15,7 @@ use super::settings;
 use super::workers::{WarmStats, Workers};
 use super::{groups, host_lock, log_summary, round, trust};
 use clshim_format::store::{self as format, WarmEvent};
+use std::collections::BTreeMap;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -66,16 +67,6 @@ fn clients_gone(store: &Path) -> bool {
     unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
-/// The keys of the requests waiting in `store`.
-fn waiting(store: &Path) -> Vec<u64> {
-    let Ok(rd) = std::fs::read_dir(store.join(format::REQUESTS)) else {
-        return Vec::new();
-    };
-    rd.flatten()
-        .filter_map(|e| format::key_of_name(e.file_name().to_str()?, ".req"))
-        .collect()
-}
-
 /// Sets aside the requests of each group whose worker may not start in its folder
 /// (`groups::start_folder`: another user's, say), and drops the group: no warm step can
 /// make them, and the processes that left them wait at their exit for each to be made or
@@ -95,6 +86,42 @@ fn set_aside_unstartable(
         }
         false
     });
+}
+
+/// The groups that have requests no worker has claimed or heard of, once for each such
+/// request (as many as the workers' free places). Only requests `groups` does not hold yet
+/// are read (a request holds its program's text); the groups they make are added to it.
+/// A group no worker may start in is left to the next listing, which sets it aside.
+fn unclaimed(store: &Path, groups: &mut BTreeMap<u64, groups::Group>, w: &Workers) -> Vec<u64> {
+    let requests = store.join(format::REQUESTS);
+    let known: std::collections::HashMap<u64, u64> = groups
+        .iter()
+        .flat_map(|(g, grp)| grp.keys.iter().map(move |k| (*k, *g)))
+        .collect();
+    // Reported once, by the listing between rounds.
+    let mut quiet = 0;
+    let mut startable: std::collections::HashMap<u64, bool> = Default::default();
+    let mut out = Vec::new();
+    for key in groups::waiting(store) {
+        if out.len() >= w.room() {
+            break;
+        }
+        if w.outcomes.contains_key(&key) || requests.join(format::claim_name(key)).exists() {
+            continue;
+        }
+        let group = match known.get(&key) {
+            Some(g) => Some(*g),
+            None => groups::add(store, key, groups, &mut quiet),
+        };
+        if let Some(g) = group.filter(|g| {
+            *startable
+                .entry(*g)
+                .or_insert_with(|| groups::start_folder(&groups[g]).is_ok())
+        }) {
+            out.push(g);
+        }
+    }
+    out
 }
 
 /// Serves `store` with the library `lib` until its clients are gone. Exit status 0.
@@ -144,26 +171,41 @@ pub fn serve(store: &Path, lib: &Path) -> i32 {
         });
         // Requests this service has an outcome of already (for another host, say) are not
         // made again now.
-        let fresh = waiting(store).iter().any(|k| !w.outcomes.contains_key(k));
+        let fresh = groups::waiting(store)
+            .iter()
+            .any(|k| !w.outcomes.contains_key(k));
         if !fresh {
             continue;
         }
         let mut groups = groups::groups(store, &mut refused);
         set_aside_unstartable(&mut groups, &mut w);
+        let mut listed_in_round = Instant::now();
         // A worker that could not run (no compile can be watched here: a tracer or the
         // system forbids ptrace; no OpenCL loader) fails so at every tick, loading the
         // driver each time, while the processes that left requests wait at their exit for
         // a service that makes nothing: it ends, as `clshim warm` stops, and they stop
         // waiting.
+        // While the round runs, requests keep coming (the job goes on): a worker's free
+        // place goes to a group with requests no one has claimed yet, so that the job's
+        // requests are made on as many cores as it frees, not by the workers of its first
+        // request alone.
+        let mut more = |groups: &mut BTreeMap<u64, groups::Group>, w: &Workers| {
+            if listed_in_round.elapsed() < LIST_TICK {
+                return Vec::new();
+            }
+            listed_in_round = Instant::now();
+            unclaimed(store, groups, w)
+        };
         if !round(
             store,
             lib,
             &me,
-            &groups,
+            &mut groups,
             &mut w,
             jobs,
             &mut set_aside,
             &gone,
+            &mut more,
         ) {
             log_summary(
                 store,

@@ -274,6 +274,11 @@ impl Workers {
         self.running.len() < self.jobs
     }
 
+    /// How many more workers may run now.
+    pub fn room(&self) -> usize {
+        self.jobs.saturating_sub(self.running.len())
+    }
+
     pub fn is_empty(&self) -> bool {
         self.running.is_empty()
     }
