@@ -217,16 +217,19 @@ const WAIT_TICK: Duration = Duration::from_millis(20);
 /// How long a service that was asked for may take to start (to hold its lock).
 const SERVICE_START: Duration = Duration::from_secs(1);
 
-/// Whether the request is done with: an entry for its key exists (another than the one
-/// it was left beside), or the request has gone with no claim on it (a step found it
-/// stale, or made nothing of it).
+/// Whether the request is done with: it has gone, and an entry for its key exists
+/// (another than the one it was left beside) or no claim is on it (a step found it
+/// stale, or made nothing of it). Not before the request has gone: the worker removes it
+/// just after writing the entry, and a process that ended at the entry ended its job's
+/// service, which ends its workers, sometimes between the two, leaving a request whose
+/// entry is made for no later process to start a service for.
 fn settled(l: &Left) -> bool {
     use clshim_format::store as f;
     let requests = l.store.join(f::REQUESTS);
-    std::fs::metadata(l.store.join(f::entry_name(l.key)))
-        .is_ok_and(|m| Some(file_id(&m)) != l.found)
-        || (!requests.join(f::request_name(l.key)).exists()
-            && !requests.join(f::claim_name(l.key)).exists())
+    !requests.join(f::request_name(l.key)).exists()
+        && (std::fs::metadata(l.store.join(f::entry_name(l.key)))
+            .is_ok_and(|m| Some(file_id(&m)) != l.found)
+            || !requests.join(f::claim_name(l.key)).exists())
 }
 
 /// Whether the store's entry for the request's key holds the driver's binary (not an
