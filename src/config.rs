@@ -86,6 +86,9 @@ pub struct Config {
     /// `CLSHIM_WARM_SERVICE`: start the node's warm service for the requests left, and
     /// wait for it at exit (on by default on Linux).
     pub warm_service: bool,
+    /// `CLSHIM_SUBSTITUTE_WHEN_BUSY`: under `substitute` with the warm service, substitute
+    /// also when no CPU of the process is idle (else the driver answers there).
+    pub substitute_when_busy: bool,
     /// The variables that name pocl's cache folder, as they were at the first OpenCL
     /// call clshim saw: pocl reads them once, when it starts, which is before any program
     /// is made (`store::Store::pocl_cache_for_lookup`).
@@ -118,6 +121,7 @@ impl Default for Config {
             program_cache: false,
             share_builds: true,
             warm_service: cfg!(target_os = "linux"),
+            substitute_when_busy: false,
             pocl_cache_env: POCL_CACHE_VARIABLES.iter().map(|&n| (n, None)).collect(),
         }
     }
@@ -186,6 +190,9 @@ impl Config {
         }
         if let Some(Value::Switch(on)) = take(&controls::WARM_SERVICE) {
             cfg.warm_service = on;
+        }
+        if let Some(Value::Switch(on)) = take(&controls::SUBSTITUTE_WHEN_BUSY) {
+            cfg.substitute_when_busy = on;
         }
         if let Some(v) = get(controls::TRACE_DIR.var).filter(|v| !v.is_empty()) {
             cfg.trace_dir = Some(PathBuf::from(v));

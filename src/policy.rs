@@ -7,6 +7,15 @@
 //! gets the implementation's own answer. When no device needs the implementation, it is
 //! not asked at all, and that is what spares pocl its second compile. Whatever is answered,
 //! the sizes and the binaries the application receives agree.
+//!
+//! A clshim binary defers pocl's generic compile to the node's warm service, which is worth
+//! it only where a core is idle: on a busy node the service makes the same compile on a
+//! core the job needs, loading the compiler again in a process of its own, while the job
+//! waits for it at its exit. So under `substitute` with the warm service on, a program
+//! planned when no CPU of the process is idle (`host_cpus::idle_core`) gets the driver's
+//! answer on the devices whose driver's binary the store lacks
+//! ([`Action::DriverOnBusyNode`]), unless `CLSHIM_SUBSTITUTE_WHEN_BUSY` says otherwise;
+//! decided once per program and build, so that its sizes and its binaries agree.
 
 use crate::cl::*;
 use crate::config::BinaryPolicy;
@@ -26,6 +35,9 @@ pub enum Action {
     Forward,
     Suppress,
     Substitute,
+    /// The driver answers a query `substitute` would have answered: the node had no idle
+    /// core for the warm service when the program's first query was planned.
+    DriverOnBusyNode,
 }
 
 impl Action {
@@ -34,7 +46,13 @@ impl Action {
             Action::Forward => "forward",
             Action::Suppress => "suppress",
             Action::Substitute => "substitute",
+            Action::DriverOnBusyNode => "driver-on-busy-node",
         }
+    }
+
+    /// The implementation answers this device's query.
+    fn by_driver(self) -> bool {
+        matches!(self, Action::Forward | Action::DriverOnBusyNode)
     }
 }
 
@@ -57,13 +75,13 @@ impl Plan {
     }
 
     fn any_forward(&self) -> bool {
-        self.actions.contains(&Action::Forward)
+        self.actions.iter().any(|a| a.by_driver())
     }
 
     /// The size clshim reports for device `i` (None when the implementation answers).
     fn own_size(&self, i: usize) -> Option<usize> {
         match self.actions[i] {
-            Action::Forward => None,
+            Action::Forward | Action::DriverOnBusyNode => None,
             Action::Suppress => Some(0),
             Action::Substitute => self.substitutes[i].as_ref().map(Vec::len),
         }
@@ -135,6 +153,20 @@ pub unsafe fn plan(rt: &'static Runtime, route: Route, program: cl_program) -> O
         actions.push(action);
         substitutes.push(substitute);
     }
+    if actions.contains(&Action::Substitute)
+        && rt.config.warm_service
+        && !rt.config.substitute_when_busy
+    {
+        let by_driver = rt.programs.busy_answers(program, || {
+            busy_node_answers(rt, &devices, &facts, &actions, recipe.as_deref())
+        });
+        for (i, driver) in by_driver.into_iter().enumerate().take(actions.len()) {
+            if driver && actions[i] == Action::Substitute {
+                actions[i] = Action::DriverOnBusyNode;
+                substitutes[i] = None;
+            }
+        }
+    }
     Some(Plan {
         program: info,
         facts,
@@ -143,6 +175,42 @@ pub unsafe fn plan(rt: &'static Runtime, route: Route, program: cl_program) -> O
         devices,
         recipe,
     })
+}
+
+/// Which of the devices `substitute` would answer get the driver's answer instead: none
+/// where a CPU of this process is idle (or that cannot be told), else each whose driver's
+/// binary the store does not hold for this very build (where it does, a clshim binary
+/// costs nothing later: its loads take that binary).
+fn busy_node_answers(
+    rt: &'static Runtime,
+    devices: &[cl_device_id],
+    facts: &[Option<Arc<DeviceFacts>>],
+    actions: &[Action],
+    recipe: Option<&crate::recipe::Recipe>,
+) -> Vec<bool> {
+    if crate::host_cpus::idle_core() != Some(false) {
+        return vec![false; actions.len()];
+    }
+    let store = crate::store::Store::from_config(&rt.config);
+    let recipe = recipe.filter(|r| r.options.is_some());
+    let encoded = recipe.map(|r| r.encode());
+    (0..actions.len())
+        .map(|i| {
+            if actions[i] != Action::Substitute {
+                return false;
+            }
+            let held = match (&store, recipe, &encoded, facts[i].as_ref()) {
+                (Some(store), Some(r), Some(e), Some(f)) => {
+                    // SAFETY: a device of the live program, as its implementation listed it.
+                    unsafe { crate::store::key_for(f, devices[i], r, e) }.is_ok_and(|key| {
+                        matches!(store.lookup(&key), crate::store::Lookup::Found(_))
+                    })
+                }
+                _ => false,
+            };
+            !held
+        })
+        .collect()
 }
 
 /// A binary query being answered: its plan, and when it started. The entry point (the
@@ -196,7 +264,7 @@ impl Query {
     pub fn forwards_all(&self) -> bool {
         self.plan
             .as_ref()
-            .map(|p| !p.actions.iter().any(|a| *a != Action::Forward))
+            .map(|p| p.actions.iter().all(|a| a.by_driver()))
             .unwrap_or(true)
     }
 
@@ -266,7 +334,7 @@ impl Query {
         if app_binaries.len() != n {
             return Err(CL_INVALID_VALUE);
         }
-        let forwarded = |i: usize| plan.actions[i] == Action::Forward;
+        let forwarded = |i: usize| plan.actions[i].by_driver();
         if (0..n).any(|i| forwarded(i) && !app_binaries[i].is_null()) {
             // The devices clshim answers get a scratch buffer of the driver's own size, not a
             // NULL entry: pocl 3.1 does not skip NULL entries of CL_PROGRAM_BINARIES, it

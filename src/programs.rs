@@ -113,6 +113,10 @@ struct Inner {
     recipe_bytes: usize,
     refused: std::collections::HashSet<usize>,
     loaded: HashMap<usize, Loaded>,
+    /// The devices whose binary queries the driver answers because the node was busy when
+    /// the program's first one was planned: kept so that every later query of the program
+    /// (its sizes, then its binaries) is answered alike.
+    busy_answers: HashMap<usize, Vec<bool>>,
 }
 
 impl Inner {
@@ -126,6 +130,7 @@ impl Inner {
             self.recipe_bytes = self.recipe_bytes.saturating_sub(w);
         }
         self.refused.remove(&key);
+        self.busy_answers.remove(&key);
     }
 
     fn forget_extras(&mut self, key: usize) {
@@ -271,6 +276,27 @@ impl Registry {
             .map(|(r, _)| r.clone())
     }
 
+    /// Which devices' binary queries of `program` the driver answers, decided at its first
+    /// query since it was built, or `decide`d now (and kept) if none was planned yet.
+    pub fn busy_answers(
+        &self,
+        program: cl_program,
+        decide: impl FnOnce() -> Vec<bool>,
+    ) -> Vec<bool> {
+        if let Some(v) = self.inner.lock().busy_answers.get(&(program as usize)) {
+            return v.clone();
+        }
+        // Decided outside the lock (it reads /proc and the store); a query of the same
+        // program at once on another thread keeps whichever was decided first.
+        let v = decide();
+        self.inner
+            .lock()
+            .busy_answers
+            .entry(program as usize)
+            .or_insert(v)
+            .clone()
+    }
+
     pub fn set_loaded(&self, program: cl_program, loaded: Loaded) {
         ANY_LOADED.store(true, Ordering::Relaxed);
         self.inner.lock().loaded.insert(program as usize, loaded);
@@ -284,6 +310,23 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A program's sizes and binaries are answered alike: the first query's decision holds
+    /// until the program is built again or released.
+    #[test]
+    fn a_busy_node_decision_holds_for_the_program_until_it_is_built_again() {
+        use crate::recipe::Text;
+        let r = Registry::default();
+        let p = 0x2000 as cl_program;
+        r.created(p, Origin::Source, None, None);
+        assert_eq!(r.busy_answers(p, || vec![true]), [true]);
+        assert_eq!(r.busy_answers(p, || unreachable!("decided")), [true]);
+        let recipe = Arc::new(Recipe::built(Text::Source(b"k".to_vec()), Vec::new()));
+        assert!(r.set_recipe(p, recipe));
+        assert_eq!(r.busy_answers(p, || vec![false]), [false], "built again");
+        r.released(p);
+        assert_eq!(r.busy_answers(p, || vec![true]), [true], "released");
+    }
 
     #[test]
     fn recipes_go_with_their_program() {

@@ -82,7 +82,11 @@ pub struct Tally {
     pub first_failure: Option<String>,
     pub substituted: u64,
     pub suppressed: u64,
+    /// Queries `substitute` left to the driver: the node had no idle core when planned.
+    pub busy_node_answered: u64,
     pub loads: u64,
+    /// Loads of the driver's own binaries (not clshim binaries), the application's.
+    pub driver_loads: u64,
     pub rejected: u64,
     /// Loads of clshim binaries made from the driver's binaries in the native store, and
     /// those made again from their recipes, by why (as `not_served`).
@@ -256,11 +260,14 @@ impl Tally {
                     let answered = |which: &str| q.actions.iter().filter(|a| **a == which).count();
                     self.substituted += answered("substitute") as u64;
                     self.suppressed += answered("suppress") as u64;
+                    self.busy_node_answered += answered("driver-on-busy-node") as u64;
                 }
             }
             Record::BinaryLoad(l) => {
                 self.loads += 1;
                 self.rejected += u64::from(l.action == "reject");
+                self.driver_loads +=
+                    u64::from(l.action == "forward" && l.result == crate::cl::CL_SUCCESS);
                 match (l.made_from, l.native_miss_kind) {
                     (Some("native"), _) => self.native_loads += 1,
                     (Some(_), Some(kind)) => {
@@ -615,6 +622,13 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str, program_cache: bool)
             t.substituted, t.suppressed
         ));
     }
+    if t.busy_node_answered > 0 {
+        s.push_str(&format!(
+            ", {} answered by the driver (no core was idle for the warm service; \
+             CLSHIM_SUBSTITUTE_WHEN_BUSY=1 substitutes there too)",
+            t.busy_node_answered
+        ));
+    }
     if t.loads > 0 {
         s.push_str(&format!(
             ", {} binary loads ({} rejected)",
@@ -634,6 +648,11 @@ pub fn summary_line(id: &Identity, t: &Tally, policy: &str, program_cache: bool)
                 },
                 reasons(&t.recipe_loads)
             ));
+            if t.driver_loads > 0 {
+                s.push_str(&format!(", {} the driver's own", t.driver_loads));
+            }
+        } else if t.driver_loads > 0 {
+            s.push_str(&format!(": {} the driver's own binaries", t.driver_loads));
         }
     }
     // Builds whose driver's binary the store holds but could not use here (not those that

@@ -63,6 +63,7 @@ fn launch(
             cmd.env_remove(&k);
         }
     }
+    substitute_when_busy(&mut cmd);
     match lib {
         Some(l) => {
             cmd.env("LD_LIBRARY_PATH", l)

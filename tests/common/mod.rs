@@ -97,12 +97,27 @@ pub fn clear_shim_env(cmd: &mut Command, keep: &[&str]) {
             cmd.env_remove(&k);
         }
     }
+    substitute_when_busy(cmd);
     // A temporary folder of this command's own, unless the test names one: ranks publish
     // their compiles in the node's folder there, and what an earlier run or another test
     // left there would be taken as a peer's (a test that passes only on another's
     // compile). A test whose commands meet as one job's ranks names one.
     if !cmd.get_envs().any(|(k, _)| k == "TMPDIR") {
         cmd.env("TMPDIR", command_tmp());
+    }
+}
+
+/// Sets `CLSHIM_SUBSTITUTE_WHEN_BUSY=1` unless `cmd` sets it already. Under `substitute`
+/// clshim lets the driver answer a binary query when no core is idle at that instant;
+/// on this suite's 2-core machines that would depend on which other tests run at that
+/// moment, so tests get clshim binaries wherever they ask for `substitute`, except those
+/// that set the variable themselves (tests/policy/busy_node.rs).
+pub fn substitute_when_busy(cmd: &mut Command) {
+    if !cmd
+        .get_envs()
+        .any(|(k, _)| k == "CLSHIM_SUBSTITUTE_WHEN_BUSY")
+    {
+        cmd.env("CLSHIM_SUBSTITUTE_WHEN_BUSY", "1");
     }
 }
 

@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod busy_node;
 mod hosts;
 mod native_store;
 mod nodes_bench;

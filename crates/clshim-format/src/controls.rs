@@ -185,8 +185,21 @@ pub const WARM_SERVICE: Control = Control {
     default: "1",
     values: "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`)",
     default_doc: "`1` on Linux (elsewhere `0`: no service runs there)",
-    doc: "Where an application asks for binaries (`substitute` hands out a clshim binary whose driver's binary the store lacks, or a process loads one), start the node's warm service, which makes those driver's binaries in processes of its own at idle priority (`SCHED_IDLE`: only on cores nothing else wants, never in the application) and ends with the job's last process; each process that left requests waits for it at its exit, at most three times its own build and first-launch seconds (10 s at least, 300 s at most), and only about a second when no service runs. So the job ends with the driver's binaries of what it handed out, and later loads take them. A job that asks for no binaries (current pyopencl) starts no service and waits for nothing; a process killed by a signal does not wait. `0`: the requests wait for `clshim warm`, run apart from the job, and no process waits. On by default since 2026-12-06: with it off, warm reruns under `substitute` made every load again from its recipe (pyopencl 2023.1 on 2 ranks, 2 cores: 0 of 8 native, 1.42x the CPU of pocl's own binary loads).",
+    doc: "Where an application asks for binaries (`substitute` hands out a clshim binary whose driver's binary the store lacks, on a node with a core idle: see `CLSHIM_SUBSTITUTE_WHEN_BUSY`; or a process loads one), start the node's warm service, which makes those driver's binaries in processes of its own at idle priority (`SCHED_IDLE`: only on cores nothing else wants, never in the application) and ends with the job's last process; each process that left requests waits for it at its exit, at most three times its own build and first-launch seconds (10 s at least, 300 s at most), and only about a second when no service runs. So the job ends with the driver's binaries of what it handed out, and later loads take them. A job that asks for no binaries (current pyopencl) starts no service and waits for nothing; a process killed by a signal does not wait. `0`: the requests wait for `clshim warm`, run apart from the job, and no process waits. On by default since 2026-12-06: with it off, warm reruns under `substitute` made every load again from its recipe (pyopencl 2023.1 on 2 ranks, 2 cores: 0 of 8 native, 1.42x the CPU of pocl's own binary loads).",
     help: "the node's warm service makes the binaries an application asks for; its processes wait for it at exit (on by default)",
+};
+
+pub const SUBSTITUTE_WHEN_BUSY: Control = Control {
+    var: "CLSHIM_SUBSTITUTE_WHEN_BUSY",
+    option: "--substitute-when-busy",
+    metavar: "",
+    grammar: Grammar::Switch,
+    reader: Reader::Library,
+    default: "0",
+    values: "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`)",
+    default_doc: "`0`",
+    doc: "Under `substitute` with the warm service on: whether a program's binary query is answered with a clshim binary when no CPU the process may use is idle at that moment (as many tasks runnable on the host as it has CPUs: online, in its affinity, under its cgroup's limit). `0`: there the driver answers (pocl's generic compile, in the application, as without clshim), unless the store already holds that build's driver's binary: the warm service would make the same compile on a core the job needs, in a process of its own that loads the compiler again, and the job would wait for it at its exit. `1`: substitute there too (the cold build is spared its second compile; the job waits for the service at its exit). With the warm service off every query is substituted.",
+    help: "under substitute, also where no core is idle (else the driver answers there)",
 };
 
 pub const SHARE_BUILDS: Control = Control {
@@ -229,7 +242,7 @@ pub const LIB: Control = Control {
 };
 
 /// Every control, in README's order.
-pub const ALL: [&Control; 13] = [
+pub const ALL: [&Control; 14] = [
     &BINARIES,
     &DEVICES,
     &TRACE_DIR,
@@ -242,6 +255,7 @@ pub const ALL: [&Control; 13] = [
     &PROGRAM_CACHE,
     &SHARE_BUILDS,
     &WARM_SERVICE,
+    &SUBSTITUTE_WHEN_BUSY,
     &LIB,
 ];
 

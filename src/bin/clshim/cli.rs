@@ -87,6 +87,8 @@ pub struct RunOpts {
     pub share_builds: Option<bool>,
     /// `--warm-service` / `--no-warm-service`.
     pub warm_service: Option<bool>,
+    /// `--substitute-when-busy` / `--no-substitute-when-busy`.
+    pub substitute_when_busy: Option<bool>,
     /// The command and its arguments; never empty.
     pub command: Vec<OsString>,
 }
@@ -348,9 +350,22 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
                 let v = utf8(name, value(name, inline, &mut it)?)?;
                 o.native_store_max = Some(control(name, &controls::NATIVE_STORE_MAX, v)?);
             }
-            "--summary" | "--no-summary" | "--sources" | "--no-sources" | "--layer" | "--warm"
-            | "--no-warm" | "--program-cache" | "--no-program-cache" | "--record-only"
-            | "--share-builds" | "--no-share-builds" | "--warm-service" | "--no-warm-service"
+            "--summary"
+            | "--no-summary"
+            | "--sources"
+            | "--no-sources"
+            | "--layer"
+            | "--warm"
+            | "--no-warm"
+            | "--program-cache"
+            | "--no-program-cache"
+            | "--record-only"
+            | "--share-builds"
+            | "--no-share-builds"
+            | "--warm-service"
+            | "--no-warm-service"
+            | "--substitute-when-busy"
+            | "--no-substitute-when-busy"
                 if inline.is_some() =>
             {
                 return usage(format!("option {name} takes no value"));
@@ -367,6 +382,8 @@ fn parse_run(args: Vec<OsString>) -> Result<Command, UsageError> {
             "--no-share-builds" => o.share_builds = Some(false),
             "--warm-service" => o.warm_service = Some(true),
             "--no-warm-service" => o.warm_service = Some(false),
+            "--substitute-when-busy" => o.substitute_when_busy = Some(true),
+            "--no-substitute-when-busy" => o.substitute_when_busy = Some(false),
             "-h" | "--help" => return Ok(Command::Help(Some("run"))),
             _ => return unknown_option("run", &s),
         }

@@ -28,15 +28,14 @@ pub const RUN_ONLY: [Opt; 4] = [
     Opt {
         name: "--record-only",
         metavar: "",
-        help: "only record: no program cache (the same as --no-program-cache;
-without it, clshim run keeps, shares and serves what pocl compiles)",
+        help: "only record: no program cache (the same as --no-program-cache)",
         sets: "`CLSHIM_PROGRAM_CACHE=0`",
         values: "without it, `clshim run` sets `CLSHIM_PROGRAM_CACHE=1` unless you set the variable",
     },
     Opt {
         name: "--lib",
         metavar: "PATH",
-        help: "the library to interpose (default: $CLSHIM_LIB, else libclshim.so\nbeside the clshim executable, else in ../lib/ from it)",
+        help: "the library to interpose (default: $CLSHIM_LIB, else libclshim.so beside clshim or in ../lib/)",
         sets: "—",
         values: "the library to interpose (default: `$CLSHIM_LIB`, else beside the executable)",
     },

@@ -218,6 +218,12 @@ pub fn environment(
     if let Some(v) = o.warm_service {
         env.push((controls::WARM_SERVICE.var, if v { "1" } else { "0" }.into()));
     }
+    if let Some(v) = o.substitute_when_busy {
+        env.push((
+            controls::SUBSTITUTE_WHEN_BUSY.var,
+            if v { "1" } else { "0" }.into(),
+        ));
+    }
     // One store for every process of the job, whatever ranks do to HOME: the one resolved
     // here, absolute, which the warm step reads too.
     let lookup = |name: &str| {

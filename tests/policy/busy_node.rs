@@ -1,0 +1,173 @@
+//! `substitute` on a node with no idle core (`CLSHIM_SUBSTITUTE_WHEN_BUSY`, off by default):
+//! with the warm service on, a program whose first binary query finds every CPU of the
+//! process busy gets the driver's own answer, as without clshim, unless the store already
+//! holds its driver's binary; its sizes and binaries agree, nothing is left for the service,
+//! the exit line says so, and the application's kept binary loads as pocl's own. With the
+//! variable set, or the warm service off, the query is substituted as on an idle node.
+//! The node is made busy by spinning threads of the test process, one more than it has
+//! CPUs; every other test of the suite sets the variable (`substitute_when_busy`).
+
+use crate::common::*;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+fn client() -> PathBuf {
+    build_c("native_client", &[])
+}
+
+/// Runs `f` while more threads spin than this process has CPUs.
+fn while_busy<T>(f: impl FnOnce() -> T) -> T {
+    let n = std::thread::available_parallelism().map_or(2, |n| n.get()) + 1;
+    let stop = Arc::new(AtomicBool::new(false));
+    let spinners: Vec<_> = (0..n)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    let out = f();
+    stop.store(true, Ordering::Relaxed);
+    for s in spinners {
+        s.join().unwrap();
+    }
+    out
+}
+
+/// `--save=FILE` of the client under `substitute`, with the warm service on and `extra`.
+fn save(bin: &Path, d: &Scratch, file: &Path, store: &str, extra: &[(&str, &str)]) -> Ran {
+    let kc = d.path("kc");
+    let save = format!("--save={}", s(file));
+    let mut env = vec![
+        ("CLSHIM_BINARIES", "substitute"),
+        ("CLSHIM_NATIVE_STORE", store),
+        ("CLSHIM_WARM_SERVICE", "1"),
+        ("CLSHIM_SUBSTITUTE_WHEN_BUSY", "0"),
+        ("POCL_CACHE_DIR", s(&kc)),
+    ];
+    env.extend_from_slice(extra);
+    let r = shimmed(Driver::Pocl, bin, &[save.as_str()], &env);
+    r.ok().has_line("saved");
+    r
+}
+
+fn actions(r: &Ran) -> Vec<String> {
+    r.events("binary_query")
+        .iter()
+        .map(|q| q["action"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn exit_line(r: &Ran) -> String {
+    let e = String::from_utf8_lossy(&r.out.stderr).to_string();
+    e.lines()
+        .find(|l| l.starts_with("clshim: pid"))
+        .unwrap_or_else(|| panic!("no exit line: {e}"))
+        .to_string()
+}
+
+/// On a busy node the driver answers both queries of the program (sizes, then binaries),
+/// no request is left, the exit line says why, and the application's binary is pocl's own:
+/// it loads, under clshim and without it, as the driver's.
+#[test]
+fn on_a_busy_node_the_driver_answers_and_its_binary_loads_as_without_clshim() {
+    let bin = client();
+    let d = scratch("busy-node");
+    let store = d.path("store");
+    let file = d.path("saved.bin");
+    let r = while_busy(|| save(&bin, &d, &file, s(&store), &[]));
+    assert_eq!(
+        actions(&r),
+        ["driver-on-busy-node", "driver-on-busy-node"],
+        "{}",
+        exit_line(&r)
+    );
+    assert!(requests(&store).is_empty(), "{:?}", requests(&store));
+    let line = exit_line(&r);
+    assert!(
+        line.contains("2 answered by the driver (no core was idle"),
+        "{line}"
+    );
+    assert!(!line.contains("warm service made"), "{line}");
+    let bytes = std::fs::read(&file).unwrap();
+    assert!(
+        !bytes.starts_with(b"CLSHIMB\0"),
+        "a clshim binary was handed out"
+    );
+
+    // The saved binary loads as the driver's own, with clshim and without.
+    let load = format!("--load={}", s(&file));
+    let kc = d.path("kc");
+    let kc_env = [("POCL_CACHE_DIR", s(&kc))];
+    let without = plain(Driver::Pocl, &bin, &[load.as_str()], &kc_env);
+    without.ok();
+    let with = shimmed(Driver::Pocl, &bin, &[load.as_str()], &kc_env);
+    with.ok();
+    assert_eq!(with.stdout(), without.stdout());
+    assert_eq!(with.one("binary_load")["action"], "forward");
+    let line = exit_line(&with);
+    assert!(
+        line.contains("1 binary loads (0 rejected): 1 the driver's own binaries"),
+        "{line}"
+    );
+}
+
+/// `CLSHIM_SUBSTITUTE_WHEN_BUSY=1`, or the warm service off, substitutes on a busy node too.
+#[test]
+fn asked_to_or_with_the_service_off_a_busy_node_substitutes() {
+    let bin = client();
+    for (what, extra) in [
+        ("asked to", ("CLSHIM_SUBSTITUTE_WHEN_BUSY", "1")),
+        ("service off", ("CLSHIM_WARM_SERVICE", "0")),
+    ] {
+        let d = scratch("busy-node-substitutes");
+        let file = d.path("saved.bin");
+        // No store: nothing for a service to make, so nothing to wait for at exit.
+        let r = while_busy(|| save(&bin, &d, &file, "off", &[extra]));
+        assert_eq!(actions(&r), ["substitute", "substitute"], "{what}");
+        assert!(!exit_line(&r).contains("answered by the driver"), "{what}");
+    }
+}
+
+/// Where the store holds the build's driver's binary, a busy node still substitutes: the
+/// clshim binary costs nothing later, its load takes that binary.
+#[test]
+fn a_busy_node_substitutes_where_the_store_holds_the_drivers_binary() {
+    let bin = client();
+    let d = scratch("busy-node-stored");
+    let store = d.path("store");
+    let first = d.path("first.bin");
+    save(
+        &bin,
+        &d,
+        &first,
+        s(&store),
+        &[
+            ("CLSHIM_WARM_SERVICE", "0"),
+            ("CLSHIM_SUBSTITUTE_WHEN_BUSY", "1"),
+        ],
+    );
+    assert_eq!(requests(&store).len(), 1);
+    let lib = shim_path();
+    let out = clshim_out(&["warm", "--store", s(&store), "--lib", s(&lib)], &[]);
+    assert!(out.status.success(), "clshim warm: {}", stderr(&out));
+    assert_eq!(entries(&store).len(), 1);
+
+    let again = d.path("again.bin");
+    let r = while_busy(|| save(&bin, &d, &again, s(&store), &[]));
+    assert_eq!(
+        actions(&r),
+        ["substitute", "substitute"],
+        "{}",
+        exit_line(&r)
+    );
+    assert!(requests(&store).is_empty());
+    assert_eq!(
+        std::fs::read(&first).unwrap(),
+        std::fs::read(&again).unwrap()
+    );
+}
