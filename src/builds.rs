@@ -922,6 +922,9 @@ pub unsafe fn run(
         // SAFETY: the application's call and callback, unchanged.
         return unsafe { call.forward(user_fn, user_data) };
     };
+    if !call.program.is_null() {
+        rt.programs.build_started(call.program);
+    }
     // The record's copy (a shared build's note is not Copy); the call itself is forwarded.
     let mut pending = AwaitingBuildEnd::new(rt, route, call.clone(), user_fn.is_some(), not_served);
     let Some(user_fn) = user_fn else {

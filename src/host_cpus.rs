@@ -5,10 +5,6 @@
 //! Gathered once, when the trace file is written (never before the first OpenCL call),
 //! from `sysconf`, `sched_getaffinity` and the cgroup files under `/sys/fs/cgroup`;
 //! macOS has neither affinity masks nor cgroups, so those are absent there.
-//!
-//! The binary policy asks the same CPUs one more question ([`idle_core`]): whether one of
-//! them is idle at this moment, so that the node's warm service could make a driver's
-//! binary there without taking a core from the job.
 
 use crate::schema::Cpus;
 
@@ -25,8 +21,13 @@ pub fn current() -> Cpus {
 
 /// The affinity mask as a CPU list (`0-3,8`), or None where it cannot be read (more CPUs
 /// than a `cpu_set_t` holds).
-#[cfg(target_os = "linux")]
 fn affinity() -> Option<String> {
+    affinity_cpus().map(|cpus| crate::schema::format_cpu_list(&cpus))
+}
+
+/// The CPUs the calling thread's affinity allows, or None where it cannot be read.
+#[cfg(target_os = "linux")]
+pub fn affinity_cpus() -> Option<Vec<usize>> {
     // SAFETY: an all-zero cpu_set_t is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: pid 0 is the calling thread; `set` is valid for its size.
@@ -36,75 +37,21 @@ fn affinity() -> Option<String> {
     }
     let max = 8 * std::mem::size_of_val(&set);
     // SAFETY: every index is below the set's capacity.
-    let cpus: Vec<usize> = (0..max)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .collect();
-    Some(crate::schema::format_cpu_list(&cpus))
+    Some(
+        (0..max)
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+            .collect(),
+    )
 }
 
 #[cfg(not(target_os = "linux"))]
-fn affinity() -> Option<String> {
+pub fn affinity_cpus() -> Option<Vec<usize>> {
     None
 }
 
-/// Whether a CPU this process may run on is idle now: fewer tasks are runnable on the host
-/// (`/proc/loadavg`'s count at this instant, the caller's own thread included) than this
-/// process has CPUs (online, in its affinity, under its cgroup's limit). A process bound
-/// to one core, or on a host where every core runs something, has none. None where it
-/// cannot be told (not Linux, no `/proc`).
-pub fn idle_core() -> Option<bool> {
-    static USABLE: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-    let usable = (*USABLE.get_or_init(usable))?;
-    let runnable = runnable(&std::fs::read_to_string("/proc/loadavg").ok()?)?;
-    Some(runnable < usable)
-}
-
-/// The CPUs this process may use at once: the online ones, those its affinity allows, and
-/// its cgroup's limit rounded up, whichever is fewest.
-fn usable() -> Option<u32> {
-    // SAFETY: sysconf has no preconditions; -1 means unknown.
-    let online = u32::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) })
-        .ok()
-        .filter(|&n| n > 0)?;
-    let mut n = online;
-    if let Some(a) = affinity_count() {
-        n = n.min(a);
-    }
-    if let Some(l) = cgroup_limit() {
-        n = n.min((l.ceil() as u32).max(1));
-    }
-    Some(n)
-}
-
-/// The runnable tasks of `/proc/loadavg`'s text (`0.52 0.58 0.59 2/345 12345`: the
-/// numerator of the fourth field).
-fn runnable(loadavg: &str) -> Option<u32> {
-    loadavg
-        .split_whitespace()
-        .nth(3)?
-        .split_once('/')?
-        .0
-        .parse()
-        .ok()
-}
-
+/// The tightest CPU limit of the process's cgroup and its ancestors, in CPUs (None: none).
 #[cfg(target_os = "linux")]
-fn affinity_count() -> Option<u32> {
-    // SAFETY: an all-zero cpu_set_t is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: pid 0 is the calling thread; `set` is valid for its size.
-    let ok = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } == 0;
-    // SAFETY: a set sched_getaffinity filled.
-    ok.then(|| unsafe { libc::CPU_COUNT(&set) } as u32)
-}
-
-#[cfg(not(target_os = "linux"))]
-fn affinity_count() -> Option<u32> {
-    None
-}
-
-#[cfg(target_os = "linux")]
-fn cgroup_limit() -> Option<f64> {
+pub fn cgroup_limit() -> Option<f64> {
     let read = |p: &str| std::fs::read_to_string(p).ok();
     limit_from(
         &read("/proc/self/cgroup")?,
@@ -114,7 +61,7 @@ fn cgroup_limit() -> Option<f64> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn cgroup_limit() -> Option<f64> {
+pub fn cgroup_limit() -> Option<f64> {
     None
 }
 
@@ -247,22 +194,6 @@ mod tests {
             ("/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us", "100000\n"),
         ]);
         assert_eq!(limit_from(cgroup, mountinfo, &unlimited), None);
-    }
-
-    #[test]
-    fn the_runnable_count_is_loadavg_s_fourth_field() {
-        assert_eq!(runnable("0.52 0.58 0.59 2/345 12345\n"), Some(2));
-        assert_eq!(runnable("0.52 0.58 0.59 17/2048 9"), Some(17));
-        assert_eq!(runnable("0.52 0.58"), None);
-        assert_eq!(runnable("0.52 0.58 0.59 x/345 1"), None);
-    }
-
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn this_process_has_usable_cpus_and_an_answer_on_idle_cores() {
-        let n = usable().unwrap();
-        assert!(n >= 1 && n <= current().online.unwrap());
-        assert!(idle_core().is_some());
     }
 
     #[cfg(target_os = "linux")]

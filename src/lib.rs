@@ -33,6 +33,7 @@ mod entry_points;
 mod failed_build;
 mod guard;
 mod host_cpus;
+mod idle_cpus;
 mod intercept;
 mod launch_tables;
 mod launches;

@@ -12,8 +12,8 @@
 //! it only where a core is idle: on a busy node the service makes the same compile on a
 //! core the job needs, loading the compiler again in a process of its own, while the job
 //! waits for it at its exit. So under `substitute` with the warm service on, a program
-//! planned when no CPU of the process is idle (`host_cpus::idle_core`) gets the driver's
-//! answer on the devices whose driver's binary the store lacks
+//! planned when no CPU of the process has been idle lately (`idle_cpus`) gets the driver's
+//! answer on the devices for which it would leave the service a request
 //! ([`Action::DriverOnBusyNode`]), unless `CLSHIM_SUBSTITUTE_WHEN_BUSY` says otherwise;
 //! decided once per program and build, so that its sizes and its binaries agree.
 
@@ -178,9 +178,12 @@ pub unsafe fn plan(rt: &'static Runtime, route: Route, program: cl_program) -> O
 }
 
 /// Which of the devices `substitute` would answer get the driver's answer instead: none
-/// where a CPU of this process is idle (or that cannot be told), else each whose driver's
-/// binary the store does not hold for this very build (where it does, a clshim binary
-/// costs nothing later: its loads take that binary).
+/// where a CPU of this process has been idle (or that cannot be told); else each for which
+/// the clshim binary would leave a request for the warm service (a store, a recipe with
+/// its options, a key), unless the store already holds the driver's binary of this very
+/// build (then the clshim binary costs nothing later: its loads take that binary). A
+/// device that would leave no request is substituted as on an idle node: no service would
+/// make anything for it.
 fn busy_node_answers(
     rt: &'static Runtime,
     devices: &[cl_device_id],
@@ -188,27 +191,30 @@ fn busy_node_answers(
     actions: &[Action],
     recipe: Option<&crate::recipe::Recipe>,
 ) -> Vec<bool> {
-    if crate::host_cpus::idle_core() != Some(false) {
-        return vec![false; actions.len()];
+    let none = vec![false; actions.len()];
+    let (Some(store), Some(recipe)) = (
+        crate::store::Store::from_config(&rt.config),
+        recipe.filter(|r| r.options.is_some()),
+    ) else {
+        return none;
+    };
+    if crate::idle_cpus::idle_core() != Some(false) {
+        return none;
     }
-    let store = crate::store::Store::from_config(&rt.config);
-    let recipe = recipe.filter(|r| r.options.is_some());
-    let encoded = recipe.map(|r| r.encode());
+    let encoded = recipe.encode();
     (0..actions.len())
         .map(|i| {
-            if actions[i] != Action::Substitute {
+            let Some(f) = facts[i]
+                .as_ref()
+                .filter(|_| actions[i] == Action::Substitute)
+            else {
                 return false;
-            }
-            let held = match (&store, recipe, &encoded, facts[i].as_ref()) {
-                (Some(store), Some(r), Some(e), Some(f)) => {
-                    // SAFETY: a device of the live program, as its implementation listed it.
-                    unsafe { crate::store::key_for(f, devices[i], r, e) }.is_ok_and(|key| {
-                        matches!(store.lookup(&key), crate::store::Lookup::Found(_))
-                    })
-                }
-                _ => false,
             };
-            !held
+            // SAFETY: a device of the live program, as its implementation listed it.
+            match unsafe { crate::store::key_for(f, devices[i], recipe, &encoded) } {
+                Ok(key) => !matches!(store.lookup(&key), crate::store::Lookup::Found(_)),
+                Err(_) => false,
+            }
         })
         .collect()
 }

@@ -115,7 +115,9 @@ struct Inner {
     loaded: HashMap<usize, Loaded>,
     /// The devices whose binary queries the driver answers because the node was busy when
     /// the program's first one was planned: kept so that every later query of the program
-    /// (its sizes, then its binaries) is answered alike.
+    /// (its sizes, then its binaries) is answered alike, until it is built again. Forgotten
+    /// when a build starts, not when it ends: a query from the build's callback comes
+    /// before the build's end is recorded, and the application's next one after it.
     busy_answers: HashMap<usize, Vec<bool>>,
 }
 
@@ -130,12 +132,12 @@ impl Inner {
             self.recipe_bytes = self.recipe_bytes.saturating_sub(w);
         }
         self.refused.remove(&key);
-        self.busy_answers.remove(&key);
     }
 
     fn forget_extras(&mut self, key: usize) {
         self.drop_recipe(key);
         self.loaded.remove(&key);
+        self.busy_answers.remove(&key);
     }
 }
 
@@ -276,8 +278,13 @@ impl Registry {
             .map(|(r, _)| r.clone())
     }
 
+    /// A build, compile or link of `program` starts: its binary queries are decided anew.
+    pub fn build_started(&self, program: cl_program) {
+        self.inner.lock().busy_answers.remove(&(program as usize));
+    }
+
     /// Which devices' binary queries of `program` the driver answers, decided at its first
-    /// query since it was built, or `decide`d now (and kept) if none was planned yet.
+    /// query since its build started, or `decide`d now (and kept) if none was planned yet.
     pub fn busy_answers(
         &self,
         program: cl_program,
@@ -312,7 +319,7 @@ mod tests {
     use super::*;
 
     /// A program's sizes and binaries are answered alike: the first query's decision holds
-    /// until the program is built again or released.
+    /// until the program's next build starts, or it is released.
     #[test]
     fn a_busy_node_decision_holds_for_the_program_until_it_is_built_again() {
         use crate::recipe::Text;
@@ -323,6 +330,12 @@ mod tests {
         assert_eq!(r.busy_answers(p, || unreachable!("decided")), [true]);
         let recipe = Arc::new(Recipe::built(Text::Source(b"k".to_vec()), Vec::new()));
         assert!(r.set_recipe(p, recipe));
+        assert_eq!(
+            r.busy_answers(p, || unreachable!("decided")),
+            [true],
+            "a build's end (after its callback's query) keeps it"
+        );
+        r.build_started(p);
         assert_eq!(r.busy_answers(p, || vec![false]), [false], "built again");
         r.released(p);
         assert_eq!(r.busy_answers(p, || vec![true]), [true], "released");

@@ -48,6 +48,13 @@ fn init(route: Route) -> Runtime {
             "clshim: internal error ({info}); unless the process aborts here, the call is forwarded unchanged"
         ));
     }));
+    if config.binaries == crate::config::BinaryPolicy::Substitute
+        && config.warm_service
+        && !config.substitute_when_busy
+    {
+        // The first look at the CPUs' idle time: the first program's build is its window.
+        crate::idle_cpus::start();
+    }
     let recorder = Recorder::new(&config, route.mode_name());
     crate::logger::install(&config.log_filter, recorder.rank());
     // SAFETY: registering plain extern "C" functions with no captured state.

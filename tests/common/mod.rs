@@ -113,9 +113,10 @@ pub fn clear_shim_env(cmd: &mut Command, keep: &[&str]) {
 /// moment, so tests get clshim binaries wherever they ask for `substitute`, except those
 /// that set the variable themselves (tests/policy/busy_node.rs).
 pub fn substitute_when_busy(cmd: &mut Command) {
+    // `get_envs` also lists the variables removed from the command (with no value).
     if !cmd
         .get_envs()
-        .any(|(k, _)| k == "CLSHIM_SUBSTITUTE_WHEN_BUSY")
+        .any(|(k, v)| k == "CLSHIM_SUBSTITUTE_WHEN_BUSY" && v.is_some())
     {
         cmd.env("CLSHIM_SUBSTITUTE_WHEN_BUSY", "1");
     }

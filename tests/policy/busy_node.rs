@@ -4,41 +4,33 @@
 //! holds its driver's binary; its sizes and binaries agree, nothing is left for the service,
 //! the exit line says so, and the application's kept binary loads as pocl's own. With the
 //! variable set, or the warm service off, the query is substituted as on an idle node.
-//! The node is made busy by spinning threads of the test process, one more than it has
-//! CPUs; every other test of the suite sets the variable (`substitute_when_busy`).
+//! The process is made busy by binding it to one CPU (`taskset`): its own build keeps that
+//! CPU busy, and no other is its. Every other test of the suite sets the variable
+//! (`substitute_when_busy`).
 
 use crate::common::*;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 fn client() -> PathBuf {
     build_c("native_client", &[])
 }
 
-/// Runs `f` while more threads spin than this process has CPUs.
-fn while_busy<T>(f: impl FnOnce() -> T) -> T {
-    let n = std::thread::available_parallelism().map_or(2, |n| n.get()) + 1;
-    let stop = Arc::new(AtomicBool::new(false));
-    let spinners: Vec<_> = (0..n)
-        .map(|_| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    std::hint::spin_loop();
-                }
-            })
-        })
-        .collect();
-    let out = f();
-    stop.store(true, Ordering::Relaxed);
-    for s in spinners {
-        s.join().unwrap();
-    }
-    out
+/// `taskset -c CPU BIN ARGS`: `bin` bound to the first CPU this test may run on.
+fn pinned(bin: &Path, args: &[&str]) -> (PathBuf, Vec<String>) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let allowed = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim();
+    let first: String = allowed.chars().take_while(char::is_ascii_digit).collect();
+    let mut v = vec!["-c".to_string(), first, s(bin).to_string()];
+    v.extend(args.iter().map(|a| a.to_string()));
+    (PathBuf::from("taskset"), v)
 }
 
-/// `--save=FILE` of the client under `substitute`, with the warm service on and `extra`.
+/// `--save=FILE` of the client under `substitute`, bound to one CPU, with the warm service
+/// on and `extra`.
 fn save(bin: &Path, d: &Scratch, file: &Path, store: &str, extra: &[(&str, &str)]) -> Ran {
     let kc = d.path("kc");
     let save = format!("--save={}", s(file));
@@ -50,7 +42,9 @@ fn save(bin: &Path, d: &Scratch, file: &Path, store: &str, extra: &[(&str, &str)
         ("POCL_CACHE_DIR", s(&kc)),
     ];
     env.extend_from_slice(extra);
-    let r = shimmed(Driver::Pocl, bin, &[save.as_str()], &env);
+    let (taskset, args) = pinned(bin, &[save.as_str()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let r = shimmed(Driver::Pocl, &taskset, &args, &env);
     r.ok().has_line("saved");
     r
 }
@@ -79,7 +73,7 @@ fn on_a_busy_node_the_driver_answers_and_its_binary_loads_as_without_clshim() {
     let d = scratch("busy-node");
     let store = d.path("store");
     let file = d.path("saved.bin");
-    let r = while_busy(|| save(&bin, &d, &file, s(&store), &[]));
+    let r = save(&bin, &d, &file, s(&store), &[]);
     assert_eq!(
         actions(&r),
         ["driver-on-busy-node", "driver-on-busy-node"],
@@ -116,20 +110,29 @@ fn on_a_busy_node_the_driver_answers_and_its_binary_loads_as_without_clshim() {
     );
 }
 
-/// `CLSHIM_SUBSTITUTE_WHEN_BUSY=1`, or the warm service off, substitutes on a busy node too.
+/// A busy process substitutes where asked to (`CLSHIM_SUBSTITUTE_WHEN_BUSY=1`: the service
+/// makes the driver's binary), with the warm service off (the request waits for `clshim
+/// warm`), and where no request could be left (no store: nothing for a service to make).
 #[test]
-fn asked_to_or_with_the_service_off_a_busy_node_substitutes() {
+fn asked_to_with_the_service_off_or_with_no_store_a_busy_process_substitutes() {
     let bin = client();
-    for (what, extra) in [
-        ("asked to", ("CLSHIM_SUBSTITUTE_WHEN_BUSY", "1")),
-        ("service off", ("CLSHIM_WARM_SERVICE", "0")),
+    for (what, store, extra, left) in [
+        ("asked to", true, ("CLSHIM_SUBSTITUTE_WHEN_BUSY", "1"), 0),
+        ("service off", true, ("CLSHIM_WARM_SERVICE", "0"), 1),
+        ("no store", false, ("CLSHIM_SUBSTITUTE_WHEN_BUSY", "0"), 0),
     ] {
         let d = scratch("busy-node-substitutes");
         let file = d.path("saved.bin");
-        // No store: nothing for a service to make, so nothing to wait for at exit.
-        let r = while_busy(|| save(&bin, &d, &file, "off", &[extra]));
+        let dir = d.path("store");
+        let named = if store { s(&dir) } else { "off" };
+        let r = save(&bin, &d, &file, named, &[extra]);
         assert_eq!(actions(&r), ["substitute", "substitute"], "{what}");
-        assert!(!exit_line(&r).contains("answered by the driver"), "{what}");
+        let line = exit_line(&r);
+        assert!(!line.contains("answered by the driver"), "{what}: {line}");
+        assert_eq!(requests(&dir).len(), left, "{what}: {line}");
+        if what == "asked to" {
+            assert!(line.contains("warm service made the driver's binaries"), "{line}");
+        }
     }
 }
 
@@ -158,7 +161,7 @@ fn a_busy_node_substitutes_where_the_store_holds_the_drivers_binary() {
     assert_eq!(entries(&store).len(), 1);
 
     let again = d.path("again.bin");
-    let r = while_busy(|| save(&bin, &d, &again, s(&store), &[]));
+    let r = save(&bin, &d, &again, s(&store), &[]);
     assert_eq!(
         actions(&r),
         ["substitute", "substitute"],
