@@ -19,6 +19,7 @@
 
 mod address_table;
 mod app_args;
+mod binary_answer;
 mod binary_load;
 mod builds;
 mod cache_dirs;

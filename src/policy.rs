@@ -6,7 +6,9 @@
 //! recipe clshim refused to record); every other device
 //! gets the implementation's own answer. When no device needs the implementation, it is
 //! not asked at all, and that is what spares pocl its second compile. Whatever is answered,
-//! the sizes and the binaries the application receives agree.
+//! the sizes and the binaries the application receives agree: the answer is decided at a
+//! program's first query since its build started and kept for its later ones
+//! (`binary_answer`).
 //!
 //! A clshim binary defers pocl's generic compile to the node's warm service, which is worth
 //! it only where a core is idle: on a busy node the service makes the same compile on a
@@ -17,6 +19,7 @@
 //! ([`Action::DriverOnBusyNode`]), unless `CLSHIM_SUBSTITUTE_WHEN_BUSY` says otherwise;
 //! decided once per program and build, so that its sizes and its binaries agree.
 
+use crate::binary_answer::{Action, Answering};
 use crate::cl::*;
 use crate::config::BinaryPolicy;
 use crate::container;
@@ -30,60 +33,35 @@ use crate::schema::{self};
 use std::ffi::c_void;
 use std::sync::Arc;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
-    Forward,
-    Suppress,
-    Substitute,
-    /// The driver answers a query `substitute` would have answered: the node had no idle
-    /// core for the warm service when the program's first query was planned.
-    DriverOnBusyNode,
-}
-
-impl Action {
-    fn name(self) -> &'static str {
-        match self {
-            Action::Forward => "forward",
-            Action::Suppress => "suppress",
-            Action::Substitute => "substitute",
-            Action::DriverOnBusyNode => "driver-on-busy-node",
-        }
-    }
-
-    /// The implementation answers this device's query.
-    fn by_driver(self) -> bool {
-        matches!(self, Action::Forward | Action::DriverOnBusyNode)
-    }
-}
-
 /// How one binary query will be answered.
 pub struct Plan {
     program: ProgramInfo,
     facts: Vec<Option<Arc<DeviceFacts>>>,
-    actions: Vec<Action>,
-    /// The clshim binary for each substituted device (fingerprints differ per device).
-    substitutes: Vec<Option<Vec<u8>>>,
-    /// The program's devices, and the recipe its clshim binaries carry (None for a
-    /// source-only binary): what a request to the native store names.
+    /// The program's answer while its build stands (the same for every query of it).
+    answering: Arc<Answering>,
+    /// The program's devices: what a request to the native store names.
     devices: Vec<cl_device_id>,
-    recipe: Option<Arc<crate::recipe::Recipe>>,
 }
 
 impl Plan {
     fn n(&self) -> usize {
-        self.actions.len()
+        self.answering.actions.len()
+    }
+
+    fn actions(&self) -> &[Action] {
+        &self.answering.actions
     }
 
     fn any_forward(&self) -> bool {
-        self.actions.iter().any(|a| a.by_driver())
+        self.actions().iter().any(|a| a.by_driver())
     }
 
     /// The size clshim reports for device `i` (None when the implementation answers).
     fn own_size(&self, i: usize) -> Option<usize> {
-        match self.actions[i] {
+        match self.actions()[i] {
             Action::Forward | Action::DriverOnBusyNode => None,
             Action::Suppress => Some(0),
-            Action::Substitute => self.substitutes[i].as_ref().map(Vec::len),
+            Action::Substitute => self.answering.substitutes[i].as_ref().map(Vec::len),
         }
     }
 }
@@ -101,6 +79,36 @@ pub unsafe fn plan(rt: &'static Runtime, route: Route, program: cl_program) -> O
         .iter()
         .map(|&d| unsafe { rt.devices.get(route, d) })
         .collect();
+    let answering = rt.programs.answering(program, || {
+        // SAFETY: as for this function.
+        unsafe { decide(rt, route, program, &info, &devices, &facts) }
+    });
+    if answering.actions.len() != devices.len() {
+        return None;
+    }
+    Some(Plan {
+        program: info,
+        facts,
+        answering,
+        devices,
+    })
+}
+
+/// How the binary queries of `program` (whose registry entry is `info`, its devices
+/// `devices` with their `facts`) are answered while its build stands, and whether that is
+/// settled: not while a device the policy applies to is not built yet (a query during an
+/// asynchronous build, which the implementation refuses).
+///
+/// # Safety
+/// `program` must be live and reachable through `route`.
+unsafe fn decide(
+    rt: &'static Runtime,
+    route: Route,
+    program: cl_program,
+    info: &ProgramInfo,
+    devices: &[cl_device_id],
+    facts: &[Option<Arc<DeviceFacts>>],
+) -> (Answering, bool) {
     let policy = rt.config.binaries;
     let mut source: Option<Option<Vec<u8>>> = None; // fetched once, only if needed
     let recipe = if policy == BinaryPolicy::Substitute {
@@ -112,6 +120,7 @@ pub unsafe fn plan(rt: &'static Runtime, route: Route, program: cl_program) -> O
     let refused = recipe.is_none()
         && policy == BinaryPolicy::Substitute
         && rt.programs.recipe_refused(program);
+    let mut settled = true;
     let mut actions = Vec::with_capacity(devices.len());
     let mut substitutes = Vec::with_capacity(devices.len());
     for (i, &device) in devices.iter().enumerate() {
@@ -121,12 +130,11 @@ pub unsafe fn plan(rt: &'static Runtime, route: Route, program: cl_program) -> O
             .unwrap_or(false);
         let mut action = Action::Forward;
         let mut substitute = None;
-        let answerable = selected
-            && policy != BinaryPolicy::Pass
-            && !refused
-            // SAFETY: the live program and one of its devices.
-            && unsafe { query::built_for(route, program, device) };
-        if answerable {
+        let applies = selected && policy != BinaryPolicy::Pass && !refused;
+        // SAFETY: the live program and one of its devices.
+        let built = applies && unsafe { query::built_for(route, program, device) };
+        settled &= built || !applies;
+        if built {
             match policy {
                 BinaryPolicy::Suppress => action = Action::Suppress,
                 BinaryPolicy::Substitute if recipe.is_some() => {
@@ -157,24 +165,20 @@ pub unsafe fn plan(rt: &'static Runtime, route: Route, program: cl_program) -> O
         && rt.config.warm_service
         && !rt.config.substitute_when_busy
     {
-        let by_driver = rt.programs.busy_answers(program, || {
-            busy_node_answers(rt, &devices, &facts, &actions, recipe.as_deref())
-        });
-        for (i, driver) in by_driver.into_iter().enumerate().take(actions.len()) {
-            if driver && actions[i] == Action::Substitute {
+        let by_driver = busy_node_answers(rt, devices, facts, &actions, recipe.as_deref());
+        for (i, driver) in by_driver.into_iter().enumerate() {
+            if driver {
                 actions[i] = Action::DriverOnBusyNode;
                 substitutes[i] = None;
             }
         }
     }
-    Some(Plan {
-        program: info,
-        facts,
+    let answering = Answering {
         actions,
         substitutes,
-        devices,
         recipe,
-    })
+    };
+    (answering, settled)
 }
 
 /// Which of the devices `substitute` would answer get the driver's answer instead: none
@@ -270,7 +274,7 @@ impl Query {
     pub fn forwards_all(&self) -> bool {
         self.plan
             .as_ref()
-            .map(|p| p.actions.iter().all(|a| a.by_driver()))
+            .map(|p| p.actions().iter().all(|a| a.by_driver()))
             .unwrap_or(true)
     }
 
@@ -340,7 +344,7 @@ impl Query {
         if app_binaries.len() != n {
             return Err(CL_INVALID_VALUE);
         }
-        let forwarded = |i: usize| plan.actions[i].by_driver();
+        let forwarded = |i: usize| plan.actions()[i].by_driver();
         if (0..n).any(|i| forwarded(i) && !app_binaries[i].is_null()) {
             // The devices clshim answers get a scratch buffer of the driver's own size, not a
             // NULL entry: pocl 3.1 does not skip NULL entries of CL_PROGRAM_BINARIES, it
@@ -381,6 +385,7 @@ impl Query {
             }
         }
         let binaries: Vec<(usize, Vec<u8>)> = plan
+            .answering
             .substitutes
             .iter()
             .enumerate()
@@ -428,7 +433,12 @@ fn request_native(rt: &'static Runtime, plan: &Plan, binaries: &[(usize, Vec<u8>
     if rt.config.native_store.is_none() {
         return;
     }
-    let Some(recipe) = plan.recipe.as_ref().filter(|r| r.options.is_some()) else {
+    let Some(recipe) = plan
+        .answering
+        .recipe
+        .as_ref()
+        .filter(|r| r.options.is_some())
+    else {
         return;
     };
     let encoded = recipe.encode();
@@ -454,7 +464,7 @@ fn record_query(
     ret: cl_int,
     sizes: Option<Vec<Option<usize>>>,
 ) {
-    let actions: Vec<Action> = plan.map(|p| p.actions.clone()).unwrap_or_default();
+    let actions: Vec<Action> = plan.map(|p| p.actions().to_vec()).unwrap_or_default();
     let action = match actions.first() {
         None => "forward",
         Some(a) if actions.iter().all(|b| b == a) => a.name(),

@@ -6,8 +6,11 @@
 //! recipe (what it was made from, to write into its clshim binary) and, for programs
 //! clshim recreated from a clshim binary, how it must answer for them (`Loaded`), and
 //! which programs have a recipe clshim refused to write (their binary queries get the
-//! implementation's answer); all go with the entry, and recipes are bounded in total size.
+//! implementation's answer), and how its binary queries are answered while its build
+//! stands (`binary_answer`); all go with the entry, and recipes and answers are bounded in
+//! total size.
 
+use crate::binary_answer::Answering;
 use crate::cl::cl_program;
 use crate::lock::{ForkOrder, Lock};
 use crate::recipe::Recipe;
@@ -18,6 +21,9 @@ use std::sync::Arc;
 /// The most bytes of recipes kept at once; past it, new programs get no recipe (and their
 /// binary queries the implementation's answer or a source-only binary).
 pub const MAX_RECIPE_BYTES: usize = 256 << 20;
+/// The bound on the clshim binaries kept for programs' later queries: beyond it, a query is
+/// planned afresh (the same answer, but for a query from inside a build's callback).
+pub const MAX_ANSWERING_BYTES: usize = 256 << 20;
 
 /// What clshim owes the application for a program it recreated from a clshim binary.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,12 +119,12 @@ struct Inner {
     recipe_bytes: usize,
     refused: std::collections::HashSet<usize>,
     loaded: HashMap<usize, Loaded>,
-    /// The devices whose binary queries the driver answers because the node was busy when
-    /// the program's first one was planned: kept so that every later query of the program
-    /// (its sizes, then its binaries) is answered alike, until it is built again. Forgotten
-    /// when a build starts, not when it ends: a query from the build's callback comes
-    /// before the build's end is recorded, and the application's next one after it.
-    busy_answers: HashMap<usize, Vec<bool>>,
+    /// How each program's binary queries are answered while its build stands, and the
+    /// bytes that holds (bounded: beyond it an answer is planned afresh at each query).
+    /// Forgotten when a build starts, not when it ends: a query from the build's callback
+    /// comes before the build's end is recorded, and the application's next one after it.
+    answering: HashMap<usize, Arc<Answering>>,
+    answering_bytes: usize,
 }
 
 impl Inner {
@@ -137,7 +143,13 @@ impl Inner {
     fn forget_extras(&mut self, key: usize) {
         self.drop_recipe(key);
         self.loaded.remove(&key);
-        self.busy_answers.remove(&key);
+        self.forget_answering(key);
+    }
+
+    fn forget_answering(&mut self, key: usize) {
+        if let Some(a) = self.answering.remove(&key) {
+            self.answering_bytes = self.answering_bytes.saturating_sub(a.weight());
+        }
     }
 }
 
@@ -280,28 +292,36 @@ impl Registry {
 
     /// A build, compile or link of `program` starts: its binary queries are decided anew.
     pub fn build_started(&self, program: cl_program) {
-        self.inner.lock().busy_answers.remove(&(program as usize));
+        self.inner.lock().forget_answering(program as usize);
     }
 
-    /// Which devices' binary queries of `program` the driver answers, decided at its first
-    /// query since its build started, or `decide`d now (and kept) if none was planned yet.
-    pub fn busy_answers(
+    /// How `program`'s binary queries are answered: as at its first query since its build
+    /// started, or as `decide` says now, kept (within the bound) when it says to keep it.
+    /// Decided outside the lock (it asks the implementation, reads /proc and the store); a
+    /// query of the same program on another thread at once keeps whichever came first.
+    pub fn answering(
         &self,
         program: cl_program,
-        decide: impl FnOnce() -> Vec<bool>,
-    ) -> Vec<bool> {
-        if let Some(v) = self.inner.lock().busy_answers.get(&(program as usize)) {
-            return v.clone();
+        decide: impl FnOnce() -> (Answering, bool),
+    ) -> Arc<Answering> {
+        if let Some(a) = self.inner.lock().answering.get(&(program as usize)) {
+            return a.clone();
         }
-        // Decided outside the lock (it reads /proc and the store); a query of the same
-        // program at once on another thread keeps whichever was decided first.
-        let v = decide();
-        self.inner
-            .lock()
-            .busy_answers
-            .entry(program as usize)
-            .or_insert(v)
-            .clone()
+        let (answer, keep) = decide();
+        let answer = Arc::new(answer);
+        if !keep {
+            return answer;
+        }
+        let mut inner = self.inner.lock();
+        if let Some(a) = inner.answering.get(&(program as usize)) {
+            return a.clone();
+        }
+        let w = answer.weight();
+        if inner.answering_bytes + w <= MAX_ANSWERING_BYTES {
+            inner.answering_bytes += w;
+            inner.answering.insert(program as usize, answer.clone());
+        }
+        answer
     }
 
     pub fn set_loaded(&self, program: cl_program, loaded: Loaded) {
@@ -317,28 +337,46 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::binary_answer::Action;
+    use crate::recipe::Text;
 
-    /// A program's sizes and binaries are answered alike: the first query's decision holds
-    /// until the program's next build starts, or it is released.
+    fn answer(n: usize) -> Answering {
+        Answering {
+            actions: vec![Action::Substitute],
+            substitutes: vec![Some(vec![0u8; n])],
+            recipe: None,
+        }
+    }
+
+    /// A program's sizes and binaries are answered alike: the first query's answer holds
+    /// until the program's next build starts, or it is released; one not to keep is not.
     #[test]
-    fn a_busy_node_decision_holds_for_the_program_until_it_is_built_again() {
-        use crate::recipe::Text;
+    fn an_answer_holds_for_the_program_until_its_next_build() {
         let r = Registry::default();
         let p = 0x2000 as cl_program;
         r.created(p, Origin::Source, None, None);
-        assert_eq!(r.busy_answers(p, || vec![true]), [true]);
-        assert_eq!(r.busy_answers(p, || unreachable!("decided")), [true]);
+        let len = |a: Arc<Answering>| a.substitutes[0].as_ref().unwrap().len();
+        assert_eq!(len(r.answering(p, || (answer(3), false))), 3);
+        assert_eq!(len(r.answering(p, || (answer(4), true))), 4, "not kept");
+        assert_eq!(len(r.answering(p, || unreachable!("kept"))), 4);
         let recipe = Arc::new(Recipe::built(Text::Source(b"k".to_vec()), Vec::new()));
         assert!(r.set_recipe(p, recipe));
         assert_eq!(
-            r.busy_answers(p, || unreachable!("decided")),
-            [true],
+            len(r.answering(p, || unreachable!("kept"))),
+            4,
             "a build's end (after its callback's query) keeps it"
         );
         r.build_started(p);
-        assert_eq!(r.busy_answers(p, || vec![false]), [false], "built again");
+        assert_eq!(len(r.answering(p, || (answer(5), true))), 5, "built again");
         r.released(p);
-        assert_eq!(r.busy_answers(p, || vec![true]), [true], "released");
+        assert_eq!(len(r.answering(p, || (answer(6), true))), 6, "released");
+        let big = r.answering(0x3000 as cl_program, || (answer(MAX_ANSWERING_BYTES), true));
+        assert_eq!(len(big), MAX_ANSWERING_BYTES);
+        assert_eq!(
+            len(r.answering(0x3000 as cl_program, || (answer(1), true))),
+            1,
+            "beyond the bound: planned afresh"
+        );
     }
 
     #[test]

@@ -131,7 +131,10 @@ fn asked_to_with_the_service_off_or_with_no_store_a_busy_process_substitutes() {
         assert!(!line.contains("answered by the driver"), "{what}: {line}");
         assert_eq!(requests(&dir).len(), left, "{what}: {line}");
         if what == "asked to" {
-            assert!(line.contains("warm service made the driver's binaries"), "{line}");
+            assert!(
+                line.contains("warm service made the driver's binaries"),
+                "{line}"
+            );
         }
     }
 }

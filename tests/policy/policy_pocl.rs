@@ -348,3 +348,18 @@ fn pocl_null_entry_skipped_when_clshim_answers() {
         assert_eq!(q[0]["action"], p, "{}", q[0]);
     }
 }
+
+/// A program's sizes asked from inside its build callback (before clBuildProgram returns
+/// and before clshim records the build's recipe) and its binaries after the return, into
+/// a buffer of the size the callback was told: under every policy what the application is
+/// handed fits what it was told. Under `substitute` the callback's plan (a source-only
+/// clshim binary) and the later one (a binary with the recipe) differed in size until the
+/// answer was kept per program and build: 64 bytes past the buffer were overwritten.
+#[test]
+fn a_program_asked_for_its_sizes_in_its_build_callback_gets_binaries_that_fit() {
+    let bin = build_c("callback_query", &[]);
+    for p in ["pass", "suppress", "substitute"] {
+        let r = shimmed(Driver::Pocl, &bin, &[], &[policy(p)]);
+        r.ok().has_line("sizes agree, guard bytes intact");
+    }
+}
