@@ -66,7 +66,8 @@ impl Plan {
     }
 }
 
-/// Decides, device by device, how to answer a binary query on `program`.
+/// How a binary query on `program` is answered: as its build's first query was ([`decide`],
+/// kept by the program registry), with the facts of its devices for the record.
 ///
 /// # Safety
 /// `program` must be live and reachable through `route`.
