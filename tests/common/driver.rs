@@ -168,7 +168,6 @@ pub fn run_on(driver: Driver, bin: &Path, args: &[&str], env: &[(&str, &str)], s
     for (k, v) in env {
         cmd.env(k, v);
     }
-    super::substitute_when_busy(&mut cmd);
     if shim {
         cmd.env("CLSHIM_TRACE_DIR", &traces);
     }

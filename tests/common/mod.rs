@@ -160,6 +160,15 @@ pub fn run(mut cmd: Command, preload: bool) -> Output {
     cmd.output().expect("spawn test command")
 }
 
+/// The exit line clshim printed for the command's one process (`clshim: pid ...`).
+pub fn exit_line(o: &Output) -> String {
+    let e = stderr(o);
+    e.lines()
+        .find(|l| l.starts_with("clshim: pid"))
+        .unwrap_or_else(|| panic!("no exit line in:\n{e}"))
+        .to_string()
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

@@ -44,7 +44,6 @@ fn command(bin: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    substitute_when_busy(&mut cmd);
     cmd
 }
 

@@ -391,11 +391,7 @@ fn exit_summary_counts_overlapping_first_launches_once() {
     assert!(latest_start < earliest_end, "{spans:?}");
     let own: f64 = spans.iter().map(|s| s.1 - s.0).sum();
     let union = spans.iter().map(|s| s.1).fold(f64::MIN, f64::max) - spans[0].0;
-    let text = stderr(&out);
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("clshim: pid"))
-        .unwrap_or_else(|| panic!("no summary:\n{text}"));
+    let line = exit_line(&out);
     let said: f64 = line
         .split(", 6 first launches ")
         .nth(1)

@@ -56,14 +56,6 @@ fn actions(r: &Ran) -> Vec<String> {
         .collect()
 }
 
-fn exit_line(r: &Ran) -> String {
-    let e = String::from_utf8_lossy(&r.out.stderr).to_string();
-    e.lines()
-        .find(|l| l.starts_with("clshim: pid"))
-        .unwrap_or_else(|| panic!("no exit line: {e}"))
-        .to_string()
-}
-
 /// On a busy node the driver answers both queries of the program (sizes, then binaries),
 /// no request is left, the exit line says why, and the application's binary is pocl's own:
 /// it loads, under clshim and without it, as the driver's.
@@ -78,10 +70,10 @@ fn on_a_busy_node_the_driver_answers_and_its_binary_loads_as_without_clshim() {
         actions(&r),
         ["driver-on-busy-node", "driver-on-busy-node"],
         "{}",
-        exit_line(&r)
+        exit_line(&r.out)
     );
     assert!(requests(&store).is_empty(), "{:?}", requests(&store));
-    let line = exit_line(&r);
+    let line = exit_line(&r.out);
     assert!(
         line.contains("2 answered by the driver (no core was idle"),
         "{line}"
@@ -103,7 +95,7 @@ fn on_a_busy_node_the_driver_answers_and_its_binary_loads_as_without_clshim() {
     with.ok();
     assert_eq!(with.stdout(), without.stdout());
     assert_eq!(with.one("binary_load")["action"], "forward");
-    let line = exit_line(&with);
+    let line = exit_line(&with.out);
     assert!(
         line.contains("1 binary loads (0 rejected): 1 the driver's own binaries"),
         "{line}"
@@ -127,7 +119,7 @@ fn asked_to_with_the_service_off_or_with_no_store_a_busy_process_substitutes() {
         let named = if store { s(&dir) } else { "off" };
         let r = save(&bin, &d, &file, named, &[extra]);
         assert_eq!(actions(&r), ["substitute", "substitute"], "{what}");
-        let line = exit_line(&r);
+        let line = exit_line(&r.out);
         assert!(!line.contains("answered by the driver"), "{what}: {line}");
         assert_eq!(requests(&dir).len(), left, "{what}: {line}");
         if what == "asked to" {
@@ -169,7 +161,7 @@ fn a_busy_node_substitutes_where_the_store_holds_the_drivers_binary() {
         actions(&r),
         ["substitute", "substitute"],
         "{}",
-        exit_line(&r)
+        exit_line(&r.out)
     );
     assert!(requests(&store).is_empty());
     assert_eq!(
