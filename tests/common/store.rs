@@ -18,6 +18,15 @@ pub fn program_cache_command(program: &Path, mode: Option<&str>, traces: &Path) 
     c
 }
 
+/// `clshim warm` on `store` with the test's library, and `env`.
+pub fn warm_out(store: &Path, env: &[(&str, &str)]) -> std::process::Output {
+    let lib = super::shim_path();
+    super::clshim_out(
+        &["warm", "--store", super::s(store), "--lib", super::s(&lib)],
+        env,
+    )
+}
+
 /// The files of `dir` whose names end with `suffix`, sorted.
 pub fn store_files(dir: &Path, suffix: &str) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)

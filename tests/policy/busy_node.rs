@@ -150,8 +150,7 @@ fn a_busy_node_substitutes_where_the_store_holds_the_drivers_binary() {
         ],
     );
     assert_eq!(requests(&store).len(), 1);
-    let lib = shim_path();
-    let out = clshim_out(&["warm", "--store", s(&store), "--lib", s(&lib)], &[]);
+    let out = warm_out(&store, &[]);
     assert!(out.status.success(), "clshim warm: {}", stderr(&out));
     assert_eq!(entries(&store).len(), 1);
 

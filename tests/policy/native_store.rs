@@ -26,8 +26,7 @@ fn env<'a>(store: &'a str, kcache: &'a str) -> Vec<(&'a str, &'a str)> {
 }
 
 fn warm(store: &Path) -> Output {
-    let lib = shim_path();
-    let out = clshim_out(&["warm", "--store", s(store), "--lib", s(&lib)], &[]);
+    let out = warm_out(store, &[]);
     assert!(out.status.success(), "clshim warm: {}", stderr(&out));
     out
 }

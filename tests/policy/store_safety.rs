@@ -24,11 +24,6 @@ fn client() -> PathBuf {
     build_c("native_client", &[])
 }
 
-fn warm_out(store: &Path, env: &[(&str, &str)]) -> std::process::Output {
-    let lib = shim_path();
-    clshim_out(&["warm", "--store", s(store), "--lib", s(&lib)], env)
-}
-
 /// A `substitute` run of the native client that saves its binary to `file`, leaving a
 /// request in `store` (`warm`) or not.
 fn save(bin: &Path, d: &Scratch, store: &Path, file: &Path, extra: &[(&str, &str)]) -> Ran {
