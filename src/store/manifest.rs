@@ -6,7 +6,8 @@
 //! found absent (a header that appears later earlier on the search path is another
 //! build), every folder and link looked at, and which names were one file (`#pragma
 //! once`). The driver's own files (what a compile of an empty kernel reads: pocl's and
-//! clang's headers, the kernel library) are checked by kind, length and modification time.
+//! clang's headers, and where the builds link, the kernel library) are checked by kind,
+//! length and modification time.
 //!
 //! A compile that cannot stand for later builds is refused, with why: one that changed
 //! files outside pocl's cache folder, read from `/proc`, `/sys` or a device, met an error
@@ -75,6 +76,13 @@ impl DriverFiles {
             }
         }
         DriverFiles { found }
+    }
+
+    /// Adds `other`'s files, where this list has none of the name.
+    pub fn add(&mut self, other: &DriverFiles) {
+        for (path, m) in &other.found {
+            self.found.entry(path.clone()).or_insert(*m);
+        }
     }
 
     /// The driver's files as a manifest of absolute names (each checked by its status), to
@@ -403,9 +411,10 @@ pub fn from_record(
         });
     }
     // Every one of the driver's own files, also those this compile did not read: a worker
-    // loads pocl's kernel library once, at its first compile, so no later entry's compile
-    // reads it, yet each program is linked with it. A library reinstalled under the same
-    // libpocl is then another build.
+    // loads pocl's kernel library once, at its first link, so no later entry's compile
+    // reads it, yet each program is linked with it. Where the list is the front end's
+    // alone, the kernel library is the driver build's in the key (libpocl carries the
+    // SHA-1 of every kernel library it installs, and so does pocl's own cache key).
     let read: std::collections::HashSet<&[u8]> = items
         .iter()
         .filter(|it| it.base == Base::Absolute && it.follow)

@@ -16,7 +16,8 @@
 //! compile of each program from the application's kernel cache when that holds it, so the
 //! source build is the cache hit it was for the application and only the generic compile
 //! of the binary query is new. The driver's own files are those a compile of an empty
-//! kernel reads, learnt once per driver build and kept in the store.
+//! kernel reads (without its link, unless the builds link: `Depth`), learnt once per
+//! driver build and kept in the store.
 //!
 //! It reads only the user's own store (`files`), and requests only of the variables a warm
 //! step sets (`Request::decode`). For each request of its group: claim it (an exclusive
@@ -363,6 +364,24 @@ unsafe fn payload_of(
     })
 }
 
+/// How much of what the driver reads for any program a list of its files holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Depth {
+    /// What its front end reads: an empty kernel compiled without its link
+    /// (`clCompileProgram`; pocl's headers). Enough for a build that pocl finds in its
+    /// kernel cache, as the worker's builds are (the tracer seeds pocl's cache folder from
+    /// the application's), which links nothing: pocl's kernel library, which only a link
+    /// reads, is vouched for by the driver build in the key, as in pocl's own cache key
+    /// (pocl 0.13 and later build the SHA-1 of every kernel library they install into
+    /// libpocl, `POCL_KERNELLIB_SHA1`, so another library is another libpocl).
+    FrontEnd,
+    /// That and what a link reads: an empty kernel built (`clBuildProgram`), for builds
+    /// that link (a program the application's cache does not hold, a linked recipe), whose
+    /// kernel library then is one of the driver's files, checked by its status, rather
+    /// than a file whose content each load hashes (about 9 MB with pocl 3.1).
+    Linked,
+}
+
 /// Where the worker's compiles happen: pocl's private cache folder (the worker's
 /// `POCL_CACHE_DIR`), the application's kernel cache the requests' group names, and what
 /// the driver reads for any program.
@@ -370,8 +389,13 @@ struct Workspace {
     own: PathBuf,
     theirs: PathBuf,
     recorder: Recorder,
-    /// What each driver build reads for any program, once learnt (or why it cannot be).
-    driver: std::collections::HashMap<u64, Result<DriverFiles, String>>,
+    /// What each driver build reads for any program, once learnt (or why it cannot be),
+    /// and how much of it.
+    driver: std::collections::HashMap<u64, (Depth, Result<DriverFiles, String>)>,
+    /// Whether a compile of this process has linked: pocl keeps its kernel library once
+    /// loaded, so no later link of the process reads it, and a list learnt by one would
+    /// lack it.
+    linked: bool,
 }
 
 impl Workspace {
@@ -393,7 +417,7 @@ impl Workspace {
     /// # Safety
     /// `ctx` is a valid context of `device`.
     unsafe fn watched(
-        &self,
+        &mut self,
         ctx: cl_context,
         device: cl_device_id,
         recipe: &Recipe,
@@ -405,20 +429,40 @@ impl Workspace {
         // SAFETY: this function's contract.
         let program = unsafe { make(ctx, device, recipe) };
         let rec = self.recorder.end();
+        if recipe.kind != Kind::Compiled && !rec.as_ref().is_ok_and(|r| r.seeded) {
+            self.linked = true;
+        }
         (program, rec)
     }
 
-    /// What the driver of `device` (build identity `driver`) reads for any program: kept
-    /// in the store's `drivers/` once a watched compile of an empty kernel learnt it, and
-    /// trusted while every one of those files has its status still. None when another
-    /// worker is learning it and `wait` is false: ask again (with `wait`) when nothing else
-    /// is left to do before the manifest.
+    /// How much of the driver's files the build of `recipe` will need, as far as can be
+    /// told before it runs: a link where pocl cannot find the program in the application's
+    /// kernel cache (none there, or one others may write, which the tracer never seeds
+    /// from) or where the recipe links compiled objects, which pocl's cache does not keep.
+    fn depth_for(&self, recipe: &Recipe) -> Depth {
+        let seedable = self.theirs.is_dir()
+            && files::below_not_others(&self.theirs, std::path::Path::new("")).is_none();
+        match recipe.kind {
+            Kind::Compiled => Depth::FrontEnd,
+            Kind::Built if seedable => Depth::FrontEnd,
+            _ => Depth::Linked,
+        }
+    }
+
+    /// What the driver of `device` (build identity `driver`) reads for any program, to
+    /// `depth` at least: kept in the store's `drivers/` once a watched compile of an empty
+    /// kernel learnt it, and trusted while every one of those files has its status still.
+    /// None when another worker is learning it and `wait` is false: ask again (with
+    /// `wait`) when nothing else is left to do before the manifest.
     ///
     /// Learnt by one worker of the store at a time (an exclusive lock on the store's
-    /// `drivers/` folder), each of the others reading what it kept: a compile of an empty
-    /// kernel is the worker's only compile from scratch (every program it makes is a hit of
-    /// the application's kernel cache), and loading pocl's kernel library for it costs about
-    /// 0.7 CPU-s here, which every worker of a step started at once paid (16 at 16 ranks).
+    /// `drivers/` folder), each of the others reading what it kept. The front end's files
+    /// are learnt first, from a compile without its link: the link's part, loading pocl's
+    /// kernel library, is most of an empty kernel's build (0.5 of 0.8 CPU-s with pocl 3.1
+    /// here, 0.57 CPU-s in all with pocl 5 on 16 cores), and a worker's builds, hits of the
+    /// application's kernel cache, link nothing. A list learnt after a link of this process
+    /// would lack the kernel library: the one at hand serves then, and a build's read of
+    /// the library is checked by its content.
     ///
     /// # Safety
     /// `ctx` is a valid context of `device`.
@@ -428,10 +472,15 @@ impl Workspace {
         driver: u64,
         ctx: cl_context,
         device: cl_device_id,
+        depth: Depth,
         wait: bool,
     ) -> Option<Result<DriverFiles, String>> {
-        if let Some(known) = self.driver.get(&driver) {
-            return Some(known.clone());
+        // After a link of this process, a list learnt here would lack the kernel library:
+        // the front end's serves.
+        let depth = if self.linked { Depth::FrontEnd } else { depth };
+        match self.driver.get(&driver) {
+            Some((d, known)) if *d >= depth || known.is_err() => return Some(known.clone()),
+            _ => {}
         }
         let name = format!("{driver:016x}.files");
         let folder = files::open_sub(store, DRIVERS, true).ok();
@@ -444,8 +493,8 @@ impl Workspace {
                         .flatten()
                 })
                 .and_then(|b| decode_driver_files(&b))
-                .filter(|(m, _)| manifest::check(m, &self.theirs).is_ok())
-                .map(|(_, d)| d)
+                .filter(|(m, _, d)| *d >= depth && manifest::check(m, &self.theirs).is_ok())
+                .map(|(_, files, d)| (d, files))
         };
         let mut found = kept(&folder);
         if found.is_none() {
@@ -457,33 +506,39 @@ impl Workspace {
                 _ => {}
             }
         }
-        let files = match found {
-            Some(d) => Ok(d),
+        let known = match found {
+            Some((d, files)) => (d, Ok(files)),
             // SAFETY: this function's contract.
-            None => unsafe { self.learn_driver_files(&folder, &name, ctx, device) },
+            None => (depth, unsafe {
+                self.learn_driver_files(&folder, &name, ctx, device, depth)
+            }),
         };
         // The folder's descriptor, and the lock with it, goes now: the file is in place.
         drop(folder);
-        self.driver.insert(driver, files.clone());
-        Some(files)
+        self.driver.insert(driver, known.clone());
+        Some(known.1)
     }
 
-    /// Compiles an empty kernel while the tracer watches, in an environment that adds
-    /// nothing of the user's, and keeps what it read as the driver's files in `folder`.
+    /// Compiles an empty kernel while the tracer watches (to `depth`: without its link, or
+    /// built), in an environment that adds nothing of the user's, and keeps what it read,
+    /// with what earlier compiles of this process read for the same driver, as the
+    /// driver's files in `folder`.
     ///
     /// # Safety
     /// `ctx` is a valid context of `device`.
     unsafe fn learn_driver_files(
-        &self,
+        &mut self,
         folder: &Option<Fd>,
         name: &str,
         ctx: cl_context,
         device: cl_device_id,
+        depth: Depth,
     ) -> Result<DriverFiles, String> {
-        let empty = Recipe::built(
-            Text::Source(b"kernel void clshim_driver_files(void) {}\n".to_vec()),
-            Vec::new(),
-        );
+        let text = Text::Source(b"kernel void clshim_driver_files(void) {}\n".to_vec());
+        let mut empty = Recipe::built(text, Vec::new());
+        if depth == Depth::FrontEnd {
+            empty.kind = Kind::Compiled;
+        }
         // In an environment that adds nothing of the user's: pocl reads its extra build
         // flags at every build, and a header they force-include (`-include cfg.h`) would
         // otherwise become a driver's file, checked by its status only in every later
@@ -497,9 +552,17 @@ impl Workspace {
         }
         match (program, rec) {
             (Ok(_), Ok(r)) if r.problems.is_empty() => {
-                let d = DriverFiles::from_record(&r, self.own.as_os_str().as_bytes());
+                let mut d = DriverFiles::from_record(&r, self.own.as_os_str().as_bytes());
+                // What the process's first compile read once (the front end's files,
+                // learnt before) is the driver's as much as what this one read.
+                for (_, earlier) in self.driver.values() {
+                    if let Ok(e) = earlier {
+                        d.add(e);
+                    }
+                }
                 if let Some(dir) = folder {
-                    let _ = files::write_atomic(dir, name, &encode_driver_files(&d), true, false);
+                    let bytes = encode_driver_files(&d, depth);
+                    let _ = files::write_atomic(dir, name, &bytes, true, false);
                 }
                 Ok(d)
             }
@@ -513,20 +576,32 @@ impl Workspace {
     }
 }
 
-use clshim_format::labels::{DRIVERS, DRIVER_FILES_MAGIC};
+use clshim_format::labels::{DRIVERS, DRIVER_FILES_FRONT_END_MAGIC, DRIVER_FILES_MAGIC};
 /// Far beyond a driver's few dozen files.
 const MAX_DRIVER_FILES: u64 = 1 << 24;
 
-fn encode_driver_files(d: &DriverFiles) -> Vec<u8> {
+fn encode_driver_files(d: &DriverFiles, depth: Depth) -> Vec<u8> {
     let m = d.as_manifest().encode();
-    let mut out = DRIVER_FILES_MAGIC.to_vec();
+    let mut out = match depth {
+        Depth::FrontEnd => DRIVER_FILES_FRONT_END_MAGIC.to_vec(),
+        Depth::Linked => DRIVER_FILES_MAGIC.to_vec(),
+    };
     out.extend_from_slice(&crate::hash::fnv1a64(&m).to_le_bytes());
     out.extend_from_slice(&m);
     out
 }
 
-fn decode_driver_files(b: &[u8]) -> Option<(clshim_format::manifest::Manifest, DriverFiles)> {
-    let rest = b.strip_prefix(DRIVER_FILES_MAGIC)?;
+fn decode_driver_files(
+    b: &[u8],
+) -> Option<(clshim_format::manifest::Manifest, DriverFiles, Depth)> {
+    let (depth, rest) = if let Some(rest) = b.strip_prefix(DRIVER_FILES_MAGIC) {
+        (Depth::Linked, rest)
+    } else {
+        (
+            Depth::FrontEnd,
+            b.strip_prefix(DRIVER_FILES_FRONT_END_MAGIC)?,
+        )
+    };
     if rest.len() < 8 {
         return None;
     }
@@ -536,7 +611,7 @@ fn decode_driver_files(b: &[u8]) -> Option<(clshim_format::manifest::Manifest, D
     }
     let m = clshim_format::manifest::Manifest::decode(m).ok()?;
     let d = DriverFiles::from_manifest(&m)?;
-    Some((m, d))
+    Some((m, d, depth))
 }
 
 fn warm(
@@ -828,8 +903,10 @@ unsafe fn one(
             ctx
         }
     };
+    let depth = ws.depth_for(&recipe);
+    // Before the build: where the list must be learnt, its compile is the process's first.
     // SAFETY: a valid context of the live device.
-    let mut driver = unsafe { ws.driver_files(dir, device.driver, ctx, device.id, false) };
+    let mut driver = unsafe { ws.driver_files(dir, device.driver, ctx, device.id, depth, false) };
     // A compile whose inputs changed under it is made once more, once they are a second
     // old; then it waits for a later step.
     for attempt in 0..2 {
@@ -852,7 +929,7 @@ unsafe fn one(
         let known = match driver.take() {
             Some(d) => d,
             // SAFETY: a valid context of the live device.
-            None => unsafe { ws.driver_files(dir, device.driver, ctx, device.id, true) }
+            None => unsafe { ws.driver_files(dir, device.driver, ctx, device.id, depth, true) }
                 .unwrap_or_else(|| Err("files could not be learnt".into())),
         };
         driver = Some(known.clone());
@@ -990,6 +1067,7 @@ pub unsafe extern "C" fn clshim_warm_v4(
             theirs,
             recorder,
             driver: Default::default(),
+            linked: false,
         };
         warm(path, group, &mut ws, &tell)
     })

@@ -1218,6 +1218,48 @@ fn the_warm_service_does_not_retry_a_claimed_request_at_every_listing() {
     );
 }
 
+/// The driver's own files are learnt as far as the worker's builds need them. Where pocl
+/// finds a request's program in the application's kernel cache (the tracer seeds it from
+/// there), nothing links, and a compile of an empty kernel without its link is learnt: the
+/// front end's files (`CLSHIMD3`), no kernel library. Where that cache is gone, the build
+/// links, and a whole build's files (`CLSHIMD2`: the kernel library as well) are learnt
+/// before it. Either way the entry loads native.
+#[test]
+fn the_drivers_files_are_learnt_as_far_as_the_builds_need() {
+    let bin = client();
+    let mut sizes = Vec::new();
+    for cache_gone in [false, true] {
+        let d = scratch("native-driver-depth");
+        let store = d.path("store");
+        let file = substitute_save(&bin, &d, &store, &["--seed=41"]);
+        if cache_gone {
+            std::fs::remove_dir_all(d.path("kc")).unwrap();
+        }
+        warm(&store);
+        let lists = store_files(&store.join("drivers"), ".files");
+        assert_eq!(lists.len(), 1, "one driver build's files");
+        let list = std::fs::read(&lists[0]).unwrap();
+        let magic: &[u8] = if cache_gone { b"CLSHIMD2" } else { b"CLSHIMD3" };
+        assert_eq!(
+            &list[..8],
+            magic,
+            "cache gone: {cache_gone}: {}",
+            String::from_utf8_lossy(&list[..8])
+        );
+        sizes.push(list.len());
+        let r = substitute_load(&bin, &d, &store, &file, &["--seed=41"]);
+        assert_eq!(
+            load_record(&r)["made_from"],
+            "native",
+            "cache gone: {cache_gone}"
+        );
+    }
+    assert!(
+        sizes[1] > sizes[0],
+        "a whole build's list names more files than the front end's: {sizes:?}"
+    );
+}
+
 /// The driver's own files are learnt by one worker of a store at a time (a lock on the
 /// store's `drivers/` folder), and the others read what it kept rather than each compiling
 /// an empty kernel from scratch (about 0.7 CPU-s each with pocl 3.1: at 16 ranks every

@@ -13,9 +13,13 @@ pub const DEVICES: &str = "devices";
 /// The folder of driver labels, and of what each driver build reads for any program,
 /// inside a store.
 pub const DRIVERS: &str = "drivers";
-/// The first bytes of `drivers/<driver>.files`, as the warm worker writes it: version 2,
-/// learned in an environment without the user's extra build flags.
+/// The first bytes of `drivers/<driver>.files` when it holds what a whole build reads: the
+/// front end's files and what the link reads (pocl's kernel library). Version 2, learned in
+/// an environment without the user's extra build flags.
 pub const DRIVER_FILES_MAGIC: &[u8; 8] = b"CLSHIMD2";
+/// The first bytes of `drivers/<driver>.files` when it holds what the front end reads
+/// alone (a compile without its link: pocl's headers), as the warm worker learns it first.
+pub const DRIVER_FILES_FRONT_END_MAGIC: &[u8; 8] = b"CLSHIMD3";
 /// Version 1's, which the worker no longer trusts (a header the user's flags force-included
 /// could be among its files) and `clshim store` still knows as clshim's.
 pub const DRIVER_FILES_MAGIC_V1: &[u8; 8] = b"CLSHIMDF";

@@ -281,7 +281,11 @@ fn classify(folder: &str, name: &str, path: &Path, len: u64, yours: bool) -> Kin
         },
         "sources" if key("").is_some() && len == 0 => Kind::SourceMark,
         "drivers" if key(".files").is_some() => match head(path, 8) {
-            Some(b) if b == labels::DRIVER_FILES_MAGIC || b == labels::DRIVER_FILES_MAGIC_V1 => {
+            Some(b)
+                if b == labels::DRIVER_FILES_MAGIC
+                    || b == labels::DRIVER_FILES_FRONT_END_MAGIC
+                    || b == labels::DRIVER_FILES_MAGIC_V1 =>
+            {
                 Kind::DriverFiles
             }
             _ => Kind::Foreign,
