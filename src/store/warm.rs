@@ -396,6 +396,10 @@ struct Workspace {
     /// loaded, so no later link of the process reads it, and a list learnt by one would
     /// lack it.
     linked: bool,
+    /// Whether a compile of this process has run: the driver's files are learnt by a
+    /// process's first compile, or later only to add to a list learnt so (what a first
+    /// compile alone reads, were there any such files, would be missed).
+    compiled: bool,
 }
 
 impl Workspace {
@@ -429,6 +433,7 @@ impl Workspace {
         // SAFETY: this function's contract.
         let program = unsafe { make(ctx, device, recipe) };
         let rec = self.recorder.end();
+        self.compiled = true;
         if recipe.kind != Kind::Compiled && !rec.as_ref().is_ok_and(|r| r.seeded) {
             self.linked = true;
         }
@@ -484,6 +489,7 @@ impl Workspace {
         }
         let name = format!("{driver:016x}.files");
         let folder = files::open_sub(store, DRIVERS, true).ok();
+        // What the store holds, of any depth.
         let kept = |folder: &Option<Fd>| {
             folder
                 .as_ref()
@@ -493,11 +499,13 @@ impl Workspace {
                         .flatten()
                 })
                 .and_then(|b| decode_driver_files(&b))
-                .filter(|(m, _, d)| *d >= depth && manifest::check(m, &self.theirs).is_ok())
+                .filter(|(m, _, _)| manifest::check(m, &self.theirs).is_ok())
                 .map(|(_, files, d)| (d, files))
         };
+        let deep_enough =
+            |k: &Option<(Depth, DriverFiles)>| k.as_ref().is_some_and(|k| k.0 >= depth);
         let mut found = kept(&folder);
-        if found.is_none() {
+        if !deep_enough(&found) {
             // Where the folder cannot be locked (a filesystem without flock), each worker
             // learns for itself, as any would without the lock.
             match folder.as_ref().map(|d| files::lock_exclusive(d, wait)) {
@@ -506,11 +514,21 @@ impl Workspace {
                 _ => {}
             }
         }
+        // A list is learnt by a process's first compile, or later to add to one learnt so.
+        let learnable = !self.compiled || self.driver.contains_key(&driver);
         let known = match found {
-            Some((d, files)) => (d, Ok(files)),
+            Some((d, files)) if d >= depth || !learnable => (d, Ok(files)),
+            // Another worker held the lock and left no list: a fresh worker learns it.
+            None if !learnable => (
+                depth,
+                Err(
+                    "files are learnt by a worker's first compile, and this one has compiled"
+                        .into(),
+                ),
+            ),
             // SAFETY: this function's contract.
-            None => (depth, unsafe {
-                self.learn_driver_files(&folder, &name, ctx, device, depth)
+            _ => (depth, unsafe {
+                self.learn_driver_files(&folder, &name, driver, ctx, device, depth)
             }),
         };
         // The folder's descriptor, and the lock with it, goes now: the file is in place.
@@ -521,8 +539,8 @@ impl Workspace {
 
     /// Compiles an empty kernel while the tracer watches (to `depth`: without its link, or
     /// built), in an environment that adds nothing of the user's, and keeps what it read,
-    /// with what earlier compiles of this process read for the same driver, as the
-    /// driver's files in `folder`.
+    /// with the list this process knew of the driver build `driver` (which its first
+    /// compile learnt, or the store held), as the driver's files in `folder`.
     ///
     /// # Safety
     /// `ctx` is a valid context of `device`.
@@ -530,6 +548,7 @@ impl Workspace {
         &mut self,
         folder: &Option<Fd>,
         name: &str,
+        driver: u64,
         ctx: cl_context,
         device: cl_device_id,
         depth: Depth,
@@ -555,10 +574,8 @@ impl Workspace {
                 let mut d = DriverFiles::from_record(&r, self.own.as_os_str().as_bytes());
                 // What the process's first compile read once (the front end's files,
                 // learnt before) is the driver's as much as what this one read.
-                for (_, earlier) in self.driver.values() {
-                    if let Ok(e) = earlier {
-                        d.add(e);
-                    }
+                if let Some((_, Ok(earlier))) = self.driver.get(&driver) {
+                    d.add(earlier);
                 }
                 if let Some(dir) = folder {
                     let bytes = encode_driver_files(&d, depth);
@@ -1068,6 +1085,7 @@ pub unsafe extern "C" fn clshim_warm_v4(
             recorder,
             driver: Default::default(),
             linked: false,
+            compiled: false,
         };
         warm(path, group, &mut ws, &tell)
     })
