@@ -25,6 +25,7 @@ use clshim_format::manifest::{Base, Expect, Item, Manifest};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 /// Why a compile does not stand for later builds.
@@ -83,6 +84,38 @@ impl DriverFiles {
         for (path, m) in &other.found {
             self.found.entry(path.clone()).or_insert(*m);
         }
+    }
+
+    /// Whether every one of these files, and every folder on the way to it, is root's and
+    /// written by no one else: a driver installed as the system's packages are, whose files
+    /// beside these (the kernel library a link reads) change only with its libpocl. A copy
+    /// of a user's or a group's (an install in a home folder, a relocated one) is not.
+    pub fn installed_by_root(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        // A link's own mode says nothing (every link may be read and followed by all).
+        let root_alone = |m: &std::fs::Metadata| {
+            m.uid() == 0 && (m.file_type().is_symlink() || m.mode() & 0o022 == 0)
+        };
+        self.found
+            .iter()
+            .filter(|(_, m)| m.is_some())
+            .all(|(path, _)| {
+                let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
+                let mut at = std::path::PathBuf::new();
+                let named = path.components().all(|part| {
+                    at.push(part);
+                    std::fs::symlink_metadata(&at).is_ok_and(|m| root_alone(&m))
+                });
+                // Where a name on the way is a link, the folders of what it leads to too.
+                let real = std::fs::canonicalize(path).is_ok_and(|real| {
+                    let mut at = std::path::PathBuf::new();
+                    real.components().all(|part| {
+                        at.push(part);
+                        std::fs::symlink_metadata(&at).is_ok_and(|m| root_alone(&m))
+                    })
+                });
+                named && real
+            })
     }
 
     /// The driver's files as a manifest of absolute names (each checked by its status), to

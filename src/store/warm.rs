@@ -442,10 +442,15 @@ impl Workspace {
 
     /// How much of the driver's files the build of `recipe` will need, as far as can be
     /// told before it runs: a link where pocl cannot find the program in the application's
-    /// kernel cache (none there, or one others may write, which the tracer never seeds
-    /// from) or where the recipe links compiled objects, which pocl's cache does not keep.
+    /// kernel cache (none there, one others may write, which the tracer never seeds from,
+    /// or pocl's cache turned off) or where the recipe links compiled objects, which pocl's
+    /// cache does not keep.
     fn depth_for(&self, recipe: &Recipe) -> Depth {
-        let seedable = self.theirs.is_dir()
+        // pocl compiles in a folder of its own, never found again, where its kernel cache
+        // is off (`POCL_KERNEL_CACHE=0`: the group's, as every `POCL_*` variable).
+        let cache_on = std::env::var_os("POCL_KERNEL_CACHE").map_or(true, |v| v == "1");
+        let seedable = cache_on
+            && self.theirs.is_dir()
             && files::below_not_others(&self.theirs, std::path::Path::new("")).is_none();
         match recipe.kind {
             Kind::Compiled => Depth::FrontEnd,
@@ -465,7 +470,9 @@ impl Workspace {
     /// are learnt first, from a compile without its link: the link's part, loading pocl's
     /// kernel library, is most of an empty kernel's build (0.5 of 0.8 CPU-s with pocl 3.1
     /// here, 0.57 CPU-s in all with pocl 5 on 16 cores), and a worker's builds, hits of the
-    /// application's kernel cache, link nothing. A list learnt after a link of this process
+    /// application's kernel cache, link nothing. They serve alone where the driver is
+    /// installed as the system's packages are (`DriverFiles::installed_by_root`); a copy in
+    /// a user's folders gets a whole build's list, its kernel library checked by status. A list learnt after a link of this process
     /// would lack the kernel library: the one at hand serves then, and a build's read of
     /// the library is checked by its content.
     ///
@@ -534,6 +541,16 @@ impl Workspace {
         // The folder's descriptor, and the lock with it, goes now: the file is in place.
         drop(folder);
         self.driver.insert(driver, known.clone());
+        // The kernel library of a driver not installed as the system's packages (a copy in
+        // a home folder beside a libpocl of the same build) is checked by its status.
+        if let (Depth::FrontEnd, Ok(files)) = (&known.0, &known.1) {
+            if !self.linked && !files.installed_by_root() {
+                // SAFETY: this function's contract.
+                return unsafe {
+                    self.driver_files(store, driver, ctx, device, Depth::Linked, wait)
+                };
+            }
+        }
         Some(known.1)
     }
 

@@ -1260,6 +1260,92 @@ fn the_drivers_files_are_learnt_as_far_as_the_builds_need() {
     );
 }
 
+/// A pocl not installed as the system's packages are (here the system's libpocl linked
+/// into folders a group may write, its data copied beside them, where pocl looks for it)
+/// has the system's build-id, and so its keys, while its kernel library is whatever those
+/// folders hold: the worker learns a whole build's files for it (`CLSHIMD2`), and an entry
+/// whose kernel library changed since it was made is not loaded, but built again as
+/// without clshim.
+#[test]
+fn a_driver_outside_the_systems_packages_has_its_kernel_library_checked() {
+    let bin = client();
+    let d = scratch("native-driver-copy");
+    let icd = std::fs::read_to_string("/etc/OpenCL/vendors/pocl.icd").unwrap();
+    let name = icd.trim();
+    let libdir = [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib64",
+    ]
+    .iter()
+    .map(Path::new)
+    .find(|dir| dir.join(name).is_file())
+    .expect("the system's libpocl");
+    let data = libdir.join("../../share/pocl");
+    assert!(
+        data.is_dir(),
+        "{}: pocl's data beside its library",
+        data.display()
+    );
+    let copy = d.path("pocl");
+    let lib = copy.join("a/b");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::os::unix::fs::symlink(libdir.join(name), lib.join(name)).unwrap();
+    std::os::unix::fs::symlink(libdir.join("pocl"), lib.join("pocl")).unwrap();
+    std::fs::create_dir_all(copy.join("share")).unwrap();
+    let cp = std::process::Command::new("cp")
+        .args(["-a", s(&data), s(&copy.join("share/pocl"))])
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let chmod = std::process::Command::new("chmod")
+        .args(["-R", "g+w", s(&copy)])
+        .status()
+        .unwrap();
+    assert!(chmod.success());
+
+    let store = d.path("store");
+    let kc = d.path("kc");
+    let saved = d.path("clshim.bin");
+    let save = format!("--save={}", s(&saved));
+    let load = format!("--load={}", s(&saved));
+    let mut e = env(s(&store), s(&kc));
+    e.push(("LD_LIBRARY_PATH", s(&lib)));
+    shimmed(Driver::Pocl, &bin, &[save.as_str(), "--seed=51"], &e)
+        .ok()
+        .has_line("saved");
+    warm(&store);
+    let lists = store_files(&store.join("drivers"), ".files");
+    assert_eq!(lists.len(), 1, "one driver build's files");
+    assert_eq!(&std::fs::read(&lists[0]).unwrap()[..8], b"CLSHIMD2");
+    let r = shimmed(Driver::Pocl, &bin, &[load.as_str(), "--seed=51"], &e);
+    r.ok();
+    assert_eq!(load_record(&r)["made_from"], "native");
+
+    // Another kernel library under the same libpocl: here only its time, which pocl
+    // without clshim does not look at either, so the build still works.
+    for f in std::fs::read_dir(copy.join("share/pocl"))
+        .unwrap()
+        .flatten()
+    {
+        if f.file_name().to_string_lossy().ends_with(".bc") {
+            let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1 << 30);
+            std::fs::File::options()
+                .write(true)
+                .open(f.path())
+                .unwrap()
+                .set_modified(old)
+                .unwrap();
+        }
+    }
+    let r = shimmed(Driver::Pocl, &bin, &[load.as_str(), "--seed=51"], &e);
+    r.ok();
+    let l = load_record(&r);
+    assert_eq!(l["made_from"], "recipe", "{l}");
+    let miss = l["native_miss"].as_str().unwrap_or_default();
+    assert!(miss.contains("kernel-") && miss.contains("changed"), "{l}");
+}
+
 /// The driver's own files are learnt by one worker of a store at a time (a lock on the
 /// store's `drivers/` folder), and the others read what it kept rather than each compiling
 /// an empty kernel from scratch (about 0.7 CPU-s each with pocl 3.1: at 16 ranks every
