@@ -96,25 +96,22 @@ impl DriverFiles {
         let root_alone = |m: &std::fs::Metadata| {
             m.uid() == 0 && (m.file_type().is_symlink() || m.mode() & 0o022 == 0)
         };
+        // Every name on the way, as given (a link is root's link) or as followed.
+        let chain_root_alone = |path: &Path| {
+            let mut at = std::path::PathBuf::new();
+            path.components().all(|part| {
+                at.push(part);
+                std::fs::symlink_metadata(&at).is_ok_and(|m| root_alone(&m))
+            })
+        };
         self.found
             .iter()
             .filter(|(_, m)| m.is_some())
             .all(|(path, _)| {
-                let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
-                let mut at = std::path::PathBuf::new();
-                let named = path.components().all(|part| {
-                    at.push(part);
-                    std::fs::symlink_metadata(&at).is_ok_and(|m| root_alone(&m))
-                });
+                let path = Path::new(std::ffi::OsStr::from_bytes(path));
                 // Where a name on the way is a link, the folders of what it leads to too.
-                let real = std::fs::canonicalize(path).is_ok_and(|real| {
-                    let mut at = std::path::PathBuf::new();
-                    real.components().all(|part| {
-                        at.push(part);
-                        std::fs::symlink_metadata(&at).is_ok_and(|m| root_alone(&m))
-                    })
-                });
-                named && real
+                chain_root_alone(path)
+                    && std::fs::canonicalize(path).is_ok_and(|real| chain_root_alone(&real))
             })
     }
 
