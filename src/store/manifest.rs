@@ -6,8 +6,8 @@
 //! found absent (a header that appears later earlier on the search path is another
 //! build), every folder and link looked at, and which names were one file (`#pragma
 //! once`). The driver's own files (what a compile of an empty kernel reads: pocl's and
-//! clang's headers, and where the builds link, the kernel library) are checked by kind,
-//! length and modification time.
+//! clang's headers; and pocl's kernel library, found beside them) are checked by kind,
+//! length and modification time, and the kernel library's names as a whole.
 //!
 //! A compile that cannot stand for later builds is refused, with why: one that changed
 //! files outside pocl's cache folder, read from `/proc`, `/sys` or a device, met an error
@@ -54,7 +54,13 @@ const TOO_NEW_NS: i64 = 1_000_000_000;
 #[derive(Clone, Debug, Default)]
 pub struct DriverFiles {
     found: HashMap<Vec<u8>, Option<Meta>>,
+    /// Where a list of the front end's names pocl's kernel library (`add_kernel_library`):
+    /// the folder that holds it, and the SHA-256 of its bitcode files' names.
+    library: Option<(Vec<u8>, [u8; 32])>,
 }
+
+/// How the files of pocl's kernel library end.
+const KERNEL_LIBRARY_SUFFIX: &[u8] = b".bc";
 
 impl DriverFiles {
     /// From the record of a compile of an empty kernel in `own_cache`.
@@ -76,7 +82,10 @@ impl DriverFiles {
                 found.entry(path).or_insert(None);
             }
         }
-        DriverFiles { found }
+        DriverFiles {
+            found,
+            library: None,
+        }
     }
 
     /// Adds `other`'s files, where this list has none of the name.
@@ -84,35 +93,50 @@ impl DriverFiles {
         for (path, m) in &other.found {
             self.found.entry(path.clone()).or_insert(*m);
         }
+        if self.library.is_none() {
+            self.library.clone_from(&other.library);
+        }
     }
 
-    /// Whether every one of these files, and every folder on the way to it, is root's and
-    /// written by no one else: a driver installed as the system's packages are, whose files
-    /// beside these (the kernel library a link reads) change only with its libpocl. A copy
-    /// of a user's or a group's (an install in a home folder, a relocated one) is not.
-    pub fn installed_by_root(&self) -> bool {
-        use std::os::unix::fs::MetadataExt;
-        // A link's own mode says nothing (every link may be read and followed by all).
-        let root_alone = |m: &std::fs::Metadata| {
-            m.uid() == 0 && (m.file_type().is_symlink() || m.mode() & 0o022 == 0)
+    /// Adds pocl's kernel library, which a compile without its link never reads: every
+    /// bitcode file of the folder whose `include/_kernel.h` the compile read (pocl 3 to 7
+    /// look in one private data folder for both: its headers under `include/`, the library
+    /// as `kernel-<target>-<variant>.bc`), each by its status, and the names of them all,
+    /// so that a variant that appears where none was (pocl falls back to another) is
+    /// another build too. Nothing is added where the compile read no such header (a pocl
+    /// run from its build tree, a header cache) or the folder holds no bitcode: the
+    /// library is then learnt from a link.
+    pub fn add_kernel_library(&mut self) {
+        let mut data = self
+            .found
+            .iter()
+            .filter_map(|(path, m)| m.and_then(|_| path.strip_suffix(b"/include/_kernel.h")));
+        let (Some(data), None) = (data.next(), data.next()) else {
+            return;
         };
-        // Every name on the way, as given (a link is root's link) or as followed.
-        let chain_root_alone = |path: &Path| {
-            let mut at = std::path::PathBuf::new();
-            path.components().all(|part| {
-                at.push(part);
-                std::fs::symlink_metadata(&at).is_ok_and(|m| root_alone(&m))
+        let data = data.to_vec();
+        let Ok((sha256, names)) = names_ending(&data, KERNEL_LIBRARY_SUFFIX) else {
+            return;
+        };
+        let files: Option<Vec<_>> = names
+            .iter()
+            .map(|name| {
+                let path = [&data, b"/".as_slice(), name].concat();
+                let m = status(&path, true).ok().filter(|m| m.kind() == REGULAR)?;
+                Some((path, m))
             })
+            .collect();
+        let Some(files) = files.filter(|f| !f.is_empty()) else {
+            return;
         };
         self.found
-            .iter()
-            .filter(|(_, m)| m.is_some())
-            .all(|(path, _)| {
-                let path = Path::new(std::ffi::OsStr::from_bytes(path));
-                // Where a name on the way is a link, the folders of what it leads to too.
-                chain_root_alone(path)
-                    && std::fs::canonicalize(path).is_ok_and(|real| chain_root_alone(&real))
-            })
+            .extend(files.into_iter().map(|(path, m)| (path, Some(m))));
+        self.library = Some((data, sha256));
+    }
+
+    /// Whether the list names pocl's kernel library, beside the front end's files.
+    pub fn holds_kernel_library(&self) -> bool {
+        self.library.is_some()
     }
 
     /// The driver's files as a manifest of absolute names (each checked by its status), to
@@ -144,6 +168,17 @@ impl DriverFiles {
                 },
             })
             .collect();
+        if let Some((folder, sha256)) = &self.library {
+            items.push(Item {
+                base: Base::Absolute,
+                follow: true,
+                path: folder.clone(),
+                expect: Expect::Listing {
+                    suffix: KERNEL_LIBRARY_SUFFIX.to_vec(),
+                    sha256: *sha256,
+                },
+            });
+        }
         items.sort_by(|a, b| a.path.cmp(&b.path));
         items
     }
@@ -151,19 +186,24 @@ impl DriverFiles {
     /// From a manifest `as_manifest` made; None if it is not one.
     pub fn from_manifest(m: &Manifest) -> Option<DriverFiles> {
         let mut found = HashMap::new();
+        let mut library = None;
         for it in &m.items {
             if it.base != Base::Absolute || !it.follow {
                 return None;
             }
-            let v = match it.expect {
+            let v = match &it.expect {
+                Expect::Listing { suffix, sha256 } if suffix == KERNEL_LIBRARY_SUFFIX => {
+                    library = Some((it.path.clone(), *sha256));
+                    continue;
+                }
                 Expect::Driver {
                     kind,
                     size,
                     mtime_ns,
                 } => Some(Meta {
-                    mode: kind,
-                    size,
-                    mtime_ns,
+                    mode: *kind,
+                    size: *size,
+                    mtime_ns: *mtime_ns,
                     ..Meta::default()
                 }),
                 Expect::Absent => None,
@@ -171,7 +211,7 @@ impl DriverFiles {
             };
             found.insert(it.path.clone(), v);
         }
-        Some(DriverFiles { found })
+        Some(DriverFiles { found, library })
     }
 }
 
@@ -442,9 +482,7 @@ pub fn from_record(
     }
     // Every one of the driver's own files, also those this compile did not read: a worker
     // loads pocl's kernel library once, at its first link, so no later entry's compile
-    // reads it, yet each program is linked with it. Where the list is the front end's
-    // alone, the kernel library is the driver build's in the key (libpocl carries the
-    // SHA-1 of every kernel library it installs, and so does pocl's own cache key).
+    // reads it, yet each program is linked with it.
     let read: std::collections::HashSet<&[u8]> = items
         .iter()
         .filter(|it| it.base == Base::Absolute && it.follow)
@@ -739,6 +777,10 @@ pub fn check(m: &Manifest, pocl_cache: &Path) -> Result<(), String> {
                 Ok(st) if st.kind() == *kind && st.size == *size && st.mtime_ns == *mtime_ns => {}
                 _ => return differs("(a file of the driver's) changed"),
             },
+            Expect::Listing { suffix, sha256 } => match names_ending(&path, suffix) {
+                Ok((now, _)) if now == *sha256 => {}
+                _ => return differs("holds other files of the driver's now"),
+            },
             Expect::Link { target } => match std::fs::read_link(std::ffi::OsStr::from_bytes(&path))
             {
                 Ok(t) if t.as_os_str().as_bytes() == target.as_slice() => {}
@@ -797,6 +839,27 @@ pub fn absent_in_pocl_cache(m: &Manifest, pocl_cache: &Path) -> Result<(), Strin
     Ok(())
 }
 
+/// The names in folder `dir` that end in `suffix`, sorted, and their SHA-256 (each name
+/// followed by a NUL byte). Err where the folder cannot be read.
+fn names_ending(dir: &[u8], suffix: &[u8]) -> Result<([u8; 32], Vec<Vec<u8>>), i32> {
+    let entries = std::fs::read_dir(std::ffi::OsStr::from_bytes(dir))
+        .map_err(|e| e.raw_os_error().unwrap_or(0))?;
+    let mut names = Vec::new();
+    for e in entries {
+        let name = e.map_err(|e| e.raw_os_error().unwrap_or(0))?.file_name();
+        if name.as_bytes().ends_with(suffix) {
+            names.push(name.as_bytes().to_vec());
+        }
+    }
+    names.sort();
+    let mut h = Sha256::new();
+    for name in &names {
+        h.update(name);
+        h.update([0]);
+    }
+    Ok((h.finalize().into(), names))
+}
+
 fn status(path: &[u8], follow: bool) -> Result<Meta, i32> {
     let c = CString::new(path).map_err(|_| libc::EINVAL)?;
     // SAFETY: plain data filled by stat.
@@ -843,6 +906,64 @@ pub fn pocl_cache_dir(get: &dyn Fn(&str) -> Option<std::ffi::OsString>) -> std::
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A scratch folder of this test binary's, made anew.
+    fn folder(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("clshim-manifest-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("include")).unwrap();
+        d
+    }
+
+    /// The front end's files of a compile that read `data/include/_kernel.h`.
+    fn front_end(data: &Path) -> DriverFiles {
+        let header = data.join("include/_kernel.h");
+        std::fs::write(&header, b"/* pocl */\n").unwrap();
+        let mut found = HashMap::new();
+        found.insert(
+            header.as_os_str().as_bytes().to_vec(),
+            status(header.as_os_str().as_bytes(), true).ok(),
+        );
+        DriverFiles {
+            found,
+            library: None,
+        }
+    }
+
+    #[test]
+    fn the_kernel_library_beside_the_headers_is_the_drivers_and_so_are_its_names() {
+        let data = folder("library");
+        let mut none = front_end(&data);
+        none.add_kernel_library();
+        assert!(
+            !none.holds_kernel_library(),
+            "no bitcode beside the headers"
+        );
+
+        std::fs::write(data.join("kernel-x-avx2.bc"), b"bitcode").unwrap();
+        std::fs::write(data.join("kernel-x-sse2.bc"), b"bitcode").unwrap();
+        let mut files = front_end(&data);
+        files.add_kernel_library();
+        assert!(files.holds_kernel_library());
+        let m = files.as_manifest();
+        assert_eq!(m.items.len(), 4, "{m:?}");
+        let kept = DriverFiles::from_manifest(&Manifest::decode(&m.encode()).unwrap()).unwrap();
+        assert!(kept.holds_kernel_library());
+        assert_eq!(kept.as_manifest(), m);
+        check(&m, &data).unwrap();
+
+        // A variant that appears where pocl found none (it falls back to another).
+        std::fs::write(data.join("kernel-x-avx512.bc"), b"bitcode").unwrap();
+        let why = check(&m, &data).unwrap_err();
+        assert!(why.contains("holds other files"), "{why}");
+        std::fs::remove_file(data.join("kernel-x-avx512.bc")).unwrap();
+        check(&m, &data).unwrap();
+        // One of them rewritten.
+        std::fs::write(data.join("kernel-x-sse2.bc"), b"bitcode, another").unwrap();
+        let why = check(&m, &data).unwrap_err();
+        assert!(why.contains("kernel-x-sse2.bc"), "{why}");
+        let _ = std::fs::remove_dir_all(&data);
+    }
 
     #[test]
     fn the_time_of_a_compile_is_found_in_its_text() {

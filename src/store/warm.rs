@@ -367,18 +367,14 @@ unsafe fn payload_of(
 /// How much of what the driver reads for any program a list of its files holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Depth {
-    /// What its front end reads: an empty kernel compiled without its link
-    /// (`clCompileProgram`; pocl's headers). Enough for a build that pocl finds in its
-    /// kernel cache, as the worker's builds are (the tracer seeds pocl's cache folder from
-    /// the application's), which links nothing: pocl's kernel library, which only a link
-    /// reads, is vouched for by the driver build in the key, as in pocl's own cache key
-    /// (pocl 0.13 and later build the SHA-1 of every kernel library they install into
-    /// libpocl, `POCL_KERNELLIB_SHA1`, so another library is another libpocl).
+    /// What its front end reads, an empty kernel compiled without its link
+    /// (`clCompileProgram`; pocl's headers), and pocl's kernel library, which only a link
+    /// reads, found beside those headers (`DriverFiles::add_kernel_library`).
     FrontEnd,
-    /// That and what a link reads: an empty kernel built (`clBuildProgram`), for builds
-    /// that link (a program the application's cache does not hold, a linked recipe), whose
-    /// kernel library then is one of the driver's files, checked by its status, rather
-    /// than a file whose content each load hashes (about 9 MB with pocl 3.1).
+    /// What a whole build reads, an empty kernel built (`clBuildProgram`): for a driver
+    /// whose headers lead to no kernel library, so that the library a link reads is one
+    /// of the driver's files, checked by its status, rather than a file whose content
+    /// each load hashes (about 9 MB with pocl 3.1).
     Linked,
 }
 
@@ -440,25 +436,6 @@ impl Workspace {
         (program, rec)
     }
 
-    /// How much of the driver's files the build of `recipe` will need, as far as can be
-    /// told before it runs: a link where pocl cannot find the program in the application's
-    /// kernel cache (none there, one others may write, which the tracer never seeds from,
-    /// or pocl's cache turned off) or where the recipe links compiled objects, which pocl's
-    /// cache does not keep.
-    fn depth_for(&self, recipe: &Recipe) -> Depth {
-        // pocl compiles in a folder of its own, never found again, where its kernel cache
-        // is off (`POCL_KERNEL_CACHE=0`: the group's, as every `POCL_*` variable).
-        let cache_on = std::env::var_os("POCL_KERNEL_CACHE").map_or(true, |v| v == "1");
-        let seedable = cache_on
-            && self.theirs.is_dir()
-            && files::below_not_others(&self.theirs, std::path::Path::new("")).is_none();
-        match recipe.kind {
-            Kind::Compiled => Depth::FrontEnd,
-            Kind::Built if seedable => Depth::FrontEnd,
-            _ => Depth::Linked,
-        }
-    }
-
     /// What the driver of `device` (build identity `driver`) reads for any program, to
     /// `depth` at least: kept in the store's `drivers/` once a watched compile of an empty
     /// kernel learnt it, and trusted while every one of those files has its status still.
@@ -470,11 +447,12 @@ impl Workspace {
     /// are learnt first, from a compile without its link: the link's part, loading pocl's
     /// kernel library, is most of an empty kernel's build (0.5 of 0.8 CPU-s with pocl 3.1
     /// here, 0.57 CPU-s in all with pocl 5 on 16 cores), and a worker's builds, hits of the
-    /// application's kernel cache, link nothing. They serve alone where the driver is
-    /// installed as the system's packages are (`DriverFiles::installed_by_root`); a copy in
-    /// a user's folders gets a whole build's list, its kernel library checked by status. A list learnt after a link of this process
-    /// would lack the kernel library: the one at hand serves then, and a build's read of
-    /// the library is checked by its content.
+    /// application's kernel cache, link nothing. The kernel library is then added by
+    /// status from the folder the front end's headers came from
+    /// (`DriverFiles::add_kernel_library`); where they lead to none, a whole build's list
+    /// is learnt. A list learnt after a link of this process would lack what the link read
+    /// once: the front end's serves then, and a build's read of anything else is checked
+    /// by its content.
     ///
     /// # Safety
     /// `ctx` is a valid context of `device`.
@@ -487,9 +465,6 @@ impl Workspace {
         depth: Depth,
         wait: bool,
     ) -> Option<Result<DriverFiles, String>> {
-        // After a link of this process, a list learnt here would lack the kernel library:
-        // the front end's serves.
-        let depth = if self.linked { Depth::FrontEnd } else { depth };
         match self.driver.get(&driver) {
             Some((d, known)) if *d >= depth || known.is_err() => return Some(known.clone()),
             _ => {}
@@ -541,10 +516,9 @@ impl Workspace {
         // The folder's descriptor, and the lock with it, goes now: the file is in place.
         drop(folder);
         self.driver.insert(driver, known.clone());
-        // The kernel library of a driver not installed as the system's packages (a copy in
-        // a home folder beside a libpocl of the same build) is checked by its status.
+        // Where the front end's files do not lead to pocl's kernel library, a link shows it.
         if let (Depth::FrontEnd, Ok(files)) = (&known.0, &known.1) {
-            if !self.linked && !files.installed_by_root() {
+            if !self.linked && !files.holds_kernel_library() {
                 // SAFETY: this function's contract.
                 return unsafe {
                     self.driver_files(store, driver, ctx, device, Depth::Linked, wait)
@@ -589,6 +563,9 @@ impl Workspace {
         match (program, rec) {
             (Ok(_), Ok(r)) if r.problems.is_empty() => {
                 let mut d = DriverFiles::from_record(&r, self.own.as_os_str().as_bytes());
+                if depth == Depth::FrontEnd {
+                    d.add_kernel_library();
+                }
                 // What the process's first compile read once (the front end's files,
                 // learnt before) is the driver's as much as what this one read.
                 if let Some((_, Ok(earlier))) = self.driver.get(&driver) {
@@ -937,10 +914,10 @@ unsafe fn one(
             ctx
         }
     };
-    let depth = ws.depth_for(&recipe);
     // Before the build: where the list must be learnt, its compile is the process's first.
     // SAFETY: a valid context of the live device.
-    let mut driver = unsafe { ws.driver_files(dir, device.driver, ctx, device.id, depth, false) };
+    let mut driver =
+        unsafe { ws.driver_files(dir, device.driver, ctx, device.id, Depth::FrontEnd, false) };
     // A compile whose inputs changed under it is made once more, once they are a second
     // old; then it waits for a later step.
     for attempt in 0..2 {
@@ -963,8 +940,10 @@ unsafe fn one(
         let known = match driver.take() {
             Some(d) => d,
             // SAFETY: a valid context of the live device.
-            None => unsafe { ws.driver_files(dir, device.driver, ctx, device.id, depth, true) }
-                .unwrap_or_else(|| Err("files could not be learnt".into())),
+            None => unsafe {
+                ws.driver_files(dir, device.driver, ctx, device.id, Depth::FrontEnd, true)
+            }
+            .unwrap_or_else(|| Err("files could not be learnt".into())),
         };
         driver = Some(known.clone());
         let known = match known {

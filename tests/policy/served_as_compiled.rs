@@ -535,7 +535,9 @@ fn pocls_cache_folder_is_the_one_it_started_with() {
 /// pocl's kernel library reinstalled under the same libpocl (a copy of pocl with kernel
 /// libraries of its own, one touched after the warm step): another build, which is not
 /// served. A warm worker loads the library once, at its first compile, so no entry's own
-/// compile read it; a review found the entry served all the same.
+/// compile read it; a review found the entry served all the same, and CI found it again
+/// where the copy was root's (the front end's list once served alone for a driver whose
+/// every file was root's, taken for the system's packages).
 #[test]
 fn a_kernel_library_reinstalled_is_another_build() {
     let (c, env, args) = filled_on_a_pocl_copy("kernel-library");
@@ -552,6 +554,28 @@ fn a_kernel_library_reinstalled_is_another_build() {
                 .unwrap();
         }
     }
+    let now = c.as_plain_now(&args, &env);
+    assert_eq!(
+        (now.out.as_str(), now.served),
+        ("VAL=3\n", 0),
+        "{:?}",
+        now.not_served
+    );
+}
+
+/// A kernel library variant that appears beside the others under the same libpocl (pocl
+/// falls back to another where the one it looks for is missing, so the new file may be
+/// the one it finds now): another build, which is not served.
+#[test]
+fn a_kernel_library_variant_that_appears_is_another_build() {
+    let (c, env, args) = filled_on_a_pocl_copy("kernel-variant");
+    let share = c.d.path("driver/share/pocl");
+    let any = std::fs::read_dir(&share)
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().ends_with(".bc"))
+        .expect("a kernel library");
+    std::fs::copy(any.path(), share.join("kernel-clshim-test-variant.bc")).unwrap();
     let now = c.as_plain_now(&args, &env);
     assert_eq!(
         (now.out.as_str(), now.served),

@@ -44,6 +44,11 @@ pub enum Expect {
     /// by kind, length and modification time, as the driver's build identity vouches for
     /// its content.
     Driver { kind: u32, size: u64, mtime_ns: i64 },
+    /// A folder whose names ending in `suffix` are, sorted, those of this SHA-256 (each
+    /// name followed by a NUL byte): a file of the driver's that appears where a lookup
+    /// would have found none (pocl's kernel library, whose name no compile of the front
+    /// end looked up) is another build.
+    Listing { suffix: Vec<u8>, sha256: [u8; 32] },
 }
 
 /// One name and what was found there.
@@ -82,6 +87,7 @@ impl Manifest {
                 Expect::Link { .. } => 3,
                 Expect::NotLink => 4,
                 Expect::Driver { .. } => 5,
+                Expect::Listing { .. } => 6,
             };
             out.extend_from_slice(&[it.base as u8, it.follow as u8, kind]);
             out.extend_from_slice(&(it.path.len() as u32).to_le_bytes());
@@ -110,6 +116,11 @@ impl Manifest {
                     out.extend_from_slice(&kind.to_le_bytes());
                     out.extend_from_slice(&size.to_le_bytes());
                     out.extend_from_slice(&mtime_ns.to_le_bytes());
+                }
+                Expect::Listing { suffix, sha256 } => {
+                    out.extend_from_slice(&(suffix.len() as u32).to_le_bytes());
+                    out.extend_from_slice(suffix);
+                    out.extend_from_slice(sha256);
                 }
             }
         }
@@ -158,6 +169,13 @@ impl Manifest {
                     size: r.u64()?,
                     mtime_ns: r.u64()? as i64,
                 },
+                6 => {
+                    let len = r.u32()?;
+                    Expect::Listing {
+                        suffix: r.take(len as usize)?.to_vec(),
+                        sha256: r.take(32)?.try_into().expect("32 bytes"),
+                    }
+                }
                 k => return Err(format!("manifest item kind {k}")),
             };
             items.push(Item {
@@ -254,6 +272,15 @@ mod tests {
                     follow: false,
                     path: b"x".to_vec(),
                     expect: Expect::NotLink,
+                },
+                Item {
+                    base: Base::Absolute,
+                    follow: true,
+                    path: b"/usr/share/pocl".to_vec(),
+                    expect: Expect::Listing {
+                        suffix: b".bc".to_vec(),
+                        sha256: [9; 32],
+                    },
                 },
             ],
         };
