@@ -2,7 +2,8 @@
 //! dispatch table, by its GNU build-id (pocl's version strings do not change when a
 //! distribution rebuilds it), together with the build-ids of the LLVM and Clang libraries
 //! loaded beside it (pocl compiles with them, and a distribution may update them without
-//! rebuilding pocl). A library without a build-id is named by its path, size, modification
+//! rebuilding pocl), and the folder it was loaded from (a relocatable pocl reads its files
+//! relative to it). A library without a build-id is named by its path, size, modification
 //! time and inode instead. macOS libraries carry no build-id, and the store is not used
 //! there.
 // On macOS the warm step and the program cache are not built: what only they use is idle.
@@ -85,8 +86,20 @@ fn library_name(addr: *const c_void) -> Option<std::ffi::CString> {
 pub fn library_identity(addr: *const c_void) -> Option<u64> {
     let name = library_name(addr)?;
     let mut h = Fnv1a::default();
-    h.update(b"driver-2\0");
+    h.update(b"driver-3\0");
     h.update(&file_identity(&name)?.to_le_bytes());
+    // A relocatable pocl (Debian's among them) finds its headers and kernel library from
+    // the folder it was loaded from (`../../share/pocl`), so one build installed, linked or
+    // copied in two places may read two sets of files: two drivers, whose entries and
+    // lists of files are each checked against their own.
+    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(name.to_bytes()));
+    let folder = path.parent().and_then(|f| std::fs::canonicalize(f).ok());
+    h.update(
+        folder
+            .as_ref()
+            .map_or(name.to_bytes(), |f| f.as_os_str().as_bytes()),
+    )
+    .update(b"\0");
     for (lib, id) in compiler_libraries() {
         h.update(&lib).update(b"\0").update(&id.to_le_bytes());
     }
