@@ -364,8 +364,8 @@ unsafe fn payload_of(
     })
 }
 
-/// How much of what the driver reads for any program a list of its files holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// How a list of what the driver reads for any program was learnt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Depth {
     /// What its front end reads, an empty kernel compiled without its link
     /// (`clCompileProgram`; pocl's headers), and pocl's kernel library, which only a link
@@ -385,13 +385,9 @@ struct Workspace {
     own: PathBuf,
     theirs: PathBuf,
     recorder: Recorder,
-    /// What each driver build reads for any program, once learnt (or why it cannot be),
-    /// and how much of it.
-    driver: std::collections::HashMap<u64, (Depth, Result<DriverFiles, String>)>,
-    /// Whether a compile of this process has linked: pocl keeps its kernel library once
-    /// loaded, so no later link of the process reads it, and a list learnt by one would
-    /// lack it.
-    linked: bool,
+    /// What each driver build reads for any program, once learnt whole (or why it cannot
+    /// be).
+    driver: std::collections::HashMap<u64, Result<DriverFiles, String>>,
     /// Whether a compile of this process has run: the driver's files are learnt by a
     /// process's first compile, or later only to add to a list learnt so (what a first
     /// compile alone reads, were there any such files, would be missed).
@@ -430,29 +426,19 @@ impl Workspace {
         let program = unsafe { make(ctx, device, recipe) };
         let rec = self.recorder.end();
         self.compiled = true;
-        if recipe.kind != Kind::Compiled && !rec.as_ref().is_ok_and(|r| r.seeded) {
-            self.linked = true;
-        }
         (program, rec)
     }
 
-    /// What the driver of `device` (build identity `driver`) reads for any program, to
-    /// `depth` at least: kept in the store's `drivers/` once a watched compile of an empty
-    /// kernel learnt it, and trusted while every one of those files has its status still.
-    /// None when another worker is learning it and `wait` is false: ask again (with
-    /// `wait`) when nothing else is left to do before the manifest.
+    /// What the driver of `device` (build identity `driver`) reads for any program: kept
+    /// in the store's `drivers/` once a watched compile of an empty kernel learnt it, and
+    /// trusted while every one of those files has its status still. None when another
+    /// worker is learning it and `wait` is false: ask again (with `wait`) when nothing else
+    /// is left to do before the manifest.
     ///
     /// Learnt by one worker of the store at a time (an exclusive lock on the store's
-    /// `drivers/` folder), each of the others reading what it kept. The front end's files
-    /// are learnt first, from a compile without its link: the link's part, loading pocl's
-    /// kernel library, is most of an empty kernel's build (0.5 of 0.8 CPU-s with pocl 3.1
-    /// here, 0.57 CPU-s in all with pocl 5 on 16 cores), and a worker's builds, hits of the
-    /// application's kernel cache, link nothing. The kernel library is then added by
-    /// status from the folder the front end's headers came from
-    /// (`DriverFiles::add_kernel_library`); where they lead to none, a whole build's list
-    /// is learnt. A list learnt after a link of this process would lack what the link read
-    /// once: the front end's serves then, and a build's read of anything else is checked
-    /// by its content.
+    /// `drivers/` folder), each of the others reading what it kept, and only by a
+    /// process's first compile (pocl loads its kernel library once a process, and what a
+    /// first compile alone reads, were there any such files, would be missed later).
     ///
     /// # Safety
     /// `ctx` is a valid context of `device`.
@@ -462,16 +448,13 @@ impl Workspace {
         driver: u64,
         ctx: cl_context,
         device: cl_device_id,
-        depth: Depth,
         wait: bool,
     ) -> Option<Result<DriverFiles, String>> {
-        match self.driver.get(&driver) {
-            Some((d, known)) if *d >= depth || known.is_err() => return Some(known.clone()),
-            _ => {}
+        if let Some(known) = self.driver.get(&driver) {
+            return Some(known.clone());
         }
         let name = format!("{driver:016x}.files");
         let folder = files::open_sub(store, DRIVERS, true).ok();
-        // What the store holds, of any depth.
         let kept = |folder: &Option<Fd>| {
             folder
                 .as_ref()
@@ -481,13 +464,11 @@ impl Workspace {
                         .flatten()
                 })
                 .and_then(|b| decode_driver_files(&b))
-                .filter(|(m, _, _)| manifest::check(m, &self.theirs).is_ok())
-                .map(|(_, files, d)| (d, files))
+                .filter(|(m, _)| manifest::check(m, &self.theirs).is_ok())
+                .map(|(_, files)| files)
         };
-        let deep_enough =
-            |k: &Option<(Depth, DriverFiles)>| k.as_ref().is_some_and(|k| k.0 >= depth);
         let mut found = kept(&folder);
-        if !deep_enough(&found) {
+        if found.is_none() {
             // Where the folder cannot be locked (a filesystem without flock), each worker
             // learns for itself, as any would without the lock.
             match folder.as_ref().map(|d| files::lock_exclusive(d, wait)) {
@@ -496,42 +477,29 @@ impl Workspace {
                 _ => {}
             }
         }
-        // A list is learnt by a process's first compile, or later to add to one learnt so.
-        let learnable = !self.compiled || self.driver.contains_key(&driver);
         let known = match found {
-            Some((d, files)) if d >= depth || !learnable => (d, Ok(files)),
+            Some(files) => Ok(files),
             // Another worker held the lock and left no list: a fresh worker learns it.
-            None if !learnable => (
-                depth,
-                Err(
-                    "files are learnt by a worker's first compile, and this one has compiled"
-                        .into(),
-                ),
+            None if self.compiled => Err(
+                "files are learnt by a worker's first compile, and this one has compiled".into(),
             ),
             // SAFETY: this function's contract.
-            _ => (depth, unsafe {
-                self.learn_driver_files(&folder, &name, driver, ctx, device, depth)
-            }),
+            None => unsafe { self.learn_driver_files(&folder, &name, ctx, device) },
         };
         // The folder's descriptor, and the lock with it, goes now: the file is in place.
         drop(folder);
         self.driver.insert(driver, known.clone());
-        // Where the front end's files do not lead to pocl's kernel library, a link shows it.
-        if let (Depth::FrontEnd, Ok(files)) = (&known.0, &known.1) {
-            if !self.linked && !files.holds_kernel_library() {
-                // SAFETY: this function's contract.
-                return unsafe {
-                    self.driver_files(store, driver, ctx, device, Depth::Linked, wait)
-                };
-            }
-        }
-        Some(known.1)
+        Some(known)
     }
 
-    /// Compiles an empty kernel while the tracer watches (to `depth`: without its link, or
-    /// built), in an environment that adds nothing of the user's, and keeps what it read,
-    /// with the list this process knew of the driver build `driver` (which its first
-    /// compile learnt, or the store held), as the driver's files in `folder`.
+    /// Learns what the driver reads for any program and keeps it in `folder` as `name`.
+    /// First the front end's files, from a compile of an empty kernel without its link:
+    /// the link's part, loading pocl's kernel library, is most of an empty kernel's build
+    /// (0.5 of 0.8 CPU-s with pocl 3.1 here, 0.57 CPU-s in all with pocl 5 on 16 cores).
+    /// The kernel library is then added by status from the folder those headers came from
+    /// (`DriverFiles::add_kernel_library`). Where they lead to none (a pocl run from its
+    /// build tree, a header cache), an empty kernel is built as well, before any link of
+    /// this process, so that its list holds what a link reads.
     ///
     /// # Safety
     /// `ctx` is a valid context of `device`.
@@ -539,20 +507,46 @@ impl Workspace {
         &mut self,
         folder: &Option<Fd>,
         name: &str,
-        driver: u64,
         ctx: cl_context,
         device: cl_device_id,
-        depth: Depth,
+    ) -> Result<DriverFiles, String> {
+        // SAFETY: this function's contract.
+        let mut front = unsafe { self.watched_empty_kernel(ctx, device, Kind::Compiled) }?;
+        front.add_kernel_library();
+        let (files, depth) = if front.holds_kernel_library() {
+            (front, Depth::FrontEnd)
+        } else {
+            // SAFETY: this function's contract.
+            let mut whole = unsafe { self.watched_empty_kernel(ctx, device, Kind::Built) }?;
+            // What the process's first compile read once is the driver's as much as what
+            // this one read.
+            whole.add(&front);
+            (whole, Depth::Linked)
+        };
+        if let Some(dir) = folder {
+            let bytes = encode_driver_files(&files, depth);
+            let _ = files::write_atomic(dir, name, &bytes, true, false);
+        }
+        Ok(files)
+    }
+
+    /// What a compile of an empty kernel (`kind`: without its link, or built) read, while
+    /// the tracer watched, in an environment that adds nothing of the user's.
+    ///
+    /// # Safety
+    /// `ctx` is a valid context of `device`.
+    unsafe fn watched_empty_kernel(
+        &mut self,
+        ctx: cl_context,
+        device: cl_device_id,
+        kind: Kind,
     ) -> Result<DriverFiles, String> {
         let text = Text::Source(b"kernel void clshim_driver_files(void) {}\n".to_vec());
         let mut empty = Recipe::built(text, Vec::new());
-        if depth == Depth::FrontEnd {
-            empty.kind = Kind::Compiled;
-        }
-        // In an environment that adds nothing of the user's: pocl reads its extra build
-        // flags at every build, and a header they force-include (`-include cfg.h`) would
-        // otherwise become a driver's file, checked by its status only in every later
-        // entry (a same-length edit with its time kept was served).
+        empty.kind = kind;
+        // pocl reads its extra build flags at every build, and a header they force-include
+        // (`-include cfg.h`) would otherwise become a driver's file, checked by its status
+        // only in every later entry (a same-length edit with its time kept was served).
         let extra = std::env::var_os("POCL_EXTRA_BUILD_FLAGS");
         std::env::remove_var("POCL_EXTRA_BUILD_FLAGS");
         // SAFETY: this function's contract.
@@ -561,22 +555,10 @@ impl Workspace {
             std::env::set_var("POCL_EXTRA_BUILD_FLAGS", v);
         }
         match (program, rec) {
-            (Ok(_), Ok(r)) if r.problems.is_empty() => {
-                let mut d = DriverFiles::from_record(&r, self.own.as_os_str().as_bytes());
-                if depth == Depth::FrontEnd {
-                    d.add_kernel_library();
-                }
-                // What the process's first compile read once (the front end's files,
-                // learnt before) is the driver's as much as what this one read.
-                if let Some((_, Ok(earlier))) = self.driver.get(&driver) {
-                    d.add(earlier);
-                }
-                if let Some(dir) = folder {
-                    let bytes = encode_driver_files(&d, depth);
-                    let _ = files::write_atomic(dir, name, &bytes, true, false);
-                }
-                Ok(d)
-            }
+            (Ok(_), Ok(r)) if r.problems.is_empty() => Ok(DriverFiles::from_record(
+                &r,
+                self.own.as_os_str().as_bytes(),
+            )),
             (Ok(_), Ok(r)) => Err(format!(
                 "its compiles cannot be watched: {}",
                 r.problems.join("; ")
@@ -602,9 +584,10 @@ fn encode_driver_files(d: &DriverFiles, depth: Depth) -> Vec<u8> {
     out
 }
 
-fn decode_driver_files(
-    b: &[u8],
-) -> Option<(clshim_format::manifest::Manifest, DriverFiles, Depth)> {
+/// A list `encode_driver_files` wrote, with its manifest; None where it is damaged, or
+/// is a list of the front end's that names no kernel library (as those kept before
+/// 2026-12-06's fifth session may be): such a list is learnt again.
+fn decode_driver_files(b: &[u8]) -> Option<(clshim_format::manifest::Manifest, DriverFiles)> {
     let (depth, rest) = if let Some(rest) = b.strip_prefix(DRIVER_FILES_MAGIC) {
         (Depth::Linked, rest)
     } else {
@@ -622,7 +605,7 @@ fn decode_driver_files(
     }
     let m = clshim_format::manifest::Manifest::decode(m).ok()?;
     let d = DriverFiles::from_manifest(&m)?;
-    Some((m, d, depth))
+    (depth == Depth::Linked || d.holds_kernel_library()).then_some((m, d))
 }
 
 fn warm(
@@ -916,8 +899,7 @@ unsafe fn one(
     };
     // Before the build: where the list must be learnt, its compile is the process's first.
     // SAFETY: a valid context of the live device.
-    let mut driver =
-        unsafe { ws.driver_files(dir, device.driver, ctx, device.id, Depth::FrontEnd, false) };
+    let mut driver = unsafe { ws.driver_files(dir, device.driver, ctx, device.id, false) };
     // A compile whose inputs changed under it is made once more, once they are a second
     // old; then it waits for a later step.
     for attempt in 0..2 {
@@ -940,10 +922,8 @@ unsafe fn one(
         let known = match driver.take() {
             Some(d) => d,
             // SAFETY: a valid context of the live device.
-            None => unsafe {
-                ws.driver_files(dir, device.driver, ctx, device.id, Depth::FrontEnd, true)
-            }
-            .unwrap_or_else(|| Err("files could not be learnt".into())),
+            None => unsafe { ws.driver_files(dir, device.driver, ctx, device.id, true) }
+                .unwrap_or_else(|| Err("files could not be learnt".into())),
         };
         driver = Some(known.clone());
         let known = match known {
@@ -1080,7 +1060,6 @@ pub unsafe extern "C" fn clshim_warm_v4(
             theirs,
             recorder,
             driver: Default::default(),
-            linked: false,
             compiled: false,
         };
         warm(path, group, &mut ws, &tell)

@@ -1258,15 +1258,10 @@ fn the_drivers_files_are_its_front_ends_and_its_kernel_library() {
     }
 }
 
-/// A pocl not installed as the system's packages are (here the system's libpocl linked
-/// into folders a group may write, its data copied beside them, where pocl looks for it)
-/// has the system's build-id, and so its keys, while its kernel library is whatever those
-/// folders hold: an entry whose kernel library changed since it was made is not loaded,
-/// but built again as without clshim.
-#[test]
-fn a_driver_outside_the_systems_packages_has_its_kernel_library_checked() {
-    let bin = client();
-    let d = scratch("native-driver-copy");
+/// The system's libpocl linked into a folder of `d`'s a group may write (`pocl/a/b`, which
+/// this returns), with pocl's data copied beside it (`pocl/share/pocl`), where pocl, built
+/// relocatable, looks for it when loaded from there.
+fn pocl_linked_into(d: &Scratch) -> PathBuf {
     let icd = std::fs::read_to_string("/etc/OpenCL/vendors/pocl.icd").unwrap();
     let name = icd.trim();
     let libdir = [
@@ -1300,7 +1295,62 @@ fn a_driver_outside_the_systems_packages_has_its_kernel_library_checked() {
         .status()
         .unwrap();
     assert!(chmod.success());
+    lib
+}
 
+/// One build of pocl loaded from two folders (the system's, and its libpocl linked into a
+/// folder of the user's with pocl's data copied beside it) reads two sets of headers and
+/// kernel libraries: an entry the system's made is not served to the other, whose headers
+/// differ, but built again as without clshim (a review found one driver of the two, by
+/// their one build-id, and the copy's headers never checked).
+#[test]
+fn one_driver_build_loaded_from_another_folder_is_another_driver() {
+    let bin = client();
+    let d = scratch("native-driver-elsewhere");
+    let lib = pocl_linked_into(&d);
+    let header = d.path("pocl/share/pocl/include/_kernel.h");
+    let mut text = std::fs::read(&header).unwrap();
+    text.extend_from_slice(b"\n#define CLSHIM_ANOTHER_FOLDER 1\n");
+    std::fs::write(&header, text).unwrap();
+
+    let store = d.path("store");
+    let kc = d.path("kc");
+    let saved = d.path("clshim.bin");
+    let save = format!("--save={}", s(&saved));
+    let load = format!("--load={}", s(&saved));
+    let e = env(s(&store), s(&kc));
+    shimmed(Driver::Pocl, &bin, &[save.as_str(), "--seed=52"], &e)
+        .ok()
+        .has_line("saved");
+    warm(&store);
+    let r = shimmed(Driver::Pocl, &bin, &[load.as_str(), "--seed=52"], &e);
+    r.ok();
+    assert_eq!(load_record(&r)["made_from"], "native", "the system's own");
+
+    let mut elsewhere = e.clone();
+    elsewhere.push(("LD_LIBRARY_PATH", s(&lib)));
+    let r = shimmed(
+        Driver::Pocl,
+        &bin,
+        &[load.as_str(), "--seed=52"],
+        &elsewhere,
+    );
+    r.ok();
+    let l = load_record(&r);
+    assert_ne!(l["made_from"], "native", "{l}");
+}
+
+/// A pocl not installed as the system's packages are (here the system's libpocl linked
+/// into folders a group may write, its data copied beside them, where pocl looks for it)
+/// has the system's build-id, and so its keys, while its kernel library is whatever those
+/// folders hold: an entry whose kernel library changed since it was made is not loaded,
+/// but built again as without clshim.
+#[test]
+fn a_driver_outside_the_systems_packages_has_its_kernel_library_checked() {
+    let bin = client();
+    let d = scratch("native-driver-copy");
+    let lib = pocl_linked_into(&d);
+    let copy = d.path("pocl");
     let store = d.path("store");
     let kc = d.path("kc");
     let saved = d.path("clshim.bin");

@@ -138,9 +138,6 @@ pub struct Record {
     /// The window's bounds, in nanoseconds of the realtime clock.
     pub start_ns: i64,
     pub end_ns: i64,
-    /// Whether the tracer seeded pocl's cache folder of the program from the application's
-    /// kernel cache: pocl then found its compile there and linked nothing.
-    pub seeded: bool,
 }
 
 /// The bytes of a record, as the tracer hands it over.
@@ -208,7 +205,6 @@ impl Record {
         w.bytes(&self.cwd);
         w.u64(self.start_ns as u64);
         w.u64(self.end_ns as u64);
-        w.u64(self.seeded as u64);
         w.u64(self.problems.len() as u64);
         for p in &self.problems {
             w.bytes(p.as_bytes());
@@ -264,7 +260,6 @@ impl Record {
         let cwd = r.bytes()?;
         let start_ns = r.u64()? as i64;
         let end_ns = r.u64()? as i64;
-        let seeded = r.u64()? != 0;
         let mut problems = Vec::new();
         for _ in 0..r.u64()? {
             problems.push(String::from_utf8_lossy(&r.bytes()?).into_owned());
@@ -321,7 +316,6 @@ impl Record {
             cwd,
             start_ns,
             end_ns,
-            seeded,
         })
     }
 }
@@ -367,7 +361,6 @@ mod tests {
             cwd: b"/w".to_vec(),
             start_ns: 1,
             end_ns: 2,
-            seeded: true,
         };
         let b = r.encode();
         assert_eq!(Record::decode(&b).unwrap(), r);

@@ -864,14 +864,10 @@ impl Tracer {
             }
         }
         let into = std::path::Path::new(std::ffi::OsStr::from_bytes(&full));
-        if crate::store::files::copy_tree(
+        if !crate::store::files::copy_tree(
             std::path::Path::new(std::ffi::OsStr::from_bytes(&from)),
             into,
         ) {
-            if let Some(w) = &mut self.window {
-                w.record.seeded = true;
-            }
-        } else {
             // Part of a program (a truncated bitcode file) would fail pocl's build: an
             // empty folder instead, in which pocl compiles.
             let _ = std::fs::remove_dir_all(into);
