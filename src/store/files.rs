@@ -277,6 +277,10 @@ fn make_dir_at(at: c_int, name: &std::ffi::CStr) -> std::io::Result<()> {
     if unsafe { libc::mkdirat(at, name.as_ptr(), DIR_MODE as libc::mode_t) } != 0 {
         return match std::io::Error::last_os_error() {
             e if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
+            // sshfs answers a mkdir of a name another host has just made, which its own
+            // cache has not seen, with EPERM (the SFTP server's generic failure): the
+            // folder is there all the same (its owner and mode are checked on opening).
+            _ if folder_at(at, name) => Ok(()),
             e => Err(e),
         };
     }
@@ -286,6 +290,15 @@ fn make_dir_at(at: c_int, name: &std::ffi::CStr) -> std::io::Result<()> {
         return last_error();
     }
     Ok(())
+}
+
+/// Whether `name` relative to `at` is a folder (not followed if a link).
+fn folder_at(at: c_int, name: &std::ffi::CStr) -> bool {
+    // SAFETY: plain data filled by fstatat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `at` is open (or AT_FDCWD); `name` a valid name; `st` writable.
+    let found = unsafe { libc::fstatat(at, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
+    found == 0 && st.st_mode & libc::S_IFMT == libc::S_IFDIR
 }
 
 /// Opens the directory `name` relative to `at` (a directory or `AT_FDCWD`), not following
