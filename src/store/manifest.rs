@@ -738,7 +738,6 @@ fn time_of_compile(text: &[u8], start_ns: i64, end_ns: i64) -> Option<&'static s
 /// pocl-cache names against `pocl_cache`. Err: the first name where the compile would find
 /// something else now.
 pub fn check(m: &Manifest, pocl_cache: &Path) -> Result<(), String> {
-    use std::os::unix::ffi::OsStrExt;
     let mut classes: HashMap<u32, (u64, u64)> = HashMap::new();
     let mut files: HashMap<(u64, u64), u32> = HashMap::new();
     for it in &m.items {
@@ -819,7 +818,6 @@ pub fn check(m: &Manifest, pocl_cache: &Path) -> Result<(), String> {
 /// Checks, of `m`'s names in pocl's cache folder, that those the compile found absent are
 /// absent in `pocl_cache` too. Err: the first that is not.
 pub fn absent_in_pocl_cache(m: &Manifest, pocl_cache: &Path) -> Result<(), String> {
-    use std::os::unix::ffi::OsStrExt;
     let folder = pocl_cache.as_os_str().as_bytes();
     for it in m.items.iter().filter(|it| it.base == Base::PoclCache) {
         if it.expect != Expect::Absent {

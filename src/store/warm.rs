@@ -16,8 +16,8 @@
 //! compile of each program from the application's kernel cache when that holds it, so the
 //! source build is the cache hit it was for the application and only the generic compile
 //! of the binary query is new. The driver's own files are those a compile of an empty
-//! kernel reads (without its link, unless the builds link: `Depth`), learnt once per
-//! driver build and kept in the store.
+//! kernel reads (without its link, with pocl's kernel library found beside its headers:
+//! `Depth`), learnt once per driver build and kept in the store.
 //!
 //! It reads only the user's own store (`files`), and requests only of the variables a warm
 //! step sets (`Request::decode`). For each request of its group: claim it (an exclusive

@@ -17,8 +17,9 @@ pub const DRIVERS: &str = "drivers";
 /// front end's files and what the link reads (pocl's kernel library). Version 2, learned in
 /// an environment without the user's extra build flags.
 pub const DRIVER_FILES_MAGIC: &[u8; 8] = b"CLSHIMD2";
-/// The first bytes of `drivers/<driver>.files` when it holds what the front end reads
-/// alone (a compile without its link: pocl's headers), as the warm worker learns it first.
+/// The first bytes of `drivers/<driver>.files` when it holds what the front end reads (a
+/// compile without its link: pocl's headers) and pocl's kernel library found beside those
+/// headers, as the warm worker learns it first (one without the library is learnt again).
 pub const DRIVER_FILES_FRONT_END_MAGIC: &[u8; 8] = b"CLSHIMD3";
 /// Version 1's, which the worker no longer trusts (a header the user's flags force-included
 /// could be among its files) and `clshim store` still knows as clshim's.
