@@ -88,13 +88,11 @@ impl DriverFiles {
         }
     }
 
-    /// Adds `other`'s files, where this list has none of the name.
+    /// Adds `other`'s files, where this list has none of the name (not the names of its
+    /// kernel library: a list is added to only where the front end's found none).
     pub fn add(&mut self, other: &DriverFiles) {
         for (path, m) in &other.found {
             self.found.entry(path.clone()).or_insert(*m);
-        }
-        if self.library.is_none() {
-            self.library.clone_from(&other.library);
         }
     }
 

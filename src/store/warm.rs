@@ -16,8 +16,8 @@
 //! compile of each program from the application's kernel cache when that holds it, so the
 //! source build is the cache hit it was for the application and only the generic compile
 //! of the binary query is new. The driver's own files are those a compile of an empty
-//! kernel reads (without its link, with pocl's kernel library found beside its headers:
-//! `Depth`), learnt once per driver build and kept in the store.
+//! kernel reads (without its link, with pocl's kernel library found beside its headers),
+//! learnt once per driver build and kept in the store.
 //!
 //! It reads only the user's own store (`files`), and requests only of the variables a warm
 //! step sets (`Request::decode`). For each request of its group: claim it (an exclusive
@@ -364,20 +364,6 @@ unsafe fn payload_of(
     })
 }
 
-/// How a list of what the driver reads for any program was learnt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Depth {
-    /// What its front end reads, an empty kernel compiled without its link
-    /// (`clCompileProgram`; pocl's headers), and pocl's kernel library, which only a link
-    /// reads, found beside those headers (`DriverFiles::add_kernel_library`).
-    FrontEnd,
-    /// What a whole build reads, an empty kernel built (`clBuildProgram`): for a driver
-    /// whose headers lead to no kernel library, so that the library a link reads is one
-    /// of the driver's files, checked by its status, rather than a file whose content
-    /// each load hashes (about 9 MB with pocl 3.1).
-    Linked,
-}
-
 /// Where the worker's compiles happen: pocl's private cache folder (the worker's
 /// `POCL_CACHE_DIR`), the application's kernel cache the requests' group names, and what
 /// the driver reads for any program.
@@ -389,8 +375,8 @@ struct Workspace {
     /// be).
     driver: std::collections::HashMap<u64, Result<DriverFiles, String>>,
     /// Whether a compile of this process has run: the driver's files are learnt by a
-    /// process's first compile, or later only to add to a list learnt so (what a first
-    /// compile alone reads, were there any such files, would be missed).
+    /// process's first compiles (what a first compile alone reads, were there any such
+    /// files, would be missed later).
     compiled: bool,
 }
 
@@ -513,18 +499,18 @@ impl Workspace {
         // SAFETY: this function's contract.
         let mut front = unsafe { self.watched_empty_kernel(ctx, device, Kind::Compiled) }?;
         front.add_kernel_library();
-        let (files, depth) = if front.holds_kernel_library() {
-            (front, Depth::FrontEnd)
+        let files = if front.holds_kernel_library() {
+            front
         } else {
             // SAFETY: this function's contract.
             let mut whole = unsafe { self.watched_empty_kernel(ctx, device, Kind::Built) }?;
             // What the process's first compile read once is the driver's as much as what
             // this one read.
             whole.add(&front);
-            (whole, Depth::Linked)
+            whole
         };
         if let Some(dir) = folder {
-            let bytes = encode_driver_files(&files, depth);
+            let bytes = encode_driver_files(&files);
             let _ = files::write_atomic(dir, name, &bytes, true, false);
         }
         Ok(files)
@@ -573,11 +559,14 @@ use clshim_format::labels::{DRIVERS, DRIVER_FILES_FRONT_END_MAGIC, DRIVER_FILES_
 /// Far beyond a driver's few dozen files.
 const MAX_DRIVER_FILES: u64 = 1 << 24;
 
-fn encode_driver_files(d: &DriverFiles, depth: Depth) -> Vec<u8> {
+/// The list `d` as kept in the store: a whole build's (`CLSHIMD2`), or the front end's with
+/// pocl's kernel library found beside its headers (`CLSHIMD3`), as the list says.
+fn encode_driver_files(d: &DriverFiles) -> Vec<u8> {
     let m = d.as_manifest().encode();
-    let mut out = match depth {
-        Depth::FrontEnd => DRIVER_FILES_FRONT_END_MAGIC.to_vec(),
-        Depth::Linked => DRIVER_FILES_MAGIC.to_vec(),
+    let mut out = if d.holds_kernel_library() {
+        DRIVER_FILES_FRONT_END_MAGIC.to_vec()
+    } else {
+        DRIVER_FILES_MAGIC.to_vec()
     };
     out.extend_from_slice(&crate::hash::fnv1a64(&m).to_le_bytes());
     out.extend_from_slice(&m);
@@ -588,13 +577,9 @@ fn encode_driver_files(d: &DriverFiles, depth: Depth) -> Vec<u8> {
 /// is a list of the front end's that names no kernel library (as those kept before
 /// 2026-12-06's fifth session may be): such a list is learnt again.
 fn decode_driver_files(b: &[u8]) -> Option<(clshim_format::manifest::Manifest, DriverFiles)> {
-    let (depth, rest) = if let Some(rest) = b.strip_prefix(DRIVER_FILES_MAGIC) {
-        (Depth::Linked, rest)
-    } else {
-        (
-            Depth::FrontEnd,
-            b.strip_prefix(DRIVER_FILES_FRONT_END_MAGIC)?,
-        )
+    let (whole_build, rest) = match b.strip_prefix(DRIVER_FILES_MAGIC) {
+        Some(rest) => (true, rest),
+        None => (false, b.strip_prefix(DRIVER_FILES_FRONT_END_MAGIC)?),
     };
     if rest.len() < 8 {
         return None;
@@ -605,7 +590,7 @@ fn decode_driver_files(b: &[u8]) -> Option<(clshim_format::manifest::Manifest, D
     }
     let m = clshim_format::manifest::Manifest::decode(m).ok()?;
     let d = DriverFiles::from_manifest(&m)?;
-    (depth == Depth::Linked || d.holds_kernel_library()).then_some((m, d))
+    (whole_build || d.holds_kernel_library()).then_some((m, d))
 }
 
 fn warm(
