@@ -122,6 +122,23 @@ pub fn ancestors_not_others(dir: &Path) -> Option<String> {
     None
 }
 
+/// The temporary folder (`$TMPDIR`, else `/tmp`) by its canonical name, where what this
+/// user makes keeps its name (no other user can rename or replace it: see
+/// [`ancestors_not_others`]), or why it is not such a folder. pocl compiles in what is made
+/// there, and a folder another user could swap mid-compile would hand them the compile's
+/// files, and what it then keeps.
+pub fn private_temp_dir() -> Result<std::path::PathBuf, String> {
+    let tmp = std::env::var_os("TMPDIR")
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| "/tmp".into());
+    let tmp =
+        std::fs::canonicalize(&tmp).map_err(|e| format!("{}: {e}", Path::new(&tmp).display()))?;
+    match ancestors_not_others(&tmp) {
+        Some(why) => Err(why),
+        None => Ok(tmp),
+    }
+}
+
 /// Why what the folder `rel` (relative, plain names) of pocl's kernel cache `cache` holds
 /// could be another user's doing, or None: the cache and every folder above it pass
 /// [`ancestors_not_others`], and every folder from the cache down to `rel`, `rel` included,

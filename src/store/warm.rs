@@ -983,12 +983,13 @@ fn mark_source(dir: &Fd, recipe: &Recipe) {
 
 /// A private folder for pocl to compile in: `$TMPDIR` (else `/tmp`)
 /// `/clshim-warm-<pid>-XXXXXX`, the user's only, by its real name (pocl and the tracer must
-/// spell it alike). The pid lets the warm service remove the folder of a worker it ended.
+/// spell it alike), in a temporary folder where no other user can swap it
+/// (`files::private_temp_dir`): none, and the worker makes nothing. The pid lets the warm
+/// service remove the folder of a worker it ended.
 fn private_cache() -> Result<PathBuf, String> {
-    let tmp = std::env::var_os("TMPDIR")
-        .filter(|t| !t.is_empty())
-        .unwrap_or_else(|| "/tmp".into());
-    let mut template = PathBuf::from(tmp)
+    let tmp = files::private_temp_dir()
+        .map_err(|why| format!("no private folder for pocl's compiles: {why}"))?;
+    let mut template = tmp
         .join(format!("clshim-warm-{}-XXXXXX", std::process::id()))
         .into_os_string()
         .into_vec();
@@ -1002,8 +1003,7 @@ fn private_cache() -> Result<PathBuf, String> {
         ));
     }
     template.pop();
-    let path = PathBuf::from(std::ffi::OsString::from_vec(template));
-    std::fs::canonicalize(&path).map_err(|e| format!("{}: {e}", path.display()))
+    Ok(PathBuf::from(std::ffi::OsString::from_vec(template)))
 }
 
 /// A worker of the warm step, for the `clshim` command: `store` (a NUL-terminated path)

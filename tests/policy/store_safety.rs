@@ -773,6 +773,45 @@ fn a_worker_starts_only_in_the_folder_the_run_used() {
     }
 }
 
+/// The warm worker compiles only where no other user can swap its folder: in a temporary
+/// folder that others may write and that is not sticky, it makes nothing, says why and
+/// leaves the request; in a sticky one, as `/tmp` is, it makes the entry. A review found
+/// the worker compiling there (another user renamed its folder away and put theirs in its
+/// place, and pocl wrote the program's files into it) where the ranks refused to share.
+#[test]
+fn the_warm_worker_compiles_only_where_no_other_user_can_swap_its_folder() {
+    let bin = client();
+    let d = scratch("store-worker-tmp");
+    let store = d.path("store");
+    save(&bin, &d, &store, &d.path("c.bin"), &[SERVICE_OFF]);
+    let req = requests(&store).pop().expect("a request");
+    let open = d.path("open-tmp");
+    std::fs::create_dir_all(&open).unwrap();
+    chmod(&open, 0o777);
+    let out = warm_out(&store, &[("TMPDIR", s(&open))]);
+    let err = stderr(&out);
+    assert!(entries(&store).is_empty(), "made: {err}");
+    assert_eq!(requests(&store), vec![req], "the request waits");
+    assert!(
+        err.contains("no private folder for pocl's compiles")
+            && err.contains(&format!(
+                "{} may be written by others and is not sticky",
+                s(&open)
+            )),
+        "{err}"
+    );
+    let folders = std::fs::read_dir(&open)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .count();
+    assert_eq!(folders, 0, "no folder to compile in made there");
+
+    chmod(&open, 0o1777);
+    let out = warm_out(&store, &[("TMPDIR", s(&open))]);
+    assert_eq!(entries(&store).len(), 1, "{}", stderr(&out));
+}
+
 /// A store a run makes (here under `umask 002`, as many sites set) is the user's alone
 /// (0700), and so is every folder made for it; and a store that exists already with a mode
 /// others may read (0755: made by hand, or by an older clshim) is made the user's alone,

@@ -423,35 +423,28 @@ fn node_folder() -> Option<&'static Path> {
     static FOLDER: OnceLock<Option<PathBuf>> = OnceLock::new();
     FOLDER
         .get_or_init(|| {
-            let tmp = std::env::temp_dir();
-            let found = std::fs::canonicalize(&tmp)
-                .map_err(|e| format!("{}: {e}", tmp.display()))
-                .and_then(|tmp| match files::ancestors_not_others(&tmp) {
-                    Some(why) => Err(why),
-                    None => Ok(tmp),
-                })
-                .and_then(|tmp| {
-                    // SAFETY: no arguments.
-                    let uid = unsafe { libc::geteuid() };
-                    let folder = tmp.join(format!("clshim-{uid}-shared-builds"));
-                    files::open_dir(&folder, true)
-                        .map(|_| {
-                            remove_stale_temporaries(&folder);
-                            folder.clone()
-                        })
-                        .map_err(|e| {
-                            // The node's folder is named by the user's id, which others can
-                            // see: another user may have made it first. What acts on it is
-                            // the temporary folder, not the store.
-                            let why = e.to_string();
-                            let why = why.split(": a native store").next().unwrap_or(&why);
-                            format!(
-                                "{}: {why}: give the job's ranks a temporary folder of your own \
+            let found = files::private_temp_dir().and_then(|tmp| {
+                // SAFETY: no arguments.
+                let uid = unsafe { libc::geteuid() };
+                let folder = tmp.join(format!("clshim-{uid}-shared-builds"));
+                files::open_dir(&folder, true)
+                    .map(|_| {
+                        remove_stale_temporaries(&folder);
+                        folder.clone()
+                    })
+                    .map_err(|e| {
+                        // The node's folder is named by the user's id, which others can
+                        // see: another user may have made it first. What acts on it is
+                        // the temporary folder, not the store.
+                        let why = e.to_string();
+                        let why = why.split(": a native store").next().unwrap_or(&why);
+                        format!(
+                            "{}: {why}: give the job's ranks a temporary folder of your own \
                                  (TMPDIR, the same for every rank of the node)",
-                                folder.display()
-                            )
-                        })
-                });
+                            folder.display()
+                        )
+                    })
+            });
             match found {
                 Ok(f) => Some(f),
                 Err(why) => {
