@@ -541,6 +541,57 @@ fn pocls_cache_folder_is_the_one_it_started_with() {
 #[test]
 fn a_kernel_library_reinstalled_is_another_build() {
     let (c, env, args) = filled_on_a_pocl_copy("kernel-library");
+    touch_kernel_library(&c);
+    let now = c.as_plain_now(&args, &env);
+    assert_eq!(
+        (now.out.as_str(), now.served),
+        ("VAL=3\n", 0),
+        "{:?}",
+        now.not_served
+    );
+}
+
+/// The same for a kept compile (the program cache's, taken on a node whose pocl cache is
+/// fresh): pocl's cache entry holds the kernel library linked in, and pocl finds it by the
+/// library's SHA-1 from when libpocl was built, so a review found the old library's build
+/// served where pocl alone, with a fresh cache, links the new one. Compiled again, and kept
+/// again for the next node.
+#[test]
+fn a_kernel_library_reinstalled_is_another_build_for_kept_compiles() {
+    let c = Case::new("kept-kernel-library");
+    let vendors = pocl_copy_with_kernel_library(&c.d);
+    let src = c.write("src.cl", &source(b"#define VAL 3\n"));
+    let args = [path_arg("source", &src)];
+    let node = |n: &str| {
+        let t = c.d.path(&format!("tmp-{n}"));
+        std::fs::create_dir_all(&t).unwrap();
+        [
+            ("OCL_ICD_VENDORS", s(&vendors).to_string()),
+            (
+                "POCL_CACHE_DIR",
+                s(&c.d.path(&format!("kc-{n}"))).to_string(),
+            ),
+            ("TMPDIR", s(&t).to_string()),
+        ]
+    };
+    assert_eq!(c.run(true, &args, &node("first")).shared, ["compiled"]);
+    let taken = c.run(true, &args, &node("taken"));
+    assert_eq!(taken.shared, ["from_store"], "{}", taken.stderr);
+    touch_kernel_library(&c);
+    let next = c.run(true, &args, &node("next"));
+    assert_eq!(
+        (next.out.as_str(), &next.shared[..]),
+        ("VAL=3\n", &["compiled".to_string()][..]),
+        "{}",
+        next.stderr
+    );
+    let later = c.run(true, &args, &node("later"));
+    assert_eq!(later.shared, ["from_store"], "{}", later.stderr);
+}
+
+/// Sets the time of every kernel library file of the case's copy of pocl 5 s ahead, as a
+/// reinstall under the same libpocl would.
+fn touch_kernel_library(c: &Case) {
     for e in std::fs::read_dir(c.d.path("driver/share/pocl"))
         .unwrap()
         .flatten()
@@ -554,13 +605,6 @@ fn a_kernel_library_reinstalled_is_another_build() {
                 .unwrap();
         }
     }
-    let now = c.as_plain_now(&args, &env);
-    assert_eq!(
-        (now.out.as_str(), now.served),
-        ("VAL=3\n", 0),
-        "{:?}",
-        now.not_served
-    );
 }
 
 /// A kernel library variant that appears beside the others under the same libpocl (pocl
