@@ -108,79 +108,21 @@ pub fn library_identity(addr: *const c_void) -> Option<u64> {
     // A kept compile is pocl's cache entry, which holds the kernel library linked in and
     // which pocl finds by the library's SHA-1 from when libpocl was built: a library
     // reinstalled under the same libpocl would be served as it was (a review found that).
-    if let Some(folder) = pocl_private_datadir(&name) {
-        for (file, kind, size, mtime_ns) in kernel_library(&folder) {
-            h.update(&file).update(b"\0");
-            for v in [kind as u64, size, mtime_ns as u64] {
+    // The library as this process first saw it: pocl loads it once a process.
+    let library = super::kernel_library::first_seen(&name, library_name);
+    if let Some(l) = &library {
+        for (file, kind, size, mtime_ns) in &l.files {
+            h.update(file).update(b"\0");
+            for v in [*kind as u64, *size, *mtime_ns as u64] {
                 h.update(&v.to_le_bytes());
             }
         }
     }
-    Some(h.finish())
-}
-
-/// The folder pocl reads its headers and kernel library from, as the pocl library `name`
-/// itself answers (its `pocl_get_private_datadir`, exported from pocl 3.1 to 7 at least,
-/// `int (char *)` filling a buffer of `POCL_MAX_PATHNAME_LENGTH`, 4096). None for another
-/// driver, or a pocl that does not export it.
-#[cfg(target_os = "linux")]
-fn pocl_private_datadir(name: &CStr) -> Option<std::path::PathBuf> {
-    // SAFETY: RTLD_NOLOAD only finds an object already loaded (the driver is: its code is
-    // behind the device), and the handle is closed at once; the driver's own reference
-    // keeps it loaded.
-    let f = unsafe {
-        let handle = libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
-        if handle.is_null() {
-            return None;
-        }
-        let f = libc::dlsym(handle, c"pocl_get_private_datadir".as_ptr());
-        libc::dlclose(handle);
-        f
-    };
-    // The driver's own function, not one a library it loaded exports.
-    if f.is_null() || library_name(f)?.as_c_str() != name {
-        return None;
+    let id = h.finish();
+    if let Some(l) = library {
+        super::kernel_library::name_driver(id, l);
     }
-    let mut buf = vec![0u8; 4 * 4096];
-    // SAFETY: pocl's `int pocl_get_private_datadir(char *)`, which writes a NUL-terminated
-    // path of at most POCL_MAX_PATHNAME_LENGTH bytes; the buffer is four times that.
-    let got = unsafe {
-        let get: unsafe extern "C" fn(*mut std::ffi::c_char) -> c_int = std::mem::transmute(f);
-        get(buf.as_mut_ptr() as *mut std::ffi::c_char)
-    };
-    let len = buf.iter().position(|&b| b == 0)?;
-    (got == 0 && len > 0).then(|| std::ffi::OsStr::from_bytes(&buf[..len]).into())
-}
-
-#[cfg(not(target_os = "linux"))]
-fn pocl_private_datadir(_name: &CStr) -> Option<std::path::PathBuf> {
-    None
-}
-
-/// pocl's kernel library in `folder`: each bitcode file's name, kind, length and
-/// modification time, sorted by name (pocl picks a variant by the CPU and falls back to
-/// another when it is missing, so every one counts, and one that appears too).
-fn kernel_library(folder: &std::path::Path) -> Vec<(Vec<u8>, u32, u64, i64)> {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(entries) = std::fs::read_dir(folder) else {
-        return Vec::new();
-    };
-    let mut out: Vec<(Vec<u8>, u32, u64, i64)> = entries
-        .flatten()
-        .filter(|e| e.file_name().as_bytes().ends_with(b".bc"))
-        .filter_map(|e| {
-            let m = std::fs::metadata(e.path()).ok()?;
-            let mtime_ns = m.mtime().saturating_mul(1_000_000_000) + m.mtime_nsec();
-            Some((
-                e.file_name().as_bytes().to_vec(),
-                m.mode() & libc::S_IFMT,
-                m.len(),
-                mtime_ns,
-            ))
-        })
-        .collect();
-    out.sort();
-    out
+    Some(id)
 }
 
 /// One loaded object's identity: its build-id, else its path, size, times and inode.

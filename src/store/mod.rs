@@ -25,6 +25,7 @@ pub mod build_key;
 pub mod driver;
 pub mod files;
 pub mod kept;
+pub mod kernel_library;
 pub mod labels;
 pub mod manifest;
 pub mod record;

@@ -407,7 +407,11 @@ impl Workspace {
         self.clear();
         let own = self.own.as_os_str().as_bytes();
         let theirs = self.theirs.as_os_str().as_bytes();
-        self.recorder.begin(Some((own, theirs)));
+        // SAFETY: a live device (this function's contract).
+        let not_before = unsafe { super::driver::driver_identity(device) }
+            .map_or(Some(i64::MAX), super::kernel_library::changed_at_of)
+            .unwrap_or(i64::MIN);
+        self.recorder.begin(Some((own, theirs, not_before)));
         // SAFETY: this function's contract.
         let program = unsafe { make(ctx, device, recipe) };
         let rec = self.recorder.end();
@@ -898,6 +902,13 @@ unsafe fn one(
             Ok(r) => r,
             Err(why) => return Outcome::Postponed(format!("its compile cannot be watched: {why}")),
         };
+        // pocl loads its kernel library once a process: one changed since this worker named
+        // it in its devices' keys may or may not be what this compile linked.
+        if !super::kernel_library::unchanged(device.driver, None) {
+            return Outcome::Postponed(
+                "pocl's kernel library changed since this worker started".into(),
+            );
+        }
         // While another worker learns the driver's files, this one makes the driver's
         // binary, which needs none of them, and then waits for what it kept.
         // SAFETY: the live program, built for the device.

@@ -6,8 +6,12 @@
  * `--then-env=NAME=VALUE` builds once, sets NAME=VALUE in the process's environment, and
  * builds the same source again (a new program object); `--context-then-env=NAME=VALUE`
  * sets it after the context is made (the driver started) and before the first build;
- * `--start-env=NAME=VALUE` sets it before the first OpenCL call. Prints "VAL=<n>" for each build,
+ * `--start-env=NAME=VALUE` sets it before the first OpenCL call; `--then-wait-for=PATH
+ * --then-source=FILE` builds once, makes the empty file PATH.built, waits (up to 60 s) for
+ * PATH to exist, and builds FILE's source (one long process, for a test to change what is on
+ * disk between its builds). Prints "VAL=<n>" for each build,
  * or "build: CL_..." when one fails, and exits 0 either way, so outputs compare. */
+#include <unistd.h>
 #include "cltest.h"
 
 static int run_val(cl_context ctx, cl_device_id dev, cl_program prog) {
@@ -82,6 +86,22 @@ int main(int argc, char **argv) {
         setenv(pair, eq + 1, 1);
     }
     build_and_print(ctx, dev, src, len, options);
+    const char *wait_for = arg_value(argc, argv, "--then-wait-for");
+    const char *then_source = arg_value(argc, argv, "--then-source");
+    if (wait_for && then_source) {
+        char built[4096];
+        snprintf(built, sizeof built, "%s.built", wait_for);
+        fclose(fopen(built, "w"));
+        for (int i = 0; i < 6000 && access(wait_for, F_OK) != 0; i++) usleep(10000);
+        size_t len2;
+        unsigned char *src2 = read_file(then_source, &len2);
+        if (!src2) {
+            printf("FAILED cannot read %s\n", then_source);
+            return 1;
+        }
+        build_and_print(ctx, dev, (const char *)src2, len2, options);
+        free(src2);
+    }
     if (then_env) {
         char *pair = strdup(then_env);
         char *eq = strchr(pair, '=');

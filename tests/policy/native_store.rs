@@ -1394,6 +1394,70 @@ fn a_driver_outside_the_systems_packages_has_its_kernel_library_checked() {
     assert_eq!(l["native_miss_kind"], "no_entry", "{l}");
 }
 
+/// An application's pocl cache holding a build from before pocl's kernel library was
+/// replaced under the same libpocl (pocl's cache answers with it: it knows the library by
+/// the SHA-1 libpocl was built with): the warm worker does not copy that program into the
+/// entry but compiles, so a load on a fresh node gets what pocl alone builds now. A review
+/// found the old library's program served.
+#[test]
+fn a_native_entry_is_not_made_from_a_pocl_cache_older_than_its_kernel_library() {
+    let bin = client();
+    let d = scratch("native-older-cache");
+    let lib = pocl_linked_into(&d);
+    let share = d.path("pocl/share/pocl");
+    let store = d.path("store");
+    let saved = d.path("clshim.bin");
+    let (kc_a, kc_fresh) = (d.path("kc-a"), d.path("kc-fresh"));
+    let node = |kc: &'static str| {
+        let mut e = env(s(&store), kc);
+        e.push(("LD_LIBRARY_PATH", s(&lib)));
+        e
+    };
+    let leak = |p: &Path| -> &'static str { Box::leak(s(p).to_string().into_boxed_str()) };
+    let (a, fresh) = (node(leak(&kc_a)), node(leak(&kc_fresh)));
+    let plain_save = format!("--save={}", s(&d.path("pocl-old.bin")));
+    plain(Driver::Pocl, &bin, &[plain_save.as_str()], &a).ok();
+    let generic = share.join("kernel-x86_64-pc-linux-gnu-GENERIC.bc");
+    for f in std::fs::read_dir(&share).unwrap().flatten() {
+        if f.file_name().to_string_lossy().ends_with(".bc") && f.path() != generic {
+            std::fs::remove_file(f.path()).unwrap();
+            std::fs::copy(&generic, f.path()).unwrap();
+        }
+    }
+    let save = format!("--save={}", s(&saved));
+    shimmed(Driver::Pocl, &bin, &[save.as_str()], &a)
+        .ok()
+        .has_line("saved");
+    warm(&store);
+    let load = format!("--load={}", s(&saved));
+    let r = shimmed(Driver::Pocl, &bin, &[load.as_str()], &fresh);
+    r.ok();
+    assert_eq!(load_record(&r)["made_from"], "native");
+    // pocl's bitcode names the file it compiled, in the cache folder of the compile: the
+    // application's (`kc-a`) for a copy of its old build, the worker's own for a new one.
+    let served = program_in(&kc_fresh);
+    let old = [s(&kc_a).as_bytes(), b"/"].concat();
+    assert!(
+        !served.windows(old.len()).any(|w| w == old.as_slice()),
+        "the program served was compiled with the old kernel library, in {}",
+        s(&kc_a)
+    );
+}
+
+/// The bytes of the one program pocl's cache folder `kc` holds.
+fn program_in(kc: &Path) -> Vec<u8> {
+    let found: Vec<PathBuf> = std::fs::read_dir(kc)
+        .unwrap()
+        .flatten()
+        .filter(|l| l.path().is_dir())
+        .flat_map(|l| std::fs::read_dir(l.path()).unwrap().flatten())
+        .map(|p| p.path().join("program.bc"))
+        .filter(|p| p.exists())
+        .collect();
+    assert_eq!(found.len(), 1, "one program in {}", kc.display());
+    std::fs::read(&found[0]).unwrap()
+}
+
 /// The driver's own files are learnt by one worker of a store at a time (a lock on the
 /// store's `drivers/` folder), and the others read what it kept rather than each compiling
 /// an empty kernel from scratch (about 0.7 CPU-s each with pocl 3.1: at 16 ranks every

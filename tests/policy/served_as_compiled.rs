@@ -589,6 +589,119 @@ fn a_kernel_library_reinstalled_is_another_build_for_kept_compiles() {
     assert_eq!(later.shared, ["from_store"], "{}", later.stderr);
 }
 
+/// The environment of a node of its own (pocl cache, temporary folder) on the case's copy
+/// of pocl (ICD folder `vendors`).
+fn node_on(c: &Case, vendors: &Path, n: &str) -> [(&'static str, String); 3] {
+    let t = c.d.path(&format!("tmp-{n}"));
+    std::fs::create_dir_all(&t).unwrap();
+    [
+        ("OCL_ICD_VENDORS", s(vendors).to_string()),
+        (
+            "POCL_CACHE_DIR",
+            s(&c.d.path(&format!("kc-{n}"))).to_string(),
+        ),
+        ("TMPDIR", s(&t).to_string()),
+    ]
+}
+
+/// Replaces every kernel library variant of the case's copy of pocl with the generic one:
+/// another library, whose programs differ.
+fn replace_kernel_library(c: &Case) {
+    let share = c.d.path("driver/share/pocl");
+    let generic = share.join("kernel-x86_64-pc-linux-gnu-GENERIC.bc");
+    assert!(generic.exists(), "pocl's generic kernel library");
+    for e in std::fs::read_dir(&share).unwrap().flatten() {
+        if e.file_name().to_string_lossy().ends_with(".bc") && e.path() != generic {
+            std::fs::copy(&generic, e.path()).unwrap();
+        }
+    }
+}
+
+/// Sets the times of `dir` and of everything below it `seconds` back.
+fn times_back_below(dir: &Path, seconds: i64) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.file_type().unwrap().is_dir() {
+            times_back_below(&e.path(), seconds);
+        } else {
+            set_times_back(&e.path(), seconds);
+        }
+    }
+    set_times_back(dir, seconds);
+}
+
+/// A node whose pocl cache holds a build from before the kernel library was replaced (under
+/// the same libpocl, pocl's cache answers with it, linked with the old library): the hit is
+/// neither kept nor shared under the new library's key, so a fresh node compiles as without
+/// clshim. A review found it kept, and a fresh node took the old library's program.
+#[test]
+fn a_pocl_cache_older_than_its_kernel_library_is_not_kept() {
+    let c = Case::new("kept-older-cache");
+    let vendors = pocl_copy_with_kernel_library(&c.d);
+    let src = c.write("src.cl", &source(b"#define VAL 3\n"));
+    let args = [path_arg("source", &src)];
+    assert_eq!(
+        c.run(true, &args, &node_on(&c, &vendors, "a")).shared,
+        ["compiled"]
+    );
+    // An earlier day's build (not one of the last second's, which clshim takes for this
+    // build's own).
+    times_back_below(&c.d.path("kc-a"), 3600);
+    replace_kernel_library(&c);
+    let again = c.run(true, &args, &node_on(&c, &vendors, "a"));
+    assert_eq!(again.shared, ["own_cache"], "{}", again.stderr);
+    let fresh = c.run(true, &args, &node_on(&c, &vendors, "fresh"));
+    assert_eq!(fresh.shared, ["compiled"], "{}", fresh.stderr);
+    let later = c.run(true, &args, &node_on(&c, &vendors, "later"));
+    assert_eq!(later.shared, ["from_store"], "{}", later.stderr);
+}
+
+/// A process that saw pocl's kernel library replaced after its first build (pocl loaded the
+/// old one, once a process) keeps none of its later builds: which library they linked cannot
+/// be told. A review found the later build kept under the new library's key, with the old
+/// library's program, and taken by a fresh node.
+#[test]
+fn a_process_that_saw_its_kernel_library_replaced_keeps_no_later_build() {
+    let c = Case::new("kept-library-mid-process");
+    let vendors = pocl_copy_with_kernel_library(&c.d);
+    let a = c.write("a.cl", &source(b"#define VAL 3\n"));
+    let b = c.write("b.cl", &source(b"#define VAL 4\n"));
+    let go = c.d.path("go");
+    let changer = {
+        let (built, go, share) = (
+            c.d.path("go.built"),
+            go.clone(),
+            c.d.path("driver/share/pocl"),
+        );
+        std::thread::spawn(move || {
+            while !built.exists() {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            let generic = share.join("kernel-x86_64-pc-linux-gnu-GENERIC.bc");
+            for e in std::fs::read_dir(&share).unwrap().flatten() {
+                if e.file_name().to_string_lossy().ends_with(".bc") && e.path() != generic {
+                    std::fs::copy(&generic, e.path()).unwrap();
+                }
+            }
+            std::fs::write(go, b"").unwrap();
+        })
+    };
+    let long = c.run(
+        true,
+        &[
+            path_arg("source", &a),
+            path_arg("then-wait-for", &go),
+            path_arg("then-source", &b),
+        ],
+        &node_on(&c, &vendors, "long"),
+    );
+    changer.join().unwrap();
+    assert_eq!(long.out, "VAL=3\nVAL=4\n");
+    assert_eq!(long.shared, ["compiled", "compiled"], "{}", long.stderr);
+    let args = [path_arg("source", &b)];
+    let fresh = c.run(true, &args, &node_on(&c, &vendors, "fresh"));
+    assert_eq!(fresh.shared, ["compiled"], "{}", fresh.stderr);
+}
+
 /// Sets the time of every kernel library file of the case's copy of pocl 5 s ahead, as a
 /// reinstall under the same libpocl would.
 fn touch_kernel_library(c: &Case) {

@@ -388,8 +388,17 @@ impl Settle {
         if programs.is_empty() {
             // pocl's own cache answered (a cache kept from an earlier job): nothing was
             // compiled. What it answered from (the folder whose `last_accessed` pocl touched
-            // at the hit) is kept if the store lacks it.
-            let hit = touched_programs(&self.pocl_cache, self.since);
+            // at the hit) is kept if the store lacks it, and shared, unless pocl's kernel
+            // library changed since that program was written: pocl's cache finds programs
+            // by the library libpocl was built with, this key names the library on disk.
+            let mut hit = touched_programs(&self.pocl_cache, self.since);
+            let made = hit
+                .iter()
+                .filter_map(|p| modified_ns(&self.pocl_cache.join(p).join("program.bc")))
+                .min();
+            if !crate::store::kernel_library::unchanged(self.key.driver, made) {
+                hit.clear();
+            }
             if let Some(store) = self
                 .store
                 .as_ref()
@@ -405,6 +414,18 @@ impl Settle {
                 },
                 compiled: false,
                 programs: hit,
+                kept: None,
+                from_host: None,
+            };
+        }
+        if !crate::store::kernel_library::unchanged(self.key.driver, None) {
+            // pocl's kernel library changed since this process named it in the key, and
+            // pocl loads it once a process: which one this compile linked cannot be told,
+            // so it is neither kept nor shared (nor are its first launches).
+            return Outcome {
+                shared,
+                compiled,
+                programs: Vec::new(),
                 kept: None,
                 from_host: None,
             };
@@ -437,6 +458,13 @@ impl Settle {
             from_host: None,
         }
     }
+}
+
+/// When `path` was last written (ns since the epoch).
+fn modified_ns(path: &Path) -> Option<i64> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(m.mtime().saturating_mul(1_000_000_000) + m.mtime_nsec())
 }
 
 /// The program folders of pocl's cache `pocl_cache` (relative to it) whose `last_accessed`

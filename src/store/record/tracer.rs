@@ -117,15 +117,16 @@ impl Recorder {
     }
 
     /// Begins a window. `cache` is (the folder pocl compiles in for this worker, the
-    /// application's own kernel cache folder), for the tracer to copy pocl's compiles of
-    /// the application from.
-    pub fn begin(&self, cache: Option<(&[u8], &[u8])>) {
+    /// application's own kernel cache folder, the earliest time a program there may have
+    /// been written, in ns since the epoch), for the tracer to copy pocl's compiles of the
+    /// application from.
+    pub fn begin(&self, cache: Option<(&[u8], &[u8], i64)>) {
         if self.unavailable.is_some() {
             return;
         }
         let mut params = Vec::new();
-        let (own, theirs) = cache.unwrap_or((b"", b""));
-        for part in [own, theirs] {
+        let (own, theirs, not_before) = cache.unwrap_or((b"", b"", i64::MIN));
+        for part in [own, theirs, &not_before.to_le_bytes()[..]] {
             params.extend_from_slice(&(part.len() as u64).to_le_bytes());
             params.extend_from_slice(part);
         }
@@ -311,8 +312,9 @@ struct Pending {
 
 struct Window {
     record: Record,
-    /// pocl's private cache folder and the application's, for copying compiles.
-    seed: Option<(Vec<u8>, Vec<u8>)>,
+    /// pocl's private cache folder and the application's, for copying compiles, and the
+    /// earliest time a program copied may have been written.
+    seed: Option<(Vec<u8>, Vec<u8>, i64)>,
 }
 
 struct Tracer {
@@ -609,8 +611,10 @@ impl Tracer {
             at = end;
         }
         let seed = match parts.as_slice() {
-            [own, theirs] if !own.is_empty() && !theirs.is_empty() => {
-                Some((own.clone(), theirs.clone()))
+            [own, theirs, not_before] if !own.is_empty() && !theirs.is_empty() => {
+                let not_before =
+                    <[u8; 8]>::try_from(not_before.as_slice()).map_or(i64::MAX, i64::from_le_bytes);
+                Some((own.clone(), theirs.clone(), not_before))
             }
             _ => None,
         };
@@ -819,7 +823,8 @@ impl Tracer {
                 false
             }
         };
-        let Some((own, theirs)) = self.window.as_ref().and_then(|w| w.seed.clone()) else {
+        let Some((own, theirs, not_before)) = self.window.as_ref().and_then(|w| w.seed.clone())
+        else {
             return;
         };
         if !is_mkdir {
@@ -847,8 +852,11 @@ impl Tracer {
             return;
         }
         let from = join(&theirs, rel);
-        let has_program =
-            stat_of(&join(&from, b"program.bc"), false).is_some_and(|m| m.kind() == REGULAR);
+        // A program written before pocl's kernel library last changed was linked with
+        // another library than the key names (pocl's cache knows the library only by the
+        // SHA-1 libpocl was built with): pocl compiles instead.
+        let has_program = stat_of(&join(&from, b"program.bc"), false)
+            .is_some_and(|m| m.kind() == REGULAR && m.mtime_ns >= not_before);
         if !has_program {
             return;
         }
