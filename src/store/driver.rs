@@ -111,7 +111,9 @@ pub fn library_identity(addr: *const c_void) -> Option<u64> {
     // The library as this process first saw it: pocl loads it once a process.
     let library = super::kernel_library::first_seen(&name, library_name);
     if let Some(l) = &library {
-        for (file, kind, size, mtime_ns) in &l.files {
+        // Not the inode: a package installed on each node keeps its files' times, not
+        // their inodes.
+        for (file, kind, size, mtime_ns, _) in &l.files {
             h.update(file).update(b"\0");
             for v in [*kind as u64, *size, *mtime_ns as u64] {
                 h.update(&v.to_le_bytes());

@@ -2,10 +2,10 @@
 //! every program pocl builds, which pocl's own kernel cache knows only by the SHA-1 libpocl
 //! was built with, and which pocl loads once a process. This module owns where the library
 //! is (pocl's own answer), its files' statuses as this process first saw them (part of the
-//! driver's identity, so a library changed on disk is another key), and whether it has
-//! changed since a given moment (so that nothing compiled with a library other than the
-//! one a key names is kept under it: a compile of a process that saw the library change,
-//! or one pocl's cache made before it did).
+//! driver's identity, so a library changed on disk is another key), whether they are still
+//! so, and the mark clshim leaves in a program folder of pocl's cache that a compile under
+//! a key made: pocl's cache answers with programs whatever library linked them, and only a
+//! marked one is known to hold the library its key names.
 
 // On macOS the warm step and the program cache are not built: what only they use is idle.
 #![cfg_attr(target_os = "macos", allow(dead_code, unused_imports))]
@@ -21,21 +21,14 @@ use std::sync::{Arc, Mutex};
 #[derive(Debug)]
 pub struct Seen {
     folder: PathBuf,
-    /// Each bitcode file's name, kind, length and modification time, sorted by name.
-    pub files: Vec<(Vec<u8>, u32, u64, i64)>,
-    /// When the statuses were taken (ns since the epoch).
-    at_ns: i64,
+    /// Each bitcode file's name, kind, length, modification time and inode, sorted by
+    /// name.
+    pub files: Vec<(Vec<u8>, u32, u64, i64, u64)>,
 }
 
 /// By pocl library name; and by driver identity, once one names it.
 static BY_LIBRARY: Mutex<Option<HashMap<CString, Arc<Seen>>>> = Mutex::new(None);
 static BY_DRIVER: Mutex<Option<HashMap<u64, Arc<Seen>>>> = Mutex::new(None);
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
-}
 
 /// The kernel library of the loaded driver library `name` as this process first saw it;
 /// None for a driver that is not pocl (or a pocl that does not say where its library is).
@@ -50,11 +43,9 @@ pub fn first_seen(
         return Some(seen.clone());
     }
     let folder = private_datadir(name, library_name)?;
-    let at_ns = now_ns();
     let seen = Arc::new(Seen {
         files: statuses(&folder),
         folder,
-        at_ns,
     });
     map.insert(name.to_owned(), seen.clone());
     Some(seen)
@@ -66,13 +57,11 @@ pub fn name_driver(driver: u64, seen: Arc<Seen>) {
     map.get_or_insert_with(HashMap::new).insert(driver, seen);
 }
 
-/// Whether what pocl built for a key of the driver identity `driver` was linked with the
-/// kernel library that identity names: no bitcode file of it, nor its folder, has changed
-/// (by its status change time, which no one but the clock sets) since this process first
-/// saw it, nor, with `made_ns`, since a program pocl's cache holds was written then. True
-/// for a driver that is not pocl. A file's change time on this node is compared with this
-/// node's clock only.
-pub fn unchanged(driver: u64, made_ns: Option<i64>) -> bool {
+/// Whether pocl's kernel library of the driver identity `driver` is still as this process
+/// first saw it (and named it in the identity): the same files, each of the same kind,
+/// length, modification time and inode. pocl loads it once a process, so a compile made
+/// after it changed may have linked either. True for a driver that is not pocl.
+pub fn unchanged(driver: u64) -> bool {
     let seen = {
         let map = BY_DRIVER.lock().unwrap_or_else(|e| e.into_inner());
         match map.as_ref().and_then(|m| m.get(&driver)) {
@@ -80,33 +69,29 @@ pub fn unchanged(driver: u64, made_ns: Option<i64>) -> bool {
             None => return true,
         }
     };
-    let limit = made_ns.map_or(seen.at_ns, |m| m.min(seen.at_ns));
-    changed_at(&seen.folder).is_some_and(|at| at <= limit)
+    statuses(&seen.folder) == seen.files
 }
 
-/// The latest status change of the kernel library in `folder`: its folder (a file added,
-/// removed or renamed) and every bitcode file. None where the folder cannot be read.
-fn changed_at(folder: &Path) -> Option<i64> {
-    let ns = |m: &std::fs::Metadata| m.ctime().saturating_mul(1_000_000_000) + m.ctime_nsec();
-    let mut latest = ns(&std::fs::metadata(folder).ok()?);
-    for e in std::fs::read_dir(folder).ok()?.flatten() {
-        if e.file_name().as_bytes().ends_with(b".bc") {
-            // A file that vanished between the listing and its status: changed now.
-            let at = std::fs::metadata(e.path()).map_or(i64::MAX, |m| ns(&m));
-            latest = latest.max(at);
-        }
-    }
-    Some(latest)
+/// The file clshim leaves in a program folder of pocl's cache (pocl serialises only the
+/// program's bitcode and its kernels' folders, so its binaries do not carry it).
+pub const MARK: &str = "clshim-driver";
+
+fn mark_text(driver: u64) -> String {
+    format!("{driver:016x}\n")
 }
 
-/// The latest status change of the kernel library of the driver identity `driver`, as
-/// this process's pocl would read it now; None for a driver that is not pocl, or one this
-/// process has not named.
-pub fn changed_at_of(driver: u64) -> Option<i64> {
-    let map = BY_DRIVER.lock().unwrap_or_else(|e| e.into_inner());
-    let folder = map.as_ref()?.get(&driver)?.folder.clone();
-    drop(map);
-    changed_at(&folder)
+/// Marks the program folder `folder` of pocl's cache as compiled under a key of the driver
+/// identity `driver` by this process, while its kernel library was as the identity names it.
+pub fn mark(folder: &Path, driver: u64) -> std::io::Result<()> {
+    std::fs::write(folder.join(MARK), mark_text(driver))
+}
+
+/// Whether the program folder `folder` of pocl's cache holds a compile made under a key of
+/// the driver identity `driver` (its mark, a regular file, names it).
+pub fn marked(folder: &Path, driver: u64) -> bool {
+    let at = folder.join(MARK);
+    std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_file() && m.len() == 17)
+        && std::fs::read(&at).is_ok_and(|b| b == mark_text(driver).as_bytes())
 }
 
 /// The folder pocl reads its headers and kernel library from, as the pocl library `name`
@@ -158,14 +143,14 @@ fn private_datadir(
 #[allow(clippy::unnecessary_cast)]
 const FILE_KIND: u32 = libc::S_IFMT as u32;
 
-/// pocl's kernel library in `folder`: each bitcode file's name, kind, length and
-/// modification time, sorted by name (pocl picks a variant by the CPU and falls back to
+/// pocl's kernel library in `folder`: each bitcode file's name, kind, length, modification
+/// time and inode, sorted by name (pocl picks a variant by the CPU and falls back to
 /// another when it is missing, so every one counts, and one that appears too).
-fn statuses(folder: &Path) -> Vec<(Vec<u8>, u32, u64, i64)> {
+fn statuses(folder: &Path) -> Vec<(Vec<u8>, u32, u64, i64, u64)> {
     let Ok(entries) = std::fs::read_dir(folder) else {
         return Vec::new();
     };
-    let mut out: Vec<(Vec<u8>, u32, u64, i64)> = entries
+    let mut out: Vec<(Vec<u8>, u32, u64, i64, u64)> = entries
         .flatten()
         .filter(|e| e.file_name().as_bytes().ends_with(b".bc"))
         .filter_map(|e| {
@@ -176,6 +161,7 @@ fn statuses(folder: &Path) -> Vec<(Vec<u8>, u32, u64, i64)> {
                 m.mode() & FILE_KIND,
                 m.len(),
                 mtime_ns,
+                m.ino(),
             ))
         })
         .collect();

@@ -408,10 +408,8 @@ impl Workspace {
         let own = self.own.as_os_str().as_bytes();
         let theirs = self.theirs.as_os_str().as_bytes();
         // SAFETY: a live device (this function's contract).
-        let not_before = unsafe { super::driver::driver_identity(device) }
-            .map_or(Some(i64::MAX), super::kernel_library::changed_at_of)
-            .unwrap_or(i64::MIN);
-        self.recorder.begin(Some((own, theirs, not_before)));
+        let driver = unsafe { super::driver::driver_identity(device) }.unwrap_or(0);
+        self.recorder.begin(Some((own, theirs, driver)));
         // SAFETY: this function's contract.
         let program = unsafe { make(ctx, device, recipe) };
         let rec = self.recorder.end();
@@ -904,7 +902,7 @@ unsafe fn one(
         };
         // pocl loads its kernel library once a process: one changed since this worker named
         // it in its devices' keys may or may not be what this compile linked.
-        if !super::kernel_library::unchanged(device.driver, None) {
+        if !super::kernel_library::unchanged(device.driver) {
             return Outcome::Postponed(
                 "pocl's kernel library changed since this worker started".into(),
             );

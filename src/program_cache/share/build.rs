@@ -21,6 +21,7 @@ use crate::runtime::Runtime;
 use crate::store::build_key::{BuildKey, CompileEnv};
 use crate::store::files;
 use crate::store::kept::{self, KeptStore};
+use crate::store::kernel_library;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -388,15 +389,15 @@ impl Settle {
         if programs.is_empty() {
             // pocl's own cache answered (a cache kept from an earlier job): nothing was
             // compiled. What it answered from (the folder whose `last_accessed` pocl touched
-            // at the hit) is kept if the store lacks it, and shared, unless pocl's kernel
-            // library changed since that program was written: pocl's cache finds programs
-            // by the library libpocl was built with, this key names the library on disk.
+            // at the hit) is kept if the store lacks it, and shared, where a compile under
+            // this key's driver made it (its mark): pocl's cache finds programs by the
+            // kernel library libpocl was built with, whichever library linked them.
             let mut hit = touched_programs(&self.pocl_cache, self.since);
-            let made = hit
+            let driver = self.key.driver;
+            if !hit
                 .iter()
-                .filter_map(|p| modified_ns(&self.pocl_cache.join(p).join("program.bc")))
-                .min();
-            if !crate::store::kernel_library::unchanged(self.key.driver, made) {
+                .all(|p| kernel_library::marked(&self.pocl_cache.join(p), driver))
+            {
                 hit.clear();
             }
             if let Some(store) = self
@@ -418,7 +419,12 @@ impl Settle {
                 from_host: None,
             };
         }
-        if !crate::store::kernel_library::unchanged(self.key.driver, None) {
+        let driver = self.key.driver;
+        let marked = kernel_library::unchanged(driver)
+            && programs
+                .iter()
+                .all(|p| kernel_library::mark(&self.pocl_cache.join(p), driver).is_ok());
+        if !marked {
             // pocl's kernel library changed since this process named it in the key, and
             // pocl loads it once a process: which one this compile linked cannot be told,
             // so it is neither kept nor shared (nor are its first launches).
@@ -458,13 +464,6 @@ impl Settle {
             from_host: None,
         }
     }
-}
-
-/// When `path` was last written (ns since the epoch).
-fn modified_ns(path: &Path) -> Option<i64> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path).ok()?;
-    Some(m.mtime().saturating_mul(1_000_000_000) + m.mtime_nsec())
 }
 
 /// The program folders of pocl's cache `pocl_cache` (relative to it) whose `last_accessed`

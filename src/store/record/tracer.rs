@@ -117,16 +117,16 @@ impl Recorder {
     }
 
     /// Begins a window. `cache` is (the folder pocl compiles in for this worker, the
-    /// application's own kernel cache folder, the earliest time a program there may have
-    /// been written, in ns since the epoch), for the tracer to copy pocl's compiles of the
+    /// application's own kernel cache folder, the driver identity a program copied from
+    /// there must have been compiled under), for the tracer to copy pocl's compiles of the
     /// application from.
-    pub fn begin(&self, cache: Option<(&[u8], &[u8], i64)>) {
+    pub fn begin(&self, cache: Option<(&[u8], &[u8], u64)>) {
         if self.unavailable.is_some() {
             return;
         }
         let mut params = Vec::new();
-        let (own, theirs, not_before) = cache.unwrap_or((b"", b"", i64::MIN));
-        for part in [own, theirs, &not_before.to_le_bytes()[..]] {
+        let (own, theirs, driver) = cache.unwrap_or((b"", b"", 0));
+        for part in [own, theirs, &driver.to_le_bytes()[..]] {
             params.extend_from_slice(&(part.len() as u64).to_le_bytes());
             params.extend_from_slice(part);
         }
@@ -313,8 +313,8 @@ struct Pending {
 struct Window {
     record: Record,
     /// pocl's private cache folder and the application's, for copying compiles, and the
-    /// earliest time a program copied may have been written.
-    seed: Option<(Vec<u8>, Vec<u8>, i64)>,
+    /// driver identity a program copied must have been compiled under.
+    seed: Option<(Vec<u8>, Vec<u8>, u64)>,
 }
 
 struct Tracer {
@@ -611,10 +611,9 @@ impl Tracer {
             at = end;
         }
         let seed = match parts.as_slice() {
-            [own, theirs, not_before] if !own.is_empty() && !theirs.is_empty() => {
-                let not_before =
-                    <[u8; 8]>::try_from(not_before.as_slice()).map_or(i64::MAX, i64::from_le_bytes);
-                Some((own.clone(), theirs.clone(), not_before))
+            [own, theirs, driver] if !own.is_empty() && !theirs.is_empty() => {
+                let driver = <[u8; 8]>::try_from(driver.as_slice()).map_or(0, u64::from_le_bytes);
+                Some((own.clone(), theirs.clone(), driver))
             }
             _ => None,
         };
@@ -823,8 +822,7 @@ impl Tracer {
                 false
             }
         };
-        let Some((own, theirs, not_before)) = self.window.as_ref().and_then(|w| w.seed.clone())
-        else {
+        let Some((own, theirs, driver)) = self.window.as_ref().and_then(|w| w.seed.clone()) else {
             return;
         };
         if !is_mkdir {
@@ -852,12 +850,13 @@ impl Tracer {
             return;
         }
         let from = join(&theirs, rel);
-        // A program written before pocl's kernel library last changed was linked with
-        // another library than the key names (pocl's cache knows the library only by the
-        // SHA-1 libpocl was built with): pocl compiles instead.
-        let has_program = stat_of(&join(&from, b"program.bc"), false)
-            .is_some_and(|m| m.kind() == REGULAR && m.mtime_ns >= not_before);
-        if !has_program {
+        // pocl's cache knows its kernel library only by the SHA-1 libpocl was built with:
+        // only a program a compile under this driver identity marked holds the library
+        // the key names (`kernel_library::mark`); for any other, pocl compiles.
+        let has_program =
+            stat_of(&join(&from, b"program.bc"), false).is_some_and(|m| m.kind() == REGULAR);
+        let from_path = std::path::Path::new(std::ffi::OsStr::from_bytes(&from));
+        if !has_program || !crate::store::kernel_library::marked(from_path, driver) {
             return;
         }
         // The folder and its parents inside the private cache, then what the application's
