@@ -86,6 +86,17 @@ pub fn mark(folder: &Path, driver: u64) -> std::io::Result<()> {
     std::fs::write(folder.join(MARK), mark_text(driver))
 }
 
+/// Marks the program folder `folder` of pocl's cache as compiled by a process that cannot
+/// tell which kernel library linked it (one that changed while the process ran).
+pub fn mark_unknown(folder: &Path) -> std::io::Result<()> {
+    std::fs::write(folder.join(MARK), b"unknown\n")
+}
+
+/// Whether the program folder `folder` of pocl's cache bears a mark of any compile.
+pub fn bears_mark(folder: &Path) -> bool {
+    std::fs::symlink_metadata(folder.join(MARK)).is_ok()
+}
+
 /// Whether the program folder `folder` of pocl's cache holds a compile made under a key of
 /// the driver identity `driver` (its mark, a regular file, names it).
 pub fn marked(folder: &Path, driver: u64) -> bool {

@@ -655,6 +655,53 @@ fn a_pocl_cache_older_than_its_kernel_library_is_not_kept() {
     assert_eq!(later.shared, ["from_store"], "{}", later.stderr);
 }
 
+/// The first launch of a build taken from the store where pocl's cache already had the
+/// program's folder, from a run without clshim before the kernel library was replaced
+/// (nothing copied: pocl answers from its own folder, linked with the old library): the
+/// kernel pocl compiles from it is not kept. A review found it kept under the new
+/// library's key, and a later node took the old library's kernel.
+#[test]
+fn a_first_launch_from_an_unmarked_program_folder_is_not_kept() {
+    let c = Case::new("kept-launch-unmarked");
+    let vendors = pocl_copy_with_kernel_library(&c.d);
+    let src = c.write("src.cl", &source(b"#define VAL 3\n"));
+    let args = [path_arg("source", &src)];
+    c.run(false, &args, &node_on(&c, &vendors, "a"));
+    // The node never launched the kernel (its specialisation gone).
+    for level in std::fs::read_dir(c.d.path("kc-a")).unwrap().flatten() {
+        for p in std::fs::read_dir(level.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let _ = std::fs::remove_dir_all(p.path().join("val"));
+        }
+    }
+    times_back_below(&c.d.path("kc-a"), 3600);
+    replace_kernel_library(&c);
+    let fresh = c.run(true, &args, &node_on(&c, &vendors, "fresh"));
+    assert_eq!(fresh.shared, ["compiled"], "{}", fresh.stderr);
+    let launches = || -> Vec<PathBuf> {
+        std::fs::read_dir(c.store().join("compiles"))
+            .unwrap()
+            .flatten()
+            .flat_map(|k| std::fs::read_dir(k.path()).into_iter().flatten().flatten())
+            .map(|f| f.path())
+            .filter(|p| {
+                let n = p.file_name().unwrap().to_string_lossy().to_string();
+                n.ends_with(".kc") && n != "build.kc"
+            })
+            .collect()
+    };
+    // No launch kept (as where the fresh node's launch was not kept).
+    for f in launches() {
+        std::fs::remove_file(f).unwrap();
+    }
+    let a = c.run(true, &args, &node_on(&c, &vendors, "a"));
+    assert_eq!(a.out, "VAL=3\n");
+    assert!(launches().is_empty(), "{:?}: {}", launches(), a.stderr);
+}
+
 /// A process that saw pocl's kernel library replaced after its first build (pocl loaded the
 /// old one, once a process) keeps none of its later builds: which library they linked cannot
 /// be told. A review found the later build kept under the new library's key, with the old

@@ -311,6 +311,10 @@ pub struct Outcome {
     pub kept: Option<Result<(), String>>,
     /// For one taken from the store: the node whose rank kept it.
     pub from_host: Option<String>,
+    /// Whether `programs` hold the kernel library this build's key names (a compile under
+    /// the key marked them: `kernel_library`), so that they, and the kernels compiled from
+    /// them at first launches, may be kept and shared.
+    shares: bool,
 }
 
 impl BuildNote {
@@ -356,6 +360,7 @@ impl Settle {
                 programs: Vec::new(),
                 kept: None,
                 from_host: None,
+                shares: false,
             };
         }
         if !compiled {
@@ -364,7 +369,15 @@ impl Settle {
             let lacks = |store: &&KeptStore| {
                 matches!(shared, Shared::FromPeer { .. }) && !kept::has_build(store, self.key.key)
             };
-            if let Some(store) = self.store.as_ref().filter(lacks) {
+            // What it took holds the library this key names where a compile under the key
+            // marked it; a folder pocl's cache had already (nothing copied) may be pocl's
+            // alone, and then neither it nor the first launches compiled from it are kept.
+            let driver = self.key.driver;
+            let shares = self
+                .taken
+                .iter()
+                .all(|p| kernel_library::marked(&self.pocl_cache.join(p), driver));
+            if let Some(store) = self.store.as_ref().filter(lacks).filter(|_| shares) {
                 let request = self.request.clone();
                 let pocl = &self.pocl_cache;
                 let request = (request, Duration::ZERO);
@@ -379,12 +392,15 @@ impl Settle {
                 programs: self.taken.clone(),
                 kept: None,
                 from_host,
+                shares,
             };
         }
-        // Its own, not what it copied and pocl did not use.
+        // Its own, not what it copied and pocl did not use, nor what another process's
+        // compile marked already (in a pocl cache processes share).
         let programs: Vec<PathBuf> = fresh_programs(&self.pocl_cache, self.since)
             .into_iter()
             .filter(|p| !self.taken.contains(p))
+            .filter(|p| !kernel_library::bears_mark(&self.pocl_cache.join(p)))
             .collect();
         if programs.is_empty() {
             // pocl's own cache answered (a cache kept from an earlier job): nothing was
@@ -392,18 +408,15 @@ impl Settle {
             // at the hit) is kept if the store lacks it, and shared, where a compile under
             // this key's driver made it (its mark): pocl's cache finds programs by the
             // kernel library libpocl was built with, whichever library linked them.
-            let mut hit = touched_programs(&self.pocl_cache, self.since);
+            let hit = touched_programs(&self.pocl_cache, self.since);
             let driver = self.key.driver;
-            if !hit
+            let shares = hit
                 .iter()
-                .all(|p| kernel_library::marked(&self.pocl_cache.join(p), driver))
-            {
-                hit.clear();
-            }
+                .all(|p| kernel_library::marked(&self.pocl_cache.join(p), driver));
             if let Some(store) = self
                 .store
                 .as_ref()
-                .filter(|s| !hit.is_empty() && !kept::has_build(s, self.key.key))
+                .filter(|s| shares && !hit.is_empty() && !kept::has_build(s, self.key.key))
             {
                 let request = (self.request.clone(), Duration::ZERO);
                 let pocl = &self.pocl_cache;
@@ -417,24 +430,33 @@ impl Settle {
                 programs: hit,
                 kept: None,
                 from_host: None,
+                shares,
             };
         }
         let driver = self.key.driver;
-        let marked = kernel_library::unchanged(driver)
-            && programs
-                .iter()
-                .all(|p| kernel_library::mark(&self.pocl_cache.join(p), driver).is_ok());
-        if !marked {
+        if !kernel_library::unchanged(driver) {
             // pocl's kernel library changed since this process named it in the key, and
             // pocl loads it once a process: which one this compile linked cannot be told,
-            // so it is neither kept nor shared (nor are its first launches).
+            // so it is neither kept nor shared (nor are its first launches), and its folder
+            // says so to any other process of a cache they share.
+            for p in &programs {
+                let _ = kernel_library::mark_unknown(&self.pocl_cache.join(p));
+            }
             return Outcome {
                 shared,
                 compiled,
-                programs: Vec::new(),
+                programs,
                 kept: None,
                 from_host: None,
+                shares: false,
             };
+        }
+        // A build makes one program folder (one device): where more appeared meanwhile (other
+        // processes compiling in a cache they share), which is this one's cannot be told, and
+        // none is marked; they are kept and shared as before, but no later answer of pocl's
+        // cache from them is kept, and no warm worker copies them.
+        if programs.len() == 1 {
+            let _ = kernel_library::mark(&self.pocl_cache.join(&programs[0]), driver);
         }
         let kept = self.store.as_ref().map(|store| {
             let replace = self.refused || matches!(self.shared, Shared::FromStore { .. });
@@ -462,6 +484,7 @@ impl Settle {
             programs,
             kept,
             from_host: None,
+            shares: true,
         }
     }
 }
@@ -633,8 +656,11 @@ impl Turn {
         if ret != CL_SUCCESS {
             return;
         }
+        // Programs that may hold another kernel library than the key names are neither
+        // published nor kept, nor are the kernels their first launches compile.
+        let shares = outcome.shares;
         if self.lock.is_some() {
-            self.publish(&outcome.programs);
+            self.publish(if shares { &outcome.programs } else { &[] });
         }
         drop(self.lock.take());
         if !outcome.programs.is_empty() {
@@ -643,8 +669,8 @@ impl Turn {
                 SharedProgram {
                     key: self.key.clone(),
                     bytes: self.bytes,
-                    folder: self.folder.clone(),
-                    store: self.store.clone(),
+                    folder: self.folder.clone().filter(|_| shares),
+                    store: self.store.clone().filter(|_| shares),
                     waits: self.waits,
                     pocl_cache: self.pocl_cache.clone(),
                     programs: outcome.programs.clone(),
