@@ -137,6 +137,20 @@ fn pocl_copy_in(d: &super::Scratch, own_library: bool) -> PathBuf {
     vendors
 }
 
+/// Replaces every kernel library variant in `share` (a copy of pocl's `share/pocl`) with
+/// the generic one, as a reinstall of another library under the same libpocl would: the
+/// programs pocl links from then on differ.
+pub fn replace_kernel_library(share: &Path) {
+    let generic = share.join("kernel-x86_64-pc-linux-gnu-GENERIC.bc");
+    assert!(generic.exists(), "pocl's generic kernel library");
+    for e in std::fs::read_dir(share).unwrap().flatten() {
+        if e.file_name().to_string_lossy().ends_with(".bc") && e.path() != generic {
+            std::fs::remove_file(e.path()).unwrap();
+            std::fs::copy(&generic, e.path()).unwrap();
+        }
+    }
+}
+
 /// pocl's library as the system's ICD file names it.
 pub fn pocl_library() -> PathBuf {
     let icd = std::fs::read_to_string("/etc/OpenCL/vendors/pocl.icd").expect("pocl.icd");

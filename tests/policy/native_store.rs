@@ -1417,13 +1417,7 @@ fn a_native_entry_is_not_made_from_a_pocl_cache_older_than_its_kernel_library() 
     let (a, fresh) = (node(leak(&kc_a)), node(leak(&kc_fresh)));
     let plain_save = format!("--save={}", s(&d.path("pocl-old.bin")));
     plain(Driver::Pocl, &bin, &[plain_save.as_str()], &a).ok();
-    let generic = share.join("kernel-x86_64-pc-linux-gnu-GENERIC.bc");
-    for f in std::fs::read_dir(&share).unwrap().flatten() {
-        if f.file_name().to_string_lossy().ends_with(".bc") && f.path() != generic {
-            std::fs::remove_file(f.path()).unwrap();
-            std::fs::copy(&generic, f.path()).unwrap();
-        }
-    }
+    replace_kernel_library(&share);
     let save = format!("--save={}", s(&saved));
     shimmed(Driver::Pocl, &bin, &[save.as_str()], &a)
         .ok()

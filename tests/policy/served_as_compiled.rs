@@ -604,19 +604,6 @@ fn node_on(c: &Case, vendors: &Path, n: &str) -> [(&'static str, String); 3] {
     ]
 }
 
-/// Replaces every kernel library variant of the case's copy of pocl with the generic one:
-/// another library, whose programs differ.
-fn replace_kernel_library(c: &Case) {
-    let share = c.d.path("driver/share/pocl");
-    let generic = share.join("kernel-x86_64-pc-linux-gnu-GENERIC.bc");
-    assert!(generic.exists(), "pocl's generic kernel library");
-    for e in std::fs::read_dir(&share).unwrap().flatten() {
-        if e.file_name().to_string_lossy().ends_with(".bc") && e.path() != generic {
-            std::fs::copy(&generic, e.path()).unwrap();
-        }
-    }
-}
-
 /// Sets the times of `dir` and of everything below it `seconds` back.
 fn times_back_below(dir: &Path, seconds: i64) {
     for e in std::fs::read_dir(dir).unwrap().flatten() {
@@ -646,7 +633,7 @@ fn a_pocl_cache_older_than_its_kernel_library_is_not_kept() {
     // An earlier day's build (not one of the last second's, which clshim takes for this
     // build's own).
     times_back_below(&c.d.path("kc-a"), 3600);
-    replace_kernel_library(&c);
+    replace_kernel_library(&c.d.path("driver/share/pocl"));
     let again = c.run(true, &args, &node_on(&c, &vendors, "a"));
     assert_eq!(again.shared, ["own_cache"], "{}", again.stderr);
     let fresh = c.run(true, &args, &node_on(&c, &vendors, "fresh"));
@@ -678,7 +665,7 @@ fn a_first_launch_from_an_unmarked_program_folder_is_not_kept() {
         }
     }
     times_back_below(&c.d.path("kc-a"), 3600);
-    replace_kernel_library(&c);
+    replace_kernel_library(&c.d.path("driver/share/pocl"));
     let fresh = c.run(true, &args, &node_on(&c, &vendors, "fresh"));
     assert_eq!(fresh.shared, ["compiled"], "{}", fresh.stderr);
     let launches = || -> Vec<PathBuf> {
@@ -723,12 +710,7 @@ fn a_process_that_saw_its_kernel_library_replaced_keeps_no_later_build() {
             while !built.exists() {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
-            let generic = share.join("kernel-x86_64-pc-linux-gnu-GENERIC.bc");
-            for e in std::fs::read_dir(&share).unwrap().flatten() {
-                if e.file_name().to_string_lossy().ends_with(".bc") && e.path() != generic {
-                    std::fs::copy(&generic, e.path()).unwrap();
-                }
-            }
+            replace_kernel_library(&share);
             std::fs::write(go, b"").unwrap();
         })
     };
